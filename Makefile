@@ -1,0 +1,38 @@
+# Everything bootstraps .venv on first use: a fresh clone needs only
+# `make run` or `make test`.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# The working tree wins over the installed copy, so edits need no reinstall.
+export PYTHONPATH := $(CURDIR):$(CURDIR)/spark
+
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install run test bench spark-demo clean
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet '.[spark,test,bench]'
+	@touch $@
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/twistd -n --pidfile= kafkatwist --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dir=./data $(ARGS)
+
+test: install
+	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m bench $(ARGS)
+
+spark-demo: install
+	$(BIN)/python spark/examples/run_demo.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info data

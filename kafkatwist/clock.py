@@ -1,0 +1,89 @@
+"""
+Clocks usable from any thread.
+
+Handlers run in handler threads but the timers they arm (long-poll expiry,
+group session timeouts) belong to a reactor: the one that owns the
+connection, or the broker's main one.  L{ThreadSafeClock} forwards
+C{callLater} and C{cancel} to that reactor's thread; under a test's
+C{task.Clock} (no threads) it calls straight through.
+"""
+
+import threading
+
+from zope.interface import implementer
+
+from kafkatwist.interfaces import IThreadSafeClock
+
+
+class _Handle:
+    """
+    A cancellable timer whose C{cancel} may come from any thread, before or
+    after the timer was armed in the reactor's thread.
+    """
+
+    __slots__ = ("_clock", "_call", "_cancelled", "_lock")
+
+    def __init__(self, clock: "ThreadSafeClock") -> None:
+        self._clock = clock
+        self._call = None
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def _arm(self, delay, f, args, kw) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._call = self._clock.reactor.callLater(delay, self._fire, f, args, kw)
+
+    def _fire(self, f, args, kw) -> None:
+        with self._lock:
+            self._call = None
+            if self._cancelled:
+                return
+            self._cancelled = True
+        f(*args, **kw)
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            call, self._call = self._call, None
+        if call is not None:
+            self._clock.inThread(call.cancel)
+
+    def active(self) -> bool:
+        return not self._cancelled
+
+
+@implementer(IThreadSafeClock)
+class ThreadSafeClock:
+    """
+    Wrap a reactor so timers can be armed from any thread.
+
+    @ivar reactor: an C{IReactorTime} (and C{IReactorThreads} when it runs in
+        another thread).
+    @ivar threadId: ident of the thread that runs C{reactor}, or C{None}
+        when everything runs in one thread (tests).
+    """
+
+    def __init__(self, reactor, threadId: int | None = None) -> None:
+        self.reactor = reactor
+        self.threadId = threadId
+
+    def seconds(self) -> float:
+        return self.reactor.seconds()
+
+    def inThread(self, f, *args) -> None:
+        """
+        Run C{f} in the reactor's thread: now if already there.
+        """
+        if self.threadId is None or threading.get_ident() == self.threadId:
+            f(*args)
+        else:
+            self.reactor.callFromThread(f, *args)
+
+    def callLater(self, delay, f, *args, **kw) -> _Handle:
+        handle = _Handle(self)
+        self.inThread(handle._arm, delay, f, args, kw)
+        return handle

@@ -1,0 +1,424 @@
+"""
+Broker settings under Kafka's own property names.
+
+A C{server.properties} file and C{--override key=value} pairs are merged,
+then every known key is parsed and checked.  A bad value raises
+L{ConfigError} naming the key and why, so the daemon refuses to start with
+one line; an unknown key is only a warning, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from twisted.logger import Logger
+
+log = Logger()
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """
+    A setting that cannot be used; the message names the key.
+    """
+
+    def __init__(self, key: str, why: str) -> None:
+        self.key = key
+        self.why = why
+        super().__init__(f"Invalid value for {key}: {why}")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """
+    One listener: C{NAME://host:port}.
+    """
+
+    name: str
+    host: str
+    port: int
+    securityProtocol: str
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    parse: Callable[[str, str], Any]
+    default: str | None
+    doc: str
+
+
+def _int(lo: int = -(2**31), hi: int = INT_MAX) -> Callable[[str, str], int]:
+    def parse(key: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(key, f"{raw!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise ConfigError(key, f"{value} is outside [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def _long(lo: int = -(2**63), hi: int = LONG_MAX) -> Callable[[str, str], int]:
+    return _int(lo, hi)
+
+
+def _bool(key: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(key, f"{raw!r} is not true or false")
+    return value == "true"
+
+
+def _string(key: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _optionalString(key: str, raw: str) -> str | None:
+    return raw.strip() or None
+
+
+def _choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(key: str, raw: str) -> str:
+        value = raw.strip()
+        for choice in choices:
+            if value.lower() == choice.lower():
+                return choice
+        raise ConfigError(key, f"{raw!r} is not one of {', '.join(choices)}")
+
+    return parse
+
+
+def _list(key: str, raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _optionalLong(lo: int = 0) -> Callable[[str, str], int | None]:
+    parseLong = _long(lo)
+
+    def parse(key: str, raw: str) -> int | None:
+        if not raw.strip() or raw.strip().lower() == "null":
+            return None
+        return parseLong(key, raw)
+
+    return parse
+
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:/]*)):(?P<port>\d+)$")
+
+
+def parseListeners(key: str, raw: str, protocolMap: dict[str, str]) -> list[Listener]:
+    """
+    Parse C{PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093}.
+    """
+    listeners = []
+    names = set()
+    for item in _list(key, raw):
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ConfigError(key, f"{item!r} is not NAME://host:port")
+        name = match["name"].upper()
+        host = match["v6"] if match["v6"] is not None else match["host"]
+        port = int(match["port"])
+        if port > 65535:
+            raise ConfigError(key, f"port {port} in {item!r} is out of range")
+        if name in names:
+            raise ConfigError(key, f"listener name {name} appears twice")
+        if name not in protocolMap:
+            raise ConfigError(
+                key,
+                f"listener {name} has no security protocol in listener.security.protocol.map",
+            )
+        names.add(name)
+        listeners.append(Listener(name, host, port, protocolMap[name]))
+    if not listeners:
+        raise ConfigError(key, "no listener given")
+    return listeners
+
+
+def _protocolMap(key: str, raw: str) -> dict[str, str]:
+    result = {}
+    for item in _list(key, raw):
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or protocol not in ("PLAINTEXT", "SSL"):
+            raise ConfigError(key, f"{item!r}: protocol must be PLAINTEXT or SSL")
+        result[name.strip().upper()] = protocol
+    return result
+
+
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in [
+        Key("node.id", _int(0), "1", "This broker's id."),
+        Key("broker.id", _int(-1), None, "Old name of node.id."),
+        Key("cluster.id", _optionalString, None, "Cluster id; generated and kept in meta.properties when unset."),
+        Key("listeners", _string, "PLAINTEXT://127.0.0.1:9092", "Where to listen: NAME://host:port, comma separated."),
+        Key("advertised.listeners", _optionalString, None, "What clients are told to connect to; defaults to listeners."),
+        Key("listener.security.protocol.map", _protocolMap, "PLAINTEXT:PLAINTEXT,SSL:SSL", "Listener name to security protocol."),
+        Key("log.dirs", _optionalString, None, "Data directories (comma separated); first one wins over log.dir."),
+        Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
+        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
+        Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers."),
+        Key("queued.max.requests", _int(1), "500", "Requests the RequestChannel holds before Processors stop reading."),
+        Key("queued.max.request.bytes", _long(-1), "-1", "Bytes of queued requests before reading is muted (-1: unbounded)."),
+        Key("socket.request.max.bytes", _int(1), "104857600", "Largest request frame accepted."),
+        Key("socket.send.buffer.bytes", _int(-1), "102400", "SO_SNDBUF (-1: OS default)."),
+        Key("socket.receive.buffer.bytes", _int(-1), "102400", "SO_RCVBUF (-1: OS default)."),
+        Key("connections.max.idle.ms", _long(1), "600000", "Idle connections are closed after this."),
+        Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all."),
+        Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address."),
+        Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key."),
+        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
+        Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
+        Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
+        Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
+        Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
+        Key("num.partitions", _int(1), "1", "Partitions of auto-created topics."),
+        Key("default.replication.factor", _int(1, 1), "1", "Single broker: always 1."),
+        Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
+        Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),
+        Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this."),
+        Key("log.roll.hours", _int(1), "168", "Roll a segment older than this (when log.roll.ms is unset)."),
+        Key("log.retention.ms", _optionalLong(-1), None, "Delete segments older than this (-1: forever)."),
+        Key("log.retention.minutes", _optionalLong(-1), None, "As log.retention.ms, in minutes."),
+        Key("log.retention.hours", _int(-1), "168", "As log.retention.ms, in hours."),
+        Key("log.retention.bytes", _long(-1), "-1", "Delete old segments past this size per partition."),
+        Key("log.retention.check.interval.ms", _long(1), "300000", "How often retention runs."),
+        Key("log.index.interval.bytes", _int(0), "4096", "Bytes between offset index entries."),
+        Key("log.flush.interval.messages", _long(1), str(LONG_MAX), "Fsync after this many messages (1: before acknowledging)."),
+        Key("log.flush.interval.ms", _optionalLong(0), None, "Fsync data older than this."),
+        Key("log.flush.scheduler.interval.ms", _long(1), "1000", "How often time-based flush is checked."),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics."),
+        Key("log.cleanup.policy", _string, "delete", "Cleanup policy of new topics."),
+        Key("group.initial.rebalance.delay.ms", _int(0), "3000", "Wait for more members before the first rebalance of an empty group."),
+        Key("group.min.session.timeout.ms", _int(0), "6000", "Smallest session timeout a member may ask for."),
+        Key("group.max.session.timeout.ms", _int(0), "1800000", "Largest session timeout a member may ask for."),
+        Key("offsets.retention.minutes", _int(1), "10080", "Committed offsets of empty groups expire after this."),
+        Key("offsets.topic.num.partitions", _int(1), "50", "Partitions of __consumer_offsets."),
+        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
+    ]
+}
+
+#: keys Kafka knows that make no sense for one broker; accepted silently
+_TOLERATED = re.compile(
+    r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
+    r"|offsets\.topic\.replication\.factor|num\.recovery\.threads\.per\.data\.dir"
+    r"|broker\.rack|log\.cleaner\.|num\.replica\.)"
+)
+
+
+def parseProperties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """
+    Parse Java C{.properties} text: C{key=value}, C{key: value} or
+    C{key value}; C{#} and C{!} comments; a trailing backslash continues
+    the line; C{\\uXXXX} and the usual escapes.
+    """
+    result: dict[str, str] = {}
+    logical = ""
+    for rawLine in text.splitlines():
+        line = rawLine.lstrip() if not logical else rawLine.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _splitProperty(logical)
+        result[_unescape(key)] = _unescape(value)
+        logical = ""
+    if logical:
+        key, value = _splitProperty(logical)
+        result[_unescape(key)] = _unescape(value)
+    return result
+
+
+def _splitProperty(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=: \t":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t")
+    return key, rest
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            n = text[i + 1]
+            if n == "u" and i + 5 < len(text) + 0:
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(n, n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class BrokerConfig:
+    """
+    Validated broker settings.  Read values with C{config["log.segment.bytes"]}
+    (typed) or the attributes for the derived ones.
+
+    @ivar listeners: L{Listener}s to bind.
+    @ivar advertisedListeners: L{Listener}s to tell clients about.
+    @ivar logDirs: data directories.
+    @ivar explicit: the keys set by the file or overrides (for
+        DescribeConfigs sources).
+    """
+
+    def __init__(self, raw: dict[str, str] | None = None, *, warn=None) -> None:
+        raw = dict(raw or {})
+        warn = warn or (lambda message: log.warn("{message}", message=message))
+        self.raw = raw
+        self.explicit = set(raw)
+        for key in raw:
+            if key not in KEYS and not _TOLERATED.match(key):
+                warn(f"Unknown configuration key {key!r} ignored")
+        self._values: dict[str, Any] = {}
+        for name, spec in KEYS.items():
+            text = raw.get(name, spec.default)
+            self._values[name] = None if text is None else spec.parse(name, text)
+
+        if raw.get("broker.id") is not None and "node.id" not in raw:
+            self._values["node.id"] = self._values["broker.id"]
+
+        protocolMap = self._values["listener.security.protocol.map"]
+        self.listeners = parseListeners("listeners", self._values["listeners"], protocolMap)
+        advertised = self._values["advertised.listeners"]
+        if advertised:
+            self.advertisedListeners = parseListeners("advertised.listeners", advertised, protocolMap)
+            names = {l.name for l in self.listeners}
+            for listener in self.advertisedListeners:
+                if listener.name not in names:
+                    raise ConfigError(
+                        "advertised.listeners", f"{listener.name} is not a name in listeners"
+                    )
+        else:
+            self.advertisedListeners = [self._advertise(listener) for listener in self.listeners]
+
+        logDirs = self._values["log.dirs"]
+        self.logDirs = _list("log.dirs", logDirs) if logDirs else [self._values["log.dir"]]
+
+        if any(l.securityProtocol == "SSL" for l in self.listeners):
+            if not self._values["ssl.keystore.location"]:
+                raise ConfigError("ssl.keystore.location", "an SSL listener needs a PEM key and certificate")
+        if self._values["ssl.client.auth"] != "none" and not self._values["ssl.truststore.location"]:
+            if any(l.securityProtocol == "SSL" for l in self.listeners):
+                raise ConfigError(
+                    "ssl.truststore.location",
+                    f"ssl.client.auth={self._values['ssl.client.auth']} needs a CA bundle to verify clients",
+                )
+        for key in ("ssl.keystore.location", "ssl.truststore.location"):
+            path = self._values[key]
+            if path:
+                try:
+                    with open(path, "rb"):
+                        pass
+                except OSError as e:
+                    raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+        if self._values["group.min.session.timeout.ms"] > self._values["group.max.session.timeout.ms"]:
+            raise ConfigError("group.min.session.timeout.ms", "is above group.max.session.timeout.ms")
+        metricsListener = self._values["metrics.http.listener"]
+        if metricsListener:
+            host, sep, port = metricsListener.rpartition(":")
+            if not sep or not port.isdigit() or int(port) > 65535:
+                raise ConfigError("metrics.http.listener", f"{metricsListener!r} is not host:port")
+
+    @staticmethod
+    def _advertise(listener: Listener) -> Listener:
+        # Advertise what we listen on; an unspecified address cannot be
+        # dialled, so fall back to loopback as Kafka falls back to the
+        # canonical host name.
+        if listener.host in ("", "0.0.0.0"):
+            return Listener(listener.name, "127.0.0.1", listener.port, listener.securityProtocol)
+        if listener.host == "::":
+            return Listener(listener.name, "::1", listener.port, listener.securityProtocol)
+        return listener
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    @property
+    def nodeId(self) -> int:
+        return self._values["node.id"]
+
+    def retentionMs(self) -> int:
+        for key, factor in (("log.retention.ms", 1), ("log.retention.minutes", 60_000)):
+            value = self._values[key]
+            if value is not None:
+                return value if value < 0 else value * factor
+        hours = self._values["log.retention.hours"]
+        return hours if hours < 0 else hours * 3_600_000
+
+    def rollMs(self) -> int:
+        value = self._values["log.roll.ms"]
+        return value if value is not None else self._values["log.roll.hours"] * 3_600_000
+
+    def describe(self) -> list[tuple[str, str | None, bool]]:
+        """
+        @return: (key, value as text, set explicitly) for every known key,
+            sensitive values hidden.
+        """
+        rows = []
+        for name, spec in sorted(KEYS.items()):
+            text = self.raw.get(name, spec.default)
+            if name == "ssl.key.password" and text is not None:
+                text = None
+            rows.append((name, text, name in self.explicit))
+        return rows
+
+
+def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None) -> BrokerConfig:
+    """
+    Read C{path} (if any), apply C{overrides} in order, validate.
+
+    @raise ConfigError: for a bad value or an unreadable file.
+    """
+    raw: dict[str, str] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw.update(parseProperties(f.read(), path))
+        except OSError as e:
+            raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+    for key, value in overrides:
+        raw[key] = value
+    return BrokerConfig(raw, warn=warn)
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick way to list the keys
+    for name, spec in KEYS.items():
+        sys.stdout.write(f"{name}\t{spec.default}\t{spec.doc}\n")

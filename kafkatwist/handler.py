@@ -1,0 +1,64 @@
+"""
+Helpers for writing request handler plugins.
+
+A plugin module (built in, under C{kafkatwist/plugins/}, or dropped into a
+directory on C{plugin.paths}) holds module-level L{HandlerPlugin} objects;
+C{twisted.plugin.getPlugins} finds them::
+
+    from kafkatwist.handler import Handler, HandlerPlugin
+
+    class Echo(Handler):
+        apiKey, minVersion, maxVersion = 1000, 0, 0
+        def handle(self, context, request): ...
+
+    echo = HandlerPlugin("example.echo", 1000, Echo)
+"""
+
+from __future__ import annotations
+
+from twisted.plugin import IPlugin
+from zope.interface import implementer
+
+from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
+
+#: priority of drop-ins that do not say: above the built-ins (0)
+DEFAULT_DROPIN_PRIORITY = 100
+
+
+@implementer(IRequestHandler)
+class Handler:
+    """
+    Base class: keeps the broker and the handler it wraps, if any.
+    """
+
+    apiKey: int
+    minVersion: int
+    maxVersion: int
+
+    def __init__(self, broker, wrapped=None) -> None:
+        self.broker = broker
+        self.wrapped = wrapped
+
+    def handle(self, context, request):
+        raise NotImplementedError
+
+
+@implementer(IPlugin, IRequestHandlerPlugin)
+class HandlerPlugin:
+    """
+    Discoverable factory of one ApiKey's handler.
+
+    @param factory: called as C{factory(broker, wrapped)}.
+    """
+
+    def __init__(self, name: str, apiKey: int, factory, priority: int = DEFAULT_DROPIN_PRIORITY):
+        self.name = name
+        self.apiKey = apiKey
+        self.factory = factory
+        self.priority = priority
+
+    def makeHandler(self, broker, wrapped):
+        return self.factory(broker, wrapped)
+
+    def __repr__(self) -> str:
+        return f"<HandlerPlugin {self.name} key={self.apiKey} priority={self.priority}>"

@@ -1,0 +1,331 @@
+"""
+The seams of kafkatwist.
+
+Reading order follows a request: the network layer (L{IProcessor}) turns a
+frame into a L{IRequestContext} and a decoded request, a L{IRequestHandler}
+answers it using the broker's services (L{IBroker}): the log
+(L{ILogManager}, L{IPartitionLog}), the group coordinator and the delayed
+operation purgatory.  Handlers never see a socket or a reactor; whatever waits
+does so on a clock it was given.
+"""
+
+from zope.interface import Attribute, Interface
+
+
+class IRequestContext(Interface):
+    """
+    What the broker knows about one request besides its body (Kafka's
+    C{RequestContext}).
+    """
+
+    connectionId = Attribute("C{str}: unique id of the connection, 'local-remote-index' like Kafka.")
+    listenerName = Attribute("C{str}: the listener the connection came in on, e.g. 'PLAINTEXT'.")
+    securityProtocol = Attribute("C{str}: 'PLAINTEXT' or 'SSL'.")
+    principal = Attribute(
+        "C{str}: 'User:ANONYMOUS', or 'User:<RFC 4514 subject DN>' from a client certificate."
+    )
+    clientAddress = Attribute("C{tuple[str, int]}: the peer's host and port.")
+    apiKey = Attribute("C{int}")
+    apiVersion = Attribute("C{int}")
+    correlationId = Attribute("C{int}")
+    clientId = Attribute("C{str | None}")
+    clock = Attribute(
+        "L{IThreadSafeClock} of the reactor that owns the connection: timers for this request "
+        "(long-poll expiry) are armed on it, from any thread."
+    )
+
+
+class IThreadSafeClock(Interface):
+    """
+    A clock that may be used from any thread.  Calls are forwarded to the
+    owning reactor's thread (or run directly under a test's C{task.Clock}).
+    """
+
+    def seconds():
+        """
+        @return: the current time, in seconds, as the underlying clock sees it.
+        """
+
+    def callLater(delay, f, *args, **kw):
+        """
+        Run C{f(*args, **kw)} in the owning reactor's thread after C{delay}
+        seconds.
+
+        @return: a handle with C{cancel()}, safe to call from any thread and
+            harmless after the call ran.
+        """
+
+
+class IRequestHandler(Interface):
+    """
+    Answers one ApiKey.  Built-in and drop-in handlers are discovered as
+    L{IRequestHandlerPlugin} providers; each plugin builds one of these.
+
+    C{handle} runs in a handler thread (several may run at once).  It returns
+    the response entity (a C{kio} dataclass of the request's version), a
+    L{kafkatwist.protocol.frames.EncodedResponse} (pre-encoded chunks,
+    e.g. file regions for zero-copy Fetch), C{None} when no response is due
+    (Produce with acks=0), or a C{Deferred} firing with one of those, which
+    may fire later from any thread without holding a handler thread.
+    Raising L{kafkatwist.errors.KafkaError} answers with that error code
+    where the API has a top-level error; anything else closes the connection
+    with a log line.
+    """
+
+    apiKey = Attribute("C{int}: the ApiKey served.")
+    minVersion = Attribute("C{int}: lowest version served.")
+    maxVersion = Attribute("C{int}: highest version served (ApiVersions advertises the range).")
+
+    def handle(context, request):
+        """
+        Answer C{request}.
+
+        @param context: the L{IRequestContext}.
+        @param request: the decoded request entity.
+        """
+
+
+class IRequestHandlerPlugin(Interface):
+    """
+    What C{twisted.plugin.getPlugins} discovers: a factory for one ApiKey's
+    handler.
+
+    Resolution rule: all providers for one ApiKey are sorted by C{priority},
+    highest first; the highest one serves the key and is given the next one
+    down as C{wrapped} (so a plugin can replace a built-in or wrap it), and so
+    on down the chain.  Two providers with the same ApiKey and priority refuse
+    to start, naming both.  Built-ins have priority 0.
+    """
+
+    name = Attribute("C{str}: a name for logs, e.g. 'builtin.produce'.")
+    apiKey = Attribute("C{int}")
+    priority = Attribute("C{int}: higher wins; built-ins are 0, drop-ins default to 100.")
+
+    def makeHandler(broker, wrapped):
+        """
+        Build the handler.
+
+        @param broker: the L{IBroker} whose services it may use.
+        @param wrapped: the L{IRequestHandler} of the next provider down for
+            this ApiKey, or C{None}.
+        @return: an L{IRequestHandler}.
+        """
+
+
+class IBroker(Interface):
+    """
+    The services a handler may use.
+    """
+
+    config = Attribute("L{kafkatwist.config.BrokerConfig}: validated settings.")
+    nodeId = Attribute("C{int}")
+    clusterId = Attribute("C{str}")
+    advertisedListeners = Attribute(
+        "C{list} of L{kafkatwist.config.Listener} this broker advertises (name, host, port)."
+    )
+    logManager = Attribute("L{ILogManager}")
+    fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
+    clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
+
+    def handlerFor(apiKey):
+        """
+        @return: the L{IRequestHandler} serving C{apiKey}, or C{None}.
+        """
+
+    def supportedVersions():
+        """
+        @return: C{dict} ApiKey -> (minVersion, maxVersion) of the registered
+            handlers (what ApiVersions answers).
+        """
+
+
+class IDelayedOperation(Interface):
+    """
+    Kafka's C{DelayedOperation}: something that completes when a condition
+    holds or when its timeout passes, whichever comes first, exactly once.
+    """
+
+    def tryComplete():
+        """
+        Check the condition; if it holds, call C{forceComplete()}.
+
+        @return: C{True} if this call completed the operation.
+        """
+
+    def forceComplete():
+        """
+        Complete now (condition met or expired).  Only the first call has an
+        effect; later ones return C{False}.
+        """
+
+    def onExpiration():
+        """
+        Called once, after C{forceComplete} because the timeout passed.
+        """
+
+
+class IPurgatory(Interface):
+    """
+    Kafka's C{DelayedOperationPurgatory}: operations watched by keys, checked
+    again when something happens to a key.  Thread-safe.
+    """
+
+    def tryCompleteElseWatch(operation, keys, timeout):
+        """
+        Try once; if not complete, watch C{keys} and expire after C{timeout}
+        seconds on the operation's clock.
+
+        @return: C{True} if completed at once.
+        """
+
+    def checkAndComplete(key):
+        """
+        Try every operation watching C{key}.
+
+        @return: how many completed.
+        """
+
+
+# ---------------------------------------------------------------------------
+# Storage
+
+
+class IFileRegion(Interface):
+    """
+    A byte range of an open file, handed to the network layer so PLAINTEXT
+    connections can C{os.sendfile} it and TLS ones C{os.pread} it.  The region
+    owns its descriptor (a dup) and must be closed once sent or dropped.
+    """
+
+    length = Attribute("C{int}: bytes in the region.")
+
+    def fileno():
+        """
+        @return: the descriptor to read from.
+        """
+
+    def position():
+        """
+        @return: the offset in the file where the region starts.
+        """
+
+    def read():
+        """
+        @return: the region's bytes (for TLS, tests, and plugins that inspect
+            records).
+        """
+
+    def close():
+        """
+        Release the descriptor.  Idempotent.
+        """
+
+
+class IPartitionLog(Interface):
+    """
+    One topic-partition's log.  Thread-safe: appends are serialised, reads
+    may run concurrently with an append and see a prefix of it, never a torn
+    batch.
+    """
+
+    topic = Attribute("C{str}")
+    partition = Attribute("C{int}")
+    logStartOffset = Attribute("C{int}: first offset still readable.")
+    logEndOffset = Attribute("C{int}: next offset to be assigned (the high watermark here).")
+    highWatermark = Attribute("C{int}: equal to C{logEndOffset} on one broker.")
+    lastStableOffset = Attribute("C{int}: equal to C{highWatermark} without transactions.")
+    size = Attribute("C{int}: bytes on disk over all segments.")
+
+    def append(records, now_ms):
+        """
+        Validate and append one produce request's record set for this
+        partition: a concatenation of magic-2 record batches, kept opaque
+        (header, CRC-32C and record count checked; base offset rewritten;
+        max timestamp rewritten for LogAppendTime topics).
+
+        @param records: C{bytes}/C{memoryview}.
+        @param now_ms: the broker's wall clock, for LogAppendTime and the
+            time index.
+        @return: L{kafkatwist.log.AppendInfo} (firstOffset, lastOffset,
+            logAppendTime or -1, logStartOffset).
+        @raise kafkatwist.errors.KafkaError: CORRUPT_MESSAGE,
+            INVALID_RECORD, MESSAGE_TOO_LARGE, UNSUPPORTED_FOR_MESSAGE_FORMAT...
+        """
+
+    def read(offset, maxBytes, minOneBatch=True):
+        """
+        Read from C{offset}: whole batches starting with the one containing
+        C{offset}, at most C{maxBytes} unless C{minOneBatch} and the first
+        batch alone is larger.
+
+        @return: L{kafkatwist.log.ReadInfo} (records: an L{IFileRegion} or
+            C{bytes}, possibly empty; highWatermark, logStartOffset,
+            lastStableOffset).
+        @raise kafkatwist.errors.KafkaError: OFFSET_OUT_OF_RANGE.
+        """
+
+    def offsetForTimestamp(timestamp_ms):
+        """
+        @return: C{(offset, timestamp)} of the first batch whose max
+            timestamp is at or after C{timestamp_ms}, or C{None}.
+        """
+
+    def maxTimestamp():
+        """
+        @return: C{(offset, timestamp)} of the record with the largest
+            timestamp, or C{None} for an empty log.
+        """
+
+    def deleteRecordsBefore(offset):
+        """
+        Move the log start offset to C{offset} (DeleteRecords).
+
+        @return: the new log start offset.
+        @raise kafkatwist.errors.KafkaError: OFFSET_OUT_OF_RANGE past the end.
+        """
+
+
+class ILogManager(Interface):
+    """
+    All topics' logs under C{log.dirs}.  Thread-safe.
+    """
+
+    def topics():
+        """
+        @return: C{dict} topic name -> L{kafkatwist.log.TopicInfo}
+            (partitions count, topic id, configs).
+        """
+
+    def getLog(topic, partition):
+        """
+        @return: the L{IPartitionLog}, or C{None} if absent.
+        """
+
+    def createTopic(name, numPartitions, configs):
+        """
+        @raise kafkatwist.errors.KafkaError: TOPIC_ALREADY_EXISTS,
+            INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_CONFIG.
+        @return: L{kafkatwist.log.TopicInfo}.
+        """
+
+    def deleteTopic(name):
+        """
+        @raise kafkatwist.errors.KafkaError: UNKNOWN_TOPIC_OR_PARTITION.
+        """
+
+    def createPartitions(name, totalCount):
+        """
+        @raise kafkatwist.errors.KafkaError: INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION.
+        """
+
+    def alterTopicConfigs(name, changes):
+        """
+        Apply C{changes}: C{list} of (key, op, value) with op 'SET',
+        'DELETE', 'APPEND', 'SUBTRACT' (IncrementalAlterConfigs).
+        """
+
+    def close():
+        """
+        Flush, write checkpoints and the clean-shutdown marker, release files.
+        """

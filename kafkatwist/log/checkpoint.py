@@ -1,0 +1,75 @@
+"""
+Kafka's offset checkpoint files (C{recovery-point-offset-checkpoint},
+C{log-start-offset-checkpoint}): a version line (0), a count line, then one
+C{topic partition offset} line per partition.  Written to a temporary file,
+fsynced and renamed over the old one, so a crash leaves either version.
+"""
+
+from __future__ import annotations
+
+import os
+
+from twisted.logger import Logger
+
+__all__ = [
+    "CLEAN_SHUTDOWN",
+    "LOG_START_OFFSET",
+    "RECOVERY_POINT",
+    "readCheckpoint",
+    "writeCheckpoint",
+]
+
+log = Logger()
+
+RECOVERY_POINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+_VERSION = 0
+
+
+def readCheckpoint(path: str) -> dict[tuple[str, int], int]:
+    """
+    @return: (topic, partition) -> offset; empty if the file is missing or
+        malformed (which only costs a longer recovery).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    try:
+        if int(lines[0]) != _VERSION:
+            raise ValueError(f"unknown version {lines[0]!r}")
+        count = int(lines[1])
+        entries = {}
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.split(" ")
+            entries[(topic, int(partition))] = int(offset)
+        if len(entries) != count:
+            raise ValueError(f"expected {count} entries, found {len(entries)}")
+        return entries
+    except (ValueError, IndexError) as e:
+        log.warn("Ignoring malformed checkpoint {path}: {error}", path=path, error=e)
+        return {}
+
+
+def writeCheckpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
+    lines = [str(_VERSION), str(len(entries))]
+    lines += [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
+    ]
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    _syncDirectory(os.path.dirname(path))
+
+
+def _syncDirectory(directory: str) -> None:
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,464 @@
+"""
+One topic-partition's log: a list of segments, the last one active.
+
+Concurrency: one lock per partition serialises appends, rolls, retention and
+flushes.  Reads take no lock: they read the published state, a tuple
+C{(logEndOffset, activeSegment, activeSize)} replaced in one assignment
+after a write completes, and the segment list, replaced (never mutated) on
+roll and deletion.  A reader therefore sees a prefix of the appends, never a
+torn batch.
+
+Flush policy: nothing is fsynced by default (the page cache holds it, like
+Kafka).  C{flush.messages} (topic, default C{log.flush.interval.messages})
+fsyncs within C{append} once that many records are unflushed, so
+C{flush.messages=1} fsyncs before the append returns ("fsync before ack").
+C{flush.ms} (default C{log.flush.interval.ms}) is honoured by
+L{PartitionLog.maybeFlush}, which the log manager's C{flushDirty} calls on
+the broker's timer; that also fsyncs segments rolled since the last call
+(Kafka flushes a segment when it rolls), so after a crash only the active
+segment normally needs recovering.  The recovery point is the offset below
+which everything is known to be on disk.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+
+from zope.interface import implementer
+
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.interfaces import IPartitionLog
+from kafkatwist.log.config import LogConfig
+from kafkatwist.log.records import AppendInfo, ReadInfo
+from kafkatwist.protocol.batch import assignOffsets, validateRecordSet
+
+__all__ = ["PartitionLog"]
+
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+@implementer(IPartitionLog)
+class PartitionLog:
+    """
+    A partition log over segments made by C{self._newSegment(baseOffset,
+    nowMs)} (subclasses: on disk, in memory).
+
+    @ivar config: the L{LogConfig} in force; replaced whole when the topic's
+        configs change.
+    @ivar recoveryPoint: everything below this offset has been fsynced.
+    @ivar leaderEpoch: written into appended batches.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        segments: list,
+        *,
+        logStartOffset: int = 0,
+        recoveryPoint: int = 0,
+        leaderEpoch: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.leaderEpoch = leaderEpoch
+        self._lock = threading.RLock()
+        self._closed = False
+        self._setSegments(list(segments))
+        active = segments[-1]
+        self._end = (active.nextOffset, active, active.size)
+        self._logStartOffset = min(max(logStartOffset, segments[0].baseOffset), active.nextOffset)
+        self.recoveryPoint = min(recoveryPoint, active.nextOffset)
+        self._unflushedRecords = 0
+        self._dirtySinceMs: int | None = None
+        self._rolledUnflushed: list = []
+        self.flushCount = 0
+
+    def __repr__(self) -> str:
+        name = f"{self.topic}-{self.partition}"
+        return f"<{type(self).__name__} {name} [{self.logStartOffset}, {self.logEndOffset})>"
+
+    # -- state ---------------------------------------------------------------
+
+    def _setSegments(self, segments: list) -> None:
+        self._view = ([s.baseOffset for s in segments], segments)
+
+    @property
+    def segments(self) -> list:
+        """
+        A snapshot of the segments, oldest first.
+        """
+        return list(self._view[1])
+
+    @property
+    def activeSegment(self):
+        return self._view[1][-1]
+
+    @property
+    def logEndOffset(self) -> int:
+        return self._end[0]
+
+    @property
+    def highWatermark(self) -> int:
+        return self._end[0]
+
+    @property
+    def lastStableOffset(self) -> int:
+        return self._end[0]
+
+    @property
+    def logStartOffset(self) -> int:
+        return self._logStartOffset
+
+    @property
+    def size(self) -> int:
+        return sum(segment.size for segment in self._view[1])
+
+    # -- append --------------------------------------------------------------
+
+    def append(self, records, now_ms: int, *, isFromClient: bool = True) -> AppendInfo:
+        """
+        See L{IPartitionLog.append}.
+
+        @param isFromClient: C{False} lets the broker itself write control
+            batches.
+        """
+        config = self.config
+        data = bytearray(records)
+        batches = validateRecordSet(
+            data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
+        )
+        if len(data) > config.segmentBytes:
+            raise KafkaError(
+                ErrorCode.record_list_too_large,
+                f"{len(data)} bytes is larger than segment.bytes {config.segmentBytes}",
+            )
+        logAppendTime = now_ms if config.logAppendTime else None
+        with self._lock:
+            self._checkOpen()
+            firstOffset = self._end[0]
+            assigned = assignOffsets(
+                data,
+                batches,
+                firstOffset,
+                logAppendTime=logAppendTime,
+                leaderEpoch=self.leaderEpoch,
+            )
+            last = assigned[-1]
+            maxTimestamp, offsetOfMax = -1, -1
+            for batch in assigned:
+                if batch.maxTimestamp > maxTimestamp:
+                    maxTimestamp, offsetOfMax = batch.maxTimestamp, batch.offsetOfMaxTimestamp
+            segment = self._maybeRoll(len(data), maxTimestamp, last.lastOffset, now_ms)
+            segment.append(data, assigned, config.indexIntervalBytes)
+            # Publish only now: readers never look past this.
+            self._end = (last.lastOffset + 1, segment, segment.size)
+            numRecords = sum(batch.header.recordsCount for batch in batches)
+            if self._unflushedRecords == 0:
+                self._dirtySinceMs = now_ms
+            self._unflushedRecords += numRecords
+            if self._unflushedRecords >= config.flushMessages:
+                self._flushLocked()
+            return AppendInfo(
+                firstOffset=firstOffset,
+                lastOffset=last.lastOffset,
+                logAppendTime=now_ms if logAppendTime is not None else -1,
+                logStartOffset=self._logStartOffset,
+                maxTimestamp=maxTimestamp,
+                offsetOfMaxTimestamp=offsetOfMax,
+                numRecords=numRecords,
+                validBytes=len(data),
+            )
+
+    def _checkOpen(self) -> None:
+        if self._closed:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"{self.topic}-{self.partition} is closed"
+            )
+
+    def _maybeRoll(self, appendBytes: int, maxTimestamp: int, lastOffset: int, nowMs: int):
+        config = self.config
+        segment = self.activeSegment
+        if segment.size > 0 and (
+            segment.size + appendBytes > config.segmentBytes
+            or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
+            or segment.isFull(config.segmentIndexBytes)
+            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.segmentMs
+        ):
+            return self._roll(nowMs)
+        return segment
+
+    def _roll(self, nowMs: int):
+        old = self.activeSegment
+        if old.size == 0:
+            return old
+        new = self._newSegment(self._end[0], nowMs)
+        old.onBecomeInactive()
+        self._deactivate(old)
+        self._rolledUnflushed.append(old)
+        self._setSegments(self._view[1] + [new])
+        self._end = (self._end[0], new, 0)
+        return new
+
+    def roll(self, nowMs: int = 0):
+        """
+        Start a new segment now (if the active one holds anything).
+        """
+        with self._lock:
+            return self._roll(nowMs)
+
+    # Storage hooks.
+
+    def _newSegment(self, baseOffset: int, nowMs: int):
+        raise NotImplementedError
+
+    def _deactivate(self, segment) -> None:
+        pass
+
+    # -- read ------------------------------------------------------------------
+
+    def read(self, offset: int, maxBytes: int, minOneBatch: bool = True) -> ReadInfo:
+        logEndOffset, active, activeSize = self._end
+        logStartOffset = self._logStartOffset
+        if offset < logStartOffset or offset > logEndOffset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} is outside [{logStartOffset}, {logEndOffset}] "
+                f"of {self.topic}-{self.partition}",
+            )
+        records = b""
+        if offset < logEndOffset:
+            bases, segments = self._view
+            if offset < bases[0]:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range,
+                    f"offset {offset} was deleted from {self.topic}-{self.partition}",
+                )
+            i = bisect_right(bases, offset) - 1
+            while i < len(segments):
+                segment = segments[i]
+                end = activeSize if segment is active else segment.size
+                try:
+                    found = segment.read(offset, maxBytes, minOneBatch, end)
+                except FileNotFoundError:
+                    # Deleted by retention between the bounds check and now.
+                    raise KafkaError(
+                        ErrorCode.offset_out_of_range,
+                        f"offset {offset} was deleted from {self.topic}-{self.partition}",
+                    ) from None
+                if found is not None:
+                    records = found
+                    break
+                if segment is active:
+                    break
+                i += 1
+        return ReadInfo(
+            records=records,
+            highWatermark=logEndOffset,
+            logStartOffset=logStartOffset,
+            lastStableOffset=logEndOffset,
+        )
+
+    def offsetForTimestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        logEndOffset, active, activeSize = self._end
+        logStartOffset = self._logStartOffset
+        for segment in self._view[1]:
+            if segment is not active and segment.largestTimestamp < timestamp_ms:
+                continue
+            end = activeSize if segment is active else segment.size
+            try:
+                found = segment.findOffsetByTimestamp(timestamp_ms, end)
+            except FileNotFoundError:
+                continue
+            if found is not None:
+                offset, timestamp = found
+                offset = max(offset, logStartOffset)
+                if offset >= logEndOffset:
+                    return None
+                return offset, timestamp
+            if segment is active:
+                break
+        return None
+
+    def maxTimestamp(self) -> tuple[int, int] | None:
+        best = None
+        for segment in self._view[1]:
+            try:
+                timestamp = segment.largestTimestamp
+            except FileNotFoundError:
+                continue
+            if timestamp >= 0 and (best is None or timestamp > best[1]):
+                best = (segment.offsetOfLargestTimestamp, timestamp)
+        if best is None:
+            if self.logEndOffset == self.logStartOffset:
+                return None
+            # Batches without timestamps: Kafka answers with -1.
+            return self.logEndOffset - 1, -1
+        return best
+
+    # -- deletion --------------------------------------------------------------
+
+    def deleteRecordsBefore(self, offset: int) -> int:
+        with self._lock:
+            self._checkOpen()
+            if offset > self._end[0] or offset < 0:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range,
+                    f"offset {offset} is past the end {self._end[0]} "
+                    f"of {self.topic}-{self.partition}",
+                )
+            if offset > self._logStartOffset:
+                self._logStartOffset = offset
+                self._deleteSegments(
+                    lambda segment, nextBase: nextBase is not None and nextBase <= offset, 0
+                )
+            return self._logStartOffset
+
+    def deleteOldSegments(self, nowMs: int) -> int:
+        """
+        Apply retention: C{retention.ms}, C{retention.bytes} and the log
+        start offset, deleting whole segments from the oldest.
+
+        @return: segments deleted.
+        """
+        config = self.config
+        with self._lock:
+            if self._closed or not config.deletes:
+                return 0
+            deleted = 0
+            if config.retentionMs >= 0:
+                deleted += self._deleteSegments(
+                    lambda segment, _: nowMs - segment.retentionTimestamp() > config.retentionMs,
+                    nowMs,
+                )
+            if config.retentionBytes >= 0:
+                excess = [self.size - config.retentionBytes]
+
+                def overSize(segment, _):
+                    if excess[0] - segment.size >= 0:
+                        excess[0] -= segment.size
+                        return True
+                    return False
+
+                deleted += self._deleteSegments(overSize, nowMs)
+            start = self._logStartOffset
+            deleted += self._deleteSegments(
+                lambda segment, nextBase: nextBase is not None and nextBase <= start, nowMs
+            )
+            return deleted
+
+    def _deleteSegments(self, predicate, nowMs: int) -> int:
+        """
+        Delete the longest run of oldest segments matching
+        C{predicate(segment, nextBaseOffset or None)}; an empty active
+        segment is never deleted, a non-empty one is rolled first.
+        """
+        segments = self._view[1]
+        doomed = []
+        for i, segment in enumerate(segments):
+            nextBase = segments[i + 1].baseOffset if i + 1 < len(segments) else None
+            if nextBase is None and segment.size == 0:
+                break
+            if not predicate(segment, nextBase):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(segments):
+            self._roll(nowMs)
+        remaining = self._view[1][len(doomed) :]
+        self._setSegments(remaining)
+        self._logStartOffset = max(self._logStartOffset, remaining[0].baseOffset)
+        self.recoveryPoint = max(self.recoveryPoint, min(self._logStartOffset, self._end[0]))
+        self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in doomed]
+        for segment in doomed:
+            segment.delete()
+        return len(doomed)
+
+    # -- flush ---------------------------------------------------------------
+
+    def flush(self) -> None:
+        """
+        fsync everything appended so far.
+        """
+        self._flushRolled()
+        with self._lock:
+            self._flushLocked()
+
+    def _flushLocked(self) -> None:
+        for segment in self._rolledUnflushed:
+            if not segment.deleted:
+                segment.sync(indexes=True)
+        self._rolledUnflushed = []
+        self.activeSegment.sync()
+        self.recoveryPoint = self._end[0]
+        self._unflushedRecords = 0
+        self._dirtySinceMs = None
+        self.flushCount += 1
+
+    def _flushRolled(self) -> None:
+        # Rolled segments no longer change: fsync them without holding up
+        # appends, then advance the recovery point to where they end.
+        with self._lock:
+            pending = [] if self._closed else list(self._rolledUnflushed)
+        if not pending:
+            return
+        for segment in pending:
+            try:
+                segment.sync(indexes=True)
+            except FileNotFoundError:
+                pass
+        with self._lock:
+            self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in pending]
+            segments = self._view[1]
+            last = pending[-1]
+            if last in segments:
+                following = segments[segments.index(last) + 1]
+                self.recoveryPoint = max(self.recoveryPoint, following.baseOffset)
+
+    def maybeFlush(self, nowMs: int) -> bool:
+        """
+        The periodic flush: segments rolled since the last call, and the
+        active segment once it has been dirty for C{flush.ms}.
+
+        @return: whether the active segment was flushed.
+        """
+        if self._closed:
+            return False
+        self._flushRolled()
+        with self._lock:
+            if self._closed or self._dirtySinceMs is None:
+                return False
+            if nowMs - self._dirtySinceMs >= self.config.flushMs:
+                self._flushLocked()
+                return True
+            return False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self, flush: bool = True) -> None:
+        """
+        Release the segments; with C{flush}, fsync first (clean shutdown).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            if flush:
+                self.activeSegment.onBecomeInactive()
+                self._flushLocked()
+                self.activeSegment.persistIndexes(sync=True)
+            self._closed = True
+            for segment in self._view[1]:
+                segment.close()
+
+    def deleteAll(self) -> None:
+        """
+        Close and delete every segment (topic deletion).
+        """
+        with self._lock:
+            self._closed = True
+            for segment in self._view[1]:
+                segment.delete()

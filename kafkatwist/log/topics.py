@@ -1,0 +1,270 @@
+"""
+Topic management shared by the on-disk and in-memory log managers: Kafka's
+topic name rules, topic metadata, and the L{ILogManager} operations that do
+not depend on storage.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.log.config import (
+    BrokerLogDefaults,
+    ConfigEntry,
+    LogConfig,
+    applyConfigChanges,
+    describeTopicConfig,
+    validateTopicConfigs,
+)
+from kafkatwist.log.records import TopicInfo
+
+__all__ = ["MAX_TOPIC_NAME_LENGTH", "BaseLogManager", "TopicState", "validateTopicName"]
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validateTopicName(name: Any) -> None:
+    """
+    Kafka's topic name rules.
+
+    @raise KafkaError: INVALID_TOPIC_EXCEPTION.
+    """
+    if not isinstance(name, str) or not name:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception, "topic name is illegal, it can't be empty"
+        )
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, "topic name cannot be '.' or '..'")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters",
+        )
+    if not _LEGAL_NAME.match(name):
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name {name!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def _unified(name: str) -> str:
+    # Kafka refuses topics that differ only by '.' vs '_' (metric names clash).
+    return name.replace(".", "_")
+
+
+@dataclass
+class TopicState:
+    """
+    A topic's metadata as the manager keeps it.
+
+    @ivar epoch: bumped on every config change, so the newest copy wins when
+        copies (one per partition directory) disagree after a crash.
+    """
+
+    name: str
+    topicId: uuid.UUID
+    numPartitions: int
+    overrides: dict[str, str]
+    config: LogConfig
+    epoch: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def info(self) -> TopicInfo:
+        return TopicInfo(self.name, self.topicId, self.numPartitions, dict(self.overrides))
+
+
+def _wallClockMs() -> int:
+    return int(time.time() * 1000)
+
+
+class BaseLogManager:
+    """
+    Topic bookkeeping over storage hooks: C{_createLog(topic, partition)},
+    C{_persistTopic(topic)}, C{_deleteLogs(topic, logs)}.
+
+    @param defaults: broker-level settings (C{log.segment.bytes},
+        C{log.retention.ms}, C{num.partitions}, ...).
+    @param clock: milliseconds since the epoch, for segment creation times
+        (appends and retention are given the time explicitly).
+    """
+
+    def __init__(
+        self, defaults: Mapping[str, Any] | None = None, *, clock: Callable[[], int] | None = None
+    ) -> None:
+        self.brokerDefaults = BrokerLogDefaults(defaults)
+        self.clock = clock or _wallClockMs
+        self._lock = threading.RLock()
+        self._topics: dict[str, TopicState] = {}
+        self._logs: dict[tuple[str, int], Any] = {}
+
+    # -- queries ---------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        with self._lock:
+            return {name: topic.info() for name, topic in self._topics.items()}
+
+    def getLog(self, topic: str, partition: int):
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> list:
+        """
+        @return: every partition log.
+        """
+        return list(self._logs.values())
+
+    def describeTopicConfig(self, name: str) -> dict[str, ConfigEntry]:
+        """
+        The effective configuration of topic C{name}, with each value's
+        source (DescribeConfigs).
+
+        @raise KafkaError: UNKNOWN_TOPIC_OR_PARTITION.
+        """
+        topic = self._topic(name)
+        return describeTopicConfig(topic.overrides, self.brokerDefaults)
+
+    def _topic(self, name: str) -> TopicState:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+        return topic
+
+    # -- topic operations --------------------------------------------------------
+
+    def createTopic(
+        self,
+        name: str,
+        numPartitions: int = -1,
+        configs: Mapping[str, Any] | None = None,
+        *,
+        validateOnly: bool = False,
+        topicId: uuid.UUID | None = None,
+    ) -> TopicInfo:
+        """
+        See L{ILogManager.createTopic}.  C{numPartitions} -1 means
+        C{num.partitions}.
+        """
+        validateTopicName(name)
+        if numPartitions is None or numPartitions == -1:
+            numPartitions = self.brokerDefaults.numPartitions
+        if numPartitions < 1:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"number of partitions must be at least 1, not {numPartitions}",
+            )
+        overrides = validateTopicConfigs(configs or {})
+        config = LogConfig.resolve(overrides, self.brokerDefaults)
+        with self._lock:
+            if name in self._topics:
+                raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+            unified = _unified(name)
+            for existing in self._topics:
+                if _unified(existing) == unified:
+                    raise KafkaError(
+                        ErrorCode.invalid_topic_exception,
+                        f"topic {name!r} collides with existing topic {existing!r} "
+                        "('.' and '_' are equivalent)",
+                    )
+            topic = TopicState(name, topicId or uuid.uuid4(), numPartitions, overrides, config)
+            if validateOnly:
+                return topic.info()
+            created = []
+            try:
+                for partition in range(numPartitions):
+                    created.append(self._createLog(topic, partition))
+            except BaseException:
+                self._deleteLogs(topic, created)
+                raise
+            for log in created:
+                self._logs[(name, log.partition)] = log
+            self._topics[name] = topic
+            return topic.info()
+
+    def deleteTopic(self, name: str) -> None:
+        with self._lock:
+            topic = self._topic(name)
+            del self._topics[name]
+            logs = [
+                self._logs.pop((name, p))
+                for p in range(topic.numPartitions)
+                if (name, p) in self._logs
+            ]
+        self._deleteLogs(topic, logs)
+
+    def createPartitions(
+        self, name: str, totalCount: int, *, validateOnly: bool = False
+    ) -> TopicInfo:
+        with self._lock:
+            topic = self._topic(name)
+            if totalCount <= topic.numPartitions:
+                raise KafkaError(
+                    ErrorCode.invalid_partitions,
+                    f"topic currently has {topic.numPartitions} partitions, "
+                    f"{totalCount} would not be an increase",
+                )
+            if validateOnly:
+                return TopicInfo(name, topic.topicId, totalCount, dict(topic.overrides))
+            for partition in range(topic.numPartitions, totalCount):
+                self._logs[(name, partition)] = self._createLog(topic, partition)
+                topic.numPartitions = partition + 1
+            return topic.info()
+
+    def alterTopicConfigs(self, name: str, changes, *, validateOnly: bool = False) -> TopicInfo:
+        """
+        See L{ILogManager.alterTopicConfigs}; changes apply to every
+        partition at once (the next append sees the new config).
+        """
+        with self._lock:
+            topic = self._topic(name)
+            overrides = applyConfigChanges(topic.overrides, changes, self.brokerDefaults)
+            config = LogConfig.resolve(overrides, self.brokerDefaults)
+            if validateOnly:
+                return TopicInfo(name, topic.topicId, topic.numPartitions, overrides)
+            topic.overrides, topic.config = overrides, config
+            topic.epoch += 1
+            for partition in range(topic.numPartitions):
+                log = self._logs.get((name, partition))
+                if log is not None:
+                    log.config = config
+            self._persistTopic(topic)
+            return topic.info()
+
+    # -- periodic work -------------------------------------------------------------
+
+    def runRetention(self, now_ms: int) -> int:
+        """
+        Apply retention to every partition (the broker calls this on a
+        timer, e.g. every C{log.retention.check.interval.ms}).
+
+        @return: segments deleted.
+        """
+        return sum(log.deleteOldSegments(now_ms) for log in self.logs())
+
+    def flushDirty(self, now_ms: int) -> int:
+        """
+        Flush what the flush policy says is due (the broker calls this on a
+        timer, e.g. every C{log.flush.scheduler.interval.ms}).
+
+        @return: partitions whose active segment was flushed.
+        """
+        return sum(1 for log in self.logs() if log.maybeFlush(now_ms))
+
+    # -- storage hooks ---------------------------------------------------------------
+
+    def _createLog(self, topic: TopicState, partition: int):
+        raise NotImplementedError
+
+    def _persistTopic(self, topic: TopicState) -> None:
+        pass
+
+    def _deleteLogs(self, topic: TopicState, logs: list) -> None:
+        for log in logs:
+            log.deleteAll()

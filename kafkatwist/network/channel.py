@@ -1,0 +1,194 @@
+"""
+The RequestChannel between Processors and handler threads, and Kafka's
+KIP-72 MemoryPool.
+
+Processors never block: when the channel is full, or the pool is exhausted,
+they keep the request (the connection stays muted) and are called back when
+room appears.  Handler threads take requests in small batches so one wake-up
+serves several requests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from kafkatwist.protocol.header import RequestHeader
+
+
+class Request:
+    """
+    One request on its way through the broker (Kafka's
+    C{RequestChannel.Request}).
+
+    @ivar frame: the bytes after the size prefix (released once handled).
+    @ivar memory: bytes reserved from the L{MemoryPool}.
+    @ivar timings: monotonic times for the request metrics: received,
+        dequeued (by a handler), completed (response ready), sent.
+    """
+
+    __slots__ = (
+        "processor",
+        "connection",
+        "context",
+        "header",
+        "frame",
+        "memory",
+        "receivedAt",
+        "dequeuedAt",
+        "completedAt",
+        "handler",
+    )
+
+    def __init__(self, processor, connection, context, header: RequestHeader, frame, memory: int):
+        self.processor = processor
+        self.connection = connection
+        self.context = context
+        self.header = header
+        self.frame = frame
+        self.memory = memory
+        self.receivedAt = time.monotonic()
+        self.dequeuedAt = 0.0
+        self.completedAt = 0.0
+        self.handler = None
+
+
+class Response:
+    """
+    What goes back to the Processor: the chunks to write (size prefix and
+    header included) or C{None} when no response is sent (acks=0), or
+    C{close=True} to drop the connection.
+    """
+
+    __slots__ = ("request", "chunks", "close", "reason")
+
+    def __init__(self, request: Request, chunks, close: bool = False, reason: str = "") -> None:
+        self.request = request
+        self.chunks = chunks
+        self.close = close
+        self.reason = reason
+
+
+class MemoryPool:
+    """
+    Bounds the bytes held by queued requests (C{queued.max.request.bytes}).
+
+    As Kafka's C{SimpleMemoryPool}, an allocation succeeds while any memory
+    is left, so one request larger than the pool still goes through when the
+    pool is idle rather than waiting forever.  A capacity of -1 never refuses.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._available = capacity
+        self._lock = threading.Lock()
+        self._waiters: list = []
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    @property
+    def used(self) -> int:
+        return 0 if self.capacity < 0 else self.capacity - self._available
+
+    def tryAllocate(self, size: int, waiter=None) -> bool:
+        """
+        Reserve C{size} bytes.
+
+        @param waiter: called (from the releasing thread) once memory is
+            available again, if this allocation failed.
+        @return: whether the bytes were reserved.
+        """
+        if self.capacity < 0:
+            return True
+        with self._lock:
+            if self._available > 0:
+                self._available -= size
+                return True
+            if waiter is not None:
+                self._waiters.append(waiter)
+            return False
+
+    def release(self, size: int) -> None:
+        if self.capacity < 0 or size == 0:
+            return
+        with self._lock:
+            self._available += size
+            if self._available <= 0 or not self._waiters:
+                return
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter()
+
+
+class RequestChannel:
+    """
+    A bounded queue of L{Request}s (C{queued.max.requests}).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._queue: deque[Request] = deque()
+        self._lock = threading.Lock()
+        self._notEmpty = threading.Condition(self._lock)
+        self._blockedProcessors: list = []
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def sendRequests(self, requests: list[Request], processor) -> int:
+        """
+        Enqueue as many of C{requests} as fit.
+
+        @param processor: notified through C{processor.channelHasRoom()}
+            once room appears, if not all fitted.
+        @return: how many were accepted (a prefix of C{requests}).
+        """
+        with self._lock:
+            room = self.capacity - len(self._queue)
+            accepted = requests if room >= len(requests) else requests[: max(room, 0)]
+            if accepted:
+                self._queue.extend(accepted)
+                self._notEmpty.notify(len(accepted))
+            if len(accepted) < len(requests) and processor not in self._blockedProcessors:
+                self._blockedProcessors.append(processor)
+            return len(accepted)
+
+    def receiveRequests(self, maxCount: int, timeout: float | None = None) -> list[Request] | None:
+        """
+        Block until at least one request is queued.
+
+        @return: up to C{maxCount} requests; an empty list on timeout;
+            C{None} once the channel is closed and drained.
+        """
+        blocked = None
+        with self._lock:
+            while not self._queue:
+                if self._closed:
+                    return None
+                if not self._notEmpty.wait(timeout):
+                    return []
+            queue = self._queue
+            count = min(maxCount, len(queue))
+            batch = [queue.popleft() for _ in range(count)]
+            if self._blockedProcessors:
+                blocked, self._blockedProcessors = self._blockedProcessors, []
+        now = time.monotonic()
+        for request in batch:
+            request.dequeuedAt = now
+        if blocked:
+            for processor in blocked:
+                processor.channelHasRoom()
+        return batch
+
+    def close(self) -> None:
+        """
+        Wake every handler thread; C{receiveRequests} returns C{None} once the
+        queue is empty.
+        """
+        with self._lock:
+            self._closed = True
+            self._notEmpty.notify_all()

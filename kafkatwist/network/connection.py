@@ -1,0 +1,379 @@
+"""
+One client connection, as a Processor sees it (Kafka's C{KafkaChannel}).
+
+Framing: a 4-byte big-endian size, then the request.  A size above
+C{socket.request.max.bytes} or below the smallest header closes the
+connection (Kafka's C{InvalidReceiveException}).
+
+Mute/unmute: once a complete request is handed on, no further request is
+taken from this connection until its response has been written to the
+socket, so responses leave in request order.  Muting is lazy: reading only
+stops when more bytes actually arrive while a request is in flight, which a
+ping-pong client never does, and saves two C{epoll_ctl} calls per request.
+
+Memory: the frame's size is reserved from the L{MemoryPool} as soon as the
+size prefix is read (KIP-72); if the pool is exhausted, reading stops until
+memory is released.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from twisted.internet import tcp
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer, ISSLTransport
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from kafkatwist.interfaces import IRequestContext
+from kafkatwist.network.channel import Request
+from kafkatwist.network.transport import (
+    BufferedTransportLayer,
+    PlaintextTransportLayer,
+    SslTransportLayer,
+)
+from kafkatwist.protocol.apis import API_VERSIONS, apiName
+from kafkatwist.protocol.header import MIN_HEADER_SIZE, MalformedHeader, parseRequestHeader
+
+log = Logger()
+
+_SIZE = struct.Struct(">i")
+_BYTES = (bytes, bytearray, memoryview)
+
+#: how long a closing TLS connection may wait for close_notify
+CLOSE_GRACE_SECONDS = 2.0
+
+#: never ask the kernel for more than this per read
+MAX_READ_SIZE = 4 * 1024 * 1024
+DEFAULT_READ_SIZE = 64 * 1024
+
+
+@implementer(IRequestContext)
+class RequestContext:
+    __slots__ = (
+        "connectionId",
+        "listenerName",
+        "securityProtocol",
+        "principal",
+        "clientAddress",
+        "apiKey",
+        "apiVersion",
+        "correlationId",
+        "clientId",
+        "clock",
+    )
+
+    def __init__(self, connection: "KafkaConnection", header) -> None:
+        self.connectionId = connection.connectionId
+        self.listenerName = connection.listenerName
+        self.securityProtocol = connection.layer.securityProtocol
+        self.principal = connection.layer.principal
+        self.clientAddress = connection.clientAddress
+        self.apiKey = header.apiKey
+        self.apiVersion = header.apiVersion
+        self.correlationId = header.correlationId
+        self.clientId = header.clientId
+        self.clock = connection.owner.clock
+
+    def __repr__(self) -> str:
+        return (
+            f"<RequestContext {apiName(self.apiKey)} v{self.apiVersion} "
+            f"corr={self.correlationId} conn={self.connectionId} {self.principal}>"
+        )
+
+
+@implementer(IHandshakeListener, IPushProducer)
+class KafkaConnection(Protocol):
+    """
+    @ivar owner: the Processor (or a test double) providing C{clock},
+        C{submit(request)}, C{supportedVersions}, C{memoryPool},
+        C{maxRequestSize}, C{connectionOpened(c)} and C{connectionClosed(c)}.
+    @ivar lastActive: C{owner.clock.seconds()} of the last byte in or out.
+    """
+
+    def __init__(self, owner, listenerName: str, index: int = 0) -> None:
+        self.owner = owner
+        self.listenerName = listenerName
+        self.index = index
+        self.connectionId = "unconnected"
+        self.clientAddress = ("", 0)
+        self.layer = None
+        self.lastActive = 0.0
+        self.closed = False
+        self.closeReason: str | None = None
+        self._buffer = bytearray()
+        self._frameSize = -1
+        self._reserved = 0
+        self._inflight = False
+        self._waitingForMemory = False
+        self._writePaused = False
+        self._readingPaused = False
+        self._closing = False
+        self._chunks: deque = deque()
+        self._regionSent = 0
+        self._abortCall = None
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        transport = self.transport
+        if ISSLTransport.providedBy(transport):
+            self.layer = SslTransportLayer(transport)
+            # TLS buffers what we write: stop reading while it is backed up.
+            transport.registerProducer(self, True)
+        elif isinstance(transport, tcp.Connection):
+            self.layer = PlaintextTransportLayer(transport)
+        else:
+            self.layer = BufferedTransportLayer(transport)
+        peer = transport.getPeer()
+        host = transport.getHost()
+        self.clientAddress = (getattr(peer, "host", str(peer)), getattr(peer, "port", 0))
+        self.connectionId = (
+            f"{getattr(host, 'host', '')}:{getattr(host, 'port', 0)}-"
+            f"{self.clientAddress[0]}:{self.clientAddress[1]}-{self.index}"
+        )
+        self.lastActive = self.owner.clock.seconds()
+        self.owner.connectionOpened(self)
+
+    def handshakeCompleted(self) -> None:
+        self.layer.handshakeCompleted()
+
+    def connectionLost(self, reason) -> None:
+        self.closed = True
+        if self._abortCall is not None and self._abortCall.active():
+            self._abortCall.cancel()
+        self._abortCall = None
+        self._dropChunks()
+        if self._reserved:
+            self.owner.memoryPool.release(self._reserved)
+            self._reserved = 0
+        self._buffer = bytearray()
+        if self.closeReason is None:
+            self.closeReason = reason.getErrorMessage() if reason is not None else "closed"
+        self.owner.connectionClosed(self)
+
+    def close(self, reason: str) -> None:
+        """
+        Close with a log line (bad input, idle, shutdown).
+        """
+        if self._closing or self.closed:
+            return
+        self._closing = True
+        self.closeReason = reason
+        log.info(
+            "Closing connection {connectionId} on {listener}: {reason}",
+            connectionId=self.connectionId,
+            listener=self.listenerName,
+            reason=reason,
+        )
+        transport = self.transport
+        # A paused TLS transport never sees the peer's close_notify.
+        if self._readingPaused:
+            self._readingPaused = False
+            transport.resumeProducing()
+        transport.loseConnection()
+        if hasattr(transport, "abortConnection"):
+            self._abortCall = self.owner.clock.reactor.callLater(
+                CLOSE_GRACE_SECONDS, transport.abortConnection
+            )
+
+    # -- reading -------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.lastActive = self.owner.clock.seconds()
+        self._buffer += data
+        if not self._inflight and not self._waitingForMemory:
+            self._takeRequests()
+        self._updateReading()
+
+    def _takeRequests(self) -> None:
+        buffer = self._buffer
+        while not self._inflight and not self._closing:
+            if self._frameSize < 0:
+                if len(buffer) < 4:
+                    return
+                (size,) = _SIZE.unpack_from(buffer, 0)
+                if size < MIN_HEADER_SIZE or size > self.owner.maxRequestSize:
+                    self.close(
+                        f"invalid request size {size} (allowed {MIN_HEADER_SIZE}.."
+                        f"{self.owner.maxRequestSize})"
+                    )
+                    return
+                if not self.owner.memoryPool.tryAllocate(size, self._memoryAvailable):
+                    self._waitingForMemory = True
+                    return
+                self._frameSize = size
+                self._reserved = size
+            end = 4 + self._frameSize
+            if len(buffer) < end:
+                self._growReads(end - len(buffer))
+                return
+            frame = bytes(memoryview(buffer)[4:end])
+            del buffer[:end]
+            self._frameSize = -1
+            self._growReads(0)
+            self._frameReceived(frame)
+
+    def _growReads(self, missing: int) -> None:
+        # One recv per 64 KiB would copy a 1 MiB request sixteen times over;
+        # grow the read size while a large frame is pending.
+        transport = self.transport
+        if isinstance(transport, tcp.Connection):
+            transport.bufferSize = min(max(missing, DEFAULT_READ_SIZE), MAX_READ_SIZE)
+
+    def _memoryAvailable(self) -> None:
+        # Called from whichever thread released memory.
+        self.owner.callInThread(self._retryMemory)
+
+    def _retryMemory(self) -> None:
+        if self.closed or not self._waitingForMemory:
+            return
+        self._waitingForMemory = False
+        self._takeRequests()
+        self._updateReading()
+
+    def _frameReceived(self, frame: bytes) -> None:
+        memory, self._reserved = self._reserved, 0
+        try:
+            header = parseRequestHeader(frame)
+        except MalformedHeader as e:
+            self.owner.memoryPool.release(memory)
+            self.close(f"malformed request header: {e}")
+            return
+        versions = self.owner.supportedVersions.get(header.apiKey)
+        if versions is None:
+            self.owner.memoryPool.release(memory)
+            self.close(f"no handler for ApiKey {header.apiKey}")
+            return
+        if not versions[0] <= header.apiVersion <= versions[1] and header.apiKey != API_VERSIONS:
+            # Kafka drops the connection; only ApiVersions answers an
+            # unsupported version, so that clients can negotiate.
+            self.owner.memoryPool.release(memory)
+            self.close(
+                f"unsupported version {header.apiVersion} of {apiName(header.apiKey)} "
+                f"(supported {versions[0]}..{versions[1]})"
+            )
+            return
+        self._inflight = True
+        request = Request(self.owner, self, RequestContext(self, header), header, frame, memory)
+        self.owner.submit(request)
+
+    def _updateReading(self) -> None:
+        pause = (
+            self._waitingForMemory
+            or self._writePaused
+            or (self._inflight and len(self._buffer) > 0)
+        )
+        if pause != self._readingPaused and not self.closed:
+            self._readingPaused = pause
+            if pause:
+                self.transport.pauseProducing()
+            else:
+                self.transport.resumeProducing()
+
+    def mute(self) -> None:
+        """
+        Stop reading (shutdown: let in-flight requests finish, take no more).
+        """
+        self._waitingForMemory = True
+        self._updateReading()
+
+    @property
+    def inflight(self) -> bool:
+        return self._inflight
+
+    # -- IPushProducer: backpressure from a buffering (TLS) transport --------
+
+    def pauseProducing(self) -> None:
+        self._writePaused = True
+        self._updateReading()
+
+    def resumeProducing(self) -> None:
+        self._writePaused = False
+        self._updateReading()
+
+    def stopProducing(self) -> None:
+        pass
+
+    # -- writing -------------------------------------------------------------
+
+    def sendResponse(self, response) -> None:
+        """
+        Write C{response} (in the Processor's thread); unmute once it is all
+        on the socket.
+        """
+        if self.closed:
+            _closeRegions(response.chunks)
+            return
+        if response.close:
+            _closeRegions(response.chunks)
+            self.close(response.reason or "the request handler failed")
+            return
+        if response.chunks is None:
+            self._responseSent()
+            return
+        self._chunks.extend(response.chunks)
+        self._send()
+
+    def _send(self) -> None:
+        chunks = self._chunks
+        layer = self.layer
+        while chunks:
+            chunk = chunks[0]
+            if isinstance(chunk, _BYTES):
+                written = layer.write(chunk)
+                if written < 0:
+                    self._dropChunks()
+                    self.transport.abortConnection()
+                    return
+                if written < len(chunk):
+                    chunks[0] = memoryview(chunk)[written:]
+                    layer.whenFlushed(self._send)
+                    return
+                chunks.popleft()
+            else:
+                remaining = chunk.length - self._regionSent
+                if remaining > 0:
+                    sent = layer.transferFrom(chunk, chunk.position() + self._regionSent, remaining)
+                    if sent is None:
+                        layer.whenFlushed(self._send)
+                        return
+                    if sent <= 0:
+                        # The file ended early or the socket broke: the frame
+                        # can no longer be completed.
+                        self._dropChunks()
+                        self.transport.abortConnection()
+                        return
+                    self._regionSent += sent
+                    if sent < remaining:
+                        layer.whenFlushed(self._send)
+                        return
+                chunks.popleft()
+                chunk.close()
+                self._regionSent = 0
+        self._responseSent()
+
+    def _responseSent(self) -> None:
+        self.lastActive = self.owner.clock.seconds()
+        self._inflight = False
+        self.owner.responseSent(self)
+        if self._buffer:
+            self._takeRequests()
+        self._updateReading()
+
+    def _dropChunks(self) -> None:
+        _closeRegions(self._chunks)
+        self._chunks.clear()
+        self._regionSent = 0
+
+
+def _closeRegions(chunks) -> None:
+    if not chunks:
+        return
+    for chunk in chunks:
+        if not isinstance(chunk, _BYTES):
+            chunk.close()

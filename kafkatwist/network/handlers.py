@@ -1,0 +1,156 @@
+"""
+The request handler pool (Kafka's C{KafkaRequestHandlerPool}): threads that
+take requests from the RequestChannel, decode them, call the handler plugin
+for their ApiKey, encode the answer and send it to the Processor that owns
+the connection.
+
+A handler may answer later with a Deferred (long-poll Fetch, JoinGroup);
+the thread moves on at once, and whichever thread fires the Deferred sends
+the response.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from kafkatwist.network.channel import Request, Response
+from kafkatwist.protocol.apis import API_VERSIONS, apiName
+from kafkatwist.protocol.codec import MalformedRequest, decodeRequest, encodeResponseFrame
+from kafkatwist.protocol.versions import unsupportedApiVersionsBody
+
+log = Logger()
+
+#: requests one thread takes per wake-up; small enough that other threads
+#: still get work when a handler blocks on disk
+BATCH_SIZE = 8
+
+
+class HandlerPool:
+    def __init__(self, channel, broker, numThreads: int, metrics=None) -> None:
+        self.channel = channel
+        self.broker = broker
+        self.numThreads = numThreads
+        self.metrics = metrics
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for index in range(self.numThreads):
+            thread = threading.Thread(
+                target=self._run, name=f"kafkatwist-request-handler-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def join(self, timeout: float) -> bool:
+        """
+        Wait for the threads to end (after the channel was closed).
+
+        @return: whether all ended in time.
+        """
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def _run(self) -> None:
+        receive = self.channel.receiveRequests
+        while True:
+            batch = receive(BATCH_SIZE)
+            if batch is None:
+                return
+            if len(batch) == 1:
+                response = self.handle(batch[0])
+                if response is not None:
+                    batch[0].processor.sendResponse(response)
+                continue
+            byProcessor: dict = {}
+            for request in batch:
+                response = self.handle(request)
+                if response is not None:
+                    byProcessor.setdefault(request.processor, []).append(response)
+            for processor, responses in byProcessor.items():
+                processor.sendResponses(responses)
+
+    def handle(self, request: Request) -> Response | None:
+        """
+        Run one request through its handler.
+
+        @return: the response to send now, or C{None} if a Deferred will
+            send it later.
+        """
+        header = request.header
+        try:
+            handler = self.broker.handlerFor(header.apiKey)
+            if header.apiKey == API_VERSIONS and not (
+                handler.minVersion <= header.apiVersion <= handler.maxVersion
+            ):
+                # Answer in the v0 layout every client can read, with our
+                # ranges, so the client retries with a version we know.
+                body = unsupportedApiVersionsBody(self.broker.supportedVersions())
+                chunks = encodeResponseFrame(API_VERSIONS, 0, header.correlationId, body)
+                return self._done(request, Response(request, chunks))
+            try:
+                body = decodeRequest(header.apiKey, header.apiVersion, request.frame, header.bodyOffset)
+            except MalformedRequest as e:
+                return self._done(
+                    request,
+                    Response(
+                        request,
+                        None,
+                        close=True,
+                        reason=f"malformed {apiName(header.apiKey)} v{header.apiVersion} request: {e}",
+                    ),
+                )
+            request.handler = handler
+            result = handler.handle(request.context, body)
+        except Exception:
+            return self._done(request, self._failed(Failure(), request))
+        if isinstance(result, Deferred):
+            self._release(request)
+            result.addCallbacks(self._later, self._laterFailed, (request,), None, (request,))
+            return None
+        return self._done(request, self._encode(request, result))
+
+    def _done(self, request: Request, response: Response) -> Response:
+        self._release(request)
+        request.completedAt = time.monotonic()
+        return response
+
+    def _release(self, request: Request) -> None:
+        memory, request.memory = request.memory, 0
+        request.frame = None
+        if memory:
+            request.processor.memoryPool.release(memory)
+
+    def _encode(self, request: Request, result) -> Response:
+        if result is None:
+            return Response(request, None)
+        header = request.header
+        try:
+            chunks = encodeResponseFrame(header.apiKey, header.apiVersion, header.correlationId, result)
+        except Exception:
+            return self._failed(Failure(), request)
+        return Response(request, chunks)
+
+    def _failed(self, failure: Failure, request: Request) -> Response:
+        log.failure(
+            "Handler for {api} v{version} failed on {context}",
+            failure,
+            api=apiName(request.header.apiKey),
+            version=request.header.apiVersion,
+            context=request.context,
+        )
+        return Response(request, None, close=True, reason=f"handler error: {failure.getErrorMessage()}")
+
+    def _later(self, result, request: Request) -> None:
+        request.completedAt = time.monotonic()
+        request.processor.sendResponse(self._encode(request, result))
+
+    def _laterFailed(self, failure: Failure, request: Request) -> None:
+        request.completedAt = time.monotonic()
+        request.processor.sendResponse(self._failed(failure, request))

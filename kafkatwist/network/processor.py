@@ -1,0 +1,260 @@
+"""
+A Processor: one thread running its own C{EPollReactor}, owning the
+connections handed to it (Kafka's C{SocketServer.Processor}).
+
+Everything that crosses into the thread -- new sockets from the Acceptor,
+responses from handler threads, memory and channel-room notices -- goes
+through one queue of calls and one coalesced C{callFromThread}: a burst of
+responses costs one wake-up, not one each.  Requests leave in batches too:
+all requests framed in one reactor iteration reach the RequestChannel in one
+call, at the end of the iteration.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from twisted.internet import defer, epollreactor
+from twisted.internet.protocol import Factory
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.network.connection import KafkaConnection
+
+log = Logger()
+
+
+class _ConnectionFactory(Factory):
+    def __init__(self, processor: "Processor", listenerName: str) -> None:
+        self.processor = processor
+        self.listenerName = listenerName
+
+    def buildProtocol(self, addr):
+        self.processor._connectionIndex += 1
+        return KafkaConnection(self.processor, self.listenerName, self.processor._connectionIndex)
+
+
+class Processor:
+    """
+    @ivar reactor: this Processor's own reactor (never the global one).
+    @ivar clock: a L{ThreadSafeClock} over C{reactor}: timers for requests on
+        these connections are armed here.
+    """
+
+    def __init__(self, index: int, server, reactor=None) -> None:
+        self.index = index
+        self.server = server
+        if reactor is None:
+            reactor = epollreactor.EPollReactor()
+            # Otherwise run() in our thread would make *this* thread Twisted's
+            # IO thread and isInIOThread() would turn False in the main one.
+            reactor._registerAsIOThread = False
+        self.reactor = reactor
+        self.clock = ThreadSafeClock(reactor)
+        self.memoryPool = server.memoryPool
+        self.maxRequestSize = server.maxRequestSize
+        self.supportedVersions = server.supportedVersions
+        self.connections: set[KafkaConnection] = set()
+        self._connectionIndex = 0
+        self._calls: deque = deque()
+        self._wakePending = False
+        self._pending: list = []
+        self._blocked: list = []
+        self._flushScheduled = False
+        self._thread: threading.Thread | None = None
+        self._stopped = defer.Deferred()
+        self._stopping = False
+        self._factories: dict[str, Factory] = {}
+        for listener in server.listeners:
+            factory = _ConnectionFactory(self, listener.name)
+            if listener.securityProtocol == "SSL":
+                factory = TLSMemoryBIOFactory(
+                    server.tlsContextFactory, False, factory, clock=self.reactor
+                )
+            self._factories[listener.name] = factory
+        self._idleSweep = LoopingCall(self._closeIdle)
+        self._idleSweep.clock = self.reactor
+
+    # -- thread --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"kafkatwist-network-thread-{self.index}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.clock.threadId = threading.get_ident()
+        idleSeconds = self.server.idleTimeout
+        interval = max(0.01, min(idleSeconds / 4, 30.0))
+        self.reactor.callWhenRunning(self._idleSweep.start, interval, now=False)
+        try:
+            self.reactor.run(installSignalHandlers=False)
+        except BaseException:
+            log.failure("Processor {index} crashed", index=self.index)
+        finally:
+            self.server.mainReactor.callFromThread(self._stopped.callback, None)
+
+    def callInThread(self, f, *args) -> None:
+        """
+        Run C{f(*args)} in this Processor's thread, coalescing wake-ups.
+        Safe from any thread.
+        """
+        self._calls.append((f, args))
+        if not self._wakePending:
+            self._wakePending = True
+            self.reactor.callFromThread(self._runCalls)
+
+    def _runCalls(self) -> None:
+        self._wakePending = False
+        calls = self._calls
+        while calls:
+            f, args = calls.popleft()
+            try:
+                f(*args)
+            except Exception:
+                log.failure("Processor {index}: error in {f}", index=self.index, f=f)
+
+    # -- from the Acceptor ---------------------------------------------------
+
+    def accept(self, sock, listener) -> None:
+        """
+        Take over an accepted socket (called in the main thread).
+        """
+        self.callInThread(self._adopt, sock, listener)
+
+    def _adopt(self, sock, listener) -> None:
+        try:
+            if self._stopping:
+                raise RuntimeError("shutting down")
+            # adoptStreamConnection dup()s the descriptor; our copy is closed
+            # here, in this thread, only after the reactor took its own.
+            self.reactor.adoptStreamConnection(
+                sock.fileno(), sock.family, self._factories[listener.name]
+            )
+        except Exception as e:
+            log.warn("Could not adopt connection on {listener}: {e}", listener=listener.name, e=e)
+            self.server.quotas.release(_peerHost(sock))
+        finally:
+            sock.close()
+
+    # -- connections ---------------------------------------------------------
+
+    def connectionOpened(self, connection: KafkaConnection) -> None:
+        self.connections.add(connection)
+        self.server.connectionOpened(connection)
+        log.debug(
+            "Connection {connectionId} opened on {listener} (processor {index})",
+            connectionId=connection.connectionId,
+            listener=connection.listenerName,
+            index=self.index,
+        )
+
+    def connectionClosed(self, connection: KafkaConnection) -> None:
+        self.connections.discard(connection)
+        self.server.quotas.release(connection.clientAddress[0])
+        self.server.connectionClosed(connection)
+        log.debug(
+            "Connection {connectionId} closed: {reason}",
+            connectionId=connection.connectionId,
+            reason=connection.closeReason,
+        )
+
+    def _closeIdle(self) -> None:
+        deadline = self.reactor.seconds() - self.server.idleTimeout
+        for connection in list(self.connections):
+            if connection.lastActive < deadline and not connection.inflight:
+                connection.close(f"idle for more than {self.server.idleTimeout * 1000:.0f} ms")
+
+    # -- requests out --------------------------------------------------------
+
+    def submit(self, request) -> None:
+        self._pending.append(request)
+        if not self._flushScheduled:
+            self._flushScheduled = True
+            # Runs once this reactor iteration has handled every ready
+            # socket, so the channel gets one batch.
+            self.reactor.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        self._flushScheduled = False
+        if self._blocked:
+            batch = self._blocked + self._pending
+        else:
+            batch = self._pending
+        self._pending = []
+        if not batch:
+            return
+        accepted = self.server.channel.sendRequests(batch, self)
+        self._blocked = batch[accepted:] if accepted < len(batch) else []
+
+    def channelHasRoom(self) -> None:
+        self.callInThread(self._flush)
+
+    # -- responses in --------------------------------------------------------
+
+    def sendResponse(self, response) -> None:
+        """
+        Queue C{response} for its connection.  Safe from any thread.
+        """
+        self.callInThread(response.request.connection.sendResponse, response)
+
+    def sendResponses(self, responses) -> None:
+        """
+        Queue several responses with one wake-up.  Safe from any thread.
+        """
+        self.callInThread(self._sendAll, responses)
+
+    def _sendAll(self, responses) -> None:
+        for response in responses:
+            response.request.connection.sendResponse(response)
+
+    def responseSent(self, connection) -> None:
+        pass
+
+    # -- shutdown ------------------------------------------------------------
+
+    def stop(self, deadline: float) -> defer.Deferred:
+        """
+        Take no more requests, let in-flight ones finish until C{deadline}
+        (reactor seconds), close every connection, stop the thread.
+
+        @return: a Deferred firing in the main thread once the thread ended.
+        """
+        self.callInThread(self._beginStop, deadline)
+        return self._stopped
+
+    def _beginStop(self, deadline: float) -> None:
+        self._stopping = True
+        for connection in self.connections:
+            connection.mute()
+        self._waitForInflight(deadline)
+
+    def _waitForInflight(self, deadline: float) -> None:
+        busy = [c for c in self.connections if c.inflight]
+        if busy and self.reactor.seconds() < deadline:
+            self.reactor.callLater(0.02, self._waitForInflight, deadline)
+            return
+        for connection in list(self.connections):
+            connection.close("broker shutting down")
+        self._waitForClosed(self.reactor.seconds() + 1.0)
+
+    def _waitForClosed(self, deadline: float) -> None:
+        if self.connections and self.reactor.seconds() < deadline:
+            self.reactor.callLater(0.02, self._waitForClosed, deadline)
+            return
+        for connection in list(self.connections):
+            connection.transport.abortConnection()
+        if self._idleSweep.running:
+            self._idleSweep.stop()
+        self.reactor.callLater(0, self.reactor.stop)
+
+
+def _peerHost(sock) -> str:
+    try:
+        return sock.getpeername()[0]
+    except OSError:
+        return ""

@@ -1,0 +1,118 @@
+"""
+The SocketServer: Acceptors on the main reactor, Processors in their
+threads, the RequestChannel and the handler pool, started and stopped in
+Kafka's order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from twisted.internet import defer, threads
+from twisted.logger import Logger
+
+from kafkatwist.network.acceptor import Acceptor, ConnectionQuotas
+from kafkatwist.network.channel import MemoryPool, RequestChannel
+from kafkatwist.network.handlers import HandlerPool
+from kafkatwist.network.processor import Processor
+from kafkatwist.network.tls import ServerContextFactory
+
+log = Logger()
+
+#: how long shutdown lets in-flight requests finish
+SHUTDOWN_GRACE_SECONDS = 3.0
+
+
+class SocketServer:
+    """
+    @param mainReactor: the global reactor, which runs the Acceptors (and
+        nothing else of the network layer).
+    @param broker: the L{IBroker} whose handlers serve requests.
+    """
+
+    def __init__(self, config, broker, mainReactor) -> None:
+        self.config = config
+        self.broker = broker
+        self.mainReactor = mainReactor
+        self.listeners = config.listeners
+        self.maxRequestSize = config["socket.request.max.bytes"]
+        self.idleTimeout = config["connections.max.idle.ms"] / 1000.0
+        self.supportedVersions = broker.supportedVersions()
+        self.memoryPool = MemoryPool(config["queued.max.request.bytes"])
+        self.channel = RequestChannel(config["queued.max.requests"])
+        self.quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
+        self.tlsContextFactory = None
+        if any(l.securityProtocol == "SSL" for l in self.listeners):
+            self.tlsContextFactory = ServerContextFactory(
+                config["ssl.keystore.location"],
+                config["ssl.key.password"],
+                config["ssl.truststore.location"],
+                config["ssl.client.auth"],
+            )
+        self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]
+        self.handlerPool = HandlerPool(self.channel, broker, config["num.io.threads"])
+        self.acceptors: list[Acceptor] = []
+        self._lock = threading.Lock()
+        self.connectionsByListener: Counter[str] = Counter()
+
+    def bind(self) -> None:
+        """
+        Bind every listener; raises C{OSError} if a port is taken.
+        """
+        if self.acceptors:
+            return
+        for listener in self.listeners:
+            self.acceptors.append(
+                Acceptor(
+                    self.mainReactor,
+                    listener,
+                    self.processors,
+                    self.quotas,
+                    self.config["socket.send.buffer.bytes"],
+                    self.config["socket.receive.buffer.bytes"],
+                )
+            )
+
+    def start(self) -> None:
+        """
+        Start the threads, then accept.
+        """
+        self.bind()
+        for processor in self.processors:
+            processor.start()
+        self.handlerPool.start()
+        for acceptor in self.acceptors:
+            acceptor.startListening()
+
+    def boundPorts(self) -> dict[str, int]:
+        return {a.listener.name: a.port for a in self.acceptors}
+
+    def connectionOpened(self, connection) -> None:
+        with self._lock:
+            self.connectionsByListener[connection.listenerName] += 1
+
+    def connectionClosed(self, connection) -> None:
+        with self._lock:
+            self.connectionsByListener[connection.listenerName] -= 1
+
+    @defer.inlineCallbacks
+    def stop(self):
+        """
+        Stop accepting; let in-flight requests finish and their responses
+        go out; close connections; end the Processor and handler threads.
+        """
+        for acceptor in self.acceptors:
+            acceptor.stopListening()
+        deadline = self.mainReactor.seconds() + SHUTDOWN_GRACE_SECONDS
+        # Processor clocks are their own reactors; hand each its deadline in
+        # its own terms (they all read time.time()).
+        yield defer.DeferredList(
+            [processor.stop(deadline) for processor in self.processors], consumeErrors=True
+        )
+        self.channel.close()
+        joined = yield threads.deferToThreadPool(
+            self.mainReactor, self.mainReactor.getThreadPool(), self.handlerPool.join, 2.0
+        )
+        if not joined:
+            log.warn("Some request handler threads did not stop in time")

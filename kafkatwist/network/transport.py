@@ -1,0 +1,186 @@
+"""
+Kafka's transport layers: how a connection's bytes reach the socket.
+
+L{PlaintextTransportLayer} writes straight to the socket when Twisted's
+buffer is empty (one C{send}, no extra reactor round trip) and sends record
+data from segment files with C{os.sendfile}, so it never passes through
+Python.  L{SslTransportLayer} hands everything to Twisted's TLS protocol,
+reading file regions into memory first, as Kafka's C{SslTransportLayer}
+must.
+
+Both expose the same small surface to L{KafkaConnection}: C{write},
+C{transferFrom}, C{whenFlushed}, C{principal}.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+from twisted.internet.interfaces import IPullProducer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+log = Logger()
+
+ANONYMOUS = "User:ANONYMOUS"
+
+_WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+
+
+@implementer(IPullProducer)
+class _FlushWaiter:
+    """
+    A pull producer registered on a TCP transport only to be told when its
+    write buffer has drained and the socket is writable again: Twisted's
+    C{doWrite} calls C{resumeProducing} exactly then.
+    """
+
+    def __init__(self, layer: "PlaintextTransportLayer") -> None:
+        self.layer = layer
+        self.registering = False
+
+    def resumeProducing(self) -> None:
+        if not self.registering:
+            self.layer._flushed()
+
+    def stopProducing(self) -> None:
+        self.layer._stopped()
+
+
+class PlaintextTransportLayer:
+    """
+    Direct socket writes and C{sendfile} for a C{tcp.Server} transport.
+    """
+
+    securityProtocol = "PLAINTEXT"
+    principal = ANONYMOUS
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self._socket = transport.socket
+        self._fd = transport.fileno()
+        self._waiter: _FlushWaiter | None = None
+        self._onFlushed = None
+
+    def _buffered(self) -> int:
+        t = self.transport
+        return len(t.dataBuffer) - t.offset + t._tempDataLen
+
+    def write(self, data) -> int:
+        """
+        Send as much of C{data} as the socket takes now, without buffering.
+
+        @return: bytes written; less than C{len(data)} means call
+            L{whenFlushed} and try the rest later; -1 if the connection broke.
+        """
+        if self._buffered():
+            return 0
+        try:
+            return self._socket.send(data)
+        except OSError as e:
+            if e.errno in _WOULD_BLOCK:
+                return 0
+            return -1
+
+    def transferFrom(self, region, position: int, count: int) -> int | None:
+        """
+        C{sendfile} up to C{count} bytes of C{region} from file offset
+        C{position}.
+
+        @return: bytes sent; C{None} if the socket is full; 0 at the end of
+            the file (the region was truncated); -1 if the connection broke.
+        """
+        if self._buffered():
+            return None
+        try:
+            return os.sendfile(self._fd, region.fileno(), position, count)
+        except OSError as e:
+            if e.errno in _WOULD_BLOCK:
+                return None
+            return -1
+
+    def whenFlushed(self, callback) -> None:
+        """
+        Call C{callback()} once the socket can take more data.
+        """
+        self._onFlushed = callback
+        if self._waiter is None:
+            self._waiter = _FlushWaiter(self)
+            self._waiter.registering = True
+            try:
+                self.transport.registerProducer(self._waiter, False)
+            finally:
+                self._waiter.registering = False
+        self.transport.startWriting()
+
+    def _flushed(self) -> None:
+        callback, self._onFlushed = self._onFlushed, None
+        if self._waiter is not None:
+            self._waiter = None
+            self.transport.unregisterProducer()
+        if callback is not None:
+            callback()
+
+    def _stopped(self) -> None:
+        self._waiter = None
+        self._onFlushed = None
+
+
+class BufferedTransportLayer:
+    """
+    Everything through the transport's own buffered C{write}: any
+    C{ITransport} (Twisted's fakes in tests, and TLS below).
+    """
+
+    securityProtocol = "PLAINTEXT"
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.principal = ANONYMOUS
+
+    def write(self, data) -> int:
+        self.transport.write(bytes(data) if isinstance(data, memoryview) else data)
+        return len(data)
+
+    def transferFrom(self, region, position: int, count: int) -> int | None:
+        data = os.pread(region.fileno(), count, position)
+        if data:
+            self.transport.write(data)
+        return len(data)
+
+    def whenFlushed(self, callback) -> None:
+        # The transport buffers everything it is given; backpressure comes
+        # through the streaming producer the connection registers.
+        callback()
+
+
+class SslTransportLayer(BufferedTransportLayer):
+    """
+    Everything through Twisted's C{TLSMemoryBIOProtocol}, record data read
+    from the file first; the principal comes from the client certificate
+    once the handshake completed.
+    """
+
+    securityProtocol = "SSL"
+
+    def handshakeCompleted(self) -> None:
+        certificate = self.transport.getPeerCertificate()
+        if certificate is not None:
+            subject = certificate.to_cryptography().subject.rfc4514_string()
+            self.principal = f"User:{subject}"
+
+
+def tuneSocket(sock: socket.socket, sendBuffer: int, receiveBuffer: int) -> None:
+    """
+    Kafka's accept-time socket settings: no Nagle delay (small responses
+    would otherwise wait for the client's delayed ACK), buffer sizes.
+    """
+    sock.setblocking(False)
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if sendBuffer > 0:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sendBuffer)
+    if receiveBuffer > 0:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receiveBuffer)

@@ -1,0 +1,335 @@
+"""
+Record batch (magic 2) headers, handled without decoding records.
+
+The broker keeps produced batches opaque: it checks the 61-byte header and
+the CRC-32C, assigns offsets by rewriting C{baseOffset}, and for
+C{LogAppendTime} topics stamps C{maxTimestamp}.  Nothing here looks inside the
+records, so compressed and uncompressed batches cost the same.
+
+Header layout (big-endian)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 |
+    magic int8 | crc uint32 | attributes int16 | lastOffsetDelta int32 |
+    baseTimestamp int64 | maxTimestamp int64 | producerId int64 |
+    producerEpoch int16 | baseSequence int32 | recordsCount int32
+
+C{batchLength} counts the bytes after itself, so a batch spans
+C{12 + batchLength} bytes; the CRC covers everything from C{attributes} on.
+
+Pure functions only: no I/O, no Twisted.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from kafkatwist.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "COMPRESSION_GZIP",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_NONE",
+    "COMPRESSION_SNAPPY",
+    "COMPRESSION_ZSTD",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "NO_TIMESTAMP",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "AssignedBatch",
+    "BatchHeader",
+    "ValidBatch",
+    "assignOffsets",
+    "batchError",
+    "compressionCodec",
+    "isControl",
+    "isTransactional",
+    "iterBatchHeaders",
+    "readHeader",
+    "timestampType",
+    "validateRecordSet",
+]
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+#: baseOffset + batchLength: the part not counted by batchLength.
+LOG_OVERHEAD = 12
+_PREFIX = struct.Struct(">qi")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+
+# Field positions inside a batch.
+_BASE_OFFSET_AT = 0
+_LEADER_EPOCH_AT = 12
+_MAGIC_AT = 16
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_MAX_TIMESTAMP_AT = 35
+
+NO_TIMESTAMP = -1
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+
+class BatchHeader(NamedTuple):
+    """
+    The decoded fixed header of one batch.
+    """
+
+    baseOffset: int
+    batchLength: int
+    partitionLeaderEpoch: int
+    magic: int
+    crc: int
+    attributes: int
+    lastOffsetDelta: int
+    baseTimestamp: int
+    maxTimestamp: int
+    producerId: int
+    producerEpoch: int
+    baseSequence: int
+    recordsCount: int
+
+    @property
+    def size(self) -> int:
+        """
+        Bytes the whole batch spans.
+        """
+        return LOG_OVERHEAD + self.batchLength
+
+    @property
+    def lastOffset(self) -> int:
+        return self.baseOffset + self.lastOffsetDelta
+
+
+class ValidBatch(NamedTuple):
+    """
+    One batch of a validated record set: where it is and its header.
+    """
+
+    position: int
+    header: BatchHeader
+
+
+def compressionCodec(attributes: int) -> int:
+    """
+    @return: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+    """
+    return attributes & _CODEC_MASK
+
+
+def timestampType(attributes: int) -> int:
+    """
+    @return: L{TIMESTAMP_CREATE_TIME} or L{TIMESTAMP_LOG_APPEND_TIME}.
+    """
+    return 1 if attributes & _TIMESTAMP_TYPE_BIT else 0
+
+
+def isTransactional(attributes: int) -> bool:
+    return bool(attributes & _TRANSACTIONAL_BIT)
+
+
+def isControl(attributes: int) -> bool:
+    return bool(attributes & _CONTROL_BIT)
+
+
+def readHeader(buf, position: int = 0) -> BatchHeader:
+    """
+    Decode the header of the batch starting at C{position}.
+
+    @raise struct.error: fewer than L{HEADER_SIZE} bytes are available.
+    """
+    return BatchHeader._make(HEADER.unpack_from(buf, position))
+
+
+def iterBatchHeaders(buf, position: int = 0, end: int | None = None) -> Iterator[ValidBatch]:
+    """
+    Walk the batches of C{buf} without checking them.
+
+    Stops before a batch that does not fit completely before C{end}, so a
+    truncated tail is silently left out; callers that care compare the last
+    batch's end with C{end}.
+    """
+    if end is None:
+        end = len(buf)
+    unpack = HEADER.unpack_from
+    while position + HEADER_SIZE <= end:
+        header = BatchHeader._make(unpack(buf, position))
+        size = LOG_OVERHEAD + header.batchLength
+        if header.batchLength < HEADER_SIZE - LOG_OVERHEAD or position + size > end:
+            return
+        yield ValidBatch(position, header)
+        position += size
+
+
+def batchError(
+    view: memoryview, position: int, available: int
+) -> tuple[BatchHeader | None, KafkaError | None]:
+    """
+    Check the batch at C{position} of C{view}, with C{available} bytes from
+    C{position} to the end of the data.
+
+    @return: C{(header, None)} if the batch is sound, else C{(header or None,
+        error)}.  Returning the error rather than raising lets recovery stop
+        at the first bad batch cheaply.
+    """
+    if available < LOG_OVERHEAD:
+        return None, KafkaError(
+            ErrorCode.corrupt_message, f"{available} trailing bytes at {position}"
+        )
+    if available < HEADER_SIZE:
+        return None, KafkaError(ErrorCode.corrupt_message, f"truncated batch header at {position}")
+    header = BatchHeader._make(HEADER.unpack_from(view, position))
+    size = LOG_OVERHEAD + header.batchLength
+    if header.batchLength < HEADER_SIZE - LOG_OVERHEAD:
+        return header, KafkaError(
+            ErrorCode.corrupt_message, f"batchLength {header.batchLength} too small at {position}"
+        )
+    if size > available:
+        return header, KafkaError(
+            ErrorCode.corrupt_message,
+            f"batch at {position} claims {size} bytes, {available} available",
+        )
+    if header.magic != 2:
+        code = (
+            ErrorCode.unsupported_for_message_format
+            if header.magic in (0, 1)
+            else ErrorCode.corrupt_message
+        )
+        return header, KafkaError(code, f"magic {header.magic} at {position}, only 2 is supported")
+    actual = crc32c(view[position + _ATTRIBUTES_AT : position + size])
+    if actual != header.crc:
+        return header, KafkaError(
+            ErrorCode.corrupt_message,
+            f"CRC mismatch at {position}: stored {header.crc:#010x}, computed {actual:#010x}",
+        )
+    if header.recordsCount < 1 or header.lastOffsetDelta != header.recordsCount - 1:
+        return header, KafkaError(
+            ErrorCode.invalid_record,
+            f"recordsCount {header.recordsCount} does not match lastOffsetDelta "
+            f"{header.lastOffsetDelta} at {position}",
+        )
+    if header.attributes & _CODEC_MASK > COMPRESSION_ZSTD:
+        return header, KafkaError(
+            ErrorCode.corrupt_message,
+            f"unknown compression codec {header.attributes & _CODEC_MASK}",
+        )
+    return header, None
+
+
+def validateRecordSet(
+    buf, *, maxBatchBytes: int | None = None, allowControl: bool = False
+) -> list[ValidBatch]:
+    """
+    Validate one produce request's record set for one partition.
+
+    @param buf: the concatenated batches.
+    @param maxBatchBytes: the topic's C{max.message.bytes}; a batch larger
+        than this is refused with MESSAGE_TOO_LARGE.
+    @param allowControl: whether control batches are accepted (only the
+        broker itself writes them; clients may not).
+    @return: the batches, in order.
+    @raise KafkaError: CORRUPT_MESSAGE (lengths, CRC, unknown magic or
+        codec), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1), INVALID_RECORD
+        (count, empty set, control batch from a client), MESSAGE_TOO_LARGE.
+    """
+    view = memoryview(buf).cast("B")
+    end = len(view)
+    if end == 0:
+        raise KafkaError(ErrorCode.invalid_record, "empty record set")
+    batches = []
+    position = 0
+    while position < end:
+        header, error = batchError(view, position, end - position)
+        if error is not None:
+            raise error
+        if maxBatchBytes is not None and header.size > maxBatchBytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes exceeds max.message.bytes {maxBatchBytes}",
+            )
+        if not allowControl and header.attributes & _CONTROL_BIT:
+            raise KafkaError(ErrorCode.invalid_record, "clients may not write control batches")
+        batches.append(ValidBatch(position, header))
+        position += header.size
+    return batches
+
+
+class AssignedBatch(NamedTuple):
+    """
+    Where a batch landed after offset assignment: what the index needs.
+    """
+
+    position: int
+    size: int
+    baseOffset: int
+    lastOffset: int
+    maxTimestamp: int
+    #: the offset reported for C{maxTimestamp}: the batch's last offset
+    #: (batch-level, like Kafka's shallow offset of max timestamp; exact
+    #: when records are stamped in order, as producers do).
+    offsetOfMaxTimestamp: int
+
+
+def assignOffsets(
+    buf: bytearray,
+    batches: list[ValidBatch],
+    baseOffset: int,
+    *,
+    logAppendTime: int | None = None,
+    leaderEpoch: int | None = None,
+) -> list[AssignedBatch]:
+    """
+    Give C{batches} consecutive offsets from C{baseOffset}, in place.
+
+    @param buf: the record set (mutable) the batches were validated from.
+    @param logAppendTime: if not C{None}, stamp every batch as LogAppendTime
+        with this C{maxTimestamp} and recompute its CRC.
+    @param leaderEpoch: if not C{None}, written to C{partitionLeaderEpoch}
+        (outside the CRC, like Kafka).
+    @return: one L{AssignedBatch} per batch.
+    """
+    view = memoryview(buf).cast("B")
+    pack_into_q = _INT64.pack_into
+    assigned = []
+    nextOffset = baseOffset
+    for position, header in batches:
+        pack_into_q(view, position + _BASE_OFFSET_AT, nextOffset)
+        if leaderEpoch is not None:
+            _INT32.pack_into(view, position + _LEADER_EPOCH_AT, leaderEpoch)
+        size = LOG_OVERHEAD + header.batchLength
+        lastOffset = nextOffset + header.lastOffsetDelta
+        if logAppendTime is not None:
+            _INT16.pack_into(
+                view, position + _ATTRIBUTES_AT, header.attributes | _TIMESTAMP_TYPE_BIT
+            )
+            pack_into_q(view, position + _MAX_TIMESTAMP_AT, logAppendTime)
+            _UINT32.pack_into(
+                view, position + _CRC_AT, crc32c(view[position + _ATTRIBUTES_AT : position + size])
+            )
+            maxTimestamp = logAppendTime
+        else:
+            maxTimestamp = header.maxTimestamp
+        assigned.append(
+            AssignedBatch(position, size, nextOffset, lastOffset, maxTimestamp, lastOffset)
+        )
+        nextOffset = lastOffset + 1
+    return assigned

@@ -1,0 +1,146 @@
+"""
+Whole messages: decode a request body, encode a response (broker side), and
+the mirror image for the project's own client.  Schemas come from C{kio}
+(Kafka's JSON message definitions, generated; its reader is native code).
+"""
+
+import io
+import struct
+
+from kio.serial import entity_reader, entity_writer
+
+from kafkatwist.protocol.apis import requestType, responseType
+from kafkatwist.protocol.header import (
+    MalformedHeader,
+    readUnsignedVarint,
+    responseHeaderBytes,
+    skipTaggedFields,
+)
+
+_INT32 = struct.Struct(">i")
+_REQUEST_HEAD = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+
+
+class MalformedRequest(ValueError):
+    """
+    The body does not parse as the schema its header names.
+    """
+
+
+class EncodedResponse:
+    """
+    A response body already encoded, as chunks: C{bytes}-like objects and
+    L{kafkatwist.interfaces.IFileRegion}s (record data a PLAINTEXT connection
+    sends with C{sendfile}).  The network layer prepends size and header.
+
+    @ivar chunks: the pieces, in order.
+    @ivar size: their total length in bytes.
+    """
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks, size: int | None = None) -> None:
+        self.chunks = chunks
+        self.size = sum(_length(c) for c in chunks) if size is None else size
+
+    def close(self) -> None:
+        """
+        Release file regions that will not be sent.
+        """
+        for chunk in self.chunks:
+            if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                chunk.close()
+
+
+def _length(chunk) -> int:
+    if isinstance(chunk, (bytes, bytearray)):
+        return len(chunk)
+    if isinstance(chunk, memoryview):
+        return chunk.nbytes
+    return chunk.length
+
+
+def decodeRequest(apiKey: int, apiVersion: int, frame, bodyOffset: int):
+    """
+    @return: the request entity.
+    @raise MalformedRequest: if the body does not parse.
+    """
+    reader = entity_reader(requestType(apiKey, apiVersion))
+    try:
+        entity, end = reader(frame, bodyOffset)
+    except Exception as e:
+        raise MalformedRequest(f"{type(e).__name__}: {e}") from e
+    return entity
+
+
+def encodeBody(entity) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def encodeResponseFrame(apiKey: int, apiVersion: int, correlationId: int, body) -> list:
+    """
+    @param body: an entity, or an L{EncodedResponse}.
+    @return: the chunks to write, size prefix first.
+    """
+    header = responseHeaderBytes(apiKey, apiVersion, correlationId)
+    if isinstance(body, EncodedResponse):
+        return [_INT32.pack(len(header) + body.size) + header, *body.chunks]
+    payload = encodeBody(body)
+    return [_INT32.pack(len(header) + len(payload)) + header + payload]
+
+
+def responseTypeFor(apiKey: int, apiVersion: int) -> type:
+    return responseType(apiKey, apiVersion)
+
+
+# -- the client side ---------------------------------------------------------
+
+
+def encodeRequestFrame(
+    apiKey: int, apiVersion: int, correlationId: int, clientId: str | None, entity
+) -> bytes:
+    """
+    @return: a whole request frame, size prefix included.
+    """
+    head = _REQUEST_HEAD.pack(apiKey, apiVersion, correlationId)
+    if clientId is None:
+        head += _INT16.pack(-1)
+    else:
+        raw = clientId.encode("utf-8")
+        head += _INT16.pack(len(raw)) + raw
+    if type(entity).__flexible__:
+        head += b"\x00"
+    payload = encodeBody(entity)
+    return _INT32.pack(len(head) + len(payload)) + head + payload
+
+
+def decodeResponseFrame(apiKey: int, apiVersion: int, frame) -> tuple[int, object]:
+    """
+    @param frame: the bytes after the size prefix.
+    @return: (correlation id, response entity).
+    """
+    (correlationId,) = _INT32.unpack_from(frame, 0)
+    offset = 4
+    cls = responseType(apiKey, apiVersion)
+    if cls.__flexible__ and apiKey != 18:
+        try:
+            offset = skipTaggedFields(frame, offset)
+        except MalformedHeader as e:
+            raise MalformedRequest(str(e)) from e
+    entity, _ = entity_reader(cls)(frame, offset)
+    return correlationId, entity
+
+
+__all__ = [
+    "EncodedResponse",
+    "MalformedRequest",
+    "decodeRequest",
+    "encodeBody",
+    "encodeResponseFrame",
+    "encodeRequestFrame",
+    "decodeResponseFrame",
+    "readUnsignedVarint",
+]

@@ -1,0 +1,108 @@
+"""
+Request and response headers, parsed and written by hand because every
+request pays for them: a C{struct} unpack is several times cheaper than a
+generic schema walk.
+"""
+
+import struct
+from dataclasses import dataclass
+
+from kafkatwist.protocol.apis import API_VERSIONS, isFlexible
+
+_HEAD = struct.Struct(">hhih")
+_INT32 = struct.Struct(">i")
+
+#: api key, version, correlation id and a null client id string
+MIN_HEADER_SIZE = _HEAD.size
+
+
+class MalformedHeader(ValueError):
+    """
+    The bytes are not a request header Kafka would accept.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    apiKey: int
+    apiVersion: int
+    correlationId: int
+    clientId: str | None
+    #: where the request body starts in the frame
+    bodyOffset: int
+
+
+def parseRequestHeader(frame) -> RequestHeader:
+    """
+    Parse the header at the start of C{frame} (the bytes after the size
+    prefix).  The header is v1 (legacy client id) or v2 (v1 plus tagged
+    fields) depending on whether the API version is flexible; the client id
+    stays a legacy nullable string in both, as Kafka special-cases it.
+
+    @raise MalformedHeader: if the frame is too short or inconsistent.
+    """
+    if len(frame) < MIN_HEADER_SIZE:
+        raise MalformedHeader(f"frame of {len(frame)} bytes is shorter than a request header")
+    apiKey, apiVersion, correlationId, clientIdLength = _HEAD.unpack_from(frame, 0)
+    offset = MIN_HEADER_SIZE
+    if clientIdLength < 0:
+        if clientIdLength != -1:
+            raise MalformedHeader(f"client id length {clientIdLength}")
+        clientId = None
+    else:
+        end = offset + clientIdLength
+        if end > len(frame):
+            raise MalformedHeader("client id runs past the end of the frame")
+        try:
+            clientId = bytes(frame[offset:end]).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MalformedHeader("client id is not UTF-8") from e
+        offset = end
+    # Flexible versions use request header v2 -- ApiVersions included; only
+    # its *response* header stays v0.
+    if isFlexible(apiKey, apiVersion):
+        offset = skipTaggedFields(frame, offset)
+    return RequestHeader(apiKey, apiVersion, correlationId, clientId, offset)
+
+
+def readUnsignedVarint(buf, offset: int) -> tuple[int, int]:
+    """
+    @return: (value, offset after it).
+    @raise MalformedHeader: if the varint is truncated or longer than 5 bytes.
+    """
+    value = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if offset >= end:
+            raise MalformedHeader("truncated varint")
+        b = buf[offset]
+        offset += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, offset
+        shift += 7
+        if shift > 28:
+            raise MalformedHeader("varint longer than 5 bytes")
+
+
+def skipTaggedFields(buf, offset: int) -> int:
+    count, offset = readUnsignedVarint(buf, offset)
+    for _ in range(count):
+        _tag, offset = readUnsignedVarint(buf, offset)
+        size, offset = readUnsignedVarint(buf, offset)
+        offset += size
+        if offset > len(buf):
+            raise MalformedHeader("tagged field runs past the end of the frame")
+    return offset
+
+
+def responseHeaderBytes(apiKey: int, apiVersion: int, correlationId: int) -> bytes:
+    """
+    Response header v0 (correlation id) or v1 (plus an empty tagged-field
+    section) for flexible versions; ApiVersions always uses v0 so a client
+    can read the error of a version it sent too high.
+    """
+    if apiKey != API_VERSIONS and isFlexible(apiKey, apiVersion):
+        return _INT32.pack(correlationId) + b"\x00"
+    return _INT32.pack(correlationId)

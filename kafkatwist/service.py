@@ -1,0 +1,144 @@
+"""
+The broker as a Twisted service: everything that can fail (configuration,
+TLS files, ports, plugins, log recovery) happens in L{BrokerService.prepare}
+before the reactor runs, so a bad setting stops the daemon with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+
+from twisted.application import service
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.network.server import SocketServer
+from kafkatwist.registry import HandlerRegistry, discoverPlugins
+
+log = Logger()
+
+
+def raiseDescriptorLimit() -> int:
+    """
+    Raise the soft RLIMIT_NOFILE to the hard one: each connection costs
+    two descriptors while it is adopted, and accept() at the limit fails.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            return hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def openLogManager(config):
+    """
+    The on-disk log under C{log.dirs}, recovered.
+    """
+    from kafkatwist.log import LogManager
+
+    return LogManager(config.logDirs, brokerLogDefaults(config))
+
+
+def brokerLogDefaults(config) -> dict:
+    """
+    The broker-level log settings, for the keys that are set (unset ones
+    keep the log's own defaults).
+    """
+    values = {
+        "log.segment.bytes": config["log.segment.bytes"],
+        "log.roll.ms": config.rollMs(),
+        "log.retention.ms": config.retentionMs(),
+        "log.retention.bytes": config["log.retention.bytes"],
+        "log.index.interval.bytes": config["log.index.interval.bytes"],
+        "log.flush.interval.messages": config["log.flush.interval.messages"],
+        "log.flush.interval.ms": config["log.flush.interval.ms"],
+        "message.max.bytes": config["message.max.bytes"],
+        "log.message.timestamp.type": config["log.message.timestamp.type"],
+        "log.cleanup.policy": config["log.cleanup.policy"],
+        "num.partitions": config["num.partitions"],
+    }
+    return {key: value for key, value in values.items() if value is not None}
+
+
+class BrokerService(service.Service):
+    """
+    @param reactor: the main (global) reactor, passed in by C{tap.py}.
+    """
+
+    name = "kafkatwist"
+
+    def __init__(self, config, reactor, logManagerFactory=openLogManager) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.logManagerFactory = logManagerFactory
+        self.broker = None
+        self.server = None
+        self.logManager = None
+        self._periodic: list = []
+
+    def prepare(self) -> None:
+        """
+        Do everything that may fail; raises L{kafkatwist.config.ConfigError},
+        L{kafkatwist.registry.PluginConflict} or C{OSError}.
+        """
+        config = self.config
+        raiseDescriptorLimit()
+        for directory in config.logDirs:
+            os.makedirs(directory, exist_ok=True)
+        clusterId = loadOrCreateClusterId(config.logDirs[0], config.nodeId, config["cluster.id"])
+        registry = HandlerRegistry(discoverPlugins(config["plugin.paths"]))
+        self.logManager = self.logManagerFactory(config) if self.logManagerFactory else None
+        self.broker = Broker(config, registry, self.logManager, self.reactor, clusterId)
+        registry.build(self.broker)
+        self.server = SocketServer(config, self.broker, self.reactor)
+        self.server.bind()
+        # A listener on port 0 (tests) advertises the port it really got.
+        ports = self.server.boundPorts()
+        self.broker.advertisedListeners = [
+            dataclasses.replace(l, port=ports[l.name]) if l.port == 0 and l.name in ports else l
+            for l in self.broker.advertisedListeners
+        ]
+
+    def startService(self) -> None:
+        super().startService()
+        if self.server is None:
+            self.prepare()
+        self.server.start()
+        ports = self.server.boundPorts()
+        for listener in self.config.listeners:
+            log.info(
+                "Listening on {listener} (port {port}), advertised as {advertised}",
+                listener=str(listener),
+                port=ports.get(listener.name),
+                advertised=str(self.broker.advertisedListenerFor(listener.name)),
+            )
+        log.info("Data directory: {dirs}", dirs=", ".join(os.path.abspath(d) for d in self.config.logDirs))
+        log.info(
+            "{processors} network threads, {handlers} request handler threads",
+            processors=self.config["num.network.threads"],
+            handlers=self.config["num.io.threads"],
+        )
+        for line in self.broker.registry.describe():
+            log.info("ApiKey {line}", line=line)
+        log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
+                 nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        super().stopService()
+        for call in self._periodic:
+            if call.running:
+                call.stop()
+        if self.server is not None:
+            yield self.server.stop()
+        if self.logManager is not None:
+            self.logManager.close()
+        log.info("kafkatwist stopped")

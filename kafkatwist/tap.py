@@ -1,0 +1,57 @@
+"""
+C{twistd kafkatwist}: options and service construction.
+
+    twistd -n kafkatwist --config server.properties --override listeners=PLAINTEXT://127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import sys
+
+from twisted.python import usage
+
+from kafkatwist.config import ConfigError, loadConfig
+from kafkatwist.registry import PluginConflict
+
+
+class Options(usage.Options):
+    synopsis = "[--config server.properties] [--override key=value ...]"
+    longdesc = (
+        "A broker that speaks the Apache Kafka protocol. Settings use Kafka's property "
+        "names; --override wins over the file. With no options: PLAINTEXT on "
+        "127.0.0.1:9092, data under ./data."
+    )
+    optParameters = [["config", "c", None, "A Kafka-style properties file."]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["overrides"] = []
+
+    def opt_override(self, value: str) -> None:
+        """
+        Set one property, key=value (repeatable; wins over --config).
+        """
+        key, sep, rest = value.partition("=")
+        if not sep or not key.strip():
+            raise usage.UsageError(f"--override wants key=value, not {value!r}")
+        self["overrides"].append((key.strip(), rest))
+
+    opt_o = opt_override
+
+
+def makeService(options):
+    from twisted.internet import reactor
+
+    from kafkatwist.service import BrokerService
+
+    try:
+        config = loadConfig(options["config"], options["overrides"])
+        service = BrokerService(config, reactor)
+        service.prepare()
+    except (ConfigError, PluginConflict) as e:
+        sys.stderr.write(f"kafkatwist: {e}\n")
+        raise SystemExit(2)
+    except OSError as e:
+        sys.stderr.write(f"kafkatwist: cannot start: {e}\n")
+        raise SystemExit(2)
+    return service

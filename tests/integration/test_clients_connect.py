@@ -1,0 +1,189 @@
+"""
+Unmodified clients negotiate versions and read cluster metadata from a real
+C{twistd -n kafkatwist}, over PLAINTEXT and over TLS with CA verification and
+hostname checks; with C{ssl.client.auth=required} the certificate's DN is
+the principal handlers see.
+"""
+
+import asyncio
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+# Wraps the built-in Metadata handler and reports the request's principal
+# as the cluster id, so a real client can show what handlers see.
+PRINCIPAL_PLUGIN = textwrap.dedent(
+    """
+    import dataclasses
+    from kafkatwist.handler import Handler, HandlerPlugin
+
+    class PrincipalAsClusterId(Handler):
+        apiKey = 3
+        def __init__(self, broker, wrapped):
+            super().__init__(broker, wrapped)
+            self.minVersion, self.maxVersion = wrapped.minVersion, wrapped.maxVersion
+        def handle(self, context, request):
+            response = self.wrapped.handle(context, request)
+            return dataclasses.replace(response, cluster_id=context.principal)
+
+    principal = HandlerPlugin("test.principal", 3, PrincipalAsClusterId, priority=50)
+    """
+)
+
+
+def confluentMetadata(bootstrap, **extra):
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **extra})
+    return admin.list_topics(timeout=15)
+
+
+def kafkaPythonCluster(bootstrap, **extra):
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000, **extra)
+    try:
+        # The admin client's own version probe has run by now; ask again
+        # explicitly so the check is part of the test.
+        version = admin._client.check_version()
+        return version, admin.describe_cluster()
+    finally:
+        admin.close()
+
+
+def aiokafkaBrokers(bootstrap, **extra):
+    from aiokafka import AIOKafkaClient
+
+    async def main():
+        client = AIOKafkaClient(bootstrap_servers=bootstrap, **extra)
+        await client.bootstrap()
+        try:
+            return client.cluster.brokers()
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def tlsBroker(tmp_path_factory, pki):
+    from tests.broker import BrokerProcess
+
+    b = BrokerProcess(
+        str(tmp_path_factory.mktemp("tls")),
+        {"ssl.keystore.location": pki.serverKeystore},
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    )
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_confluent_plaintext(tlsBroker):
+    metadata = confluentMetadata(tlsBroker.bootstrap)
+    assert list(metadata.brokers) == [1]
+    assert metadata.brokers[1].port == tlsBroker.port
+    assert metadata.cluster_id
+
+
+def test_kafka_python_plaintext(tlsBroker):
+    version, cluster = kafkaPythonCluster(tlsBroker.bootstrap)
+    # Inferred from the APIs served: grows as handlers are added.
+    assert version >= (0, 10)
+    assert cluster["brokers"][0]["port"] == tlsBroker.port
+    assert cluster["controller_id"] == 1
+
+
+def test_aiokafka_plaintext(tlsBroker):
+    brokers = aiokafkaBrokers(tlsBroker.bootstrap)
+    assert [(b.nodeId, b.port) for b in brokers] == [(1, tlsBroker.port)]
+
+
+def test_confluent_ssl(tlsBroker, pki):
+    port = tlsBroker.ports["SSL"]
+    metadata = confluentMetadata(
+        f"localhost:{port}",
+        **{
+            "security.protocol": "SSL",
+            "ssl.ca.location": pki.caFile,
+            "ssl.endpoint.identification.algorithm": "https",
+        },
+    )
+    # Metadata answers with the endpoint of the listener asked.
+    assert metadata.brokers[1].port == port
+
+
+def test_kafka_python_ssl(tlsBroker, pki):
+    port = tlsBroker.ports["SSL"]
+    version, cluster = kafkaPythonCluster(
+        f"127.0.0.1:{port}", security_protocol="SSL", ssl_cafile=pki.caFile, ssl_check_hostname=True
+    )
+    assert cluster["brokers"][0]["port"] == port
+
+
+def test_aiokafka_ssl(tlsBroker, pki):
+    from aiokafka.helpers import create_ssl_context
+
+    port = tlsBroker.ports["SSL"]
+    context = create_ssl_context(cafile=pki.caFile)
+    assert context.check_hostname
+    brokers = aiokafkaBrokers(f"127.0.0.1:{port}", security_protocol="SSL", ssl_context=context)
+    assert [b.port for b in brokers] == [port]
+
+
+def test_hostname_mismatch_is_refused_by_client(brokerFactory, pki):
+    """
+    A certificate for another host fails the client's hostname check.
+    """
+    from kafka.errors import KafkaError
+
+    b = brokerFactory(
+        {"ssl.keystore.location": pki.wrongHostKeystore},
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ).start()
+    with pytest.raises((KafkaError, OSError)):
+        kafkaPythonCluster(
+            f"127.0.0.1:{b.ports['SSL']}",
+            security_protocol="SSL",
+            ssl_cafile=pki.caFile,
+            ssl_check_hostname=True,
+        )
+
+
+def test_client_auth_required(brokerFactory, pki, tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "principal_echo.py").write_text(PRINCIPAL_PLUGIN)
+    b = brokerFactory(
+        {
+            "ssl.keystore.location": pki.serverKeystore,
+            "ssl.truststore.location": pki.caFile,
+            "ssl.client.auth": "required",
+            "plugin.paths": str(plugins),
+        },
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ).start()
+    assert "test.principal [plugin.paths, priority 50] -> builtin.metadata" in b.output()
+    port = b.ports["SSL"]
+    common = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": pki.caFile,
+        "socket.timeout.ms": 3000,
+    }
+    from confluent_kafka import KafkaException
+
+    with pytest.raises(KafkaException):
+        from confluent_kafka.admin import AdminClient
+
+        AdminClient({"bootstrap.servers": f"localhost:{port}", **common}).list_topics(timeout=3)
+
+    metadata = confluentMetadata(
+        f"localhost:{port}",
+        **common,
+        **{"ssl.certificate.location": pki.clientCert, "ssl.key.location": pki.clientKey},
+    )
+    assert metadata.cluster_id == f"User:{pki.clientDn}"
+    # PLAINTEXT requests are anonymous.
+    assert confluentMetadata(b.bootstrap).cluster_id == "User:ANONYMOUS"

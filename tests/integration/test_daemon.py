@@ -1,0 +1,125 @@
+"""
+C{twistd kafkatwist} as an operator meets it: configuration errors, quotas,
+idle expiry, clean shutdown.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.broker import ROOT, TWISTD, BrokerProcess
+from tests.rawclient import RawConnection
+
+pytestmark = pytest.mark.integration
+
+
+def runTwistd(tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run(
+        [TWISTD, "-n", "--pidfile=", "kafkatwist", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("num.network.threads=zero", "Invalid value for num.network.threads: 'zero' is not an integer"),
+        ("listeners=PLAINTEXT:/127.0.0.1", "Invalid value for listeners: 'PLAINTEXT:/127.0.0.1' is not NAME://host:port"),
+        ("ssl.client.auth=sometimes", "Invalid value for ssl.client.auth: 'sometimes' is not one of none, requested, required"),
+        ("listeners=SSL://127.0.0.1:0", "Invalid value for ssl.keystore.location"),
+        ("queued.max.requests=0", "Invalid value for queued.max.requests: 0 is outside"),
+    ],
+)
+def test_bad_value_refuses_to_start_with_one_line(tmp_path, override, message):
+    result = runTwistd(tmp_path, "--override", override, "--override", f"log.dir={tmp_path}/d")
+    assert result.returncode != 0
+    errorLines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(errorLines) == 1, result.stderr
+    assert message in errorLines[0]
+
+
+def test_config_file_and_override(tmp_path):
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        "# a comment\nnode.id=7\nlisteners=PLAINTEXT://127.0.0.1:0\n"
+        "num.network.threads = 2\nsome.unknown.key=1\n"
+    )
+    broker = BrokerProcess(str(tmp_path / "b"), {"node.id": "9"}, config=str(properties))
+    broker.overrides.pop("listeners")
+    with broker:
+        output = broker.output()
+        assert "kafkatwist node 9" in output
+        assert "2 network threads" in output
+        assert "Unknown configuration key 'some.unknown.key' ignored" in output
+
+
+def test_port_in_use(tmp_path, broker):
+    result = runTwistd(
+        tmp_path, "--override", f"listeners=PLAINTEXT://127.0.0.1:{broker.port}",
+        "--override", f"log.dir={tmp_path}/d",
+    )
+    assert result.returncode != 0
+    assert "kafkatwist: cannot start:" in result.stderr
+    assert "Address already in use" in result.stderr
+
+
+def test_sigterm_finishes_inflight_and_exits_quickly(brokerFactory):
+    b = brokerFactory({"num.network.threads": "2", "num.io.threads": "2"}).start()
+    connections = [RawConnection(b.port) for _ in range(20)]
+    for c in connections:
+        assert c.apiVersions().error_code == 0
+    status, elapsed = b.stop(signal.SIGTERM)
+    # twistd re-raises the signal that stopped it once shutdown is done.
+    assert status in (0, -signal.SIGTERM), b.output()
+    assert "Server Shut Down." in b.output()
+    assert elapsed < 5
+    assert "kafkatwist stopped" in b.output()
+    for c in connections:
+        assert c.isClosedByPeer(2)
+
+
+def test_sigint_also_stops(brokerFactory):
+    b = brokerFactory().start()
+    status, elapsed = b.stop(signal.SIGINT)
+    assert status in (0, -signal.SIGINT, 1)
+    assert "kafkatwist stopped" in b.output()
+    assert elapsed < 5
+
+
+def test_connection_quota_per_ip(brokerFactory):
+    b = brokerFactory({"max.connections.per.ip": "3"}).start()
+    kept = [RawConnection(b.port) for _ in range(3)]
+    for c in kept:
+        assert c.apiVersions().error_code == 0
+    refused = RawConnection(b.port)
+    assert refused.isClosedByPeer(5)
+    assert "max.connections.per.ip=3 reached" in b.output()
+    kept[0].close()
+    deadline = time.monotonic() + 5
+    while True:
+        again = RawConnection(b.port)
+        try:
+            assert again.apiVersions().error_code == 0
+            break
+        except (ConnectionError, OSError):
+            # the slot is freed once the Processor has seen the close
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_idle_connections_are_closed(brokerFactory):
+    b = brokerFactory({"connections.max.idle.ms": "300"}).start()
+    idle = RawConnection(b.port)
+    busy = RawConnection(b.port)
+    started = time.monotonic()
+    while time.monotonic() - started < 1.0:
+        assert busy.apiVersions().error_code == 0
+        time.sleep(0.05)
+    assert idle.isClosedByPeer(3)
+    assert busy.apiVersions().error_code == 0
+    assert "idle for more than 300 ms" in b.output()

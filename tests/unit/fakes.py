@@ -1,0 +1,78 @@
+"""
+Test doubles for the network layer: an owner (Processor stand-in) that
+records what a connection submits, and frame builders.
+"""
+
+import struct
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.network.channel import MemoryPool, Response
+from kafkatwist.network.connection import KafkaConnection
+from kafkatwist.protocol.codec import encodeRequestFrame
+
+
+class FakeOwner:
+    def __init__(self, pool=None, maxRequestSize=1024 * 1024, supported=None):
+        self.clock = ThreadSafeClock(Clock())
+        self.memoryPool = pool or MemoryPool(-1)
+        self.maxRequestSize = maxRequestSize
+        self.supportedVersions = supported or {3: (0, 12), 18: (0, 3)}
+        self.submitted = []
+        self.opened = []
+        self.closed = []
+
+    def submit(self, request):
+        self.submitted.append(request)
+
+    def connectionOpened(self, c):
+        self.opened.append(c)
+
+    def connectionClosed(self, c):
+        self.closed.append(c)
+
+    def responseSent(self, c):
+        pass
+
+    def callInThread(self, f, *args):
+        f(*args)
+
+
+def connect(owner, listener="PLAINTEXT"):
+    connection = KafkaConnection(owner, listener, 1)
+    transport = StringTransport()
+    connection.makeConnection(transport)
+    return connection, transport
+
+
+def apiVersionsFrame(correlationId, version=0):
+    from kafkatwist.protocol.apis import requestType
+
+    cls = requestType(18, version)
+    kwargs = {}
+    if version >= 3:
+        kwargs = dict(client_software_name="t", client_software_version="1")
+    return encodeRequestFrame(18, version, correlationId, "test", cls(**kwargs))
+
+
+def metadataFrame(correlationId, version=1):
+    from kafkatwist.protocol.apis import requestType
+
+    from kafkatwist.protocol.entities import make
+
+    cls = requestType(3, min(version, 12))
+    entity = make(cls, topics=None, allow_auto_topic_creation=True,
+                  include_topic_authorized_operations=False,
+                  include_cluster_authorized_operations=False)
+    frame = encodeRequestFrame(3, min(version, 12), correlationId, "test", entity)
+    if version > 12:
+        # Only the header matters for version checks.
+        frame = frame[:6] + struct.pack(">h", version) + frame[8:]
+    return frame
+
+
+def respond(connection, request, payload=b"ok"):
+    frame = struct.pack(">ii", 4 + len(payload), request.header.correlationId) + payload
+    connection.sendResponse(Response(request, [frame]))

@@ -1,0 +1,199 @@
+"""
+Framing, mute/unmute, ordering, bad input and memory-pool muting of one
+connection, over Twisted's StringTransport.
+"""
+
+import struct
+
+from kafkatwist.network.channel import MemoryPool, Response
+from tests.unit.fakes import FakeOwner, apiVersionsFrame, connect, metadataFrame, respond
+
+
+def test_frame_split_across_reads():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    frame = apiVersionsFrame(7)
+    for i in range(len(frame)):
+        connection.dataReceived(frame[i : i + 1])
+    assert [r.header.correlationId for r in owner.submitted] == [7]
+    assert owner.submitted[0].frame == frame[4:]
+
+
+def test_second_request_waits_for_first_response():
+    """
+    A slow first request and a fast second on one connection: the second is
+    not even taken until the first's response is written, so responses go
+    out in request order.
+    """
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1) + metadataFrame(2))
+    assert [r.header.correlationId for r in owner.submitted] == [1]
+    # Muted: more bytes arrived while a request is in flight.
+    assert transport.producerState == "paused"
+    respond(connection, owner.submitted[0], b"first")
+    assert [r.header.correlationId for r in owner.submitted] == [1, 2]
+    respond(connection, owner.submitted[1], b"second")
+    out = transport.value()
+    assert out.index(b"first") < out.index(b"second")
+    assert struct.unpack(">i", out[4:8])[0] == 1
+    assert transport.producerState == "producing"
+
+
+def test_lazy_mute_without_pipelining():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1))
+    # Nothing more to read: no need to touch the reactor's interest set.
+    assert transport.producerState == "producing"
+    respond(connection, owner.submitted[0])
+    connection.dataReceived(apiVersionsFrame(2))
+    assert len(owner.submitted) == 2
+
+
+def test_no_response_unmutes_at_once():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1) + apiVersionsFrame(2))
+    connection.sendResponse(Response(owner.submitted[0], None))
+    assert len(owner.submitted) == 2
+    assert transport.value() == b""
+
+
+def test_oversized_size_closes():
+    owner = FakeOwner(maxRequestSize=1000)
+    connection, transport = connect(owner)
+    connection.dataReceived(struct.pack(">i", 1001) + b"x" * 10)
+    assert transport.disconnecting
+    assert "invalid request size 1001" in connection.closeReason
+    assert owner.submitted == []
+
+
+def test_negative_size_closes():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(struct.pack(">i", -5))
+    assert transport.disconnecting
+    assert "invalid request size -5" in connection.closeReason
+
+
+def test_size_below_header_closes():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(struct.pack(">i", 5) + b"\x00" * 5)
+    assert transport.disconnecting
+
+
+def test_truncated_client_id_closes():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    body = struct.pack(">hhih", 18, 0, 1, 50) + b"abc"
+    connection.dataReceived(struct.pack(">i", len(body)) + body)
+    assert transport.disconnecting
+    assert "malformed request header" in connection.closeReason
+
+
+def test_unknown_api_key_closes():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    body = struct.pack(">hhih", 999, 0, 1, -1)
+    connection.dataReceived(struct.pack(">i", len(body)) + body)
+    assert transport.disconnecting
+    assert "no handler for ApiKey 999" in connection.closeReason
+
+
+def test_unsupported_version_closes_except_api_versions():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(metadataFrame(1, version=13))
+    assert transport.disconnecting
+    assert "unsupported version 13" in connection.closeReason
+
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1, version=4))
+    assert not transport.disconnecting
+    assert owner.submitted[-1].header.apiVersion == 4
+
+
+def test_bytes_after_close_are_ignored():
+    owner = FakeOwner(maxRequestSize=100)
+    connection, transport = connect(owner)
+    connection.dataReceived(struct.pack(">i", 101))
+    connection.dataReceived(apiVersionsFrame(1))
+    assert owner.submitted == []
+
+
+def test_memory_pool_mutes_until_released():
+    pool = MemoryPool(60)
+    owner = FakeOwner(pool=pool)
+    first, _ = connect(owner)
+    second, secondTransport = connect(owner)
+    frame = apiVersionsFrame(1)
+    size = len(frame) - 4
+    first.dataReceived(frame)
+    first.dataReceived(b"")
+    assert pool.used == size
+    # Exhaust the pool: the pool admits while anything is left (Kafka's rule).
+    while pool.available > 0:
+        pool.tryAllocate(size)
+    second.dataReceived(apiVersionsFrame(2))
+    assert [r.header.correlationId for r in owner.submitted] == [1]
+    assert secondTransport.producerState == "paused"
+    pool.release(pool.used)
+    assert [r.header.correlationId for r in owner.submitted] == [1, 2]
+    assert secondTransport.producerState == "producing"
+
+
+def test_memory_released_when_connection_lost_midframe():
+    pool = MemoryPool(1000)
+    owner = FakeOwner(pool=pool)
+    connection, transport = connect(owner)
+    connection.dataReceived(struct.pack(">i", 500) + b"\x00" * 20)
+    assert pool.used == 500
+    connection.connectionLost(None)
+    assert pool.used == 0
+    assert owner.closed == [connection]
+
+
+def test_response_after_close_is_dropped():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1))
+    connection.connectionLost(None)
+    respond(connection, owner.submitted[0])
+    assert transport.value() == b""
+
+
+class FakeRegion:
+    def __init__(self, data):
+        import os
+        import tempfile
+
+        self.file = tempfile.TemporaryFile()
+        self.file.write(data)
+        self.file.flush()
+        self.length = len(data)
+        self.closed = False
+
+    def fileno(self):
+        return self.file.fileno()
+
+    def position(self):
+        return 0
+
+    def read(self):
+        self.file.seek(0)
+        return self.file.read()
+
+    def close(self):
+        self.closed = True
+
+
+def test_file_regions_are_written_in_order():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1))
+    region = FakeRegion(b"RECORDS")
+    connection.sendResponse(Response(owner.submitted[0], [b"head:", region, b":tail"]))
+    assert transport.value() == b"head:RECORDS:tail"
+    assert region.closed

@@ -1,0 +1,5 @@
+from twisted.application.service import ServiceMaker
+
+kafkatwist = ServiceMaker(
+    "kafkatwist", "kafkatwist.tap", "A broker that speaks the Apache Kafka protocol.", "kafkatwist"
+)
