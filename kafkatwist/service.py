@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import resource
+import time
 
 from twisted.application import service
-from twisted.internet import defer
+from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
@@ -128,8 +129,36 @@ class BrokerService(service.Service):
         )
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
+        self._startLogTasks()
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+
+    def _startLogTasks(self) -> None:
+        """
+        Retention and time-based flushing, on the main reactor's clock; the
+        file work itself runs in the reactor's thread pool so the Acceptors
+        never wait on a disk.
+        """
+        if self.logManager is None:
+            return
+        pool = self.reactor.getThreadPool()
+
+        def inPool(f):
+            def run():
+                return threads.deferToThreadPool(
+                    self.reactor, pool, f, int(time.time() * 1000)
+                ).addErrback(lambda failure: log.failure("{f} failed", failure, f=f.__name__))
+
+            return run
+
+        for f, intervalMs in (
+            (self.logManager.runRetention, self.config["log.retention.check.interval.ms"]),
+            (self.logManager.flushDirty, self.config["log.flush.scheduler.interval.ms"]),
+        ):
+            call = task.LoopingCall(inPool(f))
+            call.clock = self.reactor
+            call.start(intervalMs / 1000.0, now=False)
+            self._periodic.append(call)
 
     @defer.inlineCallbacks
     def stopService(self):

@@ -1,0 +1,1 @@
+"""kafkatwist benchmarks: C{python -m bench [SUITE] [ARGS]} (see C{bench/__main__.py})."""

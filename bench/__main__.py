@@ -1,0 +1,44 @@
+"""
+kafkatwist benchmarks.
+
+    python -m bench                 # the network suite
+    python -m bench SUITE [ARGS]    # one suite; SUITE --help for its options
+    python -m bench --list
+
+Each suite is a module C{bench.<name>} with C{main(argv) -> int}.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: suite name -> (module, one-line description)
+SUITES = {
+    "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
+    "spark_ingest": ("bench.spark_ingest", "Spark ingest"),
+}
+DEFAULT = "network"
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("--list", "-l"):
+        for name, (_, description) in SUITES.items():
+            print(f"{name:<14} {description}")
+        return 0
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if argv and not argv[0].startswith("-"):
+        name, rest = argv[0], argv[1:]
+    else:
+        name, rest = DEFAULT, argv
+    if name not in SUITES:
+        sys.stderr.write(f"unknown suite {name!r}; suites: {', '.join(SUITES)}\n")
+        return 2
+    module = importlib.import_module(SUITES[name][0])
+    return module.main(rest) or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

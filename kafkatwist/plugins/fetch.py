@@ -1,0 +1,212 @@
+"""
+Fetch: whole batches from the log, as file regions a PLAINTEXT connection
+sends with C{sendfile}; a fetch that finds fewer than C{min_bytes} waits in
+the fetch purgatory -- no thread held, no polling -- until an append to one
+of its partitions satisfies it or C{max_wait} passes on the clock of the
+connection's reactor.
+
+Fetch sessions (KIP-227) are not kept: every answer carries session id 0,
+which tells clients to send full fetch requests.
+"""
+
+from __future__ import annotations
+
+from kafkatwist.coordinator.coordinator import ThreadSafeDeferred
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.protocol.apis import FETCH
+from kafkatwist.protocol.fetch import (
+    MAX_VERSION,
+    MIN_VERSION,
+    TOPIC_IDS_FROM,
+    PartitionData,
+    encodeFetchResponse,
+)
+from kafkatwist.purgatory import DelayedOperation
+
+READ_COMMITTED = 1
+
+
+class _Wanted:
+    """
+    One partition a fetch asks for.
+    """
+
+    __slots__ = ("topic", "key", "partition", "offset", "maxBytes", "log", "error")
+
+    def __init__(self, topic, key, partition, offset, maxBytes, log, error):
+        self.topic = topic
+        self.key = key
+        self.partition = partition
+        self.offset = offset
+        self.maxBytes = maxBytes
+        self.log = log
+        self.error = error
+
+
+class FetchHandler(Handler):
+    apiKey = FETCH
+    minVersion = MIN_VERSION
+    maxVersion = MAX_VERSION
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        plan = self._plan(version, request)
+        maxWaitMs = max(0, int(request.max_wait.total_seconds() * 1000))
+        minBytes = request.min_bytes
+        maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+        readCommitted = request.isolation_level == READ_COMMITTED
+        topics, total, errors = self._read(plan, maxBytes, readCommitted)
+        if maxWaitMs == 0 or total >= minBytes or errors or not plan:
+            return encodeFetchResponse(version, topics)
+        _close(topics)
+        deferred = ThreadSafeDeferred()
+        operation = DelayedFetch(
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, deferred
+        )
+        self.broker.fetchPurgatory.tryCompleteElseWatch(
+            operation,
+            {w.key for _, wanted in plan for w in wanted if w.log is not None},
+            maxWaitMs / 1000.0,
+        )
+        return deferred
+
+    def _plan(self, version, request) -> list[tuple[object, list[_Wanted]]]:
+        logManager = self.broker.logManager
+        known = logManager.topics() if logManager is not None else {}
+        byId = None
+        plan = []
+        for fetchTopic in request.topics:
+            if version >= TOPIC_IDS_FROM:
+                if byId is None:
+                    byId = {info.topicId: name for name, info in known.items()}
+                topicKey = fetchTopic.topic_id
+                name = byId.get(topicKey)
+                missing = ErrorCode.unknown_topic_id
+            else:
+                topicKey = name = fetchTopic.topic
+                missing = ErrorCode.unknown_topic_or_partition
+            wanted = []
+            for p in fetchTopic.partitions:
+                log = logManager.getLog(name, p.partition) if name is not None else None
+                wanted.append(
+                    _Wanted(
+                        topicKey,
+                        (name, p.partition),
+                        p.partition,
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        log,
+                        None if log is not None else missing,
+                    )
+                )
+            plan.append((topicKey, wanted))
+        return plan
+
+    @staticmethod
+    def _read(plan, maxBytes, readCommitted):
+        """
+        Read every partition, Kafka's way: each partition up to its own
+        limit and what is left of the response's; the first partition with
+        data may exceed both by one batch, so a consumer never stalls on a
+        batch larger than its limits.
+
+        @return: (topics for the encoder, bytes read, whether any error).
+        """
+        remaining = maxBytes
+        total = 0
+        errors = False
+        minOneBatch = True
+        topics = []
+        for topicKey, wanted in plan:
+            partitions = []
+            for w in wanted:
+                log = w.log
+                if log is None:
+                    partitions.append(PartitionData(w.partition, w.error))
+                    errors = True
+                    continue
+                try:
+                    info = log.read(w.offset, min(w.maxBytes, remaining), minOneBatch)
+                except KafkaError as e:
+                    partitions.append(
+                        PartitionData(
+                            w.partition, e.code, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset,
+                        )
+                    )
+                    errors = True
+                    continue
+                records = info.records
+                size = len(records) if isinstance(records, (bytes, bytearray)) else records.length
+                if size:
+                    minOneBatch = False
+                    total += size
+                    remaining = max(0, remaining - size)
+                elif not isinstance(records, (bytes, bytearray)):
+                    records.close()
+                    records = b""
+                partitions.append(
+                    PartitionData(
+                        w.partition,
+                        ErrorCode.none,
+                        info.highWatermark,
+                        info.lastStableOffset,
+                        info.logStartOffset,
+                        records,
+                    )
+                )
+            topics.append((topicKey, partitions))
+        return topics, total, errors
+
+
+class DelayedFetch(DelayedOperation):
+    """
+    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the thread of
+    the append that may satisfy it; expiry runs on the connection's reactor.
+    """
+
+    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, deferred):
+        super().__init__(clock)
+        self.handler = handler
+        self.version = version
+        self.plan = plan
+        self.minBytes = minBytes
+        self.maxBytes = maxBytes
+        self.readCommitted = readCommitted
+        self.deferred = deferred
+
+    def tryComplete(self) -> bool:
+        # Cheap test first: nothing appended past any fetch offset means
+        # nothing to read, whatever min_bytes is.
+        grown = False
+        for _, wanted in self.plan:
+            for w in wanted:
+                if w.log is not None and w.log.logEndOffset > w.offset:
+                    grown = True
+                    break
+            if grown:
+                break
+        if not grown:
+            return False
+        if self.minBytes <= 1:
+            return self.forceComplete()
+        topics, total, errors = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        _close(topics)
+        if total >= self.minBytes or errors:
+            return self.forceComplete()
+        return False
+
+    def onComplete(self) -> None:
+        topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        self.deferred.callback(encodeFetchResponse(self.version, topics))
+
+
+def _close(topics) -> None:
+    for _, partitions in topics:
+        for p in partitions:
+            if not isinstance(p.records, (bytes, bytearray)):
+                p.records.close()
+
+
+fetch = HandlerPlugin("builtin.fetch", FETCH, FetchHandler, priority=0)

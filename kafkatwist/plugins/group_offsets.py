@@ -1,0 +1,293 @@
+"""
+Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete.
+
+The handlers check what only the broker knows (whether a topic-partition
+exists in the log, as Kafka checks its metadata cache) and leave group
+rules to L{kafkatwist.coordinator.GroupCoordinator}; the coordinator
+persists through its store (C{__consumer_offsets} in a real broker).
+"""
+
+from __future__ import annotations
+
+from kafkatwist.coordinator.offsets import OffsetAndMetadata
+from kafkatwist.coordinator.results import OffsetDeleteResult, OffsetFetchResult
+from kafkatwist.errors import ErrorCode
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.groups import durationMs
+from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.entities import NO_THROTTLE, has, make, nested
+
+__all__ = ["OffsetCommitHandler", "OffsetDeleteHandler", "OffsetFetchHandler"]
+
+E = ErrorCode
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+OFFSET_DELETE = 47
+
+#: OffsetCommit v2-4's "use the broker's retention" (Kafka's
+#: C{OffsetCommitRequest.DEFAULT_RETENTION_TIME})
+DEFAULT_RETENTION_TIME = -1
+
+
+def _partitionExists(broker, topic: str, partition: int) -> bool:
+    """
+    Kafka's C{metadataCache.contains(topicPartition)}.
+    """
+    logManager = broker.logManager
+    if logManager is None or topic is None or partition is None:
+        return False
+    return logManager.getLog(topic, partition) is not None
+
+
+def _groupByTopic(pairs):
+    """
+    @param pairs: C{((topic, partition), value)} in response order.
+    @return: C{list} of C{(topic, [(partition, value), ...])}, topics in
+        order of first appearance.
+    """
+    byTopic: dict[str, list] = {}
+    for (topic, partition), value in pairs:
+        byTopic.setdefault(topic, []).append((partition, value))
+    return list(byTopic.items())
+
+
+class OffsetCommitHandler(Handler):
+    """
+    OffsetCommit v2-9 (Kafka 4 dropped v0-1; v2-4 carry a retention time,
+    v6 a leader epoch, v7 a group instance id).  Partitions that do not
+    exist are refused with UNKNOWN_TOPIC_OR_PARTITION before the group is
+    consulted; the others get the coordinator's verdict.
+    """
+
+    apiKey = OFFSET_COMMIT
+    minVersion = 2
+    maxVersion = 9
+
+    def handle(self, context, request):
+        cls = responseType(OFFSET_COMMIT, context.apiVersion)
+        Topic = nested(cls, "OffsetCommitResponseTopic")
+        Partition = nested(cls, "OffsetCommitResponsePartition")
+        broker = self.broker
+        coordinator = broker.groupCoordinator
+        nowMs = int(broker.clock.seconds() * 1000)
+        retention = getattr(request, "retention_time", None)
+        retentionMs = DEFAULT_RETENTION_TIME if retention is None else durationMs(retention)
+        # Kafka: an explicit retention sets an expiry (and the offset is
+        # stored as OffsetCommitValue v1); the default follows
+        # offsets.retention.minutes.
+        expireMs = None if retentionMs == DEFAULT_RETENTION_TIME else nowMs + retentionMs
+
+        order = []
+        errors: dict = {}
+        offsets: dict = {}
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                order.append(tp)
+                if coordinator is None:
+                    errors[tp] = E.coordinator_not_available
+                elif not _partitionExists(broker, *tp):
+                    errors[tp] = E.unknown_topic_or_partition
+                else:
+                    errors.pop(tp, None)
+                    offsets[tp] = OffsetAndMetadata(
+                        offset=p.committed_offset,
+                        leaderEpoch=getattr(p, "committed_leader_epoch", -1),
+                        metadata=p.committed_metadata or "",
+                        commitTimestampMs=nowMs,
+                        expireTimestampMs=expireMs,
+                    )
+        if offsets:
+            errors.update(
+                coordinator.commitOffsets(
+                    request.group_id,
+                    request.generation_id_or_member_epoch,
+                    request.member_id or "",
+                    getattr(request, "group_instance_id", None),
+                    offsets,
+                    now_ms=nowMs,
+                )
+            )
+        # One answer per partition even if the request repeated one.
+        unique = dict.fromkeys(order)
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            topics=tuple(
+                Topic(
+                    name=name,
+                    partitions=tuple(
+                        Partition(partition_index=partition, error_code=code)
+                        for partition, code in parts
+                    ),
+                )
+                for name, parts in _groupByTopic((tp, errors[tp]) for tp in unique)
+            ),
+        )
+
+
+class OffsetFetchHandler(Handler):
+    """
+    OffsetFetch v1-9: v2+ may ask for all of a group's offsets (topics
+    null) and report group errors at the top level; v8+ fetch several
+    groups at once (KIP-709).  v1 reports a group error in every partition.
+    C{require_stable} needs no waiting here: without transactions no offset
+    is ever pending.
+    """
+
+    apiKey = OFFSET_FETCH
+    minVersion = 1
+    maxVersion = 9
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        cls = responseType(OFFSET_FETCH, version)
+        if has(cls, "groups"):
+            Group = nested(cls, "OffsetFetchResponseGroup")
+            Topic = nested(cls, "OffsetFetchResponseTopics")
+            Partition = nested(cls, "OffsetFetchResponsePartitions")
+            groups = []
+            for g in request.groups:
+                result = self._fetch(g.group_id, g.topics)
+                groups.append(
+                    make(
+                        Group,
+                        group_id=g.group_id,
+                        topics=(
+                            self._topics(Topic, Partition, result)
+                            if result.errorCode == E.none
+                            else ()
+                        ),
+                        error_code=result.errorCode,
+                    )
+                )
+            return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+        Topic = nested(cls, "OffsetFetchResponseTopic")
+        Partition = nested(cls, "OffsetFetchResponsePartition")
+        result = self._fetch(request.group_id, request.topics)
+        if result.errorCode != E.none:
+            if not has(cls, "error_code"):
+                # v0-1 (Kafka's getErrorResponse): the group error in each
+                # requested partition.
+                return make(
+                    cls,
+                    throttle_time=NO_THROTTLE,
+                    topics=tuple(
+                        Topic(
+                            name=t.name,
+                            partitions=tuple(
+                                make(
+                                    Partition,
+                                    partition_index=i,
+                                    committed_offset=-1,
+                                    committed_leader_epoch=-1,
+                                    metadata="",
+                                    error_code=result.errorCode,
+                                )
+                                for i in t.partition_indexes
+                            ),
+                        )
+                        for t in request.topics or ()
+                    ),
+                )
+            return make(cls, throttle_time=NO_THROTTLE, error_code=result.errorCode, topics=())
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=E.none,
+            topics=self._topics(Topic, Partition, result),
+        )
+
+    def _fetch(self, groupId, topics) -> OffsetFetchResult:
+        coordinator = self.broker.groupCoordinator
+        if coordinator is None:
+            return OffsetFetchResult(E.coordinator_not_available)
+        partitions = None
+        if topics is not None:
+            partitions = list(
+                dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes)
+            )
+        return coordinator.fetchOffsets(groupId, partitions)
+
+    @staticmethod
+    def _topics(Topic, Partition, result: OffsetFetchResult):
+        return tuple(
+            Topic(
+                name=name,
+                partitions=tuple(
+                    make(
+                        Partition,
+                        partition_index=partition,
+                        committed_offset=fetched.offset,
+                        committed_leader_epoch=fetched.leaderEpoch,
+                        metadata=fetched.metadata,
+                        error_code=fetched.errorCode,
+                    )
+                    for partition, fetched in parts
+                ),
+            )
+            for name, parts in _groupByTopic(result.offsets.items())
+        )
+
+
+class OffsetDeleteHandler(Handler):
+    """
+    OffsetDelete v0 (KIP-496).  Unknown partitions are refused with
+    UNKNOWN_TOPIC_OR_PARTITION; a group error (GROUP_ID_NOT_FOUND,
+    NON_EMPTY_GROUP...) is answered at the top level with no partitions, as
+    Kafka's C{getErrorResponse}.
+    """
+
+    apiKey = OFFSET_DELETE
+    minVersion = 0
+    maxVersion = 0
+
+    def handle(self, context, request):
+        cls = responseType(OFFSET_DELETE, context.apiVersion)
+        Topic = nested(cls, "OffsetDeleteResponseTopic")
+        Partition = nested(cls, "OffsetDeleteResponsePartition")
+        broker = self.broker
+        coordinator = broker.groupCoordinator
+        order = []
+        known = []
+        errors: dict = {}
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                order.append(tp)
+                if _partitionExists(broker, *tp):
+                    known.append(tp)
+                else:
+                    errors[tp] = E.unknown_topic_or_partition
+        if coordinator is None:
+            result = OffsetDeleteResult(E.coordinator_not_available)
+        else:
+            # Called even with nothing known, so group errors still show.
+            result = coordinator.deleteOffsets(request.group_id, list(dict.fromkeys(known)))
+        if result.errorCode != E.none:
+            return make(cls, error_code=result.errorCode, throttle_time=NO_THROTTLE, topics=())
+        errors.update(result.partitions)
+        return make(
+            cls,
+            error_code=E.none,
+            throttle_time=NO_THROTTLE,
+            topics=tuple(
+                Topic(
+                    name=name,
+                    partitions=tuple(
+                        Partition(partition_index=partition, error_code=code)
+                        for partition, code in parts
+                    ),
+                )
+                for name, parts in _groupByTopic(
+                    (tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order)
+                )
+            ),
+        )
+
+
+offsetCommit = HandlerPlugin("builtin.offset_commit", OFFSET_COMMIT, OffsetCommitHandler, priority=0)
+offsetFetch = HandlerPlugin("builtin.offset_fetch", OFFSET_FETCH, OffsetFetchHandler, priority=0)
+offsetDelete = HandlerPlugin("builtin.offset_delete", OFFSET_DELETE, OffsetDeleteHandler, priority=0)

@@ -1,0 +1,497 @@
+"""
+The classic group membership APIs: FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, DescribeGroups, ListGroups and DeleteGroups.
+
+Each handler translates its C{kio} request into the plain arguments of
+L{kafkatwist.coordinator.GroupCoordinator} (found as
+C{broker.groupCoordinator}) and the coordinator's result back into the
+response entity of the request's version.  JoinGroup and SyncGroup answer
+with the coordinator's Deferred, so a member waiting for a rebalance holds
+no handler thread.
+
+Before the broker has a coordinator (or after it was shut down) every API
+answers COORDINATOR_NOT_AVAILABLE, which clients treat as "look the
+coordinator up again later", as Kafka does while C{__consumer_offsets} is
+being created or loaded.
+
+Version ranges cover librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
+(see the client-compat notes) within what C{kio} has schemas for.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kafkatwist.coordinator.results import (
+    JoinGroupResult,
+    LeaveGroupResult,
+    LeaveMemberResult,
+    SyncGroupResult,
+)
+from kafkatwist.errors import ErrorCode
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, has, make, nested
+
+__all__ = [
+    "DeleteGroupsHandler",
+    "DescribeGroupsHandler",
+    "FindCoordinatorHandler",
+    "HeartbeatHandler",
+    "JoinGroupHandler",
+    "LeaveGroupHandler",
+    "ListGroupsHandler",
+    "SyncGroupHandler",
+]
+
+E = ErrorCode
+
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+
+#: FindCoordinator key types (Kafka's C{CoordinatorType})
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+#: the operations a group resource supports (READ, DELETE, DESCRIBE as
+#: Kafka's C{AclOperation} bit positions), reported when a DescribeGroups
+#: asks for authorized operations: without ACLs everything is allowed
+ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+#: ListGroups v5 group type of every group here (no KIP-848 groups)
+CLASSIC_GROUP_TYPE = "classic"
+
+
+def durationMs(value) -> int:
+    """
+    @param value: a C{kio} duration field (a C{timedelta}) or plain
+        milliseconds.
+    @return: whole milliseconds (negative values such as -1 are kept).
+    """
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+def clientHost(context) -> str:
+    """
+    The client host as Kafka reports it in DescribeGroups: the address with
+    a leading slash (Java's C{InetAddress.toString()} of an unresolved
+    host).
+    """
+    address = getattr(context, "clientAddress", None)
+    host = address[0] if address else ""
+    return f"/{host}"
+
+
+class FindCoordinatorHandler(Handler):
+    """
+    FindCoordinator v0-6: this broker coordinates every group and
+    transactional id.  v4+ batches keys (KIP-699) and answers one entry per
+    key.
+    """
+
+    apiKey = FIND_COORDINATOR
+    minVersion = 0
+    maxVersion = 6
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        cls = responseType(FIND_COORDINATOR, version)
+        keyType = getattr(request, "key_type", KEY_TYPE_GROUP)
+        if has(type(request), "coordinator_keys"):
+            keys = tuple(request.coordinator_keys)
+        else:
+            keys = (request.key,)
+        endpoint = self.broker.advertisedListenerFor(context.listenerName)
+        answers = [(key, *self._lookup(keyType, endpoint)) for key in keys]
+        if has(cls, "coordinators"):
+            Coordinator = nested(cls, "Coordinator")
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                coordinators=tuple(
+                    make(
+                        Coordinator,
+                        key=key,
+                        node_id=nodeId,
+                        host=host,
+                        port=port,
+                        error_code=code,
+                        error_message=None,
+                    )
+                    for key, code, nodeId, host, port in answers
+                ),
+            )
+        _, code, nodeId, host, port = answers[0]
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=code,
+            error_message=None,
+            node_id=nodeId,
+            host=host,
+            port=port,
+        )
+
+    def _lookup(self, keyType: int, endpoint) -> tuple[ErrorCode, int, str, int]:
+        """
+        @return: C{(error, nodeId, host, port)}; on error the node is
+            Kafka's C{Node.noNode()} (-1, "", -1).
+        """
+        if keyType == KEY_TYPE_GROUP:
+            if self.broker.groupCoordinator is None:
+                return (E.coordinator_not_available, -1, "", -1)
+        elif keyType != KEY_TYPE_TRANSACTION:
+            # Kafka's CoordinatorType.forId refuses unknown types.
+            return (E.invalid_request, -1, "", -1)
+        return (E.none, self.broker.nodeId, endpoint.host, endpoint.port)
+
+
+class _GroupHandler(Handler):
+    """
+    Base of the handlers that need the group coordinator.
+    """
+
+    @property
+    def coordinator(self):
+        return self.broker.groupCoordinator
+
+
+class JoinGroupHandler(_GroupHandler):
+    """
+    JoinGroup v0-9.  v0 has no rebalance timeout (the session timeout
+    serves); from v4 a member without an id and without a group instance id
+    is first given one with MEMBER_ID_REQUIRED (KIP-394).  v0 and v1 stay
+    listed because librdkafka before 2.11 needs them.
+    """
+
+    apiKey = JOIN_GROUP
+    minVersion = 0
+    maxVersion = 9
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        cls = responseType(JOIN_GROUP, version)
+        memberId = request.member_id or ""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return self.response(cls, version, JoinGroupResult.failed(memberId, E.coordinator_not_available))
+        sessionTimeoutMs = durationMs(request.session_timeout)
+        rebalance = getattr(request, "rebalance_timeout", None)
+        rebalanceTimeoutMs = sessionTimeoutMs if rebalance is None else durationMs(rebalance)
+        groupInstanceId = getattr(request, "group_instance_id", None)
+        d = coordinator.joinGroup(
+            request.group_id,
+            memberId,
+            groupInstanceId,
+            context.clientId or "",
+            clientHost(context),
+            rebalanceTimeoutMs,
+            sessionTimeoutMs,
+            request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols],
+            version >= 4 and groupInstanceId is None,
+            getattr(request, "reason", None),
+        )
+        d.addCallback(lambda result: self.response(cls, version, result))
+        return d
+
+    @staticmethod
+    def response(cls, version: int, result: JoinGroupResult):
+        """
+        @return: the JoinGroup response entity for C{result}.
+        """
+        Member = nested(cls, "JoinGroupResponseMember")
+        protocolName = result.protocolName
+        if protocolName is None and version < 7:
+            # Not nullable before v7: Kafka's JoinGroupResponse sends "".
+            protocolName = ""
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=result.errorCode,
+            generation_id=result.generationId,
+            protocol_type=result.protocolType,
+            protocol_name=protocolName,
+            leader=result.leaderId,
+            skip_assignment=result.skipAssignment,
+            member_id=result.memberId,
+            members=tuple(
+                make(
+                    Member,
+                    member_id=m.memberId,
+                    group_instance_id=m.groupInstanceId,
+                    metadata=m.metadata,
+                )
+                for m in result.members
+            ),
+        )
+
+
+class SyncGroupHandler(_GroupHandler):
+    """
+    SyncGroup v0-5.  From v5 the protocol type and name are mandatory
+    (INCONSISTENT_GROUP_PROTOCOL without them, as Kafka's
+    C{areMandatoryProtocolTypeAndNamePresent}).
+    """
+
+    apiKey = SYNC_GROUP
+    minVersion = 0
+    maxVersion = 5
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        cls = responseType(SYNC_GROUP, version)
+        coordinator = self.coordinator
+        if coordinator is None:
+            return self.response(cls, SyncGroupResult(E.coordinator_not_available))
+        protocolType = getattr(request, "protocol_type", None)
+        protocolName = getattr(request, "protocol_name", None)
+        if version >= 5 and (protocolType is None or protocolName is None):
+            return self.response(cls, SyncGroupResult(E.inconsistent_group_protocol))
+        d = coordinator.syncGroup(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            protocolType,
+            protocolName,
+            {a.member_id: a.assignment for a in request.assignments},
+        )
+        d.addCallback(lambda result: self.response(cls, result))
+        return d
+
+    @staticmethod
+    def response(cls, result: SyncGroupResult):
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=result.errorCode,
+            protocol_type=result.protocolType,
+            protocol_name=result.protocolName,
+            assignment=result.assignment or b"",
+        )
+
+
+class HeartbeatHandler(_GroupHandler):
+    """
+    Heartbeat v0-4 (v3 adds the group instance id).
+    """
+
+    apiKey = HEARTBEAT
+    minVersion = 0
+    maxVersion = 4
+
+    def handle(self, context, request):
+        cls = responseType(HEARTBEAT, context.apiVersion)
+        coordinator = self.coordinator
+        if coordinator is None:
+            code = E.coordinator_not_available
+        else:
+            code = coordinator.heartbeat(
+                request.group_id,
+                request.generation_id,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+            )
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+
+
+class LeaveGroupHandler(_GroupHandler):
+    """
+    LeaveGroup v0-5.  v0-2 name one member and answer with one error (the
+    top-level one, else that member's); v3+ batch members (KIP-345) and
+    answer per member.
+    """
+
+    apiKey = LEAVE_GROUP
+    minVersion = 0
+    maxVersion = 5
+
+    def handle(self, context, request):
+        cls = responseType(LEAVE_GROUP, context.apiVersion)
+        if has(type(request), "members"):
+            members = [
+                (m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                for m in request.members
+            ]
+        else:
+            members = [(request.member_id, None)]
+        coordinator = self.coordinator
+        if coordinator is None:
+            result = LeaveGroupResult(E.coordinator_not_available)
+        else:
+            result = coordinator.leaveGroup(request.group_id, members)
+        if not has(cls, "members"):
+            # Kafka's LeaveGroupResponse for v0-2: the top-level error, or
+            # the first member error.
+            code = result.errorCode
+            if code == E.none:
+                code = next((m.errorCode for m in result.members if m.errorCode != E.none), E.none)
+            return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+        Member = nested(cls, "MemberResponse")
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=result.errorCode,
+            members=tuple(
+                make(
+                    Member,
+                    member_id=m.memberId,
+                    group_instance_id=m.groupInstanceId,
+                    error_code=m.errorCode,
+                )
+                for m in result.members
+            ),
+        )
+
+
+class DescribeGroupsHandler(_GroupHandler):
+    """
+    DescribeGroups v0-5.  An unknown group is described as Dead without an
+    error (Kafka before KIP-1043).
+    """
+
+    apiKey = DESCRIBE_GROUPS
+    minVersion = 0
+    maxVersion = 5
+
+    def handle(self, context, request):
+        cls = responseType(DESCRIBE_GROUPS, context.apiVersion)
+        Group = nested(cls, "DescribedGroup")
+        Member = nested(cls, "DescribedGroupMember")
+        includeOps = getattr(request, "include_authorized_operations", False)
+        operations = ALL_GROUP_OPERATIONS if includeOps else OPERATIONS_OMITTED
+        coordinator = self.coordinator
+        groups = []
+        if coordinator is None:
+            for groupId in request.groups:
+                groups.append(
+                    make(
+                        Group,
+                        error_code=E.coordinator_not_available,
+                        group_id=groupId,
+                        group_state="",
+                        protocol_type="",
+                        protocol_data="",
+                        members=(),
+                        authorized_operations=OPERATIONS_OMITTED,
+                    )
+                )
+        else:
+            for desc in coordinator.describeGroups(list(request.groups)):
+                groups.append(
+                    make(
+                        Group,
+                        error_code=desc.errorCode,
+                        group_id=desc.groupId,
+                        group_state=desc.state,
+                        protocol_type=desc.protocolType,
+                        protocol_data=desc.protocolData,
+                        members=tuple(
+                            make(
+                                Member,
+                                member_id=m.memberId,
+                                group_instance_id=m.groupInstanceId,
+                                client_id=m.clientId,
+                                client_host=m.clientHost,
+                                member_metadata=m.metadata,
+                                member_assignment=m.assignment,
+                            )
+                            for m in desc.members
+                        ),
+                        authorized_operations=(
+                            operations if desc.errorCode == E.none else OPERATIONS_OMITTED
+                        ),
+                    )
+                )
+        return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+class ListGroupsHandler(_GroupHandler):
+    """
+    ListGroups v0-5: v4 filters by state, v5 by type (every group here is
+    a C{classic} one).
+    """
+
+    apiKey = LIST_GROUPS
+    minVersion = 0
+    maxVersion = 5
+
+    def handle(self, context, request):
+        cls = responseType(LIST_GROUPS, context.apiVersion)
+        Listed = nested(cls, "ListedGroup")
+        coordinator = self.coordinator
+        if coordinator is None:
+            return make(
+                cls, throttle_time=NO_THROTTLE, error_code=E.coordinator_not_available, groups=()
+            )
+        types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+        result = coordinator.listGroups(tuple(getattr(request, "states_filter", ()) or ()))
+        overviews = result.groups if not types or CLASSIC_GROUP_TYPE in types else ()
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=result.errorCode,
+            groups=tuple(
+                make(
+                    Listed,
+                    group_id=g.groupId,
+                    protocol_type=g.protocolType,
+                    group_state=g.state,
+                    group_type=CLASSIC_GROUP_TYPE,
+                )
+                for g in overviews
+            ),
+        )
+
+
+class DeleteGroupsHandler(_GroupHandler):
+    """
+    DeleteGroups v0-2: only Empty groups go (NON_EMPTY_GROUP otherwise),
+    with their offsets.
+    """
+
+    apiKey = DELETE_GROUPS
+    minVersion = 0
+    maxVersion = 2
+
+    def handle(self, context, request):
+        cls = responseType(DELETE_GROUPS, context.apiVersion)
+        Result = nested(cls, "DeletableGroupResult")
+        # Kafka answers from a map keyed by group: a repeated name is
+        # deleted (and reported) once.
+        names = list(dict.fromkeys(request.groups_names))
+        coordinator = self.coordinator
+        if coordinator is None:
+            codes = {name: E.coordinator_not_available for name in names}
+        else:
+            codes = coordinator.deleteGroups(names)
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            results=tuple(make(Result, group_id=name, error_code=codes[name]) for name in names),
+        )
+
+
+findCoordinator = HandlerPlugin(
+    "builtin.find_coordinator", FIND_COORDINATOR, FindCoordinatorHandler, priority=0
+)
+joinGroup = HandlerPlugin("builtin.join_group", JOIN_GROUP, JoinGroupHandler, priority=0)
+syncGroup = HandlerPlugin("builtin.sync_group", SYNC_GROUP, SyncGroupHandler, priority=0)
+heartbeat = HandlerPlugin("builtin.heartbeat", HEARTBEAT, HeartbeatHandler, priority=0)
+leaveGroup = HandlerPlugin("builtin.leave_group", LEAVE_GROUP, LeaveGroupHandler, priority=0)
+describeGroups = HandlerPlugin(
+    "builtin.describe_groups", DESCRIBE_GROUPS, DescribeGroupsHandler, priority=0
+)
+listGroups = HandlerPlugin("builtin.list_groups", LIST_GROUPS, ListGroupsHandler, priority=0)
+deleteGroups = HandlerPlugin(
+    "builtin.delete_groups", DELETE_GROUPS, DeleteGroupsHandler, priority=0
+)

@@ -1,0 +1,86 @@
+"""
+InitProducerId for idempotent producers (no transactions): a fresh
+producer id, unique across restarts, epoch 0.
+
+Producer ids come from a block reserved in C{producer-id-block} in the
+first data directory, so a restart never hands out an id again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from kafkatwist.errors import ErrorCode
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.protocol.entities import NO_THROTTLE, make
+from kafkatwist.protocol.apis import responseType
+
+INIT_PRODUCER_ID = 22
+BLOCK_SIZE = 1000
+
+
+class ProducerIdManager:
+    """
+    Hands out producer ids, reserving them on disk a block at a time.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "producer-id-block")
+        self._lock = threading.Lock()
+        self._next = self._blockEnd = self._readReserved()
+
+    def _readReserved(self) -> int:
+        try:
+            with open(self.path, encoding="ascii") as f:
+                return int(f.read().strip() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def _reserve(self, end: int) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{end}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def nextId(self) -> int:
+        with self._lock:
+            if self._next >= self._blockEnd:
+                self._blockEnd = self._next + BLOCK_SIZE
+                self._reserve(self._blockEnd)
+            producerId = self._next
+            self._next += 1
+            return producerId
+
+
+class InitProducerIdHandler(Handler):
+    apiKey = INIT_PRODUCER_ID
+    minVersion = 0
+    maxVersion = 5
+
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        self.ids = ProducerIdManager(broker.config.logDirs[0])
+
+    def handle(self, context, request):
+        cls = responseType(INIT_PRODUCER_ID, context.apiVersion)
+        if request.transactional_id is not None:
+            # Transactions are not implemented: say so rather than pretend.
+            return make(
+                cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_version,
+                producer_id=-1, producer_epoch=-1,
+            )
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            producer_id=self.ids.nextId(),
+            producer_epoch=0,
+        )
+
+
+initProducerId = HandlerPlugin(
+    "builtin.init_producer_id", INIT_PRODUCER_ID, InitProducerIdHandler, priority=0
+)

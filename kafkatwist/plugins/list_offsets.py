@@ -1,0 +1,124 @@
+"""
+ListOffsets: earliest, latest, max timestamp, and the first offset at or
+after a timestamp.
+
+The log's time index finds the batch; the record inside it is found by
+decoding that one batch, since a batch's records may be out of timestamp
+order and clients expect the exact record (as Kafka answers).  This is an
+admin-path cost, never paid on produce or fetch.
+"""
+
+from __future__ import annotations
+
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
+from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
+from kafkatwist.protocol.records import decodeBatches
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+READ_COMMITTED = 1
+
+
+class ListOffsetsHandler(Handler):
+    apiKey = LIST_OFFSETS
+    minVersion = 1
+    maxVersion = 10
+
+    def handle(self, context, request):
+        cls = responseType(LIST_OFFSETS, context.apiVersion)
+        Topic = nested(cls, "ListOffsetsTopicResponse")
+        Partition = nested(cls, "ListOffsetsPartitionResponse")
+        logManager = self.broker.logManager
+        readCommitted = getattr(request, "isolation_level", 0) == READ_COMMITTED
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                log = logManager.getLog(topic.name, p.partition_index) if logManager else None
+                if log is None:
+                    error, timestamp, offset = ErrorCode.unknown_topic_or_partition, -1, -1
+                else:
+                    try:
+                        timestamp, offset = self.lookup(log, p.timestamp, readCommitted)
+                        error = ErrorCode.none
+                    except KafkaError as e:
+                        error, timestamp, offset = e.code, -1, -1
+                partitions.append(
+                    make(
+                        Partition,
+                        partition_index=p.partition_index,
+                        error_code=error,
+                        timestamp=timestamp,
+                        offset=offset,
+                        leader_epoch=0 if error == ErrorCode.none else -1,
+                    )
+                )
+            topics.append(make(Topic, name=topic.name, partitions=tuple(partitions)))
+        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    @staticmethod
+    def lookup(log, target: int, readCommitted: bool) -> tuple[int, int]:
+        """
+        @return: (timestamp, offset) as ListOffsets answers for C{target}.
+        """
+        if target == LATEST or target == LATEST_TIERED:
+            return -1, log.lastStableOffset if readCommitted else log.highWatermark
+        if target in (EARLIEST, EARLIEST_LOCAL):
+            return -1, log.logStartOffset
+        if target == MAX_TIMESTAMP:
+            found = log.maxTimestamp()
+            if found is None:
+                return -1, -1
+            offset, timestamp = found
+            exact = _recordAt(log, offset, lambda r: r.timestamp == timestamp)
+            return timestamp, exact[1] if exact else offset
+        if target < 0:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {target}")
+        found = log.offsetForTimestamp(target)
+        if found is None:
+            return -1, -1
+        exact = _recordAt(log, found[0], lambda r: r.timestamp >= target)
+        if exact is None:
+            return found[1], found[0]
+        return exact
+
+
+def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
+    """
+    Decode the batch holding C{offset} (and following ones, if needed) and
+    return (timestamp, offset) of the first record at or after C{offset}
+    that C{match}es.
+    """
+    position = offset
+    for _ in range(16):
+        try:
+            info = log.read(position, 1, True)
+        except KafkaError:
+            return None
+        records = info.records
+        data = records if isinstance(records, (bytes, bytearray)) else _drain(records)
+        if not data:
+            return None
+        last = position
+        for batch in decodeBatches(data, checkCrc=False):
+            for record in batch.records:
+                if record.offset >= offset and match(record):
+                    return record.timestamp, record.offset
+            last = batch.lastOffset
+        position = last + 1
+    return None
+
+
+def _drain(region) -> bytes:
+    try:
+        return region.read()
+    finally:
+        region.close()
+
+
+listOffsets = HandlerPlugin("builtin.list_offsets", LIST_OFFSETS, ListOffsetsHandler, priority=0)

@@ -1,0 +1,86 @@
+"""
+Produce: append each partition's record set to its log, opaque (the log
+checks headers and CRCs and assigns offsets; records are never decoded
+here), then wake long-poll fetches waiting on those partitions.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.protocol.apis import PRODUCE, responseType
+from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
+
+
+class ProduceHandler(Handler):
+    apiKey = PRODUCE
+    # v0-2 stay listed: old librdkafka disables compression without them.
+    minVersion = 0
+    maxVersion = 12
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        broker = self.broker
+        logManager = broker.logManager
+        wake = broker.fetchPurgatory.checkAndComplete
+        nowMs = int(time.time() * 1000)
+        results = []
+        for topic in request.topic_data:
+            name = topic.name
+            partitions = []
+            for data in topic.partition_data:
+                partitions.append(self._append(logManager, name, data, nowMs, wake))
+            results.append((name, partitions))
+        if request.acks == 0:
+            # Nothing is sent back; the connection unmutes at once.
+            return None
+        return self._response(version, results)
+
+    @staticmethod
+    def _append(logManager, topic, data, nowMs, wake):
+        index = data.index
+        log = logManager.getLog(topic, index) if logManager is not None else None
+        if log is None:
+            return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None)
+        records = data.records
+        if not records:
+            return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
+                    "the produce request carries no records")
+        try:
+            info = log.append(records, nowMs)
+        except KafkaError as e:
+            return (index, e.code, -1, -1, log.logStartOffset, e.message)
+        wake((topic, index))
+        return (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None)
+
+    @staticmethod
+    def _response(version, results):
+        cls = responseType(PRODUCE, version)
+        Topic = nested(cls, "TopicProduceResponse")
+        Partition = nested(cls, "PartitionProduceResponse")
+        topics = tuple(
+            make(
+                Topic,
+                name=name,
+                partition_responses=tuple(
+                    make(
+                        Partition,
+                        index=index,
+                        error_code=error,
+                        base_offset=base,
+                        log_append_time=timestampMs(appendTime),
+                        log_start_offset=start,
+                        record_errors=(),
+                        error_message=message,
+                    )
+                    for index, error, base, appendTime, start, message in partitions
+                ),
+            )
+            for name, partitions in results
+        )
+        return make(cls, responses=topics, throttle_time=NO_THROTTLE)
+
+
+produce = HandlerPlugin("builtin.produce", PRODUCE, ProduceHandler, priority=0)

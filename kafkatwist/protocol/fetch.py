@@ -1,0 +1,111 @@
+"""
+The Fetch response, encoded by hand so record data can stay in the segment
+files: the encoder emits bytes for everything around the records and passes
+each partition's L{IFileRegion} through untouched, for the PLAINTEXT
+transport to C{sendfile}.
+
+Layouts (v4-v16): v5 adds log_start_offset, v7 the top-level error code and
+session id, v11 preferred_read_replica, v12 the flexible encoding (compact
+arrays/strings/bytes and tagged fields), v13 topic ids in place of names.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from kafkatwist.protocol.codec import EncodedResponse
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">ihqq")
+_I64 = struct.Struct(">q")
+_I16_I32 = struct.Struct(">hi")
+
+MIN_VERSION = 4
+MAX_VERSION = 16
+FLEXIBLE_FROM = 12
+TOPIC_IDS_FROM = 13
+
+
+@dataclass(slots=True)
+class PartitionData:
+    """
+    One partition of a Fetch response.
+
+    @ivar records: C{bytes} or an L{IFileRegion}.
+    """
+
+    partition: int
+    errorCode: int
+    highWatermark: int = -1
+    lastStableOffset: int = -1
+    logStartOffset: int = -1
+    records: object = b""
+
+    @property
+    def size(self) -> int:
+        records = self.records
+        return len(records) if isinstance(records, (bytes, bytearray)) else records.length
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encodeFetchResponse(
+    version: int,
+    topics: list[tuple[object, list[PartitionData]]],
+    errorCode: int = 0,
+    sessionId: int = 0,
+    throttleMs: int = 0,
+) -> EncodedResponse:
+    """
+    @param topics: (topic name, or C{uuid.UUID} from v13, partitions).
+    @return: the body; C{chunks} alternate bytes and file regions.
+    """
+    flexible = version >= FLEXIBLE_FROM
+    chunks: list = []
+    out = bytearray(_I32.pack(throttleMs))
+    if version >= 7:
+        out += _I16_I32.pack(errorCode, sessionId)
+    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    for topic, partitions in topics:
+        if version >= TOPIC_IDS_FROM:
+            out += topic.bytes
+        else:
+            raw = topic.encode("utf-8")
+            out += _uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
+            out += raw
+        out += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+        for p in partitions:
+            out += _PARTITION_HEAD.pack(p.partition, p.errorCode, p.highWatermark, p.lastStableOffset)
+            if version >= 5:
+                out += _I64.pack(p.logStartOffset)
+            # aborted_transactions: null, there are no transactions to abort
+            out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            if version >= 11:
+                out += b"\xff\xff\xff\xff"  # preferred_read_replica = -1
+            records = p.records
+            size = p.size
+            out += _uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                if isinstance(records, (bytes, bytearray)):
+                    out += records
+                else:
+                    chunks.append(bytes(out))
+                    chunks.append(records)
+                    out = bytearray()
+            if flexible:
+                out += b"\x00"
+        if flexible:
+            out += b"\x00"
+    if flexible:
+        out += b"\x00"
+    chunks.append(bytes(out))
+    return EncodedResponse(chunks)
