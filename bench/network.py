@@ -97,6 +97,36 @@ def cpuSeconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def contextSwitches(pid: int) -> int:
+    """
+    Voluntary + involuntary context switches of every thread of C{pid}.
+    """
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def machineBusySeconds() -> float:
+    """
+    CPU seconds every CPU spent not idle since boot (C{/proc/stat}).
+    """
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values[:8]) - idle) / _CLK_TCK
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -223,10 +253,14 @@ def _terminate(process) -> None:
 
 def measure(server: Server, workload: str, frameFile: str, connections: int, args, prefix) -> dict:
     before = cpuSeconds(server.pid)
+    busyBefore = machineBusySeconds()
+    switchesBefore = contextSwitches(server.pid)
     started = time.monotonic()
     result = loadgen.run(prefix, "127.0.0.1", server.port, connections, args.warmup, args.seconds, frameFile)
     wall = time.monotonic() - started
     after = cpuSeconds(server.pid)
+    busy = machineBusySeconds() - busyBefore
+    switches = contextSwitches(server.pid) - switchesBefore
     seconds = result["seconds"]
     responses = result["responses"]
     return {
@@ -245,6 +279,12 @@ def measure(server: Server, workload: str, frameFile: str, connections: int, arg
         "broker_cpu_s": after - before,
         "cpu_us_per_req": (after - before) / max(1, responses * wall / seconds) * 1e6,
         "loadgen_cpu_s": result["cpu_seconds"],
+        # broker context switches (all threads) per request: the price of
+        # wake-ups between Processor and handler threads
+        "switches_per_req": switches / max(1, responses * wall / seconds),
+        # CPU the rest of the machine (other people's work) took meanwhile:
+        # a noise indicator, in cores.
+        "other_cores": max(0.0, busy - (after - before) - result["cpu_seconds"]) / wall,
         "errors": result["errors"] + result["closed_by_peer"] + result["connect_failures"],
         "answered_connections": result["answered_connections"],
     }
@@ -276,7 +316,7 @@ def table(rows: list[dict]) -> str:
     base = {r["workload"]: r["requests_per_s"] for r in rows if r["server"] == "one-reactor"}
     head = (
         f"{'server':<12} {'P':>2} {'io':>4}  {'workload':<12} {'conns':>5} {'req/s':>9} {'MB/s':>8} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'CPU s':>6} {'CPUus/req':>9} {'x base':>7}"
+        f"{'p50 ms':>8} {'p99 ms':>8} {'CPU s':>6} {'CPUus/req':>9} {'cs/req':>6} {'x base':>7} {'noise':>5}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -291,7 +331,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"{r['server']:<12} {str(r['processors']):>2} {str(r['io_threads']):>4}  {r['workload']:<12} "
             f"{r['connections']:>5} {r['requests_per_s']:9.0f} {mb} {r['p50_ms']:8.2f} "
-            f"{r['p99_ms']:8.2f} {r['broker_cpu_s']:6.2f} {r['cpu_us_per_req']:9.0f} {ratio:>7}{note}"
+            f"{r['p99_ms']:8.2f} {r['broker_cpu_s']:6.2f} {r['cpu_us_per_req']:9.0f} {r['switches_per_req']:6.2f} {ratio:>7} {r['other_cores']:5.2f}{note}"
         )
     return "\n".join(lines)
 
@@ -416,7 +456,10 @@ def main(argv: list[str]) -> int:
             print("defaults sweep (num.network.threads x num.io.threads):")
             print(table(baseRows + sweepRows))
         print(f"\n(total {time.monotonic() - started:.0f}s; 'x base' = one-reactor req/s / row req/s, "
-              f"target <= 1.30; CPUus/req = broker CPU per request)")
+              f"target <= 1.30; CPUus/req = broker CPU per request;\n"
+              f" cs/req = broker context switches per request;\n"
+              f" noise = cores busy with other processes during the load -- rows with noise > 0.3 "
+              f"are not comparable on 2 cores)")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"machine": machine(), "rows": mainRows, "sweep": sweepRows}, f, indent=1)

@@ -1,0 +1,613 @@
+"""
+Topic admin APIs: CreateTopics, DeleteTopics, CreatePartitions,
+DeleteRecords, and DescribeCluster.
+
+One broker is the whole cluster, so it is also the controller these
+requests go to.  Errors are per topic (or per partition for DeleteRecords)
+with Kafka's codes and, where the version has one, Kafka's message; checks
+run in the order Kafka's controller runs them (name, existence, configs,
+then partitions and replication), so a request with several faults gets the
+error Kafka would give.
+
+The configuration APIs (DescribeConfigs, IncrementalAlterConfigs,
+AlterConfigs) are in L{kafkatwist.plugins.admin_configs}.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from twisted.logger import Logger
+
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
+from kafkatwist.log.topics import validateTopicName
+from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
+from kafkatwist.plugins.metadata import ALL_CLUSTER_OPERATIONS, INTERNAL_TOPICS
+from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
+
+__all__ = [
+    "CREATE_PARTITIONS",
+    "CREATE_TOPICS",
+    "DELETE_RECORDS",
+    "DELETE_TOPICS",
+    "DESCRIBE_CLUSTER",
+]
+
+log = Logger()
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+CREATE_PARTITIONS = 37
+DESCRIBE_CLUSTER = 60
+
+ZERO_UUID = uuid.UUID(int=0)
+#: the KRaft metadata log's name: Kafka refuses to create it as a topic
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+#: DeleteRecords' "up to the high watermark"
+HIGH_WATERMARK = -1
+#: DescribeCluster endpoint types
+_BROKERS, _CONTROLLERS = 1, 2
+
+
+def _failure(error: KafkaError) -> tuple[ErrorCode, str]:
+    return error.code, error.message or error.code.name
+
+
+def _internal(name: str, what: str) -> str:
+    # kafka-topics.sh's words, and why kafkatwist enforces them broker side.
+    return (
+        f"Topic {name} is a kafka internal topic and is not allowed to be {what}: "
+        "kafkatwist's group coordinator keeps its state there and would lose it"
+    )
+
+
+def _singleBrokerRF(replicationFactor: int) -> KafkaError:
+    # Kafka's StripedReplicaPlacer message, wrapped as its controller wraps it.
+    return KafkaError(
+        ErrorCode.invalid_replication_factor,
+        f"Unable to replicate the partition {replicationFactor} time(s): The target "
+        f"replication factor of {replicationFactor} cannot be reached because only 1 "
+        "broker(s) are registered.",
+    )
+
+
+def _checkAssignments(nodeId: int, brokerLists, expectedReplicas: int | None = None) -> None:
+    """
+    Kafka's C{validateManualPartitionAssignment}, on a cluster of one.
+
+    @param brokerLists: the replica list of each new partition.
+    @param expectedReplicas: the replication factor the lists must have
+        (existing partitions'), or C{None} to take the first list's.
+    @raise KafkaError: INVALID_REPLICA_ASSIGNMENT.
+    """
+    for brokerIds in brokerLists:
+        brokerIds = list(brokerIds)
+        if not brokerIds:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "The manual partition assignment includes an empty replica list.",
+            )
+        duplicate = next((b for b, n in Counter(brokerIds).items() if n > 1), None)
+        if duplicate is not None:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {duplicate} more than once.",
+            )
+        for brokerId in brokerIds:
+            if brokerId != nodeId:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"The manual partition assignment includes broker {brokerId}, but no such "
+                    "broker is registered.",
+                )
+        if expectedReplicas is None:
+            expectedReplicas = len(brokerIds)
+        elif len(brokerIds) != expectedReplicas:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes a partition with {len(brokerIds)} "
+                "replica(s), but this is not consistent with previous partitions, which have "
+                f"{expectedReplicas} replica(s).",
+            )
+
+
+class CreateTopicsHandler(Handler):
+    """
+    CreateTopics v2-7 (Kafka 4 dropped v0-1; librdkafka uses up to v4,
+    kafka-python up to v7).  v5+ answers with the created topic's partition
+    count, replication factor and configs; v7 with its topic id.
+    """
+
+    apiKey = CREATE_TOPICS
+    minVersion = 2
+    maxVersion = 7
+
+    def handle(self, context, request):
+        cls = responseType(CREATE_TOPICS, context.apiVersion)
+        Result = nested(cls, "CreatableTopicResult")
+        Config = nested(cls, "CreatableTopicConfigs") if context.apiVersion >= 5 else None
+        counts = Counter(topic.name for topic in request.topics)
+        validateOnly = bool(getattr(request, "validate_only", False))
+        results = []
+        answered = set()
+        for topic in request.topics:
+            name = topic.name
+            if name in answered:
+                continue
+            answered.add(name)
+            if counts[name] > 1:
+                # Kafka answers a name given twice once, and refuses it.
+                error = KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
+            else:
+                try:
+                    info = self._create(topic, validateOnly)
+                except KafkaError as e:
+                    error = e
+                else:
+                    results.append(self._success(Result, Config, info, validateOnly))
+                    continue
+            code, message = _failure(error)
+            results.append(
+                make(
+                    Result,
+                    name=name,
+                    topic_id=ZERO_UUID,
+                    error_code=code,
+                    error_message=message,
+                    topic_config_error_code=0,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=None,
+                )
+            )
+        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _create(self, topic, validateOnly: bool):
+        name = topic.name
+        logManager = self.broker.logManager
+        if name == CLUSTER_METADATA_TOPIC:
+            # Kafka leaves it out of the authorized set: this is its answer.
+            raise KafkaError(
+                ErrorCode.topic_authorization_failed,
+                f"Authorization failed: {CLUSTER_METADATA_TOPIC} is the cluster metadata log",
+            )
+        validateTopicName(name)
+        if name in logManager.topics():
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        configs = {}
+        nulls = []
+        for config in topic.configs:
+            if config.value is None:
+                nulls.append(config.name)
+            configs[config.name] = config.value
+        if nulls:
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                f"Null value not supported for topic configs: {', '.join(nulls)}",
+            )
+        for key in configs:
+            if key not in TOPIC_CONFIGS:
+                raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
+        validateTopicConfigs(configs)
+        numPartitions = topic.num_partitions
+        replicationFactor = topic.replication_factor
+        if topic.assignments:
+            if replicationFactor != -1:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "A manual partition assignment was specified, but replication factor was "
+                    "not set to -1.",
+                )
+            if numPartitions != -1:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "A manual partition assignment was specified, but numPartitions was not "
+                    "set to -1.",
+                )
+            indexes = [a.partition_index for a in topic.assignments]
+            duplicate = next((i for i, n in Counter(indexes).items() if n > 1), None)
+            if duplicate is not None:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Found multiple manual partition assignments for partition {duplicate}",
+                )
+            _checkAssignments(self.broker.nodeId, (a.broker_ids for a in topic.assignments))
+            if sorted(indexes) != list(range(len(indexes))):
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    "Partitions should be a consecutive 0-based integer sequence",
+                )
+            numPartitions = len(indexes)
+        elif replicationFactor < -1 or replicationFactor == 0:
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        elif numPartitions < -1 or numPartitions == 0:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                "Number of partitions was set to an invalid non-positive value.",
+            )
+        elif replicationFactor > 1:
+            raise _singleBrokerRF(replicationFactor)
+        info = logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
+        if not validateOnly:
+            log.info(
+                "Created topic {topic} ({partitions} partitions, configs {configs})",
+                topic=name,
+                partitions=info.numPartitions,
+                configs=configs,
+            )
+        return info
+
+    def _success(self, Result, Config, info, validateOnly: bool):
+        configs = None
+        if Config is not None:
+            if validateOnly:
+                # Nothing to ask the log about: describe what the topic
+                # would get, its overrides over the broker's defaults.
+                logManager = self.broker.logManager
+                entries = describeTopicConfig(info.configs, logManager.brokerDefaults)
+                described = describeTopicEntries(self.broker, entries)
+            else:
+                described = describeTopic(self.broker, info.name)
+            configs = tuple(
+                Config(
+                    name=d.name,
+                    value=d.value,
+                    read_only=d.readOnly,
+                    config_source=d.source,
+                    is_sensitive=d.isSensitive,
+                )
+                for d in described
+            )
+        return make(
+            Result,
+            name=info.name,
+            topic_id=info.topicId,
+            error_code=ErrorCode.none,
+            error_message=None,
+            topic_config_error_code=0,
+            num_partitions=info.numPartitions,
+            replication_factor=1,
+            configs=configs,
+        )
+
+
+class DeleteTopicsHandler(Handler):
+    """
+    DeleteTopics v1-6 (Kafka 4 dropped v0); v6 may name topics by id.
+
+    C{delete.topic.enable=false} refuses every topic: TOPIC_DELETION_DISABLED,
+    or INVALID_REQUEST below v3, as Kafka.
+
+    Internal topics are refused with INVALID_REQUEST.  Kafka's controller
+    would delete them (only C{kafka-topics.sh} refuses, client side), and
+    its group coordinator recreates C{__consumer_offsets} on demand; here
+    the coordinator's store creates it once at startup, so deleting it
+    would lose every group's offsets and leave the coordinator failing
+    until a restart.
+    """
+
+    apiKey = DELETE_TOPICS
+    minVersion = 1
+    maxVersion = 6
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        cls = responseType(DELETE_TOPICS, version)
+        Result = nested(cls, "DeletableTopicResult")
+        if hasattr(request, "topics"):
+            wanted = [(t.name, t.topic_id) for t in request.topics]
+        else:
+            wanted = [(name, None) for name in request.topic_names]
+        results = []
+
+        def answer(name, topicId, code, message=None):
+            results.append(
+                make(
+                    Result,
+                    name=name,
+                    topic_id=topicId or ZERO_UUID,
+                    error_code=code,
+                    error_message=message,
+                )
+            )
+
+        config = getattr(self.broker, "config", None)
+        if config is not None and not config["delete.topic.enable"]:
+            code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
+            for name, topicId in wanted:
+                answer(name, topicId, code, "Topic deletion is disabled.")
+            return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+        logManager = self.broker.logManager
+        known = logManager.topics()
+        byId = {info.topicId: name for name, info in known.items()}
+        names = Counter(name for name, topicId in wanted if name is not None and not topicId)
+        ids = Counter(topicId for name, topicId in wanted if name is None and topicId)
+        # A topic named once by name and once by id is ambiguous: Kafka
+        # refuses it rather than guess which entry to answer.
+        namedTwice = {byId[i] for i in ids if i in byId} & set(names)
+        seen = set()
+        for name, topicId in wanted:
+            topicId = topicId if topicId and topicId != ZERO_UUID else None
+            if name is None and topicId is None:
+                answer(None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+                continue
+            if name is not None and topicId is not None:
+                answer(
+                    name, topicId, ErrorCode.invalid_request,
+                    "You may not specify both topic name and topic id.",
+                )
+                continue
+            key = name if name is not None else topicId
+            if key in seen:
+                continue
+            seen.add(key)
+            if name is not None and names[name] > 1:
+                answer(name, None, ErrorCode.invalid_request, "Duplicate topic name.")
+                continue
+            if topicId is not None and ids[topicId] > 1:
+                answer(None, topicId, ErrorCode.invalid_request, "Duplicate topic id.")
+                continue
+            if topicId is not None:
+                name = byId.get(topicId)
+                if name is None:
+                    answer(
+                        None, topicId, ErrorCode.unknown_topic_id,
+                        "This server does not host this topic ID.",
+                    )
+                    continue
+            if name in namedTwice:
+                answer(
+                    name, topicId, ErrorCode.invalid_request,
+                    "The provided topic name maps to an ID that was already supplied.",
+                )
+                continue
+            info = known.get(name)
+            if info is None:
+                answer(
+                    name, None, ErrorCode.unknown_topic_or_partition,
+                    "This server does not host this topic-partition.",
+                )
+                continue
+            if name in INTERNAL_TOPICS:
+                answer(name, info.topicId, ErrorCode.invalid_request, _internal(name, "deleted"))
+                continue
+            try:
+                logManager.deleteTopic(name)
+            except KafkaError as e:
+                answer(name, info.topicId, *_failure(e))
+                continue
+            log.info("Deleted topic {topic} ({id})", topic=name, id=info.topicId)
+            self._wakeFetches(name, info.numPartitions)
+            answer(name, info.topicId, ErrorCode.none)
+        return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+    def _wakeFetches(self, name: str, numPartitions: int) -> None:
+        # Long-poll fetches parked on the deleted partitions answer now
+        # (with UNKNOWN_TOPIC_OR_PARTITION) rather than at their timeout.
+        purgatory = getattr(self.broker, "fetchPurgatory", None)
+        if purgatory is None:
+            return
+        for partition in range(numPartitions):
+            purgatory.checkAndComplete((name, partition))
+
+
+class CreatePartitionsHandler(Handler):
+    """
+    CreatePartitions v0-3: add partitions to a topic, optionally with a
+    manual assignment (which can only name this broker).  Internal topics
+    are refused (INVALID_REQUEST), see L{DeleteTopicsHandler}.
+    """
+
+    apiKey = CREATE_PARTITIONS
+    minVersion = 0
+    maxVersion = 3
+
+    def handle(self, context, request):
+        cls = responseType(CREATE_PARTITIONS, context.apiVersion)
+        Result = nested(cls, "CreatePartitionsTopicResult")
+        counts = Counter(topic.name for topic in request.topics)
+        validateOnly = bool(request.validate_only)
+        results = []
+        answered = set()
+        for topic in request.topics:
+            if topic.name in answered:
+                continue
+            answered.add(topic.name)
+            try:
+                if counts[topic.name] > 1:
+                    raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
+                self._grow(topic, validateOnly)
+                code, message = ErrorCode.none, None
+            except KafkaError as e:
+                code, message = _failure(e)
+            results.append(make(Result, name=topic.name, error_code=code, error_message=message))
+        return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def _grow(self, topic, validateOnly: bool) -> None:
+        logManager = self.broker.logManager
+        info = logManager.topics().get(topic.name)
+        if info is None:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        if topic.name in INTERNAL_TOPICS:
+            # A group's partition is hash % partition count: growing the
+            # topic would move groups away from their stored state.
+            raise KafkaError(ErrorCode.invalid_request, _internal(topic.name, "repartitioned"))
+        current = info.numPartitions
+        if topic.count == current:
+            raise KafkaError(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
+            )
+        if topic.count < current:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
+                "would not be an increase.",
+            )
+        if topic.assignments is not None:
+            added = topic.count - current
+            if len(topic.assignments) != added:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Attempted to add {added} additional partition(s), but only "
+                    f"{len(topic.assignments)} assignment(s) were specified.",
+                )
+            _checkAssignments(
+                self.broker.nodeId, (a.broker_ids for a in topic.assignments), expectedReplicas=1
+            )
+        logManager.createPartitions(topic.name, topic.count, validateOnly=validateOnly)
+        if not validateOnly:
+            log.info(
+                "Topic {topic} grew from {old} to {new} partitions",
+                topic=topic.name,
+                old=current,
+                new=topic.count,
+            )
+
+
+class DeleteRecordsHandler(Handler):
+    """
+    DeleteRecords v0-2: move partitions' log start offsets forward.
+
+    Offset -1 means the high watermark; an offset below the current log
+    start offset changes nothing and answers the current one; past the high
+    watermark is OFFSET_OUT_OF_RANGE.  Internal topics and topics whose
+    cleanup policy lacks C{delete} are refused, as Kafka refuses them.
+    """
+
+    apiKey = DELETE_RECORDS
+    minVersion = 0
+    maxVersion = 2
+
+    def handle(self, context, request):
+        cls = responseType(DELETE_RECORDS, context.apiVersion)
+        TopicResult = nested(cls, "DeleteRecordsTopicResult")
+        PartitionResult = nested(cls, "DeleteRecordsPartitionResult")
+        logManager = self.broker.logManager
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for partition in topic.partitions:
+                try:
+                    lowWatermark = self._delete(logManager, topic.name, partition)
+                    code = ErrorCode.none
+                except KafkaError as e:
+                    lowWatermark, code = -1, e.code
+                partitions.append(
+                    PartitionResult(
+                        partition_index=partition.partition_index,
+                        low_watermark=lowWatermark,
+                        error_code=code,
+                    )
+                )
+            topics.append(TopicResult(name=topic.name, partitions=tuple(partitions)))
+        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    @staticmethod
+    def _delete(logManager, topic: str, partition) -> int:
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception,
+                f"Cannot delete records of internal topic {topic}",
+            )
+        index = partition.partition_index
+        partitionLog = logManager.getLog(topic, index)
+        if partitionLog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
+        offset = partition.offset
+        if offset == HIGH_WATERMARK:
+            offset = partitionLog.highWatermark
+        if offset < 0:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"The offset {offset} for partition {topic}-{index} is not valid",
+            )
+        if not partitionLog.config.deletes:
+            raise KafkaError(
+                ErrorCode.policy_violation,
+                f"Records of partition {topic}-{index} can not be deleted due to the "
+                "configured policy",
+            )
+        if offset > partitionLog.highWatermark:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"Cannot increment the log start offset to {offset} of partition "
+                f"{topic}-{index} since it is larger than the high watermark "
+                f"{partitionLog.highWatermark}",
+            )
+        return partitionLog.deleteRecordsBefore(offset)
+
+
+class DescribeClusterHandler(Handler):
+    """
+    DescribeCluster v0-2 (confluent-kafka's C{describe_cluster}, KIP-700):
+    this broker, which is also the controller.
+    """
+
+    apiKey = DESCRIBE_CLUSTER
+    minVersion = 0
+    maxVersion = 2
+
+    def handle(self, context, request):
+        cls = responseType(DESCRIBE_CLUSTER, context.apiVersion)
+        Broker = nested(cls, "DescribeClusterBroker")
+        broker = self.broker
+        endpointType = getattr(request, "endpoint_type", _BROKERS)
+        values = dict(
+            throttle_time=NO_THROTTLE,
+            endpoint_type=endpointType,
+            cluster_id=broker.clusterId,
+            controller_id=broker.nodeId,
+            cluster_authorized_operations=OPERATIONS_OMITTED,
+        )
+        if endpointType != _BROKERS:
+            code = (
+                ErrorCode.unsupported_endpoint_type
+                if endpointType == _CONTROLLERS
+                else ErrorCode.invalid_request
+            )
+            message = (
+                "The broker does not serve controller endpoints: kafkatwist has no separate "
+                "controller"
+                if endpointType == _CONTROLLERS
+                else f"Unsupported endpoint type {endpointType}"
+            )
+            return make(cls, error_code=code, error_message=message, brokers=(), **values)
+        endpoint = broker.advertisedListenerFor(context.listenerName)
+        brokers = (
+            make(
+                Broker,
+                broker_id=broker.nodeId,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=None,
+                is_fenced=False,
+            ),
+        )
+        if request.include_cluster_authorized_operations:
+            values["cluster_authorized_operations"] = ALL_CLUSTER_OPERATIONS
+        return make(cls, error_code=ErrorCode.none, error_message=None, brokers=brokers, **values)
+
+
+createTopics = HandlerPlugin("builtin.create_topics", CREATE_TOPICS, CreateTopicsHandler, priority=0)
+deleteTopics = HandlerPlugin("builtin.delete_topics", DELETE_TOPICS, DeleteTopicsHandler, priority=0)
+deleteRecords = HandlerPlugin(
+    "builtin.delete_records", DELETE_RECORDS, DeleteRecordsHandler, priority=0
+)
+createPartitions = HandlerPlugin(
+    "builtin.create_partitions", CREATE_PARTITIONS, CreatePartitionsHandler, priority=0
+)
+describeCluster = HandlerPlugin(
+    "builtin.describe_cluster", DESCRIBE_CLUSTER, DescribeClusterHandler, priority=0
+)
