@@ -247,16 +247,23 @@ class CreateTopicsHandler(Handler):
 
     def _success(self, Result, Config, info, validateOnly: bool):
         configs = None
+        configError = ErrorCode.none
         if Config is not None:
-            if validateOnly:
-                # Nothing to ask the log about: describe what the topic
-                # would get, its overrides over the broker's defaults.
-                logManager = self.broker.logManager
-                entries = describeTopicConfig(info.configs, logManager.brokerDefaults)
-                described = describeTopicEntries(self.broker, entries)
-            else:
-                described = describeTopic(self.broker, info.name)
-            configs = tuple(
+            try:
+                if validateOnly:
+                    # Nothing to ask the log about: describe what the topic
+                    # would get, its overrides over the broker's defaults.
+                    logManager = self.broker.logManager
+                    entries = describeTopicConfig(info.configs, logManager.brokerDefaults)
+                    described = describeTopicEntries(self.broker, entries)
+                else:
+                    described = describeTopic(self.broker, info.name)
+            except KafkaError as e:
+                # Deleted again before we could describe it: the topic was
+                # created, only its configs are missing, which is what this
+                # field is for.
+                configError, described = e.code, None
+            configs = None if described is None else tuple(
                 Config(
                     name=d.name,
                     value=d.value,
@@ -272,7 +279,7 @@ class CreateTopicsHandler(Handler):
             topic_id=info.topicId,
             error_code=ErrorCode.none,
             error_message=None,
-            topic_config_error_code=0,
+            topic_config_error_code=configError,
             num_partitions=info.numPartitions,
             replication_factor=1,
             configs=configs,
@@ -338,7 +345,10 @@ class DeleteTopicsHandler(Handler):
         for name, topicId in wanted:
             topicId = topicId if topicId and topicId != ZERO_UUID else None
             if name is None and topicId is None:
-                answer(None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+                answer(
+                    None, None, ErrorCode.invalid_request,
+                    "Neither topic name nor id were specified.",
+                )
                 continue
             if name is not None and topicId is not None:
                 answer(
@@ -600,8 +610,12 @@ class DescribeClusterHandler(Handler):
         return make(cls, error_code=ErrorCode.none, error_message=None, brokers=brokers, **values)
 
 
-createTopics = HandlerPlugin("builtin.create_topics", CREATE_TOPICS, CreateTopicsHandler, priority=0)
-deleteTopics = HandlerPlugin("builtin.delete_topics", DELETE_TOPICS, DeleteTopicsHandler, priority=0)
+createTopics = HandlerPlugin(
+    "builtin.create_topics", CREATE_TOPICS, CreateTopicsHandler, priority=0
+)
+deleteTopics = HandlerPlugin(
+    "builtin.delete_topics", DELETE_TOPICS, DeleteTopicsHandler, priority=0
+)
 deleteRecords = HandlerPlugin(
     "builtin.delete_records", DELETE_RECORDS, DeleteRecordsHandler, priority=0
 )

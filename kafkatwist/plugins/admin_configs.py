@@ -270,7 +270,9 @@ def describeBroker(broker) -> list[ConfigDescription]:
     for name, text, isExplicit in config.describe():
         sensitive = _BROKER_TYPES.get(name) == _PASSWORD
         group = _GROUP_OF.get(name, (name,))
-        full = [(s, raw.get(s), int(ConfigSource.STATIC_BROKER_CONFIG)) for s in group if s in explicit]
+        full = [
+            (s, raw.get(s), int(ConfigSource.STATIC_BROKER_CONFIG)) for s in group if s in explicit
+        ]
         full += [
             (s, _brokerDefault(s), int(ConfigSource.DEFAULT_CONFIG))
             for s in group
@@ -551,9 +553,8 @@ class AlterConfigsHandler(_AlterConfigsBase):
                 )
         current = self.broker.logManager.topics().get(topic)
         given = {c.name for c in configs}
-        changes = [
-            (key, "DELETE", None) for key in (current.configs if current else {}) if key not in given
-        ]
+        overrides = current.configs if current is not None else {}
+        changes = [(key, "DELETE", None) for key in overrides if key not in given]
         changes += [(c.name, "SET", c.value) for c in configs]
         return changes
 
@@ -567,4 +568,6 @@ incrementalAlterConfigs = HandlerPlugin(
     IncrementalAlterConfigsHandler,
     priority=0,
 )
-alterConfigs = HandlerPlugin("builtin.alter_configs", ALTER_CONFIGS, AlterConfigsHandler, priority=0)
+alterConfigs = HandlerPlugin(
+    "builtin.alter_configs", ALTER_CONFIGS, AlterConfigsHandler, priority=0
+)

@@ -22,12 +22,7 @@ from __future__ import annotations
 
 import datetime
 
-from kafkatwist.coordinator.results import (
-    JoinGroupResult,
-    LeaveGroupResult,
-    LeaveMemberResult,
-    SyncGroupResult,
-)
+from kafkatwist.coordinator.results import JoinGroupResult, LeaveGroupResult, SyncGroupResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import responseType

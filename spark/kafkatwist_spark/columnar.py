@@ -114,37 +114,32 @@ def _readVarint(data, pos: int) -> tuple[int, int]:
             raise CorruptRecordError("varint longer than 10 bytes")
 
 
-def _recordBounds(data: bytes, count: int, base: int, starts: array, ends: array) -> None:
+def _recordPositions(data: bytes, pos: int, count: int, append) -> int:
     """
-    Append where each of C{count} records in C{data} starts (just after its
-    length prefix) and ends, as positions C{base +} offset.  The one loop
-    that must run per record; kept to the bone.
+    Append where each of C{count} records starting at C{pos} in C{data}
+    begins (at its length prefix), and return the position after the last.
+
+    The one loop that must run per record, so it is kept to the bone: a
+    record's length is read only to find the next record, without the
+    zigzag sign (a negative length is caught later, when the lengths are
+    decoded again, vectorized, and checked against these positions).
     """
-    pos = 0
     try:
         for _ in range(count):
+            append(pos)
             v = data[pos]
             if v < 0x80:
-                pos += 1
+                pos += 1 + (v >> 1)
             else:
                 w = data[pos + 1]
                 if w < 0x80:
-                    v = (v & 0x7F) | (w << 7)
-                    pos += 2
+                    pos += 2 + (((v & 0x7F) | (w << 7)) >> 1)
                 else:
-                    v, pos = _readVarint(data, pos)
-            length = (v >> 1) ^ -(v & 1)
-            if length <= 0:
-                raise CorruptRecordError(f"record length {length}")
-            starts.append(base + pos)
-            pos += length
-            ends.append(base + pos)
+                    v, after = _readVarint(data, pos)
+                    pos = after + (v >> 1)
     except IndexError:
         raise CorruptRecordError("record runs past the end of its batch") from None
-    if pos != len(data):
-        raise CorruptRecordError(
-            f"{count} records take {pos} bytes but the batch holds {len(data)}"
-        )
+    return pos
 
 
 def _varints(u8: pa.Array, pos: pa.Array, last: pa.Scalar) -> tuple[pa.Array, pa.Array]:
@@ -279,9 +274,7 @@ class ArrowRecordDecoder:
         """
         view = memoryview(raw)
         chunks: list[bytes] = []
-        size = 0
-        starts = array("q")
-        ends = array("q")
+        counts: list[int] = []
         baseOffsets = array("q")
         baseTimestamps = array("q")
         deltaFactors = array("q")
@@ -297,11 +290,9 @@ class ArrowRecordDecoder:
                 continue
             payload = view[start + BATCH_HEADER_SIZE : pos]
             codec = batch.attributes & _COMPRESSION_MASK
-            data = decompress(codec, payload) if codec else payload.tobytes()
+            chunks.append(decompress(codec, payload) if codec else payload)
             count = batch.recordCount
-            _recordBounds(data, count, size, starts, ends)
-            chunks.append(data)
-            size += len(data)
+            counts.append(count)
             baseOffsets.extend(array("q", [batch.baseOffset]) * count)
             if batch.attributes & _LOG_APPEND_TIME:
                 # Every record of a log-append-time batch carries the
@@ -313,28 +304,47 @@ class ArrowRecordDecoder:
                 baseTimestamps.extend(array("q", [batch.baseTimestamp]) * count)
                 deltaFactors.extend(array("q", [1]) * count)
                 timestampTypes.extend(array("i", [0]) * count)
-        if not starts:
+        if not chunks:
             return DecodedFetch(None, nextOffset, -1)
+        # One buffer for the whole fetch: the record loop and the kernels
+        # then work on absolute positions, without a base per batch.
+        data = b"".join(chunks) if len(chunks) > 1 else bytes(chunks[0])
+        positions = array("q")
+        append = positions.append
+        pos = 0
+        for chunk, count in zip(chunks, counts):
+            end = pos + len(chunk)
+            pos = _recordPositions(data, pos, count, append)
+            if pos != end:
+                raise CorruptRecordError(
+                    f"a batch's {count} records do not fill its {len(chunk)} bytes"
+                )
         return self._columns(
-            b"".join(chunks) if len(chunks) > 1 else chunks[0],
-            starts, ends, baseOffsets, baseTimestamps, deltaFactors, timestampTypes,
+            data, positions, baseOffsets, baseTimestamps, deltaFactors, timestampTypes,
             fromOffset, untilOffset, nextOffset,
         )
 
     def _columns(
-        self, data, starts, ends, baseOffsets, baseTimestamps, deltaFactors, timestampTypes,
+        self, data, positions, baseOffsets, baseTimestamps, deltaFactors, timestampTypes,
         fromOffset, untilOffset, nextOffset,
     ) -> DecodedFetch:
-        n = len(starts)
-        buffer = pa.py_buffer(data)
+        n = len(positions)
         if len(data) > _INT32_MAX:
             # Binary offsets are 32-bit; a fetch is bounded far below this.
             raise CorruptRecordError(f"fetch of {len(data)} bytes is too large to decode at once")
+        buffer = pa.py_buffer(data)
         u8 = pa.Array.from_buffers(pa.uint8(), len(data), [None, buffer])
         last = pa.scalar(len(data) - 1, pa.int64())
-        recordEnds = _int64(ends)
+        lengthPositions = _int64(positions)
+        # a record ends where the next one's length prefix starts
+        recordEnds = pa.concat_arrays(
+            [lengthPositions.slice(1), pa.array([len(data)], pa.int64())]
+        )
 
-        pos = pc.add(_int64(starts), _I64_ONE)  # skip the record attributes byte
+        lengths, pos = _varints(u8, lengthPositions, last)
+        if not pc.all(pc.equal(pc.add(pos, lengths), recordEnds)).as_py():
+            raise CorruptRecordError("record lengths do not add up")
+        pos = pc.add(pos, _I64_ONE)  # skip the record attributes byte
         timestampDeltas, pos = _varints(u8, pos, last)
         offsetDeltas, pos = _varints(u8, pos, last)
         keyLengths, keyStarts = _varints(u8, pos, last)

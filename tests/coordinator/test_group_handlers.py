@@ -558,7 +558,7 @@ def test_offset_fetch_v1_specific_partitions(broker):
 
 @pytest.mark.parametrize("version", range(2, 8))
 def test_offset_fetch_group_error_is_top_level(broker, version):
-    r = fetchV7(broker, group=None if False else "", topics=None, version=version)
+    r = fetchV7(broker, group="", topics=None, version=version)
     # The empty group id is valid for offsets (compatibility): nothing there.
     assert r.error_code == E.none and r.topics == ()
     broker.groupCoordinator.shutdown()

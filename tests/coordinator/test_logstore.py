@@ -11,7 +11,6 @@ from twisted.internet import task
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.coordinator import (
-    GroupCoordinator,
     GroupSnapshot,
     MemberSnapshot,
     OffsetAndMetadata,

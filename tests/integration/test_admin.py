@@ -181,7 +181,8 @@ def test_confluent_describe_broker_configs(broker, confluentAdmin):
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
     # librdkafka always asks for synonyms (DescribeConfigs v1+).
-    [configs] = results(confluentAdmin.describe_configs([ConfigResource("broker", NODE_ID)])).values()
+    resource = ConfigResource("broker", NODE_ID)
+    [configs] = results(confluentAdmin.describe_configs([resource])).values()
     assert len(configs) > 30
     # The test broker sets these on its command line.
     assert configs["log.dir"].source == ConfigSource.STATIC_BROKER_CONFIG.value

@@ -338,6 +338,25 @@ def test_create_topic_manual_assignment(broker):
     assert "n" not in broker.logManager.topics()
 
 
+def test_create_topic_deleted_before_described(broker, monkeypatch):
+    """
+    A topic deleted between its creation and the describe of its configs is
+    still reported created; topic_config_error_code says why configs are
+    missing.
+    """
+    from kafkatwist.errors import KafkaError
+
+    def gone(broker, name):
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, name)
+
+    monkeypatch.setattr(admin, "describeTopic", gone)
+    result = createTopic(broker, "t")
+    assert result.error_code == ErrorCode.none
+    assert result.topic_config_error_code == ErrorCode.unknown_topic_or_partition
+    assert result.configs is None
+    assert result.num_partitions == 1
+
+
 def test_create_topic_static_broker_source():
     """
     A broker-level setting shows as STATIC_BROKER_CONFIG on the new topic,
@@ -411,8 +430,9 @@ def test_delete_topics_bad_requests(broker):
          ("c", None), (None, idB)],
     )
     messages = [(r.name, r.error_code, r.error_message) for r in results]
-    assert (None, ErrorCode.invalid_request, "Neither topic name nor id were specified.") in messages
-    assert ("a", ErrorCode.invalid_request, "You may not specify both topic name and topic id.") in messages
+    invalid = ErrorCode.invalid_request
+    assert (None, invalid, "Neither topic name nor id were specified.") in messages
+    assert ("a", invalid, "You may not specify both topic name and topic id.") in messages
     assert ("b", ErrorCode.invalid_request, "Duplicate topic name.") in messages
     assert (None, ErrorCode.invalid_request, "Duplicate topic id.") in messages
     assert ("c", ErrorCode.none, None) in messages
@@ -438,9 +458,15 @@ def test_internal_topic_refused(broker):
     assert result.error_code == ErrorCode.unknown_topic_or_partition
 
 
-@pytest.mark.parametrize("version, code", [(1, ErrorCode.invalid_request), (2, ErrorCode.invalid_request),
-                                           (3, ErrorCode.topic_deletion_disabled),
-                                           (6, ErrorCode.topic_deletion_disabled)])
+@pytest.mark.parametrize(
+    "version, code",
+    [
+        (1, ErrorCode.invalid_request),
+        (2, ErrorCode.invalid_request),
+        (3, ErrorCode.topic_deletion_disabled),
+        (6, ErrorCode.topic_deletion_disabled),
+    ],
+)
 def test_delete_topic_disabled(version, code):
     broker = makeBroker(**{"delete.topic.enable": "false"})
     createTopic(broker, "t")
@@ -485,8 +511,9 @@ def test_create_partitions_errors(broker):
     assert result.error_code == ErrorCode.invalid_partitions
     assert "would not be an increase" in result.error_message
     assert grow(broker, "nope", 3).error_code == ErrorCode.unknown_topic_or_partition
-    assert grow(broker, "t", 4, assignments=[[NODE]]).error_code == ErrorCode.invalid_replica_assignment
-    assert grow(broker, "t", 3, assignments=[[7]]).error_code == ErrorCode.invalid_replica_assignment
+    badAssignment = ErrorCode.invalid_replica_assignment
+    assert grow(broker, "t", 4, assignments=[[NODE]]).error_code == badAssignment
+    assert grow(broker, "t", 3, assignments=[[7]]).error_code == badAssignment
     assert grow(broker, "t", 3, validateOnly=True).error_code == ErrorCode.none
     assert broker.logManager.topics()["t"].numPartitions == 2
     assert grow(broker, "t", 3, assignments=[[NODE]]).error_code == ErrorCode.none
@@ -690,7 +717,8 @@ def test_incremental_alter_errors(broker):
         ((4, "1", [("log.retention.hours", SET, "1")]), ErrorCode.invalid_request,
          "Cannot update these configs dynamically: log.retention.hours"),
         ((4, "", [("num.partitions", SET, "2")]), ErrorCode.invalid_request, "static"),
-        ((4, "2", [("num.partitions", SET, "2")]), ErrorCode.invalid_request, "Unexpected broker id"),
+        ((4, "2", [("num.partitions", SET, "2")]), ErrorCode.invalid_request,
+         "Unexpected broker id"),
         ((8, "1", [("root", SET, "DEBUG")]), ErrorCode.invalid_request, "BROKER_LOGGER"),
     ]
     for resource, code, words in cases:

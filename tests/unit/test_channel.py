@@ -1,0 +1,80 @@
+"""
+RequestChannel bounds and the MemoryPool.
+"""
+
+import threading
+
+from kafkatwist.network.acceptor import ConnectionQuotas
+from kafkatwist.network.channel import MemoryPool, RequestChannel
+
+
+class R:
+    """
+    A request stand-in.
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.dequeuedAt = 0.0
+
+    def __eq__(self, other):
+        return other == self.name
+
+
+class FakeProcessor:
+    def __init__(self):
+        self.notified = 0
+
+    def channelHasRoom(self):
+        self.notified += 1
+
+
+def test_full_channel_refuses_rest_and_notifies_when_room():
+    channel = RequestChannel(2)
+    processor = FakeProcessor()
+    assert channel.sendRequests([R("a"), R("b"), R("c")], processor) == 2
+    assert channel.receiveRequests(1) == ["a"]
+    assert processor.notified == 1
+    assert channel.sendRequests([R("c")], processor) == 1
+
+
+def test_receive_blocks_until_request_then_closes():
+    channel = RequestChannel(10)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(channel.receiveRequests(8)))
+    thread.start()
+    channel.sendRequests([R("x")], FakeProcessor())
+    thread.join(5)
+    assert got == [["x"]]
+    channel.close()
+    assert channel.receiveRequests(8) is None
+
+
+def test_memory_pool_admits_while_anything_left():
+    pool = MemoryPool(100)
+    assert pool.tryAllocate(90)
+    assert pool.tryAllocate(50)  # overshoots, as Kafka's pool does
+    woken = []
+    assert not pool.tryAllocate(1, lambda: woken.append(1))
+    pool.release(50)
+    assert woken == [1]
+    assert pool.used == 90
+
+
+def test_unbounded_pool():
+    pool = MemoryPool(-1)
+    assert pool.tryAllocate(10**12)
+    assert pool.used == 0
+
+
+def test_connection_quotas():
+    quotas = ConnectionQuotas(maxConnections=3, maxPerIp=2)
+    assert quotas.tryAcquire("a") is None
+    assert quotas.tryAcquire("a") is None
+    assert "max.connections.per.ip=2" in quotas.tryAcquire("a")
+    assert quotas.tryAcquire("b") is None
+    assert "max.connections=3" in quotas.tryAcquire("c")
+    quotas.release("a")
+    assert quotas.tryAcquire("c") is None
+    quotas.release("zzz")  # unknown: ignored
+    assert quotas.total == 3

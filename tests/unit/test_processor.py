@@ -1,0 +1,87 @@
+"""
+A Processor on Twisted's fake reactor: idle expiry, response routing,
+channel back-pressure.
+"""
+
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+
+from kafkatwist.config import Listener
+from kafkatwist.network.acceptor import ConnectionQuotas
+from kafkatwist.network.channel import MemoryPool, RequestChannel, Response
+from kafkatwist.network.processor import Processor
+from tests.unit.fakes import apiVersionsFrame
+
+
+class FakeServer:
+    def __init__(self, idleSeconds=1.0, queue=10):
+        self.memoryPool = MemoryPool(-1)
+        self.maxRequestSize = 1 << 20
+        self.supportedVersions = {18: (0, 3)}
+        self.listeners = [Listener("PLAINTEXT", "127.0.0.1", 0, "PLAINTEXT")]
+        self.tlsContextFactory = None
+        self.idleTimeout = idleSeconds
+        self.quotas = ConnectionQuotas(100, 100)
+        self.channel = RequestChannel(queue)
+        self.mainReactor = None
+        self.opened = self.closed = 0
+
+    def connectionOpened(self, c):
+        self.opened += 1
+
+    def connectionClosed(self, c):
+        self.closed += 1
+
+
+def connect(processor):
+    protocol = processor._factories["PLAINTEXT"].buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    return protocol, transport
+
+
+def test_idle_connections_expire_busy_ones_stay():
+    reactor = MemoryReactorClock()
+    processor = Processor(0, FakeServer(idleSeconds=1.0), reactor=reactor)
+    idle, idleTransport = connect(processor)
+    busy, busyTransport = connect(processor)
+    for _ in range(3):
+        reactor.advance(0.4)
+        busy.dataReceived(apiVersionsFrame(1))
+        reactor.advance(0)  # the end-of-iteration flush to the channel
+        [request] = processor.server.channel.receiveRequests(8)
+        busy.sendResponse(Response(request, [b"\x00\x00\x00\x04\x00\x00\x00\x01"]))
+        processor._closeIdle()
+    assert idleTransport.disconnecting
+    assert "idle for more than 1000 ms" in idle.closeReason
+    assert not busyTransport.disconnecting
+
+
+def test_requests_reach_channel_in_one_batch_per_iteration():
+    reactor = MemoryReactorClock()
+    processor = Processor(0, FakeServer(), reactor=reactor)
+    connections = [connect(processor)[0] for _ in range(5)]
+    for i, c in enumerate(connections):
+        c.dataReceived(apiVersionsFrame(i))
+    assert len(processor.server.channel) == 0
+    reactor.advance(0)
+    assert len(processor.server.channel) == 5
+
+
+def test_full_channel_holds_requests_until_room():
+    reactor = MemoryReactorClock()
+    server = FakeServer(queue=2)
+    processor = Processor(0, server, reactor=reactor)
+    connections = [connect(processor)[0] for _ in range(4)]
+    for i, c in enumerate(connections):
+        c.dataReceived(apiVersionsFrame(i))
+    reactor.advance(0)
+    assert len(server.channel) == 2
+    assert len(processor._blocked) == 2
+    # A handler takes one: the processor is told, and (in its thread) flushes.
+    calls = []
+    processor.callInThread = lambda f, *a: calls.append((f, a))
+    server.channel.receiveRequests(1)
+    for f, a in calls:
+        f(*a)
+    assert len(server.channel) == 2
+    assert len(processor._blocked) == 1
