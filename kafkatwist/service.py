@@ -16,6 +16,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 
@@ -98,6 +99,7 @@ class BrokerService(service.Service):
         registry = HandlerRegistry(discoverPlugins(config["plugin.paths"]))
         self.logManager = self.logManagerFactory(config) if self.logManagerFactory else None
         self.broker = Broker(config, registry, self.logManager, self.reactor, clusterId)
+        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self.server.bind()
@@ -168,6 +170,8 @@ class BrokerService(service.Service):
                 call.stop()
         if self.server is not None:
             yield self.server.stop()
+        if self.broker is not None:
+            stopGroupCoordinator(self.broker.groupCoordinator)
         if self.logManager is not None:
             self.logManager.close()
         log.info("kafkatwist stopped")

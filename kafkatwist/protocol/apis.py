@@ -20,6 +20,11 @@ METADATA = 3
 API_VERSIONS = 18
 
 
+#: schemas of APIs Kafka does not define, registered by plugins
+_CUSTOM: dict[int, dict[int, tuple[type, type]]] = {}
+_CUSTOM_NAMES: dict[int, str] = {}
+
+
 class UnknownSchema(LookupError):
     """
     No schema for this ApiKey and version.
@@ -27,13 +32,36 @@ class UnknownSchema(LookupError):
 
 
 def apiName(apiKey: int) -> str:
-    return API_NAMES.get(apiKey, f"api_{apiKey}")
+    return API_NAMES.get(apiKey) or _CUSTOM_NAMES.get(apiKey, f"api_{apiKey}")
+
+
+def registerSchema(apiKey: int, name: str, version: int, request: type, response: type) -> None:
+    """
+    Teach the codec a request/response pair for an ApiKey Kafka does not
+    define (a plugin's own API).  The classes follow kio's dataclass
+    conventions (C{__flexible__}, field metadata), so kio reads and writes
+    them.
+
+    @raise ValueError: if C{apiKey} is one of Kafka's.
+    """
+    if apiKey in API_NAMES:
+        raise ValueError(f"ApiKey {apiKey} is Kafka's {API_NAMES[apiKey]}; pick another")
+    existing = _CUSTOM.get(apiKey, {}).get(version)
+    if existing is not None and existing != (request, response):
+        raise ValueError(f"ApiKey {apiKey} v{version} already has a schema")
+    _CUSTOM.setdefault(apiKey, {})[version] = (request, response)
+    _CUSTOM_NAMES[apiKey] = name
+    requestType.cache_clear()
+    responseType.cache_clear()
+    isFlexible.cache_clear()
 
 
 def knownVersions(apiKey: int) -> range:
     """
     @return: every version this codec can read and write for C{apiKey}.
     """
+    if apiKey in _CUSTOM:
+        return range(min(_CUSTOM[apiKey]), max(_CUSTOM[apiKey]) + 1)
     name = API_NAMES.get(apiKey)
     if name is None:
         return range(0)
@@ -52,6 +80,11 @@ def requestType(apiKey: int, version: int) -> type:
     """
     if apiKey == PRODUCE and version in PRODUCE_REQUESTS:
         return PRODUCE_REQUESTS[version]
+    if apiKey in _CUSTOM:
+        try:
+            return _CUSTOM[apiKey][version][0]
+        except KeyError:
+            raise UnknownSchema(f"{apiName(apiKey)} v{version}") from None
     try:
         module = load_payload_module(apiKey, version, EntityType.request)
     except Exception as e:
@@ -66,6 +99,11 @@ def responseType(apiKey: int, version: int) -> type:
     """
     if apiKey == PRODUCE and version in PRODUCE_RESPONSES:
         return PRODUCE_RESPONSES[version]
+    if apiKey in _CUSTOM:
+        try:
+            return _CUSTOM[apiKey][version][1]
+        except KeyError:
+            raise UnknownSchema(f"{apiName(apiKey)} v{version}") from None
     try:
         module = load_payload_module(apiKey, version, EntityType.response)
     except Exception as e:

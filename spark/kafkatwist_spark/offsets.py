@@ -21,7 +21,6 @@ from kio.schema.errors import ErrorCode
 from kafkatwist.client import EARLIEST as LIST_EARLIEST
 from kafkatwist.client import LATEST as LIST_LATEST
 from kafkatwist.client import KafkaWireClient
-from kafkatwist.errors import KafkaError
 
 from kafkatwist_spark.options import (
     EARLIEST,
@@ -376,6 +375,3 @@ class OffsetReader:
             ranges.append(OffsetRange(tp[0], tp[1], fromOffset, untilOffset))
         return ranges
 
-
-def describeKafkaError(e: KafkaError) -> str:
-    return f"{e.code.name}: {e.message}" if getattr(e, "message", None) else str(e)

@@ -6,7 +6,6 @@ idle expiry, clean shutdown.
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest

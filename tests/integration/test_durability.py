@@ -19,7 +19,6 @@ from tests.integration.test_produce_consume import (
     confluentConsume,
     confluentProduce,
     digest,
-    expectedDigest,
 )
 
 pytestmark = pytest.mark.integration

@@ -166,7 +166,6 @@ def test_response_after_close_is_dropped():
 
 class FakeRegion:
     def __init__(self, data):
-        import os
         import tempfile
 
         self.file = tempfile.TemporaryFile()

@@ -2,7 +2,6 @@
 The hand-written Fetch response encoder agrees with kio's generated one.
 """
 
-import io
 import uuid
 
 import pytest

@@ -1,0 +1,383 @@
+"""
+The write side: a batch sink and a streaming sink, both at-least-once.
+
+Each task groups its rows by topic-partition and sends one Produce request
+per partition whenever about C{kafka.batch.size} bytes are pending, and
+whatever is left at the end of its input.  A task that fails after some
+requests succeeded leaves those records in Kafka, and Spark's retry writes
+them again: at-least-once, as with Spark's own Kafka sink.  Committing a
+job or a micro-batch has nothing left to do.
+
+Rows without a C{partition} go where Kafka's Java producer would put them:
+keyed rows to C{murmur2(key) % partitions}, so that readers relying on key
+placement agree with other producers; rows without a key stick to one
+partition per request, then move on round-robin.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from kio.schema.errors import ErrorCode
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from kafkatwist.client import KafkaConnectionError
+from kafkatwist.errors import KafkaError
+from kafkatwist.protocol.records import Record, buildBatch
+
+from kafkatwist_spark.clients import discardSharedClient, sharedClient
+from kafkatwist_spark.options import OptionError, SinkConfig
+
+__all__ = [
+    "KafkaBatchWriter",
+    "KafkaCommitMessage",
+    "KafkaStreamWriter",
+    "SinkColumns",
+    "checkSinkSchema",
+    "murmur2",
+]
+
+#: bytes a record costs beyond its key and value (varints, attributes)
+_RECORD_OVERHEAD = 20
+
+
+def murmur2(data: bytes) -> int:
+    """
+    Kafka's murmur2 hash (C{org.apache.kafka.common.utils.Utils.murmur2}),
+    as a signed 32-bit integer: what the Java producer's default
+    partitioner hashes keys with.
+    """
+    length = len(data)
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[whole + 2] << 16
+    if rest >= 2:
+        h ^= data[whole + 1] << 8
+    if rest >= 1:
+        h ^= data[whole]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def keyPartition(key: bytes, partitions: int) -> int:
+    """
+    The partition the Java producer picks for C{key}.
+    """
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    """
+    Where the sink finds its inputs in the DataFrame (column names as the
+    DataFrame spells them, matched case-insensitively like Spark does).
+    """
+
+    value: str
+    key: str | None = None
+    topic: str | None = None
+    partition: str | None = None
+    headers: str | None = None
+
+
+def _sameHeaders(dataType) -> bool:
+    if not isinstance(dataType, ArrayType) or not isinstance(dataType.elementType, StructType):
+        return False
+    fields = dataType.elementType.fields
+    return (
+        len(fields) == 2
+        and fields[0].name.lower() == "key"
+        and isinstance(fields[0].dataType, StringType)
+        and fields[1].name.lower() == "value"
+        and isinstance(fields[1].dataType, BinaryType)
+    )
+
+
+def checkSinkSchema(schema: StructType, config: SinkConfig) -> SinkColumns:
+    """
+    Check the DataFrame has what the sink writes, as Spark's Kafka sink
+    does: a C{value} (string or binary), and optionally C{key} (string or
+    binary), C{topic} (string; needed unless the C{topic} option is set),
+    C{partition} (int) and C{headers}
+    (array<struct<key:string,value:binary>>).  Other columns are ignored.
+
+    @raise OptionError: naming the missing or mistyped column (or the
+        C{topic} option).
+    """
+    byName = {f.name.lower(): f for f in schema.fields}
+
+    def column(name: str, allowed: tuple, description: str) -> str | None:
+        found = byName.get(name)
+        if found is None:
+            return None
+        if not isinstance(found.dataType, allowed):
+            raise OptionError(
+                name,
+                f"the '{name}' column must be {description}, "
+                f"but it is {found.dataType.simpleString()}",
+            )
+        return found.name
+
+    value = column("value", (StringType, BinaryType), "a string or binary")
+    if value is None:
+        raise OptionError(
+            "value",
+            "the DataFrame has no 'value' column, which the kafkatwist sink writes as each "
+            "record's value (columns: " + ", ".join(schema.fieldNames()) + ")",
+        )
+    key = column("key", (StringType, BinaryType), "a string or binary")
+    topic = column("topic", (StringType,), "a string")
+    partition = column("partition", (IntegerType,), "an int")
+    headers = None
+    if "headers" in byName:
+        if not _sameHeaders(byName["headers"].dataType):
+            raise OptionError(
+                "headers",
+                "the 'headers' column must be array<struct<key:string,value:binary>>, but it is "
+                + byName["headers"].dataType.simpleString(),
+            )
+        headers = byName["headers"].name
+    if topic is None and config.topic is None:
+        raise OptionError(
+            "topic",
+            "no topic to write to: set the 'topic' option, or give the DataFrame a "
+            "'topic' column",
+        )
+    return SinkColumns(value=value, key=key, topic=topic, partition=partition, headers=headers)
+
+
+class KafkaCommitMessage(WriterCommitMessage):
+    """
+    What one task wrote: {(topic, partition): record count}.
+    """
+
+    def __init__(self, counts: dict[tuple[str, int], int]) -> None:
+        self.counts = counts
+
+    @property
+    def records(self) -> int:
+        return sum(self.counts.values())
+
+
+class _Producer:
+    """
+    Buffers one task's records per partition and produces them in batches.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        self.pending: dict[tuple[str, int], list[Record]] = {}
+        self.pendingBytes: Counter = Counter()
+        self.written: Counter = Counter()
+        self._partitionCounts: dict[str, int] = {}
+        self._sticky: dict[str, int] = {}
+
+    def partitionCount(self, topic: str) -> int:
+        count = self._partitionCounts.get(topic)
+        if count is not None:
+            return count
+        deadline = time.monotonic() + self.config.requestTimeoutMs / 1000.0
+        while True:
+            client = sharedClient(self.config.connection)
+            # Like a Kafka producer, ask the broker to create a missing
+            # topic (it does if auto.create.topics.enable is on).
+            meta = client.metadata([topic], allowAutoTopicCreation=True).topics.get(topic)
+            if meta is not None and meta.error == ErrorCode.none and meta.partitions:
+                count = len(meta.partitions)
+                self._partitionCounts[topic] = count
+                return count
+            error = meta.error if meta is not None else ErrorCode.unknown_topic_or_partition
+            if not error.retriable or time.monotonic() > deadline:
+                raise KafkaError(
+                    error,
+                    f"can not write to topic {topic!r}: it does not exist "
+                    f"and the broker did not create it",
+                )
+            time.sleep(0.1)
+
+    def partitionFor(self, topic: str, key: bytes | None) -> int:
+        count = self.partitionCount(topic)
+        if key is not None:
+            return keyPartition(key, count)
+        sticky = self._sticky.get(topic)
+        if sticky is None:
+            sticky = self._sticky[topic] = random.randrange(count)
+        return sticky
+
+    def add(self, topic: str, partition: int | None, record: Record) -> None:
+        if partition is None:
+            partition = self.partitionFor(topic, record.key)
+        elif partition < 0 or partition >= self.partitionCount(topic):
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                f"the 'partition' column says {partition}, but topic {topic!r} has "
+                f"partitions 0-{self.partitionCount(topic) - 1}",
+            )
+        tp = (topic, partition)
+        records = self.pending.get(tp)
+        if records is None:
+            records = self.pending[tp] = []
+        records.append(record)
+        size = _RECORD_OVERHEAD + len(record.value or b"") + len(record.key or b"")
+        for headerKey, headerValue in record.headers:
+            size += len(headerKey) + len(headerValue or b"") + 4
+        self.pendingBytes[tp] += size
+        if self.pendingBytes[tp] >= self.config.batchBytes:
+            self.send(tp)
+
+    def send(self, tp: tuple[str, int]) -> None:
+        records = self.pending.pop(tp, None)
+        self.pendingBytes.pop(tp, None)
+        if not records:
+            return
+        topic, partition = tp
+        payload = buildBatch(records, self.config.compression)
+        attempt = 0
+        while True:
+            try:
+                sharedClient(self.config.connection).produce(
+                    topic,
+                    partition,
+                    payload,
+                    acks=self.config.acks,
+                    timeoutMs=self.config.requestTimeoutMs,
+                )
+                break
+            except KafkaError as e:
+                retriable = isinstance(e, KafkaConnectionError) or e.code.retriable
+                attempt += 1
+                if not retriable or attempt > self.config.retries:
+                    raise
+                # A retry after a lost connection may duplicate the batch:
+                # that is the at-least-once contract.
+                discardSharedClient(self.config.connection)
+                time.sleep(self.config.retryBackoffMs / 1000.0 * attempt)
+        self.written[tp] += len(records)
+        if tp[0] in self._sticky and self._sticky[tp[0]] == partition:
+            # Keyless rows move on to the next partition, as the Java
+            # producer's sticky partitioner does once a batch is sent.
+            self._sticky[tp[0]] = (partition + 1) % self.partitionCount(tp[0])
+
+    def flush(self) -> None:
+        for tp in list(self.pending):
+            self.send(tp)
+
+
+def _bytesColumn(batch: pa.RecordBatch, name: str | None) -> list | None:
+    if name is None:
+        return None
+    column = batch.column(name)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        # UTF-8 text goes out as its bytes: the cast only relabels buffers.
+        column = pc.cast(column, pa.binary())
+    return column.to_pylist()
+
+
+def writeArrow(
+    config: SinkConfig, columns: SinkColumns, batches: Iterator[pa.RecordBatch]
+) -> KafkaCommitMessage:
+    """
+    Produce every row of C{batches}; the body of a sink task.
+    """
+    producer = _Producer(config)
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        values = _bytesColumn(batch, columns.value)
+        keys = _bytesColumn(batch, columns.key) or [None] * n
+        if config.topic is not None:
+            topics = None
+        else:
+            topics = batch.column(columns.topic).to_pylist()
+        partitions = (
+            batch.column(columns.partition).to_pylist() if columns.partition else [None] * n
+        )
+        headers = batch.column(columns.headers).to_pylist() if columns.headers else None
+        for i in range(n):
+            topic = config.topic if topics is None else topics[i]
+            if topic is None:
+                raise OptionError(
+                    "topic",
+                    "a row has a null 'topic' column and no 'topic' option is set",
+                )
+            recordHeaders = []
+            if headers is not None and headers[i]:
+                recordHeaders = [(h["key"], h["value"]) for h in headers[i]]
+                if any(k is None for k, _ in recordHeaders):
+                    raise OptionError("headers", "a row has a header with a null key")
+            producer.add(
+                topic, partitions[i], Record(key=keys[i], value=values[i], headers=recordHeaders)
+            )
+    producer.flush()
+    return KafkaCommitMessage(dict(producer.written))
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """
+    C{df.write.format("kafkatwist").mode("append").save()}.
+    """
+
+    def __init__(self, config: SinkConfig, columns: SinkColumns) -> None:
+        self.config = config
+        self.columns = columns
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
+        return writeArrow(self.config, self.columns, iterator)
+
+    def commit(self, messages) -> None:
+        # Records are in Kafka as soon as each Produce is acknowledged.
+        pass
+
+    def abort(self, messages) -> None:
+        # Nothing can be taken back out of a log: at-least-once.
+        pass
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """
+    C{df.writeStream.format("kafkatwist")}: each micro-batch's rows,
+    at-least-once (a micro-batch replayed after a failure writes again).
+    """
+
+    def __init__(self, config: SinkConfig, columns: SinkColumns) -> None:
+        self.config = config
+        self.columns = columns
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
+        return writeArrow(self.config, self.columns, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        pass
+
+    def abort(self, messages, batchId: int) -> None:
+        pass
