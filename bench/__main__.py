@@ -16,6 +16,7 @@ import sys
 #: suite name -> (module, one-line description)
 SUITES = {
     "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
+    "throughput": ("bench.throughput", "produce/consume throughput with real clients"),
     "spark_ingest": ("bench.spark_ingest", "Spark ingest"),
 }
 DEFAULT = "network"

@@ -14,6 +14,7 @@ from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.interfaces import IBroker
+from kafkatwist.metrics import TopicBytes
 from kafkatwist.purgatory import Purgatory
 
 META_PROPERTIES = "meta.properties"
@@ -60,7 +61,7 @@ class Broker:
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
         self.fetchPurgatory = Purgatory("Fetch")
         self.groupCoordinator = None
-        self.metrics = None
+        self.topicBytes = TopicBytes()
 
     def advertisedListenerFor(self, listenerName: str):
         """

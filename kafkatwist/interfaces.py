@@ -67,9 +67,9 @@ class IRequestHandler(Interface):
     e.g. file regions for zero-copy Fetch), C{None} when no response is due
     (Produce with acks=0), or a C{Deferred} firing with one of those, which
     may fire later from any thread without holding a handler thread.
-    Raising L{kafkatwist.errors.KafkaError} answers with that error code
-    where the API has a top-level error; anything else closes the connection
-    with a log line.
+    Errors a client should see go into the response's error codes, as Kafka
+    does; an exception (or a failed Deferred) closes the connection with a
+    log line, and the broker keeps serving everyone else.
     """
 
     apiKey = Attribute("C{int}: the ApiKey served.")

@@ -85,6 +85,7 @@ class BrokerService(service.Service):
         self.server = None
         self.logManager = None
         self._periodic: list = []
+        self._metricsPort = None
 
     def prepare(self) -> None:
         """
@@ -132,8 +133,24 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        self._startMetricsListener()
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+
+    def _startMetricsListener(self) -> None:
+        address = self.config["metrics.http.listener"]
+        if not address:
+            return
+        from kafkatwist.metrics_http import metricsSite
+
+        host, _, port = address.rpartition(":")
+        self._metricsPort = self.reactor.listenTCP(
+            int(port), metricsSite(self.broker, self.server), interface=host.strip("[]")
+        )
+        log.info(
+            "Prometheus metrics on http://{host}:{port}/metrics",
+            host=host, port=self._metricsPort.getHost().port,
+        )
 
     def _startLogTasks(self) -> None:
         """
@@ -168,6 +185,8 @@ class BrokerService(service.Service):
         for call in self._periodic:
             if call.running:
                 call.stop()
+        if self._metricsPort is not None:
+            yield self._metricsPort.stopListening()
         if self.server is not None:
             yield self.server.stop()
         if self.broker is not None:

@@ -384,6 +384,23 @@ class KafkaWireClient:
         version = int(type(entity).__version__)
         return self.connection(nodeId).request(apiKey, version, entity, timeout=timeout)
 
+    def call(self, apiKey: int, build, nodeId: int | None = None, timeout: float | None = None):
+        """
+        Send one request of any API -- Kafka's, or a plugin's whose schemas
+        were registered with L{kafkatwist.protocol.apis.registerSchema} in
+        this process -- at the highest version both this codec and the
+        broker (per its ApiVersions) speak.  Error codes in the response are
+        not raised.  Not retried on a connection failure.
+
+        @param build: C{build(version, requestClass) -> request entity}, or
+            C{(version, entity)} to use a lower version than offered.
+        @param nodeId: the broker to ask; C{None} for any.
+        @return: (version used, response entity).
+        @raise KafkaError: C{UNSUPPORTED_VERSION} if the broker does not
+            serve C{apiKey} in a version this process knows.
+        """
+        return self._call(nodeId, apiKey, build, retry=False, timeout=timeout)
+
     def sendRaw(
         self,
         frame: bytes,

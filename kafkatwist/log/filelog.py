@@ -10,16 +10,32 @@ offsets); the first invalid batch and everything after it, including later
 segments, is truncated away, and the indexes of the recovered segments are
 rebuilt.  A corrupted byte below the recovery point is not looked for,
 exactly as in Kafka: that data was fsynced before the crash.
+
+Producer state (L{kafkatwist.log.producerstate}) is snapshotted as
+C{<offset>.snapshot} beside the segments when a segment rolls (the state of
+every offset below the new segment's base) and at a clean close (below the
+log end offset).  Loading takes the newest snapshot at or below the log end
+offset that decodes (snapshots past the end, left by a truncation, and
+unreadable ones are deleted) and replays the producer fields of the batch
+headers after it; without any snapshot it replays the whole log.  Retention
+deletes the snapshots of deleted segments.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from twisted.logger import Logger
 
 from kafkatwist.log.partition import PartitionLog
-from kafkatwist.log.segment import SEGMENT_FILE, FileSegment, _ScanError
+from kafkatwist.log.producerstate import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    SNAPSHOT_SUFFIX,
+    CorruptSnapshot,
+    ProducerStateManager,
+)
+from kafkatwist.log.segment import SEGMENT_FILE, FileSegment, _ScanError, segmentFileName
 
 __all__ = ["FilePartitionLog"]
 
@@ -27,6 +43,7 @@ log = Logger()
 
 # Kafka's leftovers of interrupted operations, safe to delete at load.
 _STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 
 
 class FilePartitionLog(PartitionLog):
@@ -43,13 +60,29 @@ class FilePartitionLog(PartitionLog):
 
     @classmethod
     def create(
-        cls, directory: str, cache, topic: str, partition: int, config, nowMs: int
+        cls,
+        directory: str,
+        cache,
+        topic: str,
+        partition: int,
+        config,
+        nowMs: int,
+        *,
+        producerIdExpirationMs: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> FilePartitionLog:
         os.makedirs(directory, exist_ok=True)
         segment = FileSegment.create(directory, 0, cache, nowMs)
         segment.indexIntervalBytes = config.indexIntervalBytes
         cache.pin(segment)
-        return cls(directory, cache, topic, partition, config, [segment])
+        return cls(
+            directory,
+            cache,
+            topic,
+            partition,
+            config,
+            [segment],
+            producerIdExpirationMs=producerIdExpirationMs,
+        )
 
     @classmethod
     def load(
@@ -64,6 +97,7 @@ class FilePartitionLog(PartitionLog):
         logStartOffset: int,
         clean: bool,
         nowMs: int,
+        producerIdExpirationMs: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> FilePartitionLog:
         """
         Open an existing partition directory, recovering it if C{clean} is
@@ -105,6 +139,8 @@ class FilePartitionLog(PartitionLog):
             recoveryPoint = segments[-1].nextOffset
         else:
             recoveryPoint = segments[-1].nextOffset
+        producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
+        cls._loadProducerState(directory, segments, producerState, nowMs)
         return cls(
             directory,
             cache,
@@ -114,7 +150,107 @@ class FilePartitionLog(PartitionLog):
             segments,
             logStartOffset=logStartOffset,
             recoveryPoint=recoveryPoint,
+            producerState=producerState,
+            producerIdExpirationMs=producerIdExpirationMs,
         )
+
+    # -- producer state snapshots ------------------------------------------------------
+
+    @staticmethod
+    def _snapshotOffsets(directory: str) -> list[int]:
+        offsets = []
+        for name in os.listdir(directory):
+            match = SNAPSHOT_FILE.match(name)
+            if match:
+                offsets.append(int(match.group(1)))
+        offsets.sort()
+        return offsets
+
+    @staticmethod
+    def _snapshotPath(directory: str, offset: int) -> str:
+        return os.path.join(directory, segmentFileName(offset, SNAPSHOT_SUFFIX))
+
+    @classmethod
+    def _loadProducerState(
+        cls, directory: str, segments: list, state: ProducerStateManager, nowMs: int
+    ) -> None:
+        """
+        The newest usable snapshot, then the batch headers after it.
+        """
+        end = segments[-1].nextOffset
+        start = segments[0].baseOffset
+        loaded = None
+        for offset in reversed(cls._snapshotOffsets(directory)):
+            path = cls._snapshotPath(directory, offset)
+            if offset > end:
+                # Written before a truncation: describes offsets that are gone.
+                _unlinkQuietly(path)
+                continue
+            try:
+                with open(path, "rb") as f:
+                    state.loadSnapshot(f.read())
+            except (OSError, CorruptSnapshot) as e:
+                log.warn("Deleting unusable producer snapshot {path}: {error}", path=path, error=e)
+                _unlinkQuietly(path)
+                continue
+            loaded = offset
+            break
+        replayFrom = start if loaded is None else max(loaded, start)
+        replayed = 0
+        if replayFrom < end:
+            for i, segment in enumerate(segments):
+                following = segments[i + 1] if i + 1 < len(segments) else None
+                if following is not None and following.baseOffset <= replayFrom:
+                    continue
+                try:
+                    for header in segment.batchHeaders(replayFrom):
+                        state.replay(header)
+                        replayed += 1
+                except _ScanError as e:
+                    log.warn(
+                        "{dir}: producer state rebuild skips the rest of {segment}: {error}",
+                        dir=directory,
+                        segment=segment,
+                        error=e,
+                    )
+        state.removeExpired(nowMs)
+        if loaded is None or replayed:
+            log.info(
+                "{dir}: producer state of {count} producer(s) from snapshot {snapshot} "
+                "and {replayed} batch(es) after it",
+                dir=directory,
+                count=len(state),
+                snapshot=loaded,
+                replayed=replayed,
+            )
+
+    def _writeSnapshot(self, offset: int, sync: bool) -> None:
+        path = self._snapshotPath(self.directory, offset)
+        temporary = path + ".tmp"
+        try:
+            with open(temporary, "wb") as f:
+                f.write(self.producerState.snapshot())
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(temporary, path)
+        except OSError as e:
+            # Only an optimisation: recovery replays from an older snapshot.
+            log.warn("Could not write producer snapshot {path}: {error}", path=path, error=e)
+            _unlinkQuietly(temporary)
+
+    def _onRoll(self, offset: int) -> None:
+        self._writeSnapshot(offset, sync=False)
+
+    def _onCleanClose(self) -> None:
+        self._writeSnapshot(self._end[0], sync=True)
+
+    def _onSegmentsDeleted(self, firstBaseOffset: int) -> None:
+        offsets = self._snapshotOffsets(self.directory)
+        # Keep the newest one whatever happens: the state survives retention.
+        for offset in offsets[:-1]:
+            if offset < firstBaseOffset:
+                _unlinkQuietly(self._snapshotPath(self.directory, offset))
 
     @staticmethod
     def _recover(
@@ -164,3 +300,10 @@ class FilePartitionLog(PartitionLog):
                 segment._offsetIndex = segment._timeIndex = None
                 segment.released = True
                 self.cache.forget(segment)
+
+
+def _unlinkQuietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

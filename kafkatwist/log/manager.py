@@ -52,6 +52,7 @@ from kafkatwist.log.checkpoint import (
 from kafkatwist.log.config import LogConfig, validateTopicConfigs
 from kafkatwist.log.filelog import FilePartitionLog
 from kafkatwist.log.handles import HandleCache
+from kafkatwist.log.producerstate import producerIdExpirationMs
 from kafkatwist.log.topics import BaseLogManager, TopicState, validateTopicName
 
 __all__ = ["TOPIC_METADATA", "LogManager"]
@@ -76,7 +77,8 @@ class LogManager(BaseLogManager):
         C{log.flush.interval.messages}, C{log.flush.interval.ms},
         C{message.max.bytes}, C{log.message.timestamp.type},
         C{log.cleanup.policy}, C{min.insync.replicas}, C{compression.type},
-        C{num.partitions} (other keys are ignored).
+        C{num.partitions}, C{producer.id.expiration.ms} (other keys are
+        ignored).
     @param maxOpenSegments: descriptors kept open for inactive segments.
     @param clock: milliseconds since the epoch.
     """
@@ -90,6 +92,7 @@ class LogManager(BaseLogManager):
         clock: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(defaults, clock=clock)
+        self.producerIdExpirationMs = producerIdExpirationMs(defaults)
         if not logDirs:
             raise ValueError("at least one log directory is required")
         self.logDirs = [os.path.abspath(d) for d in logDirs]
@@ -136,10 +139,7 @@ class LogManager(BaseLogManager):
                 readCheckpoint(os.path.join(logDir, RECOVERY_POINT)),
                 readCheckpoint(os.path.join(logDir, LOG_START_OFFSET)),
             )
-            if not clean:
-                log.warn(
-                    "{dir}: no clean shutdown marker, recovering unflushed segments", dir=logDir
-                )
+            firstPartition = True
             for name in sorted(os.listdir(logDir)):
                 path = os.path.join(logDir, name)
                 if not os.path.isdir(path):
@@ -156,6 +156,14 @@ class LogManager(BaseLogManager):
                 except KafkaError:
                     log.warn("Ignoring directory {path}: not a partition directory", path=path)
                     continue
+                if not clean and firstPartition:
+                    # Only worth a warning if there is something to recover
+                    # (a new, empty directory has no marker either).
+                    log.warn(
+                        "{dir}: no clean shutdown marker, recovering unflushed segments",
+                        dir=logDir,
+                    )
+                firstPartition = False
                 found.setdefault(topic, {})[partition] = path
                 meta = _readMetadata(path)
                 if meta is not None:
@@ -207,6 +215,7 @@ class LogManager(BaseLogManager):
                 logStartOffset=startOffsets.get((name, partition), 0),
                 clean=clean,
                 nowMs=now,
+                producerIdExpirationMs=self.producerIdExpirationMs,
             )
             self._dirOf[(name, partition)] = logDir
         self._topics[name] = topic
@@ -231,7 +240,13 @@ class LogManager(BaseLogManager):
             # Leftovers of an unfinished delete or create: start afresh.
             shutil.rmtree(path)
         partitionLog = FilePartitionLog.create(
-            path, self.cache, topic.name, partition, topic.config, self.clock()
+            path,
+            self.cache,
+            topic.name,
+            partition,
+            topic.config,
+            self.clock(),
+            producerIdExpirationMs=self.producerIdExpirationMs,
         )
         self._dirOf[(topic.name, partition)] = logDir
         _writeMetadata(path, topic)

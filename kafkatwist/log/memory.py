@@ -15,6 +15,7 @@ from zope.interface import implementer
 from kafkatwist.interfaces import ILogManager
 from kafkatwist.log.index import OffsetIndex, TimeIndex
 from kafkatwist.log.partition import PartitionLog
+from kafkatwist.log.producerstate import producerIdExpirationMs
 from kafkatwist.log.segment import Segment
 from kafkatwist.log.topics import BaseLogManager, TopicState
 
@@ -92,9 +93,16 @@ class MemoryLogManager(BaseLogManager):
 
     def __init__(self, defaults=None, *, clock=None) -> None:
         super().__init__(defaults, clock=clock)
+        self.producerIdExpirationMs = producerIdExpirationMs(defaults)
 
     def _createLog(self, topic: TopicState, partition: int) -> MemoryPartitionLog:
-        return MemoryPartitionLog(topic.name, partition, topic.config, nowMs=self.clock())
+        return MemoryPartitionLog(
+            topic.name,
+            partition,
+            topic.config,
+            nowMs=self.clock(),
+            producerIdExpirationMs=self.producerIdExpirationMs,
+        )
 
     def close(self) -> None:
         for log in self.logs():

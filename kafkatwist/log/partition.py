@@ -18,6 +18,13 @@ the broker's timer; that also fsyncs segments rolled since the last call
 (Kafka flushes a segment when it rolls), so after a crash only the active
 segment normally needs recovering.  The recovery point is the offset below
 which everything is known to be on disk.
+
+Idempotent producers: C{producerState} (L{ProducerStateManager}) checks
+the batches of each append that carry a producer id, under the lock and
+before anything is written; a retried batch (a duplicate of one of the
+producer's last five) writes nothing and returns its original offsets with
+C{AppendInfo.duplicate} set.  Batches without a producer id cost one
+comparison.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ from zope.interface import implementer
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
 from kafkatwist.log.config import LogConfig
+from kafkatwist.log.producerstate import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateManager,
+)
 from kafkatwist.log.records import AppendInfo, ReadInfo
 from kafkatwist.protocol.batch import assignOffsets, validateRecordSet
 
@@ -48,6 +60,7 @@ class PartitionLog:
         configs change.
     @ivar recoveryPoint: everything below this offset has been fsynced.
     @ivar leaderEpoch: written into appended batches.
+    @ivar producerState: the idempotent producers' state.
     """
 
     def __init__(
@@ -60,6 +73,8 @@ class PartitionLog:
         logStartOffset: int = 0,
         recoveryPoint: int = 0,
         leaderEpoch: int = 0,
+        producerState: ProducerStateManager | None = None,
+        producerIdExpirationMs: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -76,6 +91,12 @@ class PartitionLog:
         self._dirtySinceMs: int | None = None
         self._rolledUnflushed: list = []
         self.flushCount = 0
+        if producerState is None:
+            producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
+        else:
+            producerState.name = f"{topic}-{partition}"
+            producerState.expirationMs = producerIdExpirationMs
+        self.producerState = producerState
 
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"
@@ -140,6 +161,18 @@ class PartitionLog:
         with self._lock:
             self._checkOpen()
             firstOffset = self._end[0]
+            producers = None
+            for _, header in batches:
+                if header.producerId >= 0:
+                    if isFromClient:
+                        producers = self.producerState.prepareAppend(
+                            batches, firstOffset, logAppendTime
+                        )
+                        if type(producers) is BatchMetadata:
+                            return self._duplicate(producers)
+                    else:
+                        producers = False
+                    break
             assigned = assignOffsets(
                 data,
                 batches,
@@ -156,6 +189,10 @@ class PartitionLog:
             segment.append(data, assigned, config.indexIntervalBytes)
             # Publish only now: readers never look past this.
             self._end = (last.lastOffset + 1, segment, segment.size)
+            if producers:
+                self.producerState.commit(producers)
+            elif producers is False:
+                self._replayProducers(data, batches, assigned)
             numRecords = sum(batch.header.recordsCount for batch in batches)
             if self._unflushedRecords == 0:
                 self._dirtySinceMs = now_ms
@@ -172,6 +209,38 @@ class PartitionLog:
                 numRecords=numRecords,
                 validBytes=len(data),
             )
+
+    def _duplicate(self, batch: BatchMetadata) -> AppendInfo:
+        # Kafka answers a retried batch with the offsets it got the first time.
+        return AppendInfo(
+            firstOffset=batch.firstOffset,
+            lastOffset=batch.lastOffset,
+            logAppendTime=batch.maxTimestamp if self.config.logAppendTime else -1,
+            logStartOffset=self._logStartOffset,
+            maxTimestamp=batch.maxTimestamp,
+            offsetOfMaxTimestamp=batch.lastOffset,
+            numRecords=0,
+            validBytes=0,
+            duplicate=True,
+        )
+
+    def _replayProducers(self, data, batches, assigned) -> None:
+        # The broker's own appends (not checked): keep the state in step.
+        for (_, header), placed in zip(batches, assigned):
+            if header.producerId >= 0:
+                self.producerState.replay(
+                    header._replace(baseOffset=placed.baseOffset, maxTimestamp=placed.maxTimestamp)
+                )
+
+    def expireProducers(self, nowMs: int) -> int:
+        """
+        Forget producers idle for C{producer.id.expiration.ms} (by their
+        last batch's max timestamp, as Kafka does).
+
+        @return: producers removed.
+        """
+        with self._lock:
+            return self.producerState.removeExpired(nowMs)
 
     def _checkOpen(self) -> None:
         if self._closed:
@@ -201,6 +270,7 @@ class PartitionLog:
         self._rolledUnflushed.append(old)
         self._setSegments(self._view[1] + [new])
         self._end = (self._end[0], new, 0)
+        self._onRoll(new.baseOffset)
         return new
 
     def roll(self, nowMs: int = 0):
@@ -217,6 +287,17 @@ class PartitionLog:
 
     def _deactivate(self, segment) -> None:
         pass
+
+    def _onRoll(self, offset: int) -> None:
+        """
+        A segment starting at C{offset} became active (the producer state
+        then covers exactly the offsets below it).
+        """
+
+    def _onSegmentsDeleted(self, firstBaseOffset: int) -> None:
+        """
+        Segments below C{firstBaseOffset} were deleted.
+        """
 
     # -- read ------------------------------------------------------------------
 
@@ -320,13 +401,17 @@ class PartitionLog:
     def deleteOldSegments(self, nowMs: int) -> int:
         """
         Apply retention: C{retention.ms}, C{retention.bytes} and the log
-        start offset, deleting whole segments from the oldest.
+        start offset, deleting whole segments from the oldest; and expire
+        idle producers (C{producer.id.expiration.ms}).
 
         @return: segments deleted.
         """
         config = self.config
         with self._lock:
-            if self._closed or not config.deletes:
+            if self._closed:
+                return 0
+            self.producerState.removeExpired(nowMs)
+            if not config.deletes:
                 return 0
             deleted = 0
             if config.retentionMs >= 0:
@@ -376,6 +461,7 @@ class PartitionLog:
         self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in doomed]
         for segment in doomed:
             segment.delete()
+        self._onSegmentsDeleted(remaining[0].baseOffset)
         return len(doomed)
 
     # -- flush ---------------------------------------------------------------
@@ -450,9 +536,15 @@ class PartitionLog:
                 self.activeSegment.onBecomeInactive()
                 self._flushLocked()
                 self.activeSegment.persistIndexes(sync=True)
+                self._onCleanClose()
             self._closed = True
             for segment in self._view[1]:
                 segment.close()
+
+    def _onCleanClose(self) -> None:
+        """
+        Everything is flushed and the log is about to close.
+        """
 
     def deleteAll(self) -> None:
         """

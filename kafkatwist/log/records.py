@@ -25,6 +25,9 @@ class AppendInfo:
     @ivar offsetOfMaxTimestamp: where that timestamp is.
     @ivar numRecords: records appended.
     @ivar validBytes: bytes appended.
+    @ivar duplicate: the append was a retry of a batch an idempotent
+        producer already wrote: nothing was appended, and the offsets are
+        those of the original append.
     """
 
     firstOffset: int
@@ -35,6 +38,7 @@ class AppendInfo:
     offsetOfMaxTimestamp: int = -1
     numRecords: int = 0
     validBytes: int = 0
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

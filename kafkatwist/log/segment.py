@@ -32,7 +32,7 @@ from twisted.logger import Logger
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
-from kafkatwist.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, batchError
+from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, batchError
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
 
@@ -262,6 +262,38 @@ class Segment:
                 raise _ScanError(f"no batch header at {position} of {self!r}")
             yield position, baseOffset, size, baseOffset + lastDelta, maxTimestamp
             position += size
+
+    def batchHeaders(self, fromOffset: int, end: int | None = None):
+        """
+        Yield the full L{BatchHeader} of every batch whose base offset is at
+        or after C{fromOffset}, below position C{end} (default: the
+        published size), reading headers only (producer state rebuild).
+        """
+        if end is None:
+            end = self.size
+        offsetIndex, _ = self.indexes()
+        position = min(offsetIndex.lookup(fromOffset), end)
+        chunk, chunkStart = b"", position
+        unpack = HEADER.unpack_from
+        make = BatchHeader._make
+        reader = self._openReader()
+        try:
+            while position < end:
+                at = position - chunkStart
+                if at + HEADER_SIZE > len(chunk):
+                    chunkStart, at = position, 0
+                    chunk = reader.pread(min(_CHUNK, end - position), position)
+                    if len(chunk) < HEADER_SIZE:
+                        raise _ScanError(f"short header at {position}")
+                header = make(unpack(chunk, at))
+                size = LOG_OVERHEAD + header.batchLength
+                if header.magic != 2 or size < HEADER_SIZE or position + size > end:
+                    raise _ScanError(f"no batch header at {position} of {self!r}")
+                if header.baseOffset >= fromOffset:
+                    yield header
+                position += size
+        finally:
+            reader.close()
 
     def _findBatch(self, reader, offset: int, end: int) -> int | None:
         offsetIndex, _ = self.indexes()

@@ -19,6 +19,7 @@ memory is released.
 from __future__ import annotations
 
 import struct
+import time
 from collections import deque
 
 from twisted.internet import tcp
@@ -52,30 +53,26 @@ DEFAULT_READ_SIZE = 64 * 1024
 
 @implementer(IRequestContext)
 class RequestContext:
-    __slots__ = (
-        "connectionId",
-        "listenerName",
-        "securityProtocol",
-        "principal",
-        "clientAddress",
-        "apiKey",
-        "apiVersion",
-        "correlationId",
-        "clientId",
-        "clock",
-    )
+    """
+    Per-request fields, plus the connection's (read through it, so the
+    TLS principal is the one known once the handshake completed).
+    """
+
+    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId")
 
     def __init__(self, connection: "KafkaConnection", header) -> None:
-        self.connectionId = connection.connectionId
-        self.listenerName = connection.listenerName
-        self.securityProtocol = connection.layer.securityProtocol
-        self.principal = connection.layer.principal
-        self.clientAddress = connection.clientAddress
+        self._connection = connection
         self.apiKey = header.apiKey
         self.apiVersion = header.apiVersion
         self.correlationId = header.correlationId
         self.clientId = header.clientId
-        self.clock = connection.owner.clock
+
+    connectionId = property(lambda self: self._connection.connectionId)
+    listenerName = property(lambda self: self._connection.listenerName)
+    securityProtocol = property(lambda self: self._connection.layer.securityProtocol)
+    principal = property(lambda self: self._connection.layer.principal)
+    clientAddress = property(lambda self: self._connection.clientAddress)
+    clock = property(lambda self: self._connection.owner.clock)
 
     def __repr__(self) -> str:
         return (
@@ -113,6 +110,10 @@ class KafkaConnection(Protocol):
         self._closing = False
         self._chunks: deque = deque()
         self._regionSent = 0
+        self._sending = None
+        self._pickedUpAt = 0.0
+        self._readsGrown = False
+        self._seconds = owner.clock.seconds
         self._abortCall = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -134,7 +135,7 @@ class KafkaConnection(Protocol):
             f"{getattr(host, 'host', '')}:{getattr(host, 'port', 0)}-"
             f"{self.clientAddress[0]}:{self.clientAddress[1]}-{self.index}"
         )
-        self.lastActive = self.owner.clock.seconds()
+        self.lastActive = self._seconds()
         self.owner.connectionOpened(self)
 
     def handshakeCompleted(self) -> None:
@@ -184,7 +185,7 @@ class KafkaConnection(Protocol):
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
             return
-        self.lastActive = self.owner.clock.seconds()
+        self.lastActive = self._seconds()
         self._buffer += data
         if not self._inflight and not self._waitingForMemory:
             self._takeRequests()
@@ -210,12 +211,14 @@ class KafkaConnection(Protocol):
                 self._reserved = size
             end = 4 + self._frameSize
             if len(buffer) < end:
-                self._growReads(end - len(buffer))
+                if end - len(buffer) > DEFAULT_READ_SIZE or self._readsGrown:
+                    self._growReads(end - len(buffer))
                 return
             frame = bytes(memoryview(buffer)[4:end])
             del buffer[:end]
             self._frameSize = -1
-            self._growReads(0)
+            if self._readsGrown:
+                self._growReads(0)
             self._frameReceived(frame)
 
     def _growReads(self, missing: int) -> None:
@@ -223,7 +226,9 @@ class KafkaConnection(Protocol):
         # grow the read size while a large frame is pending.
         transport = self.transport
         if isinstance(transport, tcp.Connection):
-            transport.bufferSize = min(max(missing, DEFAULT_READ_SIZE), MAX_READ_SIZE)
+            size = min(max(missing, DEFAULT_READ_SIZE), MAX_READ_SIZE)
+            transport.bufferSize = size
+            self._readsGrown = size > DEFAULT_READ_SIZE
 
     def _memoryAvailable(self) -> None:
         # Called from whichever thread released memory.
@@ -313,6 +318,8 @@ class KafkaConnection(Protocol):
             _closeRegions(response.chunks)
             self.close(response.reason or "the request handler failed")
             return
+        self._sending = response.request
+        self._pickedUpAt = time.monotonic()
         if response.chunks is None:
             self._responseSent()
             return
@@ -358,9 +365,10 @@ class KafkaConnection(Protocol):
         self._responseSent()
 
     def _responseSent(self) -> None:
-        self.lastActive = self.owner.clock.seconds()
+        self.lastActive = self._seconds()
         self._inflight = False
-        self.owner.responseSent(self)
+        request, self._sending = self._sending, None
+        self.owner.responseSent(self, request, self._pickedUpAt)
         if self._buffer:
             self._takeRequests()
         self._updateReading()

@@ -25,10 +25,6 @@ from kafkatwist.protocol.versions import unsupportedApiVersionsBody
 
 log = Logger()
 
-#: requests one thread takes per wake-up; small enough that other threads
-#: still get work when a handler blocks on disk
-BATCH_SIZE = 8
-
 
 class HandlerPool:
     def __init__(self, channel, broker, numThreads: int, metrics=None) -> None:
@@ -60,7 +56,7 @@ class HandlerPool:
     def _run(self) -> None:
         receive = self.channel.receiveRequests
         while True:
-            batch = receive(BATCH_SIZE)
+            batch = receive()
             if batch is None:
                 return
             if len(batch) == 1:

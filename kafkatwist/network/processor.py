@@ -13,6 +13,7 @@ call, at the end of the iteration.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 from twisted.internet import defer, epollreactor
@@ -22,6 +23,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.metrics import IdleClock, RequestStats
 from kafkatwist.network.connection import KafkaConnection
 
 log = Logger()
@@ -75,6 +77,12 @@ class Processor:
                     server.tlsContextFactory, False, factory, clock=self.reactor
                 )
             self._factories[listener.name] = factory
+        self.stats = RequestStats()
+        self.requestLog = bool(getattr(server, "requestLog", False))
+        poller = getattr(reactor, "_poller", None)
+        self.idleClock = IdleClock(poller)
+        if poller is not None:
+            reactor._poller = self.idleClock
         self._idleSweep = LoopingCall(self._closeIdle)
         self._idleSweep.clock = self.reactor
 
@@ -146,7 +154,7 @@ class Processor:
     def connectionOpened(self, connection: KafkaConnection) -> None:
         self.connections.add(connection)
         self.server.connectionOpened(connection)
-        log.debug(
+        log.info(
             "Connection {connectionId} opened on {listener} (processor {index})",
             connectionId=connection.connectionId,
             listener=connection.listenerName,
@@ -157,7 +165,7 @@ class Processor:
         self.connections.discard(connection)
         self.server.quotas.release(connection.clientAddress[0])
         self.server.connectionClosed(connection)
-        log.debug(
+        log.info(
             "Connection {connectionId} closed: {reason}",
             connectionId=connection.connectionId,
             reason=connection.closeReason,
@@ -212,8 +220,20 @@ class Processor:
         for response in responses:
             response.request.connection.sendResponse(response)
 
-    def responseSent(self, connection) -> None:
-        pass
+    def responseSent(self, connection, request, pickedUpAt: float) -> None:
+        if request is not None:
+            sentAt = time.monotonic()
+            self.stats.record(request, pickedUpAt, sentAt)
+            if self.requestLog:
+                log.debug(
+                    "Completed request {context}: total {total:.3f} ms, request queue "
+                    "{queue:.3f} ms, local {local:.3f} ms, send {send:.3f} ms",
+                    context=request.context,
+                    total=(sentAt - request.receivedAt) * 1000,
+                    queue=((request.dequeuedAt or request.receivedAt) - request.receivedAt) * 1000,
+                    local=((request.completedAt or request.dequeuedAt) - (request.dequeuedAt or request.receivedAt)) * 1000,
+                    send=(sentAt - pickedUpAt) * 1000,
+                )
 
     # -- shutdown ------------------------------------------------------------
 

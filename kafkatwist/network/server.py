@@ -39,8 +39,11 @@ class SocketServer:
         self.maxRequestSize = config["socket.request.max.bytes"]
         self.idleTimeout = config["connections.max.idle.ms"] / 1000.0
         self.supportedVersions = broker.supportedVersions()
+        self.requestLog = config["request.logging.enable"]
         self.memoryPool = MemoryPool(config["queued.max.request.bytes"])
-        self.channel = RequestChannel(config["queued.max.requests"])
+        # Requests per hand-off: small enough that a handler blocked on disk
+        # leaves work for the others.
+        self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
         self.quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
         self.tlsContextFactory = None
         if any(l.securityProtocol == "SSL" for l in self.listeners):
@@ -110,7 +113,7 @@ class SocketServer:
         yield defer.DeferredList(
             [processor.stop(deadline) for processor in self.processors], consumeErrors=True
         )
-        self.channel.close()
+        self.channel.close(self.handlerPool.numThreads)
         joined = yield threads.deferToThreadPool(
             self.mainReactor, self.mainReactor.getThreadPool(), self.handlerPool.join, 2.0
         )

@@ -4,6 +4,7 @@ ApiVersions: derived from whatever handlers are registered.
 
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import API_VERSIONS, responseType
+from kafkatwist.protocol.codec import EncodedResponse, encodeBody
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.errors import ErrorCode
 
@@ -13,8 +14,21 @@ class ApiVersionsHandler(Handler):
     minVersion = 0
     maxVersion = 3
 
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        self._encoded: dict[int, EncodedResponse] = {}
+
     def handle(self, context, request):
-        cls = responseType(self.apiKey, context.apiVersion)
+        # The answer depends only on the registry, fixed once built: encode
+        # it once per version.
+        encoded = self._encoded.get(context.apiVersion)
+        if encoded is None:
+            encoded = EncodedResponse([encodeBody(self.response(context.apiVersion))])
+            self._encoded[context.apiVersion] = encoded
+        return encoded
+
+    def response(self, version: int):
+        cls = responseType(self.apiKey, version)
         ApiVersion = nested(cls, "ApiVersion")
         keys = tuple(
             ApiVersion(api_key=key, min_version=lo, max_version=hi)

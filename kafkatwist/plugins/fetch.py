@@ -58,6 +58,7 @@ class FetchHandler(Handler):
         readCommitted = request.isolation_level == READ_COMMITTED
         topics, total, errors = self._read(plan, maxBytes, readCommitted)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
+            _account(self.broker, plan, topics)
             return encodeFetchResponse(version, topics)
         _close(topics)
         deferred = ThreadSafeDeferred()
@@ -198,8 +199,26 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def onComplete(self) -> None:
+        # The topic may have been deleted (DeleteTopics wakes parked
+        # fetches): look every log up again.
+        logManager = self.handler.broker.logManager
+        for _, wanted in self.plan:
+            for w in wanted:
+                if w.log is not None:
+                    w.log = logManager.getLog(*w.key)
+                    if w.log is None:
+                        w.error = ErrorCode.unknown_topic_or_partition
         topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        _account(self.handler.broker, self.plan, topics)
         self.deferred.callback(encodeFetchResponse(self.version, topics))
+
+
+def _account(broker, plan, topics) -> None:
+    fetched = broker.topicBytes.fetched
+    for (_, wanted), (_, partitions) in zip(plan, topics):
+        size = sum(p.size for p in partitions)
+        if size:
+            fetched(wanted[0].key[0], size)
 
 
 def _close(topics) -> None:

@@ -2,6 +2,14 @@
 InitProducerId for idempotent producers (no transactions): a fresh
 producer id, unique across restarts, epoch 0.
 
+Like Kafka's transaction coordinator, a request without a transactional id
+always gets a new producer id with epoch 0, even when (v3+) it carries its
+current producer id and epoch.  KIP-360's epoch bump of an idempotent
+producer is made by the client itself: it carries on with epoch + 1 from
+sequence 0, which the partition logs accept (see
+L{kafkatwist.log.producerstate}); only a transactional producer has the
+coordinator bump its epoch, and transactions are not implemented.
+
 Producer ids come from a block reserved in C{producer-id-block} in the
 first data directory, so a restart never hands out an id again.
 """
@@ -66,6 +74,12 @@ class InitProducerIdHandler(Handler):
 
     def handle(self, context, request):
         cls = responseType(INIT_PRODUCER_ID, context.apiVersion)
+        if request.transactional_id == "":
+            # Kafka: an empty transactional id is an invalid request.
+            return make(
+                cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
+                producer_id=-1, producer_epoch=-1,
+            )
         if request.transactional_id is not None:
             # Transactions are not implemented: say so rather than pretend.
             return make(

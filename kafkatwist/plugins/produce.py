@@ -2,6 +2,10 @@
 Produce: append each partition's record set to its log, opaque (the log
 checks headers and CRCs and assigns offsets; records are never decoded
 here), then wake long-poll fetches waiting on those partitions.
+
+Idempotent producers: the log checks producer epochs and sequences and
+refuses with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER; a
+retried batch comes back with ErrorCode.none and its original base offset.
 """
 
 from __future__ import annotations
@@ -52,7 +56,11 @@ class ProduceHandler(Handler):
             info = log.append(records, nowMs)
         except KafkaError as e:
             return (index, e.code, -1, -1, log.logStartOffset, e.message)
-        wake((topic, index))
+        if not info.duplicate:
+            # A retried batch (idempotent producer) appended nothing: no fetch
+            # has anything new to see.  It is acknowledged with its original
+            # offsets, as Kafka does.
+            wake((topic, index))
         return (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None)
 
     @staticmethod

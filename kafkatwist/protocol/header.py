@@ -5,7 +5,6 @@ generic schema walk.
 """
 
 import struct
-from dataclasses import dataclass
 
 from kafkatwist.protocol.apis import API_VERSIONS, isFlexible
 
@@ -22,14 +21,28 @@ class MalformedHeader(ValueError):
     """
 
 
-@dataclass(frozen=True, slots=True)
 class RequestHeader:
-    apiKey: int
-    apiVersion: int
-    correlationId: int
-    clientId: str | None
-    #: where the request body starts in the frame
-    bodyOffset: int
+    """
+    @ivar bodyOffset: where the request body starts in the frame.
+    """
+
+    # A plain slots class: a frozen dataclass sets each field through
+    # object.__setattr__, and every request pays for it.
+    __slots__ = ("apiKey", "apiVersion", "correlationId", "clientId", "bodyOffset")
+
+    def __init__(self, apiKey, apiVersion, correlationId, clientId, bodyOffset) -> None:
+        self.apiKey = apiKey
+        self.apiVersion = apiVersion
+        self.correlationId = correlationId
+        self.clientId = clientId
+        self.bodyOffset = bodyOffset
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestHeader(apiKey={self.apiKey}, apiVersion={self.apiVersion}, "
+            f"correlationId={self.correlationId}, clientId={self.clientId!r}, "
+            f"bodyOffset={self.bodyOffset})"
+        )
 
 
 def parseRequestHeader(frame) -> RequestHeader:

@@ -341,17 +341,21 @@ class ArrowRecordDecoder:
             [lengthPositions.slice(1), pa.array([len(data)], pa.int64())]
         )
 
-        lengths, pos = _varints(u8, lengthPositions, last)
-        if not pc.all(pc.equal(pc.add(pos, lengths), recordEnds)).as_py():
-            raise CorruptRecordError("record lengths do not add up")
-        pos = pc.add(pos, _I64_ONE)  # skip the record attributes byte
-        timestampDeltas, pos = _varints(u8, pos, last)
-        offsetDeltas, pos = _varints(u8, pos, last)
-        keyLengths, keyStarts = _varints(u8, pos, last)
-        pos = pc.add(keyStarts, pc.max_element_wise(keyLengths, _I64_ZERO))
-        valueLengths, valueStarts = _varints(u8, pos, last)
-        pos = pc.add(valueStarts, pc.max_element_wise(valueLengths, _I64_ZERO))
-        headerCounts, pos = _varints(u8, pos, last)
+        try:
+            lengths, pos = _varints(u8, lengthPositions, last)
+            if not pc.all(pc.equal(pc.add(pos, lengths), recordEnds)).as_py():
+                raise CorruptRecordError("record lengths do not add up")
+            pos = pc.add(pos, _I64_ONE)  # skip the record attributes byte
+            timestampDeltas, pos = _varints(u8, pos, last)
+            offsetDeltas, pos = _varints(u8, pos, last)
+            keyLengths, keyStarts = _varints(u8, pos, last)
+            pos = pc.add(keyStarts, pc.max_element_wise(keyLengths, _I64_ZERO))
+            valueLengths, valueStarts = _varints(u8, pos, last)
+            pos = pc.add(valueStarts, pc.max_element_wise(valueLengths, _I64_ZERO))
+            headerCounts, pos = _varints(u8, pos, last)
+        except pa.ArrowIndexError:
+            # a length ran a field past the end of the buffer
+            raise CorruptRecordError("record fields run past the end of the batch") from None
 
         # The record framing and the fields must agree; nothing is built
         # over the buffer until they do (a bad offset would read out of it).

@@ -158,7 +158,8 @@ def splitRanges(
         total = sum(r.size for r in pieces)
         cut = []
         for r in pieces:
-            parts = max(1, round(r.size / total * minPartitions))
+            # half up, like the Math.round of Spark's KafkaOffsetRangeCalculator
+            parts = max(1, math.floor(r.size / total * minPartitions + 0.5))
             cut.extend(_split(r, parts))
         pieces = cut
     return pieces

@@ -592,7 +592,7 @@ def _parseConnection(options: _Options, forSink: bool) -> ConnectionConfig:
     refused = _REFUSED_PRODUCER if forSink else _REFUSED_CONSUMER
     for name, why in refused.items():
         if options.has(name):
-            raise OptionError(name, f"Kafka option '{name[6:]}' is not supported: {why}")
+            raise OptionError(name, f"option '{name}' is not supported: {why}")
 
     protocol = (options.text(SECURITY_PROTOCOL) or "PLAINTEXT").upper()
     if protocol not in ("PLAINTEXT", "SSL"):

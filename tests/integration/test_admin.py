@@ -76,14 +76,6 @@ def produceConfluent(bootstrap, topic, count, partition=0):
     assert producer.flush(15) == 0
 
 
-def skipWithoutProduce(bootstrap):
-    from kafkatwist.client import KafkaWireClient
-
-    with KafkaWireClient(bootstrap) as client:
-        if 0 not in client.brokerApiVersions():
-            pytest.skip("Produce (ApiKey 0) is not served yet: no records to delete")
-
-
 # -- confluent-kafka -----------------------------------------------------------
 
 
@@ -253,7 +245,6 @@ def test_confluent_delete_records(broker, confluentAdmin):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import NewTopic
 
-    skipWithoutProduce(broker.bootstrap)
     name = unique("records")
     results(confluentAdmin.create_topics([NewTopic(name, 1, 1)]))
     produceConfluent(broker.bootstrap, name, 10)
@@ -369,7 +360,6 @@ def test_kafka_python_configs(broker, pythonAdmin):
 def test_kafka_python_delete_records(broker, pythonAdmin):
     from kafka.structs import TopicPartition
 
-    skipWithoutProduce(broker.bootstrap)
     name = unique("kprec")
     pythonAdmin.create_topics({name: {"num_partitions": 1, "replication_factor": 1}})
     produceConfluent(broker.bootstrap, name, 6)

@@ -33,7 +33,7 @@ class FakeOwner:
     def connectionClosed(self, c):
         self.closed.append(c)
 
-    def responseSent(self, c):
+    def responseSent(self, c, request, pickedUpAt):
         pass
 
     def callInThread(self, f, *args):

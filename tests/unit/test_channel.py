@@ -30,24 +30,32 @@ class FakeProcessor:
 
 
 def test_full_channel_refuses_rest_and_notifies_when_room():
-    channel = RequestChannel(2)
+    channel = RequestChannel(2, batchSize=1)
     processor = FakeProcessor()
     assert channel.sendRequests([R("a"), R("b"), R("c")], processor) == 2
-    assert channel.receiveRequests(1) == ["a"]
+    assert len(channel) == 2
+    assert channel.receiveRequests() == ["a"]
     assert processor.notified == 1
     assert channel.sendRequests([R("c")], processor) == 1
+
+
+def test_requests_travel_in_batches():
+    channel = RequestChannel(100, batchSize=3)
+    channel.sendRequests([R(str(i)) for i in range(7)], FakeProcessor())
+    assert [len(channel.receiveRequests()) for _ in range(3)] == [3, 3, 1]
+    assert channel.receiveRequests(timeout=0.01) == []
 
 
 def test_receive_blocks_until_request_then_closes():
     channel = RequestChannel(10)
     got = []
-    thread = threading.Thread(target=lambda: got.append(channel.receiveRequests(8)))
+    thread = threading.Thread(target=lambda: got.append(channel.receiveRequests()))
     thread.start()
     channel.sendRequests([R("x")], FakeProcessor())
     thread.join(5)
     assert got == [["x"]]
     channel.close()
-    assert channel.receiveRequests(8) is None
+    assert channel.receiveRequests() is None
 
 
 def test_memory_pool_admits_while_anything_left():

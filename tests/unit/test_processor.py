@@ -48,7 +48,7 @@ def test_idle_connections_expire_busy_ones_stay():
         reactor.advance(0.4)
         busy.dataReceived(apiVersionsFrame(1))
         reactor.advance(0)  # the end-of-iteration flush to the channel
-        [request] = processor.server.channel.receiveRequests(8)
+        [request] = processor.server.channel.receiveRequests()
         busy.sendResponse(Response(request, [b"\x00\x00\x00\x04\x00\x00\x00\x01"]))
         processor._closeIdle()
     assert idleTransport.disconnecting
@@ -70,6 +70,7 @@ def test_requests_reach_channel_in_one_batch_per_iteration():
 def test_full_channel_holds_requests_until_room():
     reactor = MemoryReactorClock()
     server = FakeServer(queue=2)
+    server.channel.batchSize = 1
     processor = Processor(0, server, reactor=reactor)
     connections = [connect(processor)[0] for _ in range(4)]
     for i, c in enumerate(connections):
@@ -80,7 +81,7 @@ def test_full_channel_holds_requests_until_room():
     # A handler takes one: the processor is told, and (in its thread) flushes.
     calls = []
     processor.callInThread = lambda f, *a: calls.append((f, a))
-    server.channel.receiveRequests(1)
+    server.channel.receiveRequests()
     for f, a in calls:
         f(*a)
     assert len(server.channel) == 2

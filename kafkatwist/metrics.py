@@ -1,0 +1,237 @@
+"""
+Broker metrics, rendered in Prometheus' text format.
+
+Kafka's request metrics split each request's life into the same phases:
+request queue (framed -> taken by a handler thread), local (handler work),
+response queue (handler done -> its Processor picks the response up), send
+(picked up -> last byte written).  Each Processor records its own requests
+in its own shard, so the hot path takes no lock; a scrape adds the shards.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import defaultdict
+
+from kafkatwist.protocol.apis import apiName
+
+#: histogram bucket bounds, in seconds
+BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+PHASES = ("request_queue", "local", "response_queue", "send", "total")
+
+
+class _Histogram:
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS, value)] += 1
+        self.sum += value
+
+    def add(self, other: "_Histogram") -> None:
+        for i, c in enumerate(other.counts):
+            self.counts[i] += c
+        self.sum += other.sum
+
+
+class RequestStats:
+    """
+    One Processor's shard: per ApiKey, a count and a histogram per phase.
+    Only its own thread writes it.
+    """
+
+    def __init__(self) -> None:
+        self.requests: dict[int, int] = defaultdict(int)
+        self.phases: dict[int, list[_Histogram]] = {}
+
+    def record(self, request, pickedUpAt: float, sentAt: float) -> None:
+        key = request.header.apiKey
+        self.requests[key] += 1
+        histograms = self.phases.get(key)
+        if histograms is None:
+            histograms = self.phases[key] = [_Histogram() for _ in PHASES]
+        received = request.receivedAt
+        dequeued = request.dequeuedAt or received
+        completed = request.completedAt or dequeued
+        histograms[0].observe(dequeued - received)
+        histograms[1].observe(completed - dequeued)
+        histograms[2].observe(max(0.0, pickedUpAt - completed))
+        histograms[3].observe(sentAt - pickedUpAt)
+        histograms[4].observe(sentAt - received)
+
+
+class IdleClock:
+    """
+    Wraps a reactor's epoll object to measure the time spent waiting in
+    C{poll}: the Processor idle ratio.
+    """
+
+    def __init__(self, poller) -> None:
+        self._poller = poller
+        self.idle = 0.0
+        self.started = time.monotonic()
+
+    def poll(self, *args):
+        before = time.monotonic()
+        try:
+            return self._poller.poll(*args)
+        finally:
+            self.idle += time.monotonic() - before
+
+    def __getattr__(self, name):
+        return getattr(self._poller, name)
+
+    def ratio(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return self.idle / elapsed if elapsed > 0 else 1.0
+
+
+class TopicBytes:
+    """
+    Bytes in (produced) and out (fetched) per topic, from handler threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytesIn: dict[str, int] = defaultdict(int)
+        self.bytesOut: dict[str, int] = defaultdict(int)
+        self.messagesIn: dict[str, int] = defaultdict(int)
+
+    def produced(self, topic: str, size: int, records: int) -> None:
+        with self._lock:
+            self.bytesIn[topic] += size
+            self.messagesIn[topic] += records
+
+    def fetched(self, topic: str, size: int) -> None:
+        with self._lock:
+            self.bytesOut[topic] += size
+
+    def snapshot(self):
+        with self._lock:
+            return dict(self.bytesIn), dict(self.bytesOut), dict(self.messagesIn)
+
+
+def _escape(value) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._declared: set[str] = set()
+
+    def declare(self, name: str, kind: str, doc: str) -> None:
+        if name not in self._declared:
+            self._declared.add(name)
+            self.lines.append(f"# HELP {name} {doc}")
+            self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, value, **labels) -> None:
+        if labels:
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            self.lines.append(f"{name}{{{text}}} {value}")
+        else:
+            self.lines.append(f"{name} {value}")
+
+
+def render(broker, server) -> str:
+    """
+    The whole exposition, read from the live broker (gauges) and the
+    counters kept as requests pass.
+    """
+    w = _Writer()
+    requests: dict[int, int] = defaultdict(int)
+    phases: dict[int, list[_Histogram]] = {}
+    for processor in server.processors:
+        stats = processor.stats
+        for key, count in list(stats.requests.items()):
+            requests[key] += count
+        for key, histograms in list(stats.phases.items()):
+            total = phases.setdefault(key, [_Histogram() for _ in PHASES])
+            for mine, theirs in zip(total, histograms):
+                mine.add(theirs)
+
+    w.declare("kafka_network_requests_total", "counter", "Requests answered, per API.")
+    for key in sorted(requests):
+        w.sample("kafka_network_requests_total", requests[key], request=apiName(key), api_key=key)
+    w.declare(
+        "kafka_network_request_time_seconds",
+        "histogram",
+        "Time per request phase: request_queue, local, response_queue, send, total.",
+    )
+    for key in sorted(phases):
+        for phase, histogram in zip(PHASES, phases[key]):
+            cumulative = 0
+            for bound, count in zip((*BUCKETS, "+Inf"), histogram.counts):
+                cumulative += count
+                w.sample(
+                    "kafka_network_request_time_seconds_bucket", cumulative,
+                    request=apiName(key), phase=phase, le=bound,
+                )
+            w.sample("kafka_network_request_time_seconds_sum", f"{histogram.sum:.6f}",
+                     request=apiName(key), phase=phase)
+            w.sample("kafka_network_request_time_seconds_count", cumulative,
+                     request=apiName(key), phase=phase)
+
+    w.declare("kafka_network_request_queue_size", "gauge", "Requests waiting in the RequestChannel.")
+    w.sample("kafka_network_request_queue_size", len(server.channel))
+    w.declare("kafka_network_memory_pool_used_bytes", "gauge", "Bytes held by queued requests.")
+    w.sample("kafka_network_memory_pool_used_bytes", server.memoryPool.used)
+    w.declare("kafka_network_processor_idle_ratio", "gauge", "Share of time each Processor waits in epoll.")
+    for processor in server.processors:
+        w.sample("kafka_network_processor_idle_ratio", f"{processor.idleClock.ratio():.4f}",
+                 processor=processor.index)
+    w.declare("kafka_network_connections", "gauge", "Open connections per listener.")
+    for listener in server.listeners:
+        w.sample("kafka_network_connections", server.connectionsByListener[listener.name],
+                 listener=listener.name)
+
+    topicBytes = broker.topicBytes
+    bytesIn, bytesOut, messagesIn = topicBytes.snapshot()
+    w.declare("kafka_server_bytes_in_total", "counter", "Record bytes produced, per topic.")
+    for topic in sorted(bytesIn):
+        w.sample("kafka_server_bytes_in_total", bytesIn[topic], topic=topic)
+    w.declare("kafka_server_messages_in_total", "counter", "Record batches produced, per topic.")
+    for topic in sorted(messagesIn):
+        w.sample("kafka_server_messages_in_total", messagesIn[topic], topic=topic)
+    w.declare("kafka_server_bytes_out_total", "counter", "Record bytes fetched, per topic.")
+    for topic in sorted(bytesOut):
+        w.sample("kafka_server_bytes_out_total", bytesOut[topic], topic=topic)
+
+    logManager = broker.logManager
+    endOffsets: dict[tuple[str, int], int] = {}
+    if logManager is not None:
+        w.declare("kafka_log_log_end_offset", "gauge", "Next offset of each partition.")
+        w.declare("kafka_log_log_start_offset", "gauge", "First readable offset of each partition.")
+        w.declare("kafka_log_size_bytes", "gauge", "Bytes on disk of each partition.")
+        for name, info in sorted(logManager.topics().items()):
+            for p in range(info.numPartitions):
+                log = logManager.getLog(name, p)
+                if log is None:
+                    continue
+                end = log.logEndOffset
+                endOffsets[(name, p)] = end
+                w.sample("kafka_log_log_end_offset", end, topic=name, partition=p)
+                w.sample("kafka_log_log_start_offset", log.logStartOffset, topic=name, partition=p)
+                w.sample("kafka_log_size_bytes", log.size, topic=name, partition=p)
+
+    coordinator = broker.groupCoordinator
+    if coordinator is not None:
+        w.declare("kafka_consumergroup_lag", "gauge", "Log end offset minus the committed offset.")
+        w.declare("kafka_consumergroup_committed_offset", "gauge", "Committed offset.")
+        for overview in coordinator.listGroups().groups:
+            fetched = coordinator.fetchOffsets(overview.groupId, None)
+            for (topic, partition), committed in sorted(fetched.offsets.items()):
+                if committed.offset < 0:
+                    continue
+                labels = dict(group=overview.groupId, topic=topic, partition=partition)
+                w.sample("kafka_consumergroup_committed_offset", committed.offset, **labels)
+                end = endOffsets.get((topic, partition))
+                if end is not None:
+                    w.sample("kafka_consumergroup_lag", max(0, end - committed.offset), **labels)
+    return "\n".join(w.lines) + "\n"

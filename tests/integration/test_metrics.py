@@ -1,0 +1,63 @@
+"""
+The Prometheus endpoint, scraped after a produce/consume run, shows the
+requests and bytes the run caused.
+"""
+
+import re
+import urllib.request
+
+import pytest
+
+from tests.integration.test_produce_consume import confluentConsume, confluentProduce
+
+pytestmark = pytest.mark.integration
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.headers["content-type"].startswith("text/plain")
+        return response.read().decode()
+
+
+def value(text, name, **labels):
+    pattern = name + r"\{" + ",".join(f'[^}}]*{k}="{re.escape(str(v))}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if re.match(pattern, line) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in scrape")
+
+
+def test_scrape_after_produce_and_consume(brokerFactory):
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0", "request.logging.enable": "true"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    confluentProduce(b.bootstrap, "scraped", 5000, "none")
+    rows, _ = confluentConsume(b.bootstrap, "scraped", 5000)
+    produced = sum(len(k) + len(v) for k, v, _ in rows)
+    text = scrape(port)
+
+    assert value(text, "kafka_network_requests_total", request="produce") >= 1
+    assert value(text, "kafka_network_requests_total", request="fetch") >= 1
+    assert value(text, "kafka_network_requests_total", request="api_versions") >= 2
+    assert value(text, "kafka_network_request_time_seconds_count", request="produce", phase="total") >= 1
+    bytesIn = value(text, "kafka_server_bytes_in_total", topic="scraped")
+    bytesOut = value(text, "kafka_server_bytes_out_total", topic="scraped")
+    # Batches carry framing beyond keys and values, and nothing else.
+    assert produced < bytesIn < produced * 2
+    assert bytesOut >= bytesIn
+    assert value(text, "kafka_log_log_end_offset", topic="scraped", partition=0) == 5000
+    assert value(text, "kafka_network_connections", listener="PLAINTEXT") >= 0
+    assert 0 <= value(text, "kafka_network_processor_idle_ratio", processor=0) <= 1
+    assert "Completed request <RequestContext produce" in b.output()
+
+
+def test_consumer_group_lag(brokerFactory):
+    from confluent_kafka import Consumer, TopicPartition
+
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    confluentProduce(b.bootstrap, "lagging", 100, "none")
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "slow"})
+    consumer.commit(offsets=[TopicPartition("lagging", 0, 40)], asynchronous=False)
+    consumer.close()
+    text = scrape(port)
+    assert value(text, "kafka_consumergroup_lag", group="slow", topic="lagging", partition=0) == 60

@@ -1,0 +1,126 @@
+"""
+Producing known records quickly, and checking them.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.delete_records.v0.request import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+)
+
+from kafkatwist.protocol.records import Record, buildBatch
+
+BASE_TIMESTAMP = 1_700_000_000_000
+CODECS = ["none", "lz4", "zstd", "gzip", "snappy"]
+
+
+def recordFor(partition: int, index: int) -> Record:
+    """
+    The index-th record produced to a partition: everything is derived from
+    (partition, index), so a reader can check any row on its own.
+    """
+    headers = [("index", b"%d" % index), ("empty", None)] if index % 3 == 0 else []
+    return Record(
+        timestamp=BASE_TIMESTAMP + index * 10,
+        key=None if index % 10 == 7 else b"key-%d-%d" % (partition, index),
+        value=b"value-%d-%d-" % (partition, index) + b"x" * (index % 50),
+        headers=headers,
+    )
+
+
+def produce(client, topic: str, partition: int, count: int, start: int = 0,
+            perBatch: int = 2000, compression: str | None = None) -> None:
+    """
+    Produce records C{start .. start+count-1} of L{recordFor} as prebuilt
+    batches (one Produce request each), cycling through codecs by partition
+    unless C{compression} is given.
+    """
+    codec = compression or CODECS[partition % len(CODECS)]
+    for first in range(start, start + count, perBatch):
+        last = min(first + perBatch, start + count)
+        records = [recordFor(partition, i) for i in range(first, last)]
+        client.produce(topic, partition, buildBatch(records, codec))
+
+
+def expectedRow(partition: int, index: int, headers: bool = True) -> tuple:
+    r = recordFor(partition, index)
+    row = (
+        r.key,
+        r.value,
+        partition,
+        index,
+        datetime.datetime.fromtimestamp(r.timestamp / 1000, datetime.timezone.utc),
+        0,
+    )
+    if headers:
+        row += (r.headers,)
+    return row
+
+
+def arrowRows(table, headers: bool = True) -> list[tuple]:
+    """
+    Rows of an Arrow table of the Kafka schema, in the form of
+    L{expectedRow}, sorted by (partition, offset).
+    """
+    columns = [
+        table.column("key").to_pylist(),
+        table.column("value").to_pylist(),
+        table.column("partition").to_pylist(),
+        table.column("offset").to_pylist(),
+        [
+            t.replace(tzinfo=datetime.timezone.utc) if t.tzinfo is None else t
+            for t in table.column("timestamp").to_pylist()
+        ],
+        table.column("timestampType").to_pylist(),
+    ]
+    if headers:
+        columns.append(
+            [[(h["key"], h["value"]) for h in hs] for hs in table.column("headers").to_pylist()]
+        )
+    return sorted(zip(*columns), key=lambda row: (row[2], row[3]))
+
+
+def deleteRecords(client, topic: str, partition: int, before: int) -> None:
+    """
+    Move a partition's log start offset to C{before}, as retention would.
+    """
+    response = client.send(
+        21,
+        DeleteRecordsRequest(
+            topics=(
+                DeleteRecordsTopic(
+                    name=topic,
+                    partitions=(DeleteRecordsPartition(partition_index=partition, offset=before),),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=10),
+        ),
+    )
+    for t in response.topics:
+        for p in t.partitions:
+            assert p.error_code == 0, p
+
+
+def createPartitions(client, topic: str, count: int) -> None:
+    """
+    Grow C{topic} to C{count} partitions.
+    """
+    from kio.schema.create_partitions.v0.request import (
+        CreatePartitionsRequest,
+        CreatePartitionsTopic,
+    )
+
+    response = client.send(
+        37,
+        CreatePartitionsRequest(
+            topics=(CreatePartitionsTopic(name=topic, count=count, assignments=None),),
+            timeout=datetime.timedelta(seconds=10),
+            validate_only=False,
+        ),
+    )
+    for result in response.results:
+        assert result.error_code == 0, result

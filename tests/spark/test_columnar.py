@@ -1,0 +1,221 @@
+"""
+The Arrow record decoder against the reference decoder of
+L{kafkatwist.protocol.records}, on batches of every shape.
+"""
+
+import random
+import struct
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+
+from crc32c import crc32c  # noqa: E402
+
+from kafkatwist.protocol.records import (  # noqa: E402
+    CorruptRecordError,
+    CrcMismatchError,
+    Record,
+    buildBatch,
+    controlRecord,
+    decodeBatches,
+)
+from kafkatwist_spark.columnar import ArrowRecordDecoder, kafkaArrowSchema  # noqa: E402
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def randomRecords(rng, count, start=0):
+    records = []
+    timestamp = 1_700_000_000_000
+    for i in range(count):
+        # wander backwards too: timestamp deltas are signed
+        timestamp += rng.randint(-5_000, 100_000)
+        key = None if rng.random() < 0.2 else rng.randbytes(rng.choice([0, 1, 8, 200]))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 5, 100, 20_000]))
+        headers = []
+        if rng.random() < 0.3:
+            headers = [
+                (f"h{j}-é", None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 40)))
+                for j in range(rng.randint(1, 3))
+            ]
+        records.append(Record(offset=start + i, timestamp=timestamp, key=key, value=value,
+                              headers=headers))
+    return records
+
+
+def reference(raw, fromOffset, untilOffset):
+    """
+    What the decoder must return: (key, value, offset, ms, type, headers).
+    """
+    rows = []
+    for batch in decodeBatches(raw):
+        if batch.isControl:
+            continue
+        for r in batch.records:
+            if fromOffset <= r.offset < untilOffset:
+                rows.append((r.key, r.value, r.offset, r.timestamp, batch.timestampType,
+                             [(k, v) for k, v in r.headers]))
+    return rows
+
+
+def decoded(raw, fromOffset, untilOffset, headers=True, topic="t", partition=3):
+    decoder = ArrowRecordDecoder(topic, partition, kafkaArrowSchema(headers))
+    result = decoder.decode(raw, fromOffset, untilOffset)
+    if result.batch is None:
+        return [], result
+    b = result.batch
+    assert b.schema == kafkaArrowSchema(headers)
+    assert set(b.column("topic").to_pylist()) == {topic}
+    assert set(b.column("partition").to_pylist()) == {partition}
+    micros = [t.value for t in b.column("timestamp")]
+    rows = list(zip(
+        b.column("key").to_pylist(),
+        b.column("value").to_pylist(),
+        b.column("offset").to_pylist(),
+        [m // 1000 for m in micros],
+        b.column("timestampType").to_pylist(),
+        [[(h["key"], h["value"]) for h in hs] for hs in b.column("headers").to_pylist()]
+        if headers else [[]] * b.num_rows,
+    ))
+    if not headers:
+        rows = [row[:5] + ([],) for row in rows]
+    return rows, result
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_everyCodec(codec):
+    rng = random.Random(codec)
+    records = randomRecords(rng, 600)
+    raw = b"".join(
+        buildBatch(records[i : i + 150], codec, baseOffset=i) for i in range(0, 600, 150)
+    )
+    rows, result = decoded(raw, 0, 600)
+    assert rows == reference(raw, 0, 600)
+    assert result.nextOffset == 600 and result.lastOffset == 599
+
+
+@pytest.mark.parametrize("fromOffset,untilOffset", [(0, 10), (7, 23), (55, 200), (99, 100)])
+def test_rangeCutsBatches(fromOffset, untilOffset):
+    """
+    Records before the start of the range in the first batch, and after its
+    end, are left out; nextOffset is past the last batch looked at.
+    """
+    rng = random.Random(fromOffset)
+    records = randomRecords(rng, 100)
+    raw = b"".join(buildBatch(records[i : i + 20], "lz4", baseOffset=i) for i in range(0, 100, 20))
+    rows, result = decoded(raw, fromOffset, untilOffset)
+    assert rows == reference(raw, fromOffset, untilOffset)
+    assert [r[2] for r in rows] == list(range(fromOffset, min(untilOffset, 100)))
+    assert result.nextOffset >= min(untilOffset, 100)
+
+
+def test_withoutHeaders():
+    rng = random.Random(5)
+    records = randomRecords(rng, 200)
+    raw = buildBatch(records, "zstd")
+    rows, _ = decoded(raw, 0, 200, headers=False)
+    assert rows == [row[:5] + ([],) for row in reference(raw, 0, 200)]
+    assert "headers" not in ArrowRecordDecoder("t", 0, kafkaArrowSchema(False)).schema.names
+
+
+def test_logAppendTime():
+    records = [Record(timestamp=1000 + i, key=b"k", value=b"v") for i in range(5)]
+    raw = buildBatch(records, timestampType=1, maxTimestamp=1_700_000_000_123)
+    rows, _ = decoded(raw, 0, 5)
+    assert {(r[3], r[4]) for r in rows} == {(1_700_000_000_123, 1)}
+
+
+def test_gapsAndControlBatches():
+    """
+    Compacted batches (offset gaps) and transaction markers: markers are
+    skipped but still move nextOffset on.
+    """
+    compacted = [Record(offset=o, timestamp=5, key=b"%d" % o, value=b"x") for o in (10, 13, 17)]
+    raw = (
+        buildBatch(compacted, baseOffset=10, useRecordOffsets=True)
+        + buildBatch([controlRecord(True)], baseOffset=18, isControl=True, isTransactional=True)
+    )
+    rows, result = decoded(raw, 0, 100)
+    assert [r[2] for r in rows] == [10, 13, 17]
+    assert result.nextOffset == 19
+    onlyMarker = buildBatch([controlRecord(True)], baseOffset=18, isControl=True,
+                            isTransactional=True)
+    rows, result = decoded(onlyMarker, 18, 100)
+    assert rows == [] and result.batch is None and result.nextOffset == 19
+
+
+def test_partialTrailingBatch():
+    """
+    A fetch cut at its size limit ends in part of a batch: ignored.
+    """
+    first = buildBatch([Record(timestamp=1, value=b"a")], baseOffset=0)
+    second = buildBatch([Record(timestamp=1, value=b"b" * 100)], baseOffset=1)
+    rows, result = decoded(first + second[:50], 0, 10)
+    assert [r[1] for r in rows] == [b"a"] and result.nextOffset == 1
+    rows, result = decoded(second[:50], 1, 10)
+    assert rows == [] and result.nextOffset == 1
+
+
+def test_bigVarints():
+    """
+    Lengths and deltas that take three or more varint bytes take the
+    decoder's slow paths.
+    """
+    records = [
+        Record(timestamp=0, key=b"k" * 70_000, value=b"v" * 300_000),
+        Record(timestamp=2**40, key=None, value=b""),
+        Record(timestamp=-(2**40), key=b"", value=None),
+    ]
+    raw = buildBatch(records)
+    rows, _ = decoded(raw, 0, 3)
+    assert rows == reference(raw, 0, 3)
+
+
+def test_crcMismatch():
+    raw = bytearray(buildBatch([Record(timestamp=1, value=b"hello")]))
+    raw[-1] ^= 0xFF
+    with pytest.raises(CrcMismatchError):
+        decoded(bytes(raw), 0, 1)
+
+
+def _resign(raw: bytearray) -> bytes:
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        # the value's length varint says 100 bytes; the record holds 5
+        lambda b: b.__setitem__(len(b) - 7, 200),
+        # the record length says one byte more than there is
+        lambda b: b.__setitem__(61, b[61] + 2),
+        # record count one higher than the records
+        lambda b: struct.pack_into(">i", b, 57, 2),
+    ],
+    ids=["value-overruns", "length-overruns", "count"],
+)
+def test_corruptRecordsRaise(mutate):
+    """
+    Malformed records (with a valid CRC) raise instead of producing a
+    column over the wrong bytes.
+    """
+    raw = bytearray(buildBatch([Record(timestamp=1, key=b"k", value=b"hello")]))
+    mutate(raw)
+    with pytest.raises(CorruptRecordError):
+        decoded(_resign(raw), 0, 1)
+
+
+def test_schemaIsPySparks():
+    """
+    The Arrow schema is exactly what PySpark checks data source batches
+    against.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from kafkatwist_spark import kafkaSchema
+
+    for headers in (False, True):
+        assert to_arrow_schema(kafkaSchema(headers), timezone="UTC") == kafkaArrowSchema(headers)
