@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     from twisted.internet import epollreactor
 
     epollreactor.install()
-    from twisted.internet import reactor, tcp
+    from twisted.internet import reactor
     from twisted.internet.protocol import Factory, Protocol
 
     from kafkatwist.broker import Broker, loadOrCreateClusterId

@@ -207,6 +207,7 @@ KEYS: dict[str, Key] = {
         Key("group.min.session.timeout.ms", _int(0), "6000", "Smallest session timeout a member may ask for."),
         Key("group.max.session.timeout.ms", _int(0), "1800000", "Largest session timeout a member may ask for."),
         Key("offsets.retention.minutes", _int(1), "10080", "Committed offsets of empty groups expire after this."),
+        Key("producer.id.expiration.ms", _int(1), "86400000", "Idle idempotent producer state is dropped after this."),
         Key("offsets.topic.num.partitions", _int(1), "50", "Partitions of __consumer_offsets."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),

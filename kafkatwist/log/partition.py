@@ -192,7 +192,7 @@ class PartitionLog:
             if producers:
                 self.producerState.commit(producers)
             elif producers is False:
-                self._replayProducers(data, batches, assigned)
+                self._replayProducers(batches, assigned)
             numRecords = sum(batch.header.recordsCount for batch in batches)
             if self._unflushedRecords == 0:
                 self._dirtySinceMs = now_ms
@@ -224,7 +224,7 @@ class PartitionLog:
             duplicate=True,
         )
 
-    def _replayProducers(self, data, batches, assigned) -> None:
+    def _replayProducers(self, batches, assigned) -> None:
         # The broker's own appends (not checked): keep the state in step.
         for (_, header), placed in zip(batches, assigned):
             if header.producerId >= 0:

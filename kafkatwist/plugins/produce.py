@@ -29,13 +29,14 @@ class ProduceHandler(Handler):
         broker = self.broker
         logManager = broker.logManager
         wake = broker.fetchPurgatory.checkAndComplete
+        account = broker.topicBytes.produced
         nowMs = int(time.time() * 1000)
         results = []
         for topic in request.topic_data:
             name = topic.name
             partitions = []
             for data in topic.partition_data:
-                partitions.append(self._append(logManager, name, data, nowMs, wake))
+                partitions.append(self._append(logManager, name, data, nowMs, wake, account))
             results.append((name, partitions))
         if request.acks == 0:
             # Nothing is sent back; the connection unmutes at once.
@@ -43,7 +44,7 @@ class ProduceHandler(Handler):
         return self._response(version, results)
 
     @staticmethod
-    def _append(logManager, topic, data, nowMs, wake):
+    def _append(logManager, topic, data, nowMs, wake, account):
         index = data.index
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
@@ -60,6 +61,7 @@ class ProduceHandler(Handler):
             # A retried batch (idempotent producer) appended nothing: no fetch
             # has anything new to see.  It is acknowledged with its original
             # offsets, as Kafka does.
+            account(topic, info.validBytes, info.numRecords)
             wake((topic, index))
         return (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None)
 

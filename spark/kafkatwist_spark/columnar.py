@@ -51,6 +51,7 @@ _U64_ONE = pa.scalar(1, pa.uint64())
 _U8_80 = pa.scalar(0x80, pa.uint8())
 _I64_ZERO = pa.scalar(0, pa.int64())
 _I64_ONE = pa.scalar(1, pa.int64())
+_I64_MINUS_ONE = pa.scalar(-1, pa.int64())
 _I64_TWO = pa.scalar(2, pa.int64())
 _I64_THOUSAND = pa.scalar(1000, pa.int64())
 _INT32_MAX = (1 << 31) - 1
@@ -359,9 +360,9 @@ class ArrowRecordDecoder:
 
         # The record framing and the fields must agree; nothing is built
         # over the buffer until they do (a bad offset would read out of it).
-        if pc.any(pc.less(keyLengths, pa.scalar(-1, pa.int64()))).as_py():
+        if pc.any(pc.less(keyLengths, _I64_MINUS_ONE)).as_py():
             raise CorruptRecordError("negative key length")
-        if pc.any(pc.less(valueLengths, pa.scalar(-1, pa.int64()))).as_py():
+        if pc.any(pc.less(valueLengths, _I64_MINUS_ONE)).as_py():
             raise CorruptRecordError("negative value length")
         if pc.any(pc.less(headerCounts, _I64_ZERO)).as_py():
             raise CorruptRecordError("negative header count")
@@ -376,8 +377,8 @@ class ArrowRecordDecoder:
             _int64(baseTimestamps), pc.multiply(timestampDeltas, _int64(deltaFactors))
         )
         columns = [
-            _binaryColumn(buffer, keyStarts, keyLengths, pc.equal(keyLengths, -1)),
-            _binaryColumn(buffer, valueStarts, valueLengths, pc.equal(valueLengths, -1)),
+            _binaryColumn(buffer, keyStarts, keyLengths, pc.equal(keyLengths, _I64_MINUS_ONE)),
+            _binaryColumn(buffer, valueStarts, valueLengths, pc.equal(valueLengths, _I64_MINUS_ONE)),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             offsets,

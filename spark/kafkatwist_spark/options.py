@@ -147,7 +147,8 @@ class SourceConfig:
     @ivar startingByTimestampStrategy: what to do when no record is at or
         after a starting timestamp: C{'error'} fails the query, C{'latest'}
         starts from the latest offset.
-    @ivar fetchMaxBytes: the per-partition byte limit of each Fetch.
+    @ivar fetchMaxBytes: the per-partition byte limit of each Fetch
+        (C{kafka.max.partition.fetch.bytes}).
     """
 
     connection: ConnectionConfig
@@ -161,7 +162,7 @@ class SourceConfig:
     maxRecordsPerPartition: int | None = None
     maxOffsetsPerTrigger: int | None = None
     startingByTimestampStrategy: str = "error"
-    fetchMaxBytes: int = 1 << 20
+    fetchMaxBytes: int = 4 << 20
     pollTimeoutMs: int = 120_000
     fetchRetries: int = 3
     fetchRetryIntervalMs: int = 10
@@ -758,7 +759,10 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
             f"read_committed is not supported, got {isolation!r}",
         )
 
-    fetchMaxBytes = opts.integer(MAX_PARTITION_FETCH_BYTES, 1 << 20)
+    # Kafka's consumer fetches 1 MiB per partition, but it keeps fetches in
+    # flight while the application works; this reader fetches then decodes,
+    # so larger fetches (fewer round trips) pay off: 4 MiB unless told.
+    fetchMaxBytes = opts.integer(MAX_PARTITION_FETCH_BYTES, 4 << 20)
     return SourceConfig(
         connection=connection,
         subscription=subscription,

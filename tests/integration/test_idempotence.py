@@ -79,9 +79,7 @@ def produceFrame(topic, batch, correlationId=7, version=9):
         transactional_id=None,
         acks=-1,
         timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            topicCls(name=topic, partition_data=(partitionCls(index=0, records=batch),)),
-        ),
+        topic_data=(topicCls(name=topic, partition_data=(partitionCls(index=0, records=batch),)),),
     )
     return encodeRequestFrame(PRODUCE, version, correlationId, "idempotence-test", request), version
 

@@ -23,16 +23,14 @@ from kafkatwist.log.producerstate import (
 )
 
 from .batches import makeBatch
-from .test_partition import NOW, newLog, offsets, readAll
+from .test_partition import NOW, newLog, readAll
 
 PID = 4242
 INT32_MAX = 2**31 - 1
 
 
 def idem(seq, count=2, epoch=0, pid=PID, ts=NOW):
-    return makeBatch(
-        count, producerId=pid, producerEpoch=epoch, baseSequence=seq, baseTimestamp=ts
-    )
+    return makeBatch(count, producerId=pid, producerEpoch=epoch, baseSequence=seq, baseTimestamp=ts)
 
 
 def clocked(harness, configs=None, defaults=None):
@@ -401,3 +399,11 @@ def test_noRecoveryWarningOnFirstStart(disk):
     warned = [e for e in events if "no clean shutdown" in e.get("log_format", "")]
     assert warnedEarly == []
     assert len(warned) == 1
+
+
+def test_brokerAppendsUpdateStateUnchecked(harness):
+    # The broker's own writes are not validated but keep the state in step.
+    _, log = clocked(harness)
+    log.append(idem(5, epoch=1), NOW, isFromClient=False)
+    assert log.producerState.get(PID).lastSeq == 6
+    assert log.append(idem(5, epoch=1), NOW).duplicate
