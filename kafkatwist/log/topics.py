@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from twisted.logger import Logger
+
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.config import (
     BrokerLogDefaults,
@@ -29,6 +31,8 @@ __all__ = ["MAX_TOPIC_NAME_LENGTH", "BaseLogManager", "TopicState", "validateTop
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+_log = Logger()
 
 
 def validateTopicName(name: Any) -> None:
@@ -186,7 +190,11 @@ class BaseLogManager:
             for log in created:
                 self._logs[(name, log.partition)] = log
             self._topics[name] = topic
-            return topic.info()
+        _log.info(
+            "Created topic {topic} ({topicId}) with {partitions} partitions, configs {configs}",
+            topic=name, topicId=str(topic.topicId), partitions=numPartitions, configs=overrides,
+        )
+        return topic.info()
 
     def deleteTopic(self, name: str) -> None:
         with self._lock:
@@ -198,6 +206,7 @@ class BaseLogManager:
                 if (name, p) in self._logs
             ]
         self._deleteLogs(topic, logs)
+        _log.info("Deleted topic {topic} ({topicId})", topic=name, topicId=str(topic.topicId))
 
     def createPartitions(
         self, name: str, totalCount: int, *, validateOnly: bool = False
@@ -215,7 +224,8 @@ class BaseLogManager:
             for partition in range(topic.numPartitions, totalCount):
                 self._logs[(name, partition)] = self._createLog(topic, partition)
                 topic.numPartitions = partition + 1
-            return topic.info()
+        _log.info("Topic {topic} now has {partitions} partitions", topic=name, partitions=totalCount)
+        return topic.info()
 
     def alterTopicConfigs(self, name: str, changes, *, validateOnly: bool = False) -> TopicInfo:
         """
@@ -235,7 +245,8 @@ class BaseLogManager:
                 if log is not None:
                     log.config = config
             self._persistTopic(topic)
-            return topic.info()
+        _log.info("Topic {topic} configs now {configs}", topic=name, configs=overrides)
+        return topic.info()
 
     # -- periodic work -------------------------------------------------------------
 
