@@ -46,6 +46,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from twisted.internet.defer import Deferred
+
+from kafkatwist.threaddefer import ThreadSafeDeferred
 from twisted.internet.error import AlreadyCalled, AlreadyCancelled
 
 from kafkatwist.coordinator.group import GroupMetadata, GroupState, MemberMetadata
@@ -70,50 +72,6 @@ log = logging.getLogger(__name__)
 
 E = ErrorCode
 S = GroupState
-
-
-class ThreadSafeDeferred(Deferred):
-    """
-    A Deferred that one thread may fire while another adds callbacks.
-
-    JoinGroup/SyncGroup Deferreds are created in the requesting handler's
-    thread but are usually fired from another one (the member whose join
-    completes the rebalance, the leader's SyncGroup, a timer), possibly
-    while the requester is still attaching its callbacks.  A plain Deferred
-    can lose a callback in that race, so firing and adding callbacks are
-    serialised here.  Callbacks run with the (re-entrant) lock held by the
-    firing thread; the coordinator never fires while holding a group lock,
-    so the lock order is always this lock, then a group lock.
-    """
-
-    def __init__(self, canceller=None) -> None:
-        super().__init__(canceller)
-        self._threadLock = threading.RLock()
-
-    def addCallbacks(self, *args, **kw):
-        with self._threadLock:
-            return super().addCallbacks(*args, **kw)
-
-    def addCallback(self, *args, **kw):
-        with self._threadLock:
-            return super().addCallback(*args, **kw)
-
-    def addErrback(self, *args, **kw):
-        with self._threadLock:
-            return super().addErrback(*args, **kw)
-
-    def addBoth(self, *args, **kw):
-        with self._threadLock:
-            return super().addBoth(*args, **kw)
-
-    def callback(self, result) -> None:
-        with self._threadLock:
-            if not self.called:
-                super().callback(result)
-
-    def errback(self, fail=None) -> None:
-        with self._threadLock:
-            super().errback(fail)
 
 
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member cannot

@@ -11,7 +11,7 @@ which tells clients to send full fetch requests.
 
 from __future__ import annotations
 
-from kafkatwist.coordinator.coordinator import ThreadSafeDeferred
+from kafkatwist.threaddefer import ThreadSafeDeferred
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH

@@ -12,7 +12,7 @@ import threading
 import time
 
 from kafkatwist.coordinator import GroupCoordinator, InMemoryGroupStore, OffsetAndMetadata
-from kafkatwist.coordinator.coordinator import ThreadSafeDeferred
+from kafkatwist.threaddefer import ThreadSafeDeferred
 
 from .helpers import E, sub
 
