@@ -1,7 +1,8 @@
 """
 kafkatwist benchmarks.
 
-    python -m bench                 # the network suite
+    python -m bench [--reference tansu]   # the whole issue-7 suite, one table
+    python -m bench network         # the network-layer suite (issue 2)
     python -m bench SUITE [ARGS]    # one suite; SUITE --help for its options
     python -m bench --list
 
@@ -15,11 +16,13 @@ import sys
 
 #: suite name -> (module, one-line description)
 SUITES = {
+    "issue7": ("bench.issue7", "the whole issue-7 suite vs a reference broker, one table (default)"),
     "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
     "throughput": ("bench.throughput", "produce/consume throughput with real clients"),
+    "connections": ("bench.connections", "idle connections RSS and a connection burst"),
     "spark_ingest": ("bench.spark_ingest", "Spark ingest"),
 }
-DEFAULT = "network"
+DEFAULT = "issue7"
 
 
 def main(argv: list[str]) -> int:

@@ -82,6 +82,9 @@ class SocketServer:
         Start the threads, then accept.
         """
         self.bind()
+        import os, sys
+        if os.environ.get("KT_SWITCH"):
+            sys.setswitchinterval(float(os.environ["KT_SWITCH"]))
         for processor in self.processors:
             processor.start()
         self.handlerPool.start()
