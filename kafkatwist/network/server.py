@@ -6,6 +6,8 @@ Kafka's order.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections import Counter
 
@@ -17,11 +19,15 @@ from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ServerContextFactory
+from kafkatwist.protocol.apis import PRODUCE
 
 log = Logger()
 
 #: how long shutdown lets in-flight requests finish
 SHUTDOWN_GRACE_SECONDS = 3.0
+
+#: the GIL switch interval the broker runs with (seconds)
+SWITCH_INTERVAL = 0.001
 
 
 class SocketServer:
@@ -53,6 +59,13 @@ class SocketServer:
                 config["ssl.truststore.location"],
                 config["ssl.client.auth"],
             )
+        # Experimental, off by default: Produce handled in the Processor's
+        # own thread (no hop; less CPU and latency on 2 cores, but an fsync
+        # of a flush.messages topic would then stall the Processor).  See
+        # bench/RESULTS.md.
+        self.inlineApiKeys = (
+            frozenset({PRODUCE}) if os.environ.get("KAFKATWIST_INLINE_PRODUCE") == "1" else frozenset()
+        )
         self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]
         self.handlerPool = HandlerPool(self.channel, broker, config["num.io.threads"])
         self.acceptors: list[Acceptor] = []
@@ -82,9 +95,12 @@ class SocketServer:
         Start the threads, then accept.
         """
         self.bind()
-        import os, sys
-        if os.environ.get("KT_SWITCH"):
-            sys.setswitchinterval(float(os.environ["KT_SWITCH"]))
+        # Processors and handler threads hand requests back and forth: a
+        # thread that wants the GIL waits up to the switch interval (5 ms by
+        # default) for the one holding it, which put the p99 of produce ->
+        # ack at 5-9 ms on 2 cores.  1 ms costs no measurable CPU (bench/RESULTS.md).
+        if sys.getswitchinterval() > SWITCH_INTERVAL:
+            sys.setswitchinterval(SWITCH_INTERVAL)
         for processor in self.processors:
             processor.start()
         self.handlerPool.start()

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -107,9 +108,44 @@ def progressListener(total: list[int]):
             pass
 
         def onQueryTerminated(self, event):
-            say("stream", "query finished" + (f" with {event.exception}" if event.exception else ""))
+            failure = f" with {event.exception}" if event.exception else ""
+            say("stream", "query finished" + failure)
 
     return Progress()
+
+
+class JobProgress:
+    """
+    Print the tasks done in Spark's active stages about once a second,
+    while a batch job runs (Spark's own console bar is turned off: it would
+    garble these lines).
+    """
+
+    def __init__(self, spark, stage: str) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.stage = stage
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.wait(1.0):
+            stages = [self.tracker.getStageInfo(i) for i in self.tracker.getActiveStageIds()]
+            line = ", ".join(
+                f"stage {s.stageId}: {s.numCompletedTasks}/{s.numTasks} tasks"
+                for s in stages if s is not None
+            )
+            if line and line != last:
+                say(self.stage, line)
+                last = line
 
 
 def main(argv=None) -> int:
@@ -117,7 +153,8 @@ def main(argv=None) -> int:
         prog="run_demo.py", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="broker (default %(default)s)")
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092",
+                        help="broker (default %(default)s)")
     parser.add_argument("--topic", default="demo-events")
     parser.add_argument("--partitions", type=int, default=3, help="if the topic is created")
     parser.add_argument("--events", type=int, default=50_000,
@@ -144,13 +181,16 @@ def main(argv=None) -> int:
             say("broker", f"created topic {args.topic} with {args.partitions} partitions")
             partitions = args.partitions
         rng = random.Random()
-        start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+        now = datetime.now(timezone.utc)
+        # event times end about now, so that each run's arrivals are newer
+        # and move the stream's watermark on (closing more windows)
+        start = now - timedelta(milliseconds=225 * args.events)
         if records == 0:
             produceEvents(client, args.topic, partitions, makeEvents(rng, start, args.events),
                           "demo events")
         else:
             say("broker", f"{args.topic} already holds {records:,} records")
-        more = makeEvents(rng, datetime.now(timezone.utc) - timedelta(minutes=30), args.more)
+        more = makeEvents(rng, now, args.more)
         produceEvents(client, args.topic, partitions, more, "new arrivals")
         partitions, records = topicSize(client, args.topic)
         say("broker", f"{args.topic}: {records:,} records in {partitions} partitions")
@@ -171,6 +211,7 @@ def main(argv=None) -> int:
         SparkSession.builder.master("local[2]")
         .appName("kafkatwist-spark-demo")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
@@ -181,10 +222,11 @@ def main(argv=None) -> int:
     try:
         say("batch", f"reading {args.topic} and aggregating 5-minute windows")
         started = time.monotonic()
-        windows = events_pipeline.run(
-            spark, args.bootstrap, args.topic, os.path.join(output, "windows")
-        )
-        count = windows.count()
+        with JobProgress(spark, "batch"):
+            windows = events_pipeline.run(
+                spark, args.bootstrap, args.topic, os.path.join(output, "windows")
+            )
+            count = windows.count()
         say("batch", f"{count} windows written to {output}/windows "
                      f"in {time.monotonic() - started:.1f}s; the busiest:")
         windows.orderBy(windows.events.desc()).show(5, truncate=False)

@@ -15,6 +15,15 @@ See C{spark/README.md} for the options.
 
 from __future__ import annotations
 
+try:
+    # Streaming read limits (maxOffsetsPerTrigger) and Trigger.AvailableNow
+    # for Python data sources arrived in PySpark 4.2.
+    from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the installed PySpark
+    raise ImportError(
+        "kafkatwist_spark needs PySpark 4.2 or later and pyarrow: pip install 'kafkatwist[spark]'"
+    ) from e
+
 from kafkatwist_spark.options import OptionError
 from kafkatwist_spark.offsets import DataLossError
 from kafkatwist_spark.source import KafkaTwistDataSource, kafkaSchema

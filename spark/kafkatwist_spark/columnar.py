@@ -259,7 +259,9 @@ class ArrowRecordDecoder:
         includes C{headers} if and only if headers are wanted.
     """
 
-    def __init__(self, topic: str, partition: int, schema: pa.Schema, checkCrc: bool = True) -> None:
+    def __init__(
+        self, topic: str, partition: int, schema: pa.Schema, checkCrc: bool = True
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.schema = schema
@@ -378,7 +380,9 @@ class ArrowRecordDecoder:
         )
         columns = [
             _binaryColumn(buffer, keyStarts, keyLengths, pc.equal(keyLengths, _I64_MINUS_ONE)),
-            _binaryColumn(buffer, valueStarts, valueLengths, pc.equal(valueLengths, _I64_MINUS_ONE)),
+            _binaryColumn(
+                buffer, valueStarts, valueLengths, pc.equal(valueLengths, _I64_MINUS_ONE)
+            ),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             offsets,

@@ -149,6 +149,10 @@ class SourceConfig:
         starts from the latest offset.
     @ivar fetchMaxBytes: the per-partition byte limit of each Fetch
         (C{kafka.max.partition.fetch.bytes}).
+    @ivar fetchRetries: how often a failed request is repeated, on the
+        driver and on executors (C{fetchOffset.numRetries}).
+    @ivar fetchRetryIntervalMs: the pause before the first retry; doubled
+        for each further one (C{fetchOffset.retryIntervalMs}).
     """
 
     connection: ConnectionConfig
@@ -163,7 +167,6 @@ class SourceConfig:
     maxOffsetsPerTrigger: int | None = None
     startingByTimestampStrategy: str = "error"
     fetchMaxBytes: int = 4 << 20
-    pollTimeoutMs: int = 120_000
     fetchRetries: int = 3
     fetchRetryIntervalMs: int = 10
 
@@ -559,7 +562,9 @@ def _parseOffsets(options: _Options, starting: bool, streaming: bool) -> OffsetS
             f'{{"topicA":{{"0":23,"1":-1}}}}, not {value!r}',
         )
     example = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
-    parsed = _parsePartitionMap(offsetsName, value, example, EARLIEST, "offset (-2 earliest, -1 latest)")
+    parsed = _parsePartitionMap(
+        offsetsName, value, example, EARLIEST, "offset (-2 earliest, -1 latest)"
+    )
     if not streaming:
         forbidden = LATEST if starting else EARLIEST
         for (topic, partition), offset in parsed:
@@ -763,6 +768,9 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
     # flight while the application works; this reader fetches then decodes,
     # so larger fetches (fewer round trips) pay off: 4 MiB unless told.
     fetchMaxBytes = opts.integer(MAX_PARTITION_FETCH_BYTES, 4 << 20)
+    # Spark's executor poll timeout: checked for compatibility; here each
+    # request is bounded by kafka.request.timeout.ms instead.
+    opts.integer(POLL_TIMEOUT, 120_000)
     return SourceConfig(
         connection=connection,
         subscription=subscription,
@@ -776,7 +784,6 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
         maxOffsetsPerTrigger=maxOffsets,
         startingByTimestampStrategy=strategy,
         fetchMaxBytes=fetchMaxBytes,
-        pollTimeoutMs=opts.integer(POLL_TIMEOUT, 120_000),
         fetchRetries=opts.integer(FETCH_RETRIES, 3, minimum=0),
         fetchRetryIntervalMs=opts.integer(FETCH_RETRY_INTERVAL, 10, minimum=0),
     )

@@ -28,6 +28,7 @@ from kafkatwist.client import EARLIEST as LIST_EARLIEST
 from kafkatwist.client import LATEST as LIST_LATEST
 from kafkatwist.client import KafkaConnectionError
 from kafkatwist.errors import KafkaError
+from kafkatwist.protocol.records import CorruptRecordError
 
 from kafkatwist_spark.clients import discardSharedClient, openClient, sharedClient
 from kafkatwist_spark.columnar import ArrowRecordDecoder, kafkaArrowSchema
@@ -61,6 +62,14 @@ def _retriable(code: ErrorCode) -> bool:
         ErrorCode.leader_not_available,
         ErrorCode.not_leader_or_follower,
     )
+
+
+def _backoff(config: SourceConfig, failures: int) -> None:
+    """
+    Sleep before retry number C{failures}: C{fetchOffset.retryIntervalMs},
+    doubling, capped at 5 s.
+    """
+    time.sleep(min(5.0, config.fetchRetryIntervalMs / 1000.0 * 2 ** (failures - 1)))
 
 
 #: a fetch that returns no whole batch is retried with a larger limit, up to
@@ -130,15 +139,27 @@ def readRange(
             # A fresh client re-reads metadata and reconnects: the leader
             # may have moved or the connection gone stale.
             discardSharedClient(config.connection)
-            time.sleep(config.fetchRetryIntervalMs / 1000.0 * failures)
+            _backoff(config, failures)
+            continue
+        if raw.error == ErrorCode.offset_out_of_range:
+            moved = _outOfRange(config, client, r, offset)
+            if moved == offset:
+                # In range again by the time we looked: the log moved under
+                # the fetch.  Try again, a bounded number of times.
+                failures += 1
+                if failures > config.fetchRetries:
+                    raise KafkaError(raw.error, f"fetch {r.topic}-{r.partition} at {offset}")
+            offset = moved
             continue
         failures = 0
-        if raw.error == ErrorCode.offset_out_of_range:
-            offset = _outOfRange(config, client, r, offset)
-            continue
         if raw.error != ErrorCode.none:
             raise KafkaError(raw.error, f"fetch {r.topic}-{r.partition} at offset {offset}")
-        decoded = decoder.decode(raw.records, offset, r.untilOffset)
+        try:
+            decoded = decoder.decode(raw.records, offset, r.untilOffset)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(
+                f"{r.topic}-{r.partition}, fetching from offset {offset}: {e}"
+            ) from e
         if decoded.batch is not None:
             yield decoded.batch
         if decoded.nextOffset > offset:
@@ -170,7 +191,8 @@ def _outOfRange(config: SourceConfig, client, r: OffsetRange, offset: int) -> in
     """
     Where to go on after OFFSET_OUT_OF_RANGE at C{offset}: the earliest
     offset if retention removed C{offset}, the end of the range if the
-    partition was truncated below it.
+    partition was truncated below it, C{offset} itself if it is in range
+    after all.
     """
     earliest = client.listOffsets(r.topic, r.partition, LIST_EARLIEST)[r.partition][0]
     if offset < earliest:
@@ -181,6 +203,8 @@ def _outOfRange(config: SourceConfig, client, r: OffsetRange, offset: int) -> in
         )
         return min(earliest, r.untilOffset)
     latest = client.listOffsets(r.topic, r.partition, LIST_LATEST)[r.partition][0]
+    if offset <= latest:
+        return offset
     _lost(
         config,
         f"Cannot fetch offset {offset} of {r.topic}-{r.partition}: the partition now ends at "
@@ -211,6 +235,26 @@ class _ReaderBase:
             self._client = openClient(self.config.connection)
         return OffsetReader(self.config, self._client)
 
+    def _retrying(self, operation):
+        """
+        Run C{operation(offsetReader)}, again on a fresh connection after a
+        network error or a retriable Kafka error, up to
+        C{fetchOffset.numRetries} times.  Option and data loss errors are
+        not retried: they would only fail again.
+        """
+        failures = 0
+        while True:
+            try:
+                return operation(self._offsetReader())
+            except KafkaError as e:
+                if not (isinstance(e, KafkaConnectionError) or _retriable(e.code)):
+                    raise
+                failures += 1
+                if failures > self.config.fetchRetries:
+                    raise
+                self._closeClient()
+                _backoff(self.config, failures)
+
     def _closeClient(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -236,7 +280,7 @@ class KafkaBatchReader(_ReaderBase, DataSourceReader):
 
     def partitions(self) -> list[KafkaInputPartition]:
         try:
-            ranges = self._offsetReader().batchRanges()
+            ranges = self._retrying(OffsetReader.batchRanges)
         finally:
             self._closeClient()
         pieces = splitRanges(
@@ -263,11 +307,13 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         self._latest: dict[TopicPartition, int] | None = None
 
     def initialOffset(self) -> dict:
-        offsets = self._offsetReader()
-        partitions = offsets.partitions()
-        if not partitions:
-            return {}
-        return toJson(offsets.resolve(self.config.starting, partitions, starting=True))
+        def initial(offsets: OffsetReader) -> dict:
+            partitions = offsets.partitions()
+            if not partitions:
+                return {}
+            return toJson(offsets.resolve(self.config.starting, partitions, starting=True))
+
+        return self._retrying(initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.config.maxOffsetsPerTrigger:
@@ -275,11 +321,12 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        offsets = self._offsetReader()
-        self._target = offsets.latest(offsets.partitions())
+        self._target = self._retrying(lambda offsets: offsets.latest(offsets.partitions()))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        offsets = self._offsetReader()
+        return self._retrying(lambda offsets: self._latestOffset(offsets, start, limit))
+
+    def _latestOffset(self, offsets: OffsetReader, start: dict, limit: ReadLimit) -> dict:
         startMap = fromJson(start)
         current = offsets.partitions()
         currentSet = set(current)
@@ -322,11 +369,13 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         return None if self._latest is None else toJson(self._latest)
 
     def partitions(self, start: dict, end: dict) -> list[KafkaInputPartition]:
+        return self._retrying(lambda offsets: self._partitions(offsets, start, end))
+
+    def _partitions(self, offsets: OffsetReader, start: dict, end: dict) -> list:
         startMap = fromJson(start)
         endMap = fromJson(end)
         if not endMap:
             return []
-        offsets = self._offsetReader()
         new = [tp for tp in endMap if tp not in startMap]
         fromMap = dict(startMap)
         if new:

@@ -17,6 +17,7 @@ partition per request, then move on round-robin.
 from __future__ import annotations
 
 import random
+import struct
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -40,9 +41,8 @@ from pyspark.sql.types import (
 
 from kafkatwist.client import KafkaConnectionError
 from kafkatwist.errors import KafkaError
-from kafkatwist.protocol.records import Record, buildBatch
-
 from kafkatwist_spark.clients import discardSharedClient, sharedClient
+from kafkatwist_spark.encoding import encodeBatch
 from kafkatwist_spark.options import OptionError, SinkConfig
 
 __all__ = [
@@ -67,20 +67,21 @@ def murmur2(data: bytes) -> int:
     length = len(data)
     m = 0x5BD1E995
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    whole = length & ~3
-    for i in range(0, whole, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
+    whole = length >> 2
+    if whole:
+        for k in struct.unpack_from(f"<{whole}I", data):
+            k = (k * m) & 0xFFFFFFFF
+            k ^= k >> 24
+            k = (k * m) & 0xFFFFFFFF
+            h = ((h * m) & 0xFFFFFFFF) ^ k
     rest = length & 3
+    tail = whole << 2
     if rest == 3:
-        h ^= data[whole + 2] << 16
+        h ^= data[tail + 2] << 16
     if rest >= 2:
-        h ^= data[whole + 1] << 8
+        h ^= data[tail + 1] << 8
     if rest >= 1:
-        h ^= data[whole]
+        h ^= data[tail]
         h = (h * m) & 0xFFFFFFFF
     h ^= h >> 13
     h = (h * m) & 0xFFFFFFFF
@@ -188,6 +189,21 @@ class KafkaCommitMessage(WriterCommitMessage):
         return sum(self.counts.values())
 
 
+class _Pending:
+    """
+    One partition's records waiting to be produced, as columns.
+    """
+
+    __slots__ = ("keys", "values", "headers", "size")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        #: per record, or None while no record has headers
+        self.headers: list | None = None
+        self.size = 0
+
+
 class _Producer:
     """
     Buffers one task's records per partition and produces them in batches.
@@ -195,8 +211,7 @@ class _Producer:
 
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
-        self.pending: dict[tuple[str, int], list[Record]] = {}
-        self.pendingBytes: Counter = Counter()
+        self.pending: dict[tuple[str, int], _Pending] = {}
         self.written: Counter = Counter()
         self._partitionCounts: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
@@ -224,43 +239,62 @@ class _Producer:
                 )
             time.sleep(0.1)
 
-    def partitionFor(self, topic: str, key: bytes | None) -> int:
-        count = self.partitionCount(topic)
+    def partitionFor(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """
+        Where a row goes: its C{partition} column if set (checked against
+        the topic), else by key hash, else the topic's sticky partition.
+        """
+        count = self._partitionCounts.get(topic) or self.partitionCount(topic)
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition,
+                    f"the 'partition' column says {partition}, but topic {topic!r} has "
+                    f"partitions 0-{count - 1}",
+                )
+            return partition
         if key is not None:
-            return keyPartition(key, count)
+            return (murmur2(key) & 0x7FFFFFFF) % count
         sticky = self._sticky.get(topic)
         if sticky is None:
             sticky = self._sticky[topic] = random.randrange(count)
         return sticky
 
-    def add(self, topic: str, partition: int | None, record: Record) -> None:
-        if partition is None:
-            partition = self.partitionFor(topic, record.key)
-        elif partition < 0 or partition >= self.partitionCount(topic):
-            raise KafkaError(
-                ErrorCode.unknown_topic_or_partition,
-                f"the 'partition' column says {partition}, but topic {topic!r} has "
-                f"partitions 0-{self.partitionCount(topic) - 1}",
-            )
-        tp = (topic, partition)
-        records = self.pending.get(tp)
-        if records is None:
-            records = self.pending[tp] = []
-        records.append(record)
-        size = _RECORD_OVERHEAD + len(record.value or b"") + len(record.key or b"")
-        for headerKey, headerValue in record.headers:
-            size += len(headerKey) + len(headerValue or b"") + 4
-        self.pendingBytes[tp] += size
-        if self.pendingBytes[tp] >= self.config.batchBytes:
+    def add(self, tp: tuple[str, int], key, value, headers) -> None:
+        pending = self.pending.get(tp)
+        if pending is None:
+            pending = self.pending[tp] = _Pending()
+        pending.keys.append(key)
+        pending.values.append(value)
+        size = _RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            if pending.headers is None:
+                pending.headers = [None] * (len(pending.values) - 1)
+            pending.headers.append(headers)
+            for headerKey, headerValue in headers:
+                size += len(headerKey) + (len(headerValue) if headerValue else 0) + 4
+        elif pending.headers is not None:
+            pending.headers.append(None)
+        pending.size += size
+        if pending.size >= self.config.batchBytes:
             self.send(tp)
 
     def send(self, tp: tuple[str, int]) -> None:
-        records = self.pending.pop(tp, None)
-        self.pendingBytes.pop(tp, None)
-        if not records:
+        pending = self.pending.pop(tp, None)
+        if pending is None or not pending.values:
             return
         topic, partition = tp
-        payload = buildBatch(records, self.config.compression)
+        payload = encodeBatch(
+            pending.keys,
+            pending.values,
+            pending.headers,
+            int(time.time() * 1000),
+            self.config.compression,
+        )
         attempt = 0
         while True:
             try:
@@ -281,11 +315,11 @@ class _Producer:
                 # that is the at-least-once contract.
                 discardSharedClient(self.config.connection)
                 time.sleep(self.config.retryBackoffMs / 1000.0 * attempt)
-        self.written[tp] += len(records)
-        if tp[0] in self._sticky and self._sticky[tp[0]] == partition:
+        self.written[tp] += len(pending.values)
+        if self._sticky.get(topic) == partition:
             # Keyless rows move on to the next partition, as the Java
             # producer's sticky partitioner does once a batch is sent.
-            self._sticky[tp[0]] = (partition + 1) % self.partitionCount(tp[0])
+            self._sticky[topic] = (partition + 1) % self.partitionCount(topic)
 
     def flush(self) -> None:
         for tp in list(self.pending):
@@ -315,29 +349,26 @@ def writeArrow(
             continue
         values = _bytesColumn(batch, columns.value)
         keys = _bytesColumn(batch, columns.key) or [None] * n
-        if config.topic is not None:
-            topics = None
-        else:
-            topics = batch.column(columns.topic).to_pylist()
+        topics = (
+            [config.topic] * n if config.topic is not None
+            else batch.column(columns.topic).to_pylist()
+        )
         partitions = (
             batch.column(columns.partition).to_pylist() if columns.partition else [None] * n
         )
         headers = batch.column(columns.headers).to_pylist() if columns.headers else None
+        partitionFor, add = producer.partitionFor, producer.add
         for i in range(n):
-            topic = config.topic if topics is None else topics[i]
+            topic = topics[i]
             if topic is None:
-                raise OptionError(
-                    "topic",
-                    "a row has a null 'topic' column and no 'topic' option is set",
-                )
-            recordHeaders = []
+                raise ValueError("a row has a null 'topic' column and no 'topic' option is set")
+            key = keys[i]
+            recordHeaders = None
             if headers is not None and headers[i]:
                 recordHeaders = [(h["key"], h["value"]) for h in headers[i]]
                 if any(k is None for k, _ in recordHeaders):
-                    raise OptionError("headers", "a row has a header with a null key")
-            producer.add(
-                topic, partitions[i], Record(key=keys[i], value=values[i], headers=recordHeaders)
-            )
+                    raise ValueError("a row of the 'headers' column has a header with a null key")
+            add((topic, partitionFor(topic, key, partitions[i])), key, values[i], recordHeaders)
     producer.flush()
     return KafkaCommitMessage(dict(producer.written))
 

@@ -7,22 +7,16 @@ run.
 
 import itertools
 import os
-import shutil
 import sys
 
 import pytest
 
 from tests.broker import BrokerProcess
 
+from .helpers import NO_JAVA, javaMissing
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPARK_DIR = os.path.join(ROOT, "spark")
-
-
-def _javaMissing() -> bool:
-    javaHome = os.environ.get("JAVA_HOME")
-    if javaHome and os.path.exists(os.path.join(javaHome, "bin", "java")):
-        return False
-    return shutil.which("java") is None
 
 
 @pytest.fixture(scope="session")
@@ -33,8 +27,8 @@ def spark(tmp_path_factory):
     """
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    if _javaMissing():
-        pytest.skip("java not found: the Spark connector tests need Java 17 to run PySpark")
+    if javaMissing():
+        pytest.skip(NO_JAVA)
     # Python workers must run this interpreter (it has pyarrow) and import
     # this tree's kafkatwist and kafkatwist_spark, not an installed copy.
     os.environ["PYSPARK_PYTHON"] = sys.executable

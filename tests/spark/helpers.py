@@ -5,6 +5,8 @@ Producing known records quickly, and checking them.
 from __future__ import annotations
 
 import datetime
+import os
+import shutil
 
 from kio.schema.delete_records.v0.request import (
     DeleteRecordsPartition,
@@ -15,6 +17,15 @@ from kio.schema.delete_records.v0.request import (
 from kafkatwist.protocol.records import Record, buildBatch
 
 BASE_TIMESTAMP = 1_700_000_000_000
+
+NO_JAVA = "java not found: the Spark connector tests need Java 17 to run PySpark"
+
+
+def javaMissing() -> bool:
+    javaHome = os.environ.get("JAVA_HOME")
+    if javaHome and os.path.exists(os.path.join(javaHome, "bin", "java")):
+        return False
+    return shutil.which("java") is None
 CODECS = ["none", "lz4", "zstd", "gzip", "snappy"]
 
 

@@ -64,7 +64,9 @@ def test_resolveOffsets(kafka, admin, newTopic):
     ) == [OffsetRange(topic, 1, 21, 50)]
     assert ranges(
         kafka, admin, subscribe=topic,
-        startingOffsetsByTimestamp=f'{{"{topic}":{{"0":{BASE_TIMESTAMP},"1":{BASE_TIMESTAMP + 990}}}}}',
+        startingOffsetsByTimestamp=(
+            f'{{"{topic}":{{"0":{BASE_TIMESTAMP},"1":{BASE_TIMESTAMP + 990}}}}}'
+        ),
         endingTimestamp=str(BASE_TIMESTAMP + 10**9),  # after everything: the latest offset
     ) == [OffsetRange(topic, 0, 0, 100), OffsetRange(topic, 1, 99, 100)]
 
@@ -87,7 +89,8 @@ def test_subscribePattern(kafka, admin, newTopic):
          "must give every partition of the subscription"),
         ({"startingTimestamp": str(BASE_TIMESTAMP + 10**9)}, "startingTimestamp",
          "matches no record"),
-        ({"startingOffsets": '{"TOPIC":{"0":20,"1":1}}', "endingOffsets": '{"TOPIC":{"0":10,"1":5}}'},
+        ({"startingOffsets": '{"TOPIC":{"0":20,"1":1}}',
+          "endingOffsets": '{"TOPIC":{"0":10,"1":5}}'},
          "startingOffsets", "is after its ending offset"),
     ],
     ids=["outside-subscription", "partition-left-out", "timestamp-no-match", "start-after-end"],

@@ -243,7 +243,8 @@ def test_caseInsensitive():
 
 def test_offsetsJson():
     config = parseSourceOptions(
-        {**BASE, "startingOffsets": '{"t":{"1":-2,"0":23}}', "endingOffsets": '{"t":{"0":50,"1":-1}}'},
+        {**BASE, "startingOffsets": '{"t":{"1":-2,"0":23}}',
+         "endingOffsets": '{"t":{"0":50,"1":-1}}'},
         streaming=False,
     )
     assert config.starting.offsetMap() == {("t", 0): 23, ("t", 1): -2}

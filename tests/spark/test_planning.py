@@ -21,7 +21,13 @@ from pyspark.sql.types import (  # noqa: E402
     StructType,
 )
 
-from kafkatwist_spark.offsets import OffsetRange, fromJson, rateLimit, splitRanges, toJson  # noqa: E402
+from kafkatwist_spark.offsets import (  # noqa: E402
+    OffsetRange,
+    fromJson,
+    rateLimit,
+    splitRanges,
+    toJson,
+)
 from kafkatwist_spark.options import OptionError, parseSinkOptions  # noqa: E402
 from kafkatwist_spark.writer import checkSinkSchema, keyPartition, murmur2  # noqa: E402
 
@@ -131,7 +137,9 @@ def test_murmur2MatchesJavaClient():
         assert keyPartition(key, 7) == (kafkaPython.murmur2(key) & 0x7FFFFFFF) % 7
 
 
-HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
 WITH_TOPIC = parseSinkOptions({"kafka.bootstrap.servers": "h:1", "topic": "t"})
 WITHOUT_TOPIC = parseSinkOptions({"kafka.bootstrap.servers": "h:1"})
 

@@ -18,12 +18,17 @@ from kafkatwist_spark.writer import keyPartition  # noqa: E402
 
 from .helpers import (  # noqa: E402
     BASE_TIMESTAMP,
+    NO_JAVA,
     arrowRows,
     createPartitions,
     deleteRecords,
     expectedRow,
+    javaMissing,
     produce,
 )
+
+if javaMissing():
+    pytest.skip(NO_JAVA, allow_module_level=True)
 
 pytestmark = pytest.mark.spark
 
@@ -411,7 +416,15 @@ def test_badOptionsFailAtLoad(spark, kafka):
         ).option("subscribe", "t").load().collect()
 
 
-def test_streamOnlyOptionsFailAtStart(spark, kafka, tmp_path):
+def test_streamOptionsFail(spark, kafka, tmp_path):
+    """
+    A stream's options fail at load() where they are wrong for any query,
+    and when the query starts where they are wrong for a stream.
+    """
+    with pytest.raises(Exception, match="kafka.bootstrap.servers' must be set"):
+        spark.readStream.format("kafkatwist").option("subscribe", "t").load()
+    with pytest.raises(Exception, match="option 'maxOffsetsPerTrigger' must be a positive"):
+        streamReader(spark, kafka, subscribe="t", maxOffsetsPerTrigger="-1").load()
     query = (
         streamReader(spark, kafka, subscribe="t", endingOffsets="latest").load()
         .writeStream.format("memory").queryName("refused")
