@@ -19,6 +19,7 @@ SUITES = {
     "issue7": ("bench.issue7", "the whole issue-7 suite vs a reference broker, one table (default)"),
     "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
     "throughput": ("bench.throughput", "produce/consume throughput with real clients"),
+    "profile": ("bench.profile", "py-spy profiles of the produce and fetch paths under load"),
     "connections": ("bench.connections", "idle connections RSS and a connection burst"),
     "spark_ingest": ("bench.spark_ingest", "kafkatwist data source vs Parquet in Spark (issue 5)"),
 }
