@@ -15,7 +15,7 @@ from zope.interface import implementer
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.interfaces import IBroker
 from kafkatwist.metrics import TopicBytes
-from kafkatwist.purgatory import Purgatory
+from kafkatwist.purgatory import DelayedActions, Purgatory
 
 META_PROPERTIES = "meta.properties"
 
@@ -72,6 +72,13 @@ class Broker:
             if listener.name == listenerName:
                 return listener
         return self.advertisedListeners[0]
+
+    def afterResponse(self, f, *args) -> None:
+        """
+        Run C{f(*args)} once the current request's response is on its way
+        (immediately outside a handler thread).
+        """
+        DelayedActions.add(f, *args)
 
     def handlerFor(self, apiKey: int):
         return self.registry.handlerFor(apiKey)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IDelayedOperation, IPurgatory
+
+log = Logger()
 
 
 @implementer(IDelayedOperation)
@@ -128,3 +131,39 @@ class Purgatory:
                     pass
                 if not ops:
                     del self._watchers[key]
+
+
+class DelayedActions:
+    """
+    Actions to run once the current batch's responses were handed to their
+    Processors, so a produce is acknowledged before the fetches it wakes are
+    read and encoded.  Outside a handler thread (tests, timers) actions run
+    at once.
+    """
+
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        self._pending: list = []
+
+    @classmethod
+    def install(cls) -> "DelayedActions":
+        actions = cls._local.actions = cls()
+        return actions
+
+    @classmethod
+    def add(cls, f, *args) -> None:
+        actions = getattr(cls._local, "actions", None)
+        if actions is None:
+            f(*args)
+        else:
+            actions._pending.append((f, args))
+
+    def run(self) -> None:
+        pending = self._pending
+        while pending:
+            f, args = pending.pop(0)
+            try:
+                f(*args)
+            except Exception:
+                log.failure("Delayed action {f} failed", f=f)

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from kafkatwist.network.channel import Request, Response
+from kafkatwist.purgatory import DelayedActions
 from kafkatwist.protocol.apis import API_VERSIONS, apiName
 from kafkatwist.protocol.codec import MalformedRequest, decodeRequest, encodeResponseFrame
 from kafkatwist.protocol.versions import unsupportedApiVersionsBody
@@ -55,6 +56,7 @@ class HandlerPool:
 
     def _run(self) -> None:
         receive = self.channel.receiveRequests
+        actions = DelayedActions.install()
         while True:
             batch = receive()
             if batch is None:
@@ -63,14 +65,17 @@ class HandlerPool:
                 response = self.handle(batch[0])
                 if response is not None:
                     batch[0].processor.sendResponse(response)
-                continue
-            byProcessor: dict = {}
-            for request in batch:
-                response = self.handle(request)
-                if response is not None:
-                    byProcessor.setdefault(request.processor, []).append(response)
-            for processor, responses in byProcessor.items():
-                processor.sendResponses(responses)
+            else:
+                byProcessor: dict = {}
+                for request in batch:
+                    response = self.handle(request)
+                    if response is not None:
+                        byProcessor.setdefault(request.processor, []).append(response)
+                for processor, responses in byProcessor.items():
+                    processor.sendResponses(responses)
+            # Work a handler deferred until its answer was on its way (Kafka's
+            # ActionQueue): e.g. the long-poll fetches a produce satisfied.
+            actions.run()
 
     def handle(self, request: Request) -> Response | None:
         """

@@ -84,7 +84,6 @@ class Processor:
         if poller is not None:
             reactor._poller = self.idleClock
         #: API keys handled in this thread rather than by the handler pool
-        self._inline = frozenset(getattr(server, "inlineApiKeys", ()))
         self._idleSweep = LoopingCall(self._closeIdle)
         self._idleSweep.clock = self.reactor
 
@@ -198,30 +197,8 @@ class Processor:
         self._pending = []
         if not batch:
             return
-        inline = self._inline
-        if inline and not self._blocked:
-            queued = []
-            for request in batch:
-                if request.header.apiKey in inline:
-                    self._handleInline(request)
-                else:
-                    queued.append(request)
-            if not queued:
-                return
-            batch = queued
         accepted = self.server.channel.sendRequests(batch, self)
         self._blocked = batch[accepted:] if accepted < len(batch) else []
-
-    def _handleInline(self, request) -> None:
-        """
-        Run C{request} through its handler here, in this Processor's
-        thread: no hop to a handler thread and back, so no thread wake-up,
-        no GIL hand-off, no waker write.
-        """
-        request.dequeuedAt = time.monotonic()
-        response = self.server.handlerPool.handle(request)
-        if response is not None:
-            request.connection.sendResponse(response)
 
     def channelHasRoom(self) -> None:
         self.callInThread(self._flush)

@@ -6,7 +6,6 @@ Kafka's order.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections import Counter
@@ -19,7 +18,6 @@ from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ServerContextFactory
-from kafkatwist.protocol.apis import PRODUCE
 
 log = Logger()
 
@@ -59,13 +57,6 @@ class SocketServer:
                 config["ssl.truststore.location"],
                 config["ssl.client.auth"],
             )
-        # Experimental, off by default: Produce handled in the Processor's
-        # own thread (no hop; less CPU and latency on 2 cores, but an fsync
-        # of a flush.messages topic would then stall the Processor).  See
-        # bench/RESULTS.md.
-        self.inlineApiKeys = (
-            frozenset({PRODUCE}) if os.environ.get("KAFKATWIST_INLINE_PRODUCE") == "1" else frozenset()
-        )
         self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]
         self.handlerPool = HandlerPool(self.channel, broker, config["num.io.threads"])
         self.acceptors: list[Acceptor] = []

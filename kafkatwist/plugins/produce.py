@@ -35,7 +35,13 @@ class ProduceHandler(Handler):
         version = context.apiVersion
         broker = self.broker
         logManager = broker.logManager
-        wake = broker.fetchPurgatory.checkAndComplete
+        checkAndComplete = broker.fetchPurgatory.checkAndComplete
+
+        def wake(key):
+            # After the acknowledgement is on its way: reading and encoding
+            # the fetches this append satisfies must not delay it.
+            broker.afterResponse(checkAndComplete, key)
+
         account = broker.topicBytes.produced
         nowMs = int(time.time() * 1000)
         results = []
