@@ -67,9 +67,13 @@ class ThreadSafeClock:
         when everything runs in one thread (tests).
     """
 
-    def __init__(self, reactor, threadId: int | None = None) -> None:
+    def __init__(self, reactor, threadId: int | None = None, callInThread=None) -> None:
         self.reactor = reactor
         self.threadId = threadId
+        # A Processor passes its coalescing hand-off, so arming or
+        # cancelling a long-poll timer shares the wake-up that carries the
+        # response, instead of costing one of its own.
+        self._callFromThread = callInThread or getattr(reactor, "callFromThread", None)
 
     def seconds(self) -> float:
         return self.reactor.seconds()
@@ -81,7 +85,7 @@ class ThreadSafeClock:
         if self.threadId is None or threading.get_ident() == self.threadId:
             f(*args)
         else:
-            self.reactor.callFromThread(f, *args)
+            self._callFromThread(f, *args)
 
     def callLater(self, delay, f, *args, **kw) -> _Handle:
         handle = _Handle(self)

@@ -55,7 +55,7 @@ class Processor:
             # IO thread and isInIOThread() would turn False in the main one.
             reactor._registerAsIOThread = False
         self.reactor = reactor
-        self.clock = ThreadSafeClock(reactor)
+        self.clock = ThreadSafeClock(reactor, callInThread=self.callInThread)
         self.memoryPool = server.memoryPool
         self.maxRequestSize = server.maxRequestSize
         self.supportedVersions = server.supportedVersions
