@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass
 
 from kafkatwist.protocol.codec import EncodedResponse
+from kafkatwist.protocol.header import writeUnsignedVarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -51,10 +52,7 @@ class PartitionData:
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    writeUnsignedVarint(out, value)
     return bytes(out)
 
 

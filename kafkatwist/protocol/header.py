@@ -99,6 +99,16 @@ def readUnsignedVarint(buf, offset: int) -> tuple[int, int]:
             raise MalformedHeader("varint longer than 5 bytes")
 
 
+def writeUnsignedVarint(out: bytearray, value: int) -> None:
+    """
+    Append C{value} as an unsigned varint (compact lengths, counts).
+    """
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
 def skipTaggedFields(buf, offset: int) -> int:
     count, offset = readUnsignedVarint(buf, offset)
     for _ in range(count):

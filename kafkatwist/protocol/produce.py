@@ -22,6 +22,8 @@ from __future__ import annotations
 import struct
 
 from kafkatwist.protocol.codec import EncodedResponse, MalformedRequest
+# MalformedHeader is a ValueError: decodeProduceRequest turns it into MalformedRequest.
+from kafkatwist.protocol.header import readUnsignedVarint, skipTaggedFields, writeUnsignedVarint
 
 MIN_VERSION = 0
 MAX_VERSION = 12
@@ -75,29 +77,6 @@ class ProduceRequest:
         return datetime.timedelta(milliseconds=self.timeout_ms)
 
 
-def _uvarint(buf, offset: int) -> tuple[int, int]:
-    value = 0
-    shift = 0
-    while True:
-        b = buf[offset]
-        offset += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, offset
-        shift += 7
-        if shift > 28:
-            raise MalformedRequest("varint longer than 5 bytes")
-
-
-def _skipTags(buf, offset: int) -> int:
-    count, offset = _uvarint(buf, offset)
-    for _ in range(count):
-        _, offset = _uvarint(buf, offset)
-        size, offset = _uvarint(buf, offset)
-        offset += size
-    return offset
-
-
 def decodeProduceRequest(version: int, frame, offset: int) -> ProduceRequest:
     """
     @param frame: the request frame (after the size prefix).
@@ -119,7 +98,7 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
     transactionalId = None
     if version >= 3:
         if flexible:
-            n, offset = _uvarint(view, offset)
+            n, offset = readUnsignedVarint(view, offset)
             n -= 1
         else:
             (n,) = _I16.unpack_from(view, offset)
@@ -134,7 +113,7 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
     acks, timeoutMs = _ACKS_TIMEOUT.unpack_from(view, offset)
     offset += 6
     if flexible:
-        topicCount, offset = _uvarint(view, offset)
+        topicCount, offset = readUnsignedVarint(view, offset)
         topicCount -= 1
     else:
         (topicCount,) = unpackI32(view, offset)
@@ -144,7 +123,7 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
     topics = []
     for _ in range(topicCount):
         if flexible:
-            n, offset = _uvarint(view, offset)
+            n, offset = readUnsignedVarint(view, offset)
             n -= 1
         else:
             (n,) = _I16.unpack_from(view, offset)
@@ -154,7 +133,7 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
         name = str(view[offset : offset + n], "utf-8")
         offset += n
         if flexible:
-            partitionCount, offset = _uvarint(view, offset)
+            partitionCount, offset = readUnsignedVarint(view, offset)
             partitionCount -= 1
         else:
             (partitionCount,) = unpackI32(view, offset)
@@ -166,7 +145,7 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
             (index,) = unpackI32(view, offset)
             offset += 4
             if flexible:
-                n, offset = _uvarint(view, offset)
+                n, offset = readUnsignedVarint(view, offset)
                 n -= 1
             else:
                 (n,) = unpackI32(view, offset)
@@ -181,23 +160,16 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
                 records = view[offset : offset + n]
                 offset += n
             if flexible:
-                offset = _skipTags(view, offset)
+                offset = skipTaggedFields(view, offset)
             partitions.append(PartitionProduceData(index, records))
         if flexible:
-            offset = _skipTags(view, offset)
+            offset = skipTaggedFields(view, offset)
         topics.append(TopicProduceData(name, partitions))
     if flexible:
-        offset = _skipTags(view, offset)
+        offset = skipTaggedFields(view, offset)
     if offset > end:
         raise MalformedRequest("the request runs past the end of the frame")
     return ProduceRequest(transactionalId, acks, timeoutMs, topics)
-
-
-def _putUvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> EncodedResponse:
@@ -208,15 +180,15 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
     flexible = version >= FLEXIBLE_FROM
     out = bytearray()
     if flexible:
-        _putUvarint(out, len(results) + 1)
+        writeUnsignedVarint(out, len(results) + 1)
     else:
         out += _I32.pack(len(results))
     for name, partitions in results:
         raw = name.encode("utf-8")
         if flexible:
-            _putUvarint(out, len(raw) + 1)
+            writeUnsignedVarint(out, len(raw) + 1)
             out += raw
-            _putUvarint(out, len(partitions) + 1)
+            writeUnsignedVarint(out, len(partitions) + 1)
         else:
             out += _I16.pack(len(raw))
             out += raw
@@ -236,7 +208,7 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
                         out.append(0)
                     else:
                         raw = message.encode("utf-8")
-                        _putUvarint(out, len(raw) + 1)
+                        writeUnsignedVarint(out, len(raw) + 1)
                         out += raw
                 else:
                     out += b"\x00\x00\x00\x00"
