@@ -70,6 +70,10 @@ class IRequestHandler(Interface):
     Errors a client should see go into the response's error codes, as Kafka
     does; an exception (or a failed Deferred) closes the connection with a
     log line, and the broker keeps serving everyone else.
+
+    Optional: a C{decodeRequest(version, frame, offset)} method replaces the
+    generic (kio) decoder for this handler's requests -- the built-in
+    Produce uses it to hand record sets on as views of the request frame.
     """
 
     apiKey = Attribute("C{int}: the ApiKey served.")

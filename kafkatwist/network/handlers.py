@@ -28,11 +28,10 @@ log = Logger()
 
 
 class HandlerPool:
-    def __init__(self, channel, broker, numThreads: int, metrics=None) -> None:
+    def __init__(self, channel, broker, numThreads: int) -> None:
         self.channel = channel
         self.broker = broker
         self.numThreads = numThreads
-        self.metrics = metrics
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
