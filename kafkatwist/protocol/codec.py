@@ -11,15 +11,15 @@ from kio.serial import entity_reader, entity_writer
 
 from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.header import (
+    INT16,
+    INT32,
     MalformedHeader,
     readUnsignedVarint,
     responseHeaderBytes,
     skipTaggedFields,
 )
 
-_INT32 = struct.Struct(">i")
 _REQUEST_HEAD = struct.Struct(">hhi")
-_INT16 = struct.Struct(">h")
 
 
 class MalformedRequest(ValueError):
@@ -87,9 +87,9 @@ def encodeResponseFrame(apiKey: int, apiVersion: int, correlationId: int, body) 
     """
     header = responseHeaderBytes(apiKey, apiVersion, correlationId)
     if isinstance(body, EncodedResponse):
-        return [_INT32.pack(len(header) + body.size) + header, *body.chunks]
+        return [INT32.pack(len(header) + body.size) + header, *body.chunks]
     payload = encodeBody(body)
-    return [_INT32.pack(len(header) + len(payload)) + header + payload]
+    return [INT32.pack(len(header) + len(payload)) + header + payload]
 
 
 def responseTypeFor(apiKey: int, apiVersion: int) -> type:
@@ -107,14 +107,14 @@ def encodeRequestFrame(
     """
     head = _REQUEST_HEAD.pack(apiKey, apiVersion, correlationId)
     if clientId is None:
-        head += _INT16.pack(-1)
+        head += INT16.pack(-1)
     else:
         raw = clientId.encode("utf-8")
-        head += _INT16.pack(len(raw)) + raw
+        head += INT16.pack(len(raw)) + raw
     if type(entity).__flexible__:
         head += b"\x00"
     payload = encodeBody(entity)
-    return _INT32.pack(len(head) + len(payload)) + head + payload
+    return INT32.pack(len(head) + len(payload)) + head + payload
 
 
 def decodeResponseFrame(apiKey: int, apiVersion: int, frame) -> tuple[int, object]:
@@ -122,7 +122,7 @@ def decodeResponseFrame(apiKey: int, apiVersion: int, frame) -> tuple[int, objec
     @param frame: the bytes after the size prefix.
     @return: (correlation id, response entity).
     """
-    (correlationId,) = _INT32.unpack_from(frame, 0)
+    (correlationId,) = INT32.unpack_from(frame, 0)
     offset = 4
     cls = responseType(apiKey, apiVersion)
     if cls.__flexible__ and apiKey != 18:

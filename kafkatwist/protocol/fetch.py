@@ -15,10 +15,8 @@ import struct
 from dataclasses import dataclass
 
 from kafkatwist.protocol.codec import EncodedResponse
-from kafkatwist.protocol.header import writeUnsignedVarint
+from kafkatwist.protocol.header import INT32, writeLength, writeString
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")
 _I64 = struct.Struct(">q")
 _I16_I32 = struct.Struct(">hi")
@@ -50,12 +48,6 @@ class PartitionData:
         return len(records) if isinstance(records, (bytes, bytearray)) else records.length
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    writeUnsignedVarint(out, value)
-    return bytes(out)
-
-
 def encodeFetchResponse(
     version: int,
     topics: list[tuple[object, list[PartitionData]]],
@@ -69,18 +61,16 @@ def encodeFetchResponse(
     """
     flexible = version >= FLEXIBLE_FROM
     chunks: list = []
-    out = bytearray(_I32.pack(throttleMs))
+    out = bytearray(INT32.pack(throttleMs))
     if version >= 7:
         out += _I16_I32.pack(errorCode, sessionId)
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    writeLength(out, len(topics), flexible, INT32)
     for topic, partitions in topics:
         if version >= TOPIC_IDS_FROM:
             out += topic.bytes
         else:
-            raw = topic.encode("utf-8")
-            out += _uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
-            out += raw
-        out += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+            writeString(out, topic, flexible)
+        writeLength(out, len(partitions), flexible, INT32)
         for p in partitions:
             out += _PARTITION_HEAD.pack(p.partition, p.errorCode, p.highWatermark, p.lastStableOffset)
             if version >= 5:
@@ -91,7 +81,7 @@ def encodeFetchResponse(
                 out += b"\xff\xff\xff\xff"  # preferred_read_replica = -1
             records = p.records
             size = p.size
-            out += _uvarint(size + 1) if flexible else _I32.pack(size)
+            writeLength(out, size, flexible, INT32)
             if size:
                 if isinstance(records, (bytes, bytearray)):
                     out += records

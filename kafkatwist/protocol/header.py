@@ -9,7 +9,8 @@ import struct
 from kafkatwist.protocol.apis import API_VERSIONS, isFlexible
 
 _HEAD = struct.Struct(">hhih")
-_INT32 = struct.Struct(">i")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
 
 #: api key, version, correlation id and a null client id string
 MIN_HEADER_SIZE = _HEAD.size
@@ -109,6 +110,43 @@ def writeUnsignedVarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+def readLength(buf, offset: int, flexible: bool, legacy: struct.Struct) -> tuple[int, int]:
+    """
+    Read what L{writeLength} writes.
+
+    @return: (length, offset after it); -1 is null.
+    """
+    if flexible:
+        n, offset = readUnsignedVarint(buf, offset)
+        return n - 1, offset
+    (n,) = legacy.unpack_from(buf, offset)
+    return n, offset + legacy.size
+
+
+def writeLength(out: bytearray, n: int, flexible: bool, legacy: struct.Struct) -> None:
+    """
+    Append a length or count: compact (varint of C{n + 1}) in flexible
+    versions, else C{legacy} (L{INT16} for strings, L{INT32} for arrays and
+    bytes); -1 is null.
+    """
+    if flexible:
+        writeUnsignedVarint(out, n + 1)
+    else:
+        out += legacy.pack(n)
+
+
+def writeString(out: bytearray, text: str | None, flexible: bool) -> None:
+    """
+    Append a nullable string, compact or legacy.
+    """
+    if text is None:
+        writeLength(out, -1, flexible, INT16)
+        return
+    raw = text.encode("utf-8")
+    writeLength(out, len(raw), flexible, INT16)
+    out += raw
+
+
 def skipTaggedFields(buf, offset: int) -> int:
     count, offset = readUnsignedVarint(buf, offset)
     for _ in range(count):
@@ -127,5 +165,5 @@ def responseHeaderBytes(apiKey: int, apiVersion: int, correlationId: int) -> byt
     can read the error of a version it sent too high.
     """
     if apiKey != API_VERSIONS and isFlexible(apiKey, apiVersion):
-        return _INT32.pack(correlationId) + b"\x00"
-    return _INT32.pack(correlationId)
+        return INT32.pack(correlationId) + b"\x00"
+    return INT32.pack(correlationId)

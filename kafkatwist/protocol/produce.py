@@ -23,14 +23,19 @@ import struct
 
 from kafkatwist.protocol.codec import EncodedResponse, MalformedRequest
 # MalformedHeader is a ValueError: decodeProduceRequest turns it into MalformedRequest.
-from kafkatwist.protocol.header import readUnsignedVarint, skipTaggedFields, writeUnsignedVarint
+from kafkatwist.protocol.header import (
+    INT16 as _I16,
+    INT32 as _I32,
+    readLength,
+    skipTaggedFields,
+    writeLength,
+    writeString,
+)
 
 MIN_VERSION = 0
 MAX_VERSION = 12
 FLEXIBLE_FROM = 9
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _V0 = struct.Struct(">ihq")
 _V2 = struct.Struct(">ihqq")
@@ -97,12 +102,7 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
     unpackI32 = _I32.unpack_from
     transactionalId = None
     if version >= 3:
-        if flexible:
-            n, offset = readUnsignedVarint(view, offset)
-            n -= 1
-        else:
-            (n,) = _I16.unpack_from(view, offset)
-            offset += 2
+        n, offset = readLength(view, offset, flexible, _I16)
         if n >= 0:
             if offset + n > end:
                 raise MalformedRequest("transactional_id runs past the end")
@@ -112,44 +112,24 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
             raise MalformedRequest(f"transactional_id length {n}")
     acks, timeoutMs = _ACKS_TIMEOUT.unpack_from(view, offset)
     offset += 6
-    if flexible:
-        topicCount, offset = readUnsignedVarint(view, offset)
-        topicCount -= 1
-    else:
-        (topicCount,) = unpackI32(view, offset)
-        offset += 4
+    topicCount, offset = readLength(view, offset, flexible, _I32)
     if topicCount < 0:
         raise MalformedRequest("topic_data is null")
     topics = []
     for _ in range(topicCount):
-        if flexible:
-            n, offset = readUnsignedVarint(view, offset)
-            n -= 1
-        else:
-            (n,) = _I16.unpack_from(view, offset)
-            offset += 2
+        n, offset = readLength(view, offset, flexible, _I16)
         if n < 0 or offset + n > end:
             raise MalformedRequest(f"topic name length {n}")
         name = str(view[offset : offset + n], "utf-8")
         offset += n
-        if flexible:
-            partitionCount, offset = readUnsignedVarint(view, offset)
-            partitionCount -= 1
-        else:
-            (partitionCount,) = unpackI32(view, offset)
-            offset += 4
+        partitionCount, offset = readLength(view, offset, flexible, _I32)
         if partitionCount < 0:
             raise MalformedRequest("partition_data is null")
         partitions = []
         for _ in range(partitionCount):
             (index,) = unpackI32(view, offset)
             offset += 4
-            if flexible:
-                n, offset = readUnsignedVarint(view, offset)
-                n -= 1
-            else:
-                (n,) = unpackI32(view, offset)
-                offset += 4
+            n, offset = readLength(view, offset, flexible, _I32)
             if n < 0:
                 if n != -1:
                     raise MalformedRequest(f"records length {n}")
@@ -179,20 +159,10 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
     """
     flexible = version >= FLEXIBLE_FROM
     out = bytearray()
-    if flexible:
-        writeUnsignedVarint(out, len(results) + 1)
-    else:
-        out += _I32.pack(len(results))
+    writeLength(out, len(results), flexible, _I32)
     for name, partitions in results:
-        raw = name.encode("utf-8")
-        if flexible:
-            writeUnsignedVarint(out, len(raw) + 1)
-            out += raw
-            writeUnsignedVarint(out, len(partitions) + 1)
-        else:
-            out += _I16.pack(len(raw))
-            out += raw
-            out += _I32.pack(len(partitions))
+        writeString(out, name, flexible)
+        writeLength(out, len(partitions), flexible, _I32)
         for index, error, base, appendTime, start, message in partitions:
             if version >= 5:
                 out += _V5.pack(index, error, base, appendTime, start)
@@ -202,22 +172,8 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
                 out += _V0.pack(index, error, base)
             if version >= 8:
                 # record_errors: empty; then error_message (nullable).
-                if flexible:
-                    out.append(1)
-                    if message is None:
-                        out.append(0)
-                    else:
-                        raw = message.encode("utf-8")
-                        writeUnsignedVarint(out, len(raw) + 1)
-                        out += raw
-                else:
-                    out += b"\x00\x00\x00\x00"
-                    if message is None:
-                        out += b"\xff\xff"
-                    else:
-                        raw = message.encode("utf-8")
-                        out += _I16.pack(len(raw))
-                        out += raw
+                writeLength(out, 0, flexible, _I32)
+                writeString(out, message, flexible)
             if flexible:
                 out.append(0)
         if flexible:
