@@ -65,6 +65,8 @@ __all__ = [
     "controlRecord",
     "decodeBatches",
     "decompress",
+    "readVarint",
+    "zigzagVarint",
 ]
 
 #: batch attributes: compression type, by id and by name
@@ -349,7 +351,7 @@ def _unzstd(data) -> bytes:
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 
 
-def _zigzag(value: int) -> bytes:
+def zigzagVarint(value: int) -> bytes:
     """
     The zigzag varint encoding of a signed 64-bit C{value}.
     """
@@ -364,7 +366,7 @@ def _zigzag(value: int) -> bytes:
     return bytes(out)
 
 
-def _readVarint(buf, pos: int) -> tuple[int, int]:
+def readVarint(buf, pos: int) -> tuple[int, int]:
     """
     Read an unsigned varint (callers unzigzag).  The decode loop inlines the
     one-byte case and only calls this for longer ones.
@@ -389,15 +391,15 @@ def _readVarint(buf, pos: int) -> tuple[int, int]:
 
 # -- encoding ----------------------------------------------------------------
 
-_MINUS_ONE = _zigzag(-1)
-_EMPTY_HEADERS = _zigzag(0)
+_MINUS_ONE = zigzagVarint(-1)
+_EMPTY_HEADERS = zigzagVarint(0)
 
 
 def _encodeRecords(
     records: list[Record], baseOffset: int, baseTimestamp: int, useRecordOffsets: bool, now: int
 ) -> bytes:
     out = bytearray()
-    zz = _zigzag
+    zz = zigzagVarint
     for index, record in enumerate(records):
         offsetDelta = record.offset - baseOffset if useRecordOffsets else index
         timestamp = now if record.timestamp is None else record.timestamp
@@ -626,11 +628,10 @@ def _decodeRecords(
     The hot loop.  C{data} is C{bytes} (indexing yields ints, slicing
     copies the key/value out, which the caller keeps anyway).  One- and
     two-byte varints -- nearly every length and delta in records under 8 KiB
-    -- are decoded inline; longer ones go through L{_readVarint}.
+    -- are decoded inline; longer ones go through L{readVarint}.
     """
     out: list[Record] = []
     append = out.append
-    readVarint = _readVarint
     new = Record
     n = len(data)
     pos = 0
@@ -742,7 +743,7 @@ def _decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
         raise CorruptRecordError(f"header count {count}")
     headers = []
     for _ in range(count):
-        v, pos = _readVarint(data, pos)
+        v, pos = readVarint(data, pos)
         size = (v >> 1) ^ -(v & 1)
         if size < 0:
             raise CorruptRecordError("null header key")
@@ -754,7 +755,7 @@ def _decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
         except UnicodeDecodeError as e:
             raise CorruptRecordError("header key is not UTF-8") from e
         pos = end
-        v, pos = _readVarint(data, pos)
+        v, pos = readVarint(data, pos)
         size = (v >> 1) ^ -(v & 1)
         if size < 0:
             headerValue = None

@@ -39,6 +39,7 @@ from kafkatwist.protocol.records import (
     CorruptRecordError,
     decodeBatches,
     decompress,
+    readVarint,
 )
 
 __all__ = ["ArrowRecordDecoder", "DecodedFetch", "kafkaArrowSchema"]
@@ -98,23 +99,6 @@ def _int64(values: array) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def _readVarint(data, pos: int) -> tuple[int, int]:
-    """
-    A zigzag varint of any length (up to 64 bits), for the uncommon case.
-    """
-    shift = 0
-    value = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint longer than 10 bytes")
-
-
 def _recordPositions(data: bytes, pos: int, count: int, append) -> int:
     """
     Append where each of C{count} records starting at C{pos} in C{data}
@@ -136,7 +120,7 @@ def _recordPositions(data: bytes, pos: int, count: int, append) -> int:
                 if w < 0x80:
                     pos += 2 + (((v & 0x7F) | (w << 7)) >> 1)
                 else:
-                    v, after = _readVarint(data, pos)
+                    v, after = readVarint(data, pos)
                     pos = after + (v >> 1)
     except IndexError:
         raise CorruptRecordError("record runs past the end of its batch") from None
@@ -209,7 +193,7 @@ def _binaryColumn(
 def _decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
     headers = []
     for _ in range(count):
-        v, pos = _readVarint(data, pos)
+        v, pos = readVarint(data, pos)
         size = (v >> 1) ^ -(v & 1)
         if size < 0:
             raise CorruptRecordError("null header key")
@@ -219,7 +203,7 @@ def _decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
         except UnicodeDecodeError:
             raise CorruptRecordError("header key is not UTF-8") from None
         pos = end
-        v, pos = _readVarint(data, pos)
+        v, pos = readVarint(data, pos)
         size = (v >> 1) ^ -(v & 1)
         if size < 0:
             headerValue = None

@@ -18,7 +18,12 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from kafkatwist.protocol.records import BATCH_HEADER_SIZE, COMPRESSION_CODECS, compress
+from kafkatwist.protocol.records import (
+    BATCH_HEADER_SIZE,
+    COMPRESSION_CODECS,
+    compress,
+    zigzagVarint,
+)
 
 __all__ = ["encodeBatch"]
 
@@ -29,28 +34,18 @@ _LOG_OVERHEAD = 12
 _CODEC_IDS = {name: codecId for codecId, name in COMPRESSION_CODECS.items()}
 
 
-def _zigzag(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 #: zigzag varints of 0 .. 2^14-1: every length and offset delta of ordinary
 #: records is in here
-_TABLE = [_zigzag(i) for i in range(1 << 14)]
+_TABLE = [zigzagVarint(i) for i in range(1 << 14)]
 _TABLE_SIZE = len(_TABLE)
-_NULL = _zigzag(-1)
+_NULL = zigzagVarint(-1)
 # record attributes (always 0) and timestamp delta (always 0)
 _ATTRIBUTES_AND_DELTA = b"\x00\x00"
 _NO_HEADERS = _TABLE[0]
 
 
 def _varint(n: int) -> bytes:
-    return _TABLE[n] if n < _TABLE_SIZE else _zigzag(n)
+    return _TABLE[n] if n < _TABLE_SIZE else zigzagVarint(n)
 
 
 def _headerBytes(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
@@ -94,7 +89,7 @@ def encodeBatch(
         body = join(
             (
                 _ATTRIBUTES_AND_DELTA,
-                table[i] if i < tableSize else _zigzag(i),
+                table[i] if i < tableSize else zigzagVarint(i),
                 _NULL if key is None else _varint(len(key)),
                 b"" if key is None else key,
                 _NULL if value is None else _varint(len(value)),
@@ -103,7 +98,7 @@ def encodeBatch(
             )
         )
         size = len(body)
-        append(table[size] if size < tableSize else _zigzag(size))
+        append(table[size] if size < tableSize else zigzagVarint(size))
         append(body)
     payload = join(parts)
     codec = _CODEC_IDS[compression]

@@ -492,14 +492,14 @@ def test_zigzagHelpers():
     """
     cases = {0: b"\x00", -1: b"\x01", 1: b"\x02", 63: b"\x7e", -64: b"\x7f", 64: b"\x80\x01"}
     for value, encoded in cases.items():
-        assert R._zigzag(value) == encoded
+        assert R.zigzagVarint(value) == encoded
     for value in (2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 300, -300):
-        raw = R._zigzag(value)
-        v, pos = R._readVarint(raw + b"tail", 0)
+        raw = R.zigzagVarint(value)
+        v, pos = R.readVarint(raw + b"tail", 0)
         assert pos == len(raw)
         assert (v >> 1) ^ -(v & 1) == value
     with pytest.raises(CorruptRecordError):
-        R._readVarint(b"\x80\x80", 0)
+        R.readVarint(b"\x80\x80", 0)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
