@@ -46,6 +46,7 @@ from zope.interface import implementer
 from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition
 from kafkatwist.coordinator.store import GroupSnapshot, IGroupStore, MemberSnapshot
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.log.region import readRecords
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 
 __all__ = [
@@ -566,14 +567,7 @@ class LogGroupStore:
         offset = partitionLog.logStartOffset
         while offset < partitionLog.logEndOffset:
             info = partitionLog.read(offset, LOAD_BUFFER_BYTES)
-            records = info.records
-            if isinstance(records, (bytes, bytearray, memoryview)):
-                data = bytes(records)
-            else:
-                try:
-                    data = records.read()
-                finally:
-                    records.close()
+            data = readRecords(info.records)
             progressed = False
             for batch in decodeBatches(data):
                 if batch.nextOffset <= offset:

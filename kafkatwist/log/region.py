@@ -16,7 +16,7 @@ from zope.interface import implementer
 
 from kafkatwist.interfaces import IFileRegion
 
-__all__ = ["FileRegion"]
+__all__ = ["FileRegion", "readRecords"]
 
 
 @implementer(IFileRegion)
@@ -77,3 +77,17 @@ class FileRegion:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def readRecords(records) -> bytes:
+    """
+    The bytes of a L{kafkatwist.log.ReadInfo}'s C{records}: bytes as they
+    are, a region read and closed.  For the few readers that decode records
+    (ListOffsets by timestamp, loading group state), never for Fetch.
+    """
+    if isinstance(records, (bytes, bytearray, memoryview)):
+        return bytes(records)
+    try:
+        return records.read()
+    finally:
+        records.close()

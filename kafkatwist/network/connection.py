@@ -36,12 +36,12 @@ from kafkatwist.network.transport import (
     SslTransportLayer,
 )
 from kafkatwist.protocol.apis import API_VERSIONS, apiName
+from kafkatwist.protocol.codec import BYTES_TYPES, closeRegions
 from kafkatwist.protocol.header import MIN_HEADER_SIZE, MalformedHeader, parseRequestHeader
 
 log = Logger()
 
 _SIZE = struct.Struct(">i")
-_BYTES = (bytes, bytearray, memoryview)
 
 #: how long a closing TLS connection may wait for close_notify
 CLOSE_GRACE_SECONDS = 2.0
@@ -312,10 +312,10 @@ class KafkaConnection(Protocol):
         on the socket.
         """
         if self.closed:
-            _closeRegions(response.chunks)
+            closeRegions(response.chunks)
             return
         if response.close:
-            _closeRegions(response.chunks)
+            closeRegions(response.chunks)
             self.close(response.reason or "the request handler failed")
             return
         self._sending = response.request
@@ -331,7 +331,7 @@ class KafkaConnection(Protocol):
         layer = self.layer
         while chunks:
             chunk = chunks[0]
-            if isinstance(chunk, _BYTES):
+            if isinstance(chunk, BYTES_TYPES):
                 written = layer.write(chunk)
                 if written < 0:
                     self._dropChunks()
@@ -374,14 +374,6 @@ class KafkaConnection(Protocol):
         self._updateReading()
 
     def _dropChunks(self) -> None:
-        _closeRegions(self._chunks)
+        closeRegions(self._chunks)
         self._chunks.clear()
         self._regionSent = 0
-
-
-def _closeRegions(chunks) -> None:
-    if not chunks:
-        return
-    for chunk in chunks:
-        if not isinstance(chunk, _BYTES):
-            chunk.close()

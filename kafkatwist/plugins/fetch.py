@@ -11,10 +11,10 @@ which tells clients to send full fetch requests.
 
 from __future__ import annotations
 
-from kafkatwist.threaddefer import ThreadSafeDeferred
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
+from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
 from kafkatwist.protocol.fetch import (
     MAX_VERSION,
     MIN_VERSION,
@@ -23,6 +23,7 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
+from kafkatwist.threaddefer import ThreadSafeDeferred
 
 READ_COMMITTED = 1
 
@@ -74,13 +75,14 @@ class FetchHandler(Handler):
 
     def _plan(self, version, request) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
-        known = logManager.topics() if logManager is not None else {}
         byId = None
         plan = []
         for fetchTopic in request.topics:
             if version >= TOPIC_IDS_FROM:
+                # Only ids need the topic table; names go straight to getLog
+                # (this runs for every fetch).
                 if byId is None:
-                    byId = {info.topicId: name for name, info in known.items()}
+                    byId = {info.topicId: name for name, info in logManager.topics().items()}
                 topicKey = fetchTopic.topic_id
                 name = byId.get(topicKey)
                 missing = ErrorCode.unknown_topic_id
@@ -139,12 +141,12 @@ class FetchHandler(Handler):
                     errors = True
                     continue
                 records = info.records
-                size = len(records) if isinstance(records, (bytes, bytearray)) else records.length
+                size = chunkLength(records)
                 if size:
                     minOneBatch = False
                     total += size
                     remaining = max(0, remaining - size)
-                elif not isinstance(records, (bytes, bytearray)):
+                elif not isinstance(records, BYTES_TYPES):
                     records.close()
                     records = b""
                 partitions.append(
@@ -180,15 +182,11 @@ class DelayedFetch(DelayedOperation):
     def tryComplete(self) -> bool:
         # Cheap test first: nothing appended past any fetch offset means
         # nothing to read, whatever min_bytes is.
-        grown = False
-        for _, wanted in self.plan:
-            for w in wanted:
-                if w.log is not None and w.log.logEndOffset > w.offset:
-                    grown = True
-                    break
-            if grown:
-                break
-        if not grown:
+        if not any(
+            w.log is not None and w.log.logEndOffset > w.offset
+            for _, wanted in self.plan
+            for w in wanted
+        ):
             return False
         if self.minBytes <= 1:
             return self.forceComplete()
@@ -222,10 +220,7 @@ def _account(broker, plan, topics) -> None:
 
 
 def _close(topics) -> None:
-    for _, partitions in topics:
-        for p in partitions:
-            if not isinstance(p.records, (bytes, bytearray)):
-                p.records.close()
+    closeRegions([p.records for _, partitions in topics for p in partitions])
 
 
 fetch = HandlerPlugin("builtin.fetch", FETCH, FetchHandler, priority=0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.log.region import readRecords
 from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.protocol.records import decodeBatches
@@ -100,8 +101,7 @@ def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
             info = log.read(position, 1, True)
         except KafkaError:
             return None
-        records = info.records
-        data = records if isinstance(records, (bytes, bytearray)) else _drain(records)
+        data = readRecords(info.records)
         if not data:
             return None
         last = position
@@ -112,13 +112,6 @@ def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
             last = batch.lastOffset
         position = last + 1
     return None
-
-
-def _drain(region) -> bytes:
-    try:
-        return region.read()
-    finally:
-        region.close()
 
 
 listOffsets = HandlerPlugin("builtin.list_offsets", LIST_OFFSETS, ListOffsetsHandler, priority=0)

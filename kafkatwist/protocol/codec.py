@@ -42,23 +42,33 @@ class EncodedResponse:
 
     def __init__(self, chunks, size: int | None = None) -> None:
         self.chunks = chunks
-        self.size = sum(_length(c) for c in chunks) if size is None else size
-
-    def close(self) -> None:
-        """
-        Release file regions that will not be sent.
-        """
-        for chunk in self.chunks:
-            if not isinstance(chunk, (bytes, bytearray, memoryview)):
-                chunk.close()
+        self.size = sum(chunkLength(c) for c in chunks) if size is None else size
 
 
-def _length(chunk) -> int:
+BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def chunkLength(chunk) -> int:
+    """
+    @param chunk: C{bytes}-like, or an L{kafkatwist.interfaces.IFileRegion}.
+    """
     if isinstance(chunk, (bytes, bytearray)):
         return len(chunk)
     if isinstance(chunk, memoryview):
         return chunk.nbytes
     return chunk.length
+
+
+def closeRegions(chunks) -> None:
+    """
+    Release the file regions among C{chunks} (a response that will not be,
+    or has been, sent).
+    """
+    if not chunks:
+        return
+    for chunk in chunks:
+        if not isinstance(chunk, BYTES_TYPES):
+            chunk.close()
 
 
 def decodeRequest(apiKey: int, apiVersion: int, frame, bodyOffset: int):
@@ -140,6 +150,8 @@ __all__ = [
     "decodeRequest",
     "encodeBody",
     "encodeResponseFrame",
+    "chunkLength",
+    "closeRegions",
     "encodeRequestFrame",
     "decodeResponseFrame",
     "readUnsignedVarint",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from kafkatwist.protocol.codec import EncodedResponse
+from kafkatwist.protocol.codec import EncodedResponse, chunkLength
 from kafkatwist.protocol.header import INT32, writeLength, writeString
 
 _PARTITION_HEAD = struct.Struct(">ihqq")
@@ -44,8 +44,7 @@ class PartitionData:
 
     @property
     def size(self) -> int:
-        records = self.records
-        return len(records) if isinstance(records, (bytes, bytearray)) else records.length
+        return chunkLength(self.records)
 
 
 def encodeFetchResponse(
