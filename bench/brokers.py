@@ -26,13 +26,36 @@ def freePort() -> int:
         return s.getsockname()[1]
 
 
+def processCpuTimes(pid: int) -> tuple[float, float]:
+    """
+    (user, system) CPU seconds of C{pid} and its threads.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is state (field 3); utime and stime are fields 14 and 15.
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def processCpuSeconds(pid: int) -> float:
     """
     User + system CPU seconds of C{pid} and its threads.
     """
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(processCpuTimes(pid))
+
+
+def terminate(process: subprocess.Popen | None) -> None:
+    """
+    SIGTERM, then SIGKILL if it has not exited within 15 s.
+    """
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def processRssBytes(pid: int) -> int:
@@ -130,12 +153,7 @@ def startBroker(name: str, directory: str, overrides: dict[str, str] | None = No
         _waitForPort(port, process, 60, logPath)
         yield BrokerUnderTest(label, process, port)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
         log.close()
 
 

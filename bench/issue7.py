@@ -448,26 +448,20 @@ def main(argv=None) -> int:
                                 raw[b].setdefault(f"{phase}-{partitions}", []).append((rate, cpu))
                             log(f"{b} {partitions} partitions: " + ", ".join(
                                 f"{phase} {rate:,.0f}/s {cpu:.3f} CPU-s/M" for phase, (rate, cpu) in result.items()))
-            for phase in ("produce", "consume"):
-                for partitions in (1, 8):
-                    key = f"{phase}-{partitions}"
-                    cpus = pair(key, lambda v: [c for _, c in v] if v else None)
-                    rows.append(Row(
-                        f"{phase} CPU, {partitions} partition{'s' if partitions > 1 else ''}",
-                        "CPU-s/M rec", min(cpus[0]), min(cpus[1]) if cpus[1] else None,
-                        "<= 1.0x", fmt="{:.2f}",
-                        spread=(min(cpus[0]), max(cpus[0])) if len(cpus[0]) > 1 else None,
-                        refSpread=(min(cpus[1]), max(cpus[1])) if cpus[1] and len(cpus[1]) > 1 else None))
-            for phase in ("produce", "consume"):
-                for partitions in (1, 8):
-                    key = f"{phase}-{partitions}"
-                    rates = pair(key, lambda v: [r for r, _ in v] if v else None)
-                    rows.append(Row(
-                        f"{phase} throughput, {partitions} partition{'s' if partitions > 1 else ''}",
-                        "msgs/s", max(rates[0]), max(rates[1]) if rates[1] else None,
-                        ">= 0.9x", fmt="{:,.0f}",
-                        spread=(min(rates[0]), max(rates[0])) if len(rates[0]) > 1 else None,
-                        refSpread=(min(rates[1]), max(rates[1])) if rates[1] and len(rates[1]) > 1 else None))
+            # CPU: lowest is best; throughput: highest is best.
+            for label, unit, index, best, target, fmt in (
+                ("CPU", "CPU-s/M rec", 1, min, "<= 1.0x", "{:.2f}"),
+                ("throughput", "msgs/s", 0, max, ">= 0.9x", "{:,.0f}"),
+            ):
+                for phase in ("produce", "consume"):
+                    for partitions in (1, 8):
+                        key = f"{phase}-{partitions}"
+                        ours, ref = pair(key, lambda v, i=index: [x[i] for x in v] if v else None)
+                        rows.append(Row(
+                            f"{phase} {label}, {partitions} partition{'s' if partitions > 1 else ''}",
+                            unit, best(ours), best(ref) if ref else None, target, fmt=fmt,
+                            spread=(min(ours), max(ours)) if len(ours) > 1 else None,
+                            refSpread=(min(ref), max(ref)) if ref and len(ref) > 1 else None))
 
         # -- the rest, one broker at a time.
         for b in brokers:

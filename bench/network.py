@@ -33,13 +33,13 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 from bench import loadgen
+from bench.brokers import processCpuSeconds, terminate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 1 << 20
@@ -88,13 +88,6 @@ WORKLOADS = {
 
 
 # -- servers -----------------------------------------------------------------
-
-
-def cpuSeconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is state (field 3); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
 def contextSwitches(pid: int) -> int:
@@ -199,7 +192,7 @@ class Kafkatwist(Server):
         raise RuntimeError(f"kafkatwist did not start in {timeout}s")
 
     def stop(self) -> None:
-        _terminate(self.process)
+        terminate(self.process)
         self._log.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -227,38 +220,27 @@ class OneReactor(Server):
         self.pid = self.process.pid
         line = self.process.stdout.readline()
         if not line.startswith("port "):
-            _terminate(self.process)
+            terminate(self.process)
             raise RuntimeError(f"one-reactor server failed: {line}{self.process.stderr.read()}")
         self.port = int(line.split()[1])
         return self
 
     def stop(self) -> None:
-        _terminate(self.process)
+        terminate(self.process)
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _terminate(process) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # -- running -----------------------------------------------------------------
 
 
 def measure(server: Server, workload: str, frameFile: str, connections: int, args, prefix) -> dict:
-    before = cpuSeconds(server.pid)
+    before = processCpuSeconds(server.pid)
     busyBefore = machineBusySeconds()
     switchesBefore = contextSwitches(server.pid)
     started = time.monotonic()
     result = loadgen.run(prefix, "127.0.0.1", server.port, connections, args.warmup, args.seconds, frameFile)
     wall = time.monotonic() - started
-    after = cpuSeconds(server.pid)
+    after = processCpuSeconds(server.pid)
     busy = machineBusySeconds() - busyBefore
     switches = contextSwitches(server.pid) - switchesBefore
     seconds = result["seconds"]

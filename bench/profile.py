@@ -23,15 +23,8 @@ import sys
 import tempfile
 import time
 
-from bench.brokers import startBroker
+from bench.brokers import processCpuTimes, startBroker
 from bench.throughput import confluentConsume, confluentProduce, createTopic
-
-
-def _times(pid: int) -> tuple[float, float]:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def summarize(path: str, top: int = 25) -> str:
@@ -78,11 +71,11 @@ def main(argv=None) -> int:
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )
                 time.sleep(1.0)
-                user, system = _times(broker.pid)
+                user, system = processCpuTimes(broker.pid)
                 started = time.perf_counter()
                 run(broker.bootstrap, topic, args.records, args.partitions)
                 elapsed = time.perf_counter() - started
-                user2, system2 = _times(broker.pid)
+                user2, system2 = processCpuTimes(broker.pid)
                 recorder.send_signal(2)
                 recorder.wait(30)
                 perMillion = 1e6 / args.records
