@@ -105,6 +105,7 @@ class KafkaConnection(Protocol):
         self._reserved = 0
         self._inflight = False
         self._waitingForMemory = False
+        self._muted = False
         self._writePaused = False
         self._readingPaused = False
         self._closing = False
@@ -193,7 +194,7 @@ class KafkaConnection(Protocol):
 
     def _takeRequests(self) -> None:
         buffer = self._buffer
-        while not self._inflight and not self._closing:
+        while not self._inflight and not self._closing and not self._muted:
             if self._frameSize < 0:
                 if len(buffer) < 4:
                     return
@@ -269,7 +270,8 @@ class KafkaConnection(Protocol):
 
     def _updateReading(self) -> None:
         pause = (
-            self._waitingForMemory
+            self._muted
+            or self._waitingForMemory
             or self._writePaused
             or (self._inflight and len(self._buffer) > 0)
         )
@@ -284,7 +286,7 @@ class KafkaConnection(Protocol):
         """
         Stop reading (shutdown: let in-flight requests finish, take no more).
         """
-        self._waitingForMemory = True
+        self._muted = True
         self._updateReading()
 
     @property

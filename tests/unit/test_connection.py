@@ -196,3 +196,20 @@ def test_file_regions_are_written_in_order():
     connection.sendResponse(Response(owner.submitted[0], [b"head:", region, b":tail"]))
     assert transport.value() == b"head:RECORDS:tail"
     assert region.closed
+
+
+def test_muted_connection_takes_no_pipelined_request():
+    """
+    Shutdown mutes: the in-flight request is answered, a request already
+    buffered behind it is not taken, even when memory frees up.
+    """
+    pool = MemoryPool(10_000)
+    owner = FakeOwner(pool=pool)
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1) + apiVersionsFrame(2))
+    connection.mute()
+    assert transport.producerState == "paused"
+    respond(connection, owner.submitted[0])
+    pool.release(0)
+    assert [r.header.correlationId for r in owner.submitted] == [1]
+    assert transport.producerState == "paused"
