@@ -231,7 +231,7 @@ def parseProperties(text: str, source: str = "<properties>") -> dict[str, str]:
     result: dict[str, str] = {}
     logical = ""
     for rawLine in text.splitlines():
-        line = rawLine.lstrip() if not logical else rawLine.lstrip()
+        line = rawLine.lstrip()
         if not logical and (not line or line[0] in "#!"):
             continue
         trailing = len(line) - len(line.rstrip("\\"))
@@ -274,7 +274,7 @@ def _unescape(text: str) -> str:
         c = text[i]
         if c == "\\" and i + 1 < len(text):
             n = text[i + 1]
-            if n == "u" and i + 5 < len(text) + 0:
+            if n == "u" and i + 5 < len(text):
                 out.append(chr(int(text[i + 2 : i + 6], 16)))
                 i += 6
                 continue

@@ -160,10 +160,10 @@ class DelayedActions:
             actions._pending.append((f, args))
 
     def run(self) -> None:
-        pending = self._pending
-        while pending:
-            f, args = pending.pop(0)
-            try:
-                f(*args)
-            except Exception:
-                log.failure("Delayed action {f} failed", f=f)
+        while self._pending:
+            pending, self._pending = self._pending, []
+            for f, args in pending:
+                try:
+                    f(*args)
+                except Exception:
+                    log.failure("Delayed action {f} failed", f=f)

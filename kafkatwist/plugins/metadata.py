@@ -3,6 +3,8 @@ Metadata: this broker, under the listener the request came in on, and the
 topics the log holds (auto-creating requested ones when allowed).
 """
 
+import uuid
+
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
@@ -110,8 +112,6 @@ class MetadataHandler(Handler):
 
     @staticmethod
     def _errorTopic(Topic, name, topicId, code):
-        import uuid
-
         return make(
             Topic,
             error_code=code,
