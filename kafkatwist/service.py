@@ -183,15 +183,18 @@ class BrokerService(service.Service):
         ):
             call = task.LoopingCall(inPool(f))
             call.clock = self.reactor
-            call.start(intervalMs / 1000.0, now=False)
-            self._periodic.append(call)
+            # Fires once stopped *and* any run in the pool has finished.
+            self._periodic.append((call, call.start(intervalMs / 1000.0, now=False)))
 
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
-        for call in self._periodic:
+        for call, _ in self._periodic:
             if call.running:
                 call.stop()
+        # A retention or flush pass still running in the pool must finish
+        # before the log is closed under it.
+        yield defer.DeferredList([done for _, done in self._periodic], consumeErrors=True)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
         if self.server is not None:
