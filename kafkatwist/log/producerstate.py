@@ -137,14 +137,6 @@ class ProducerStateEntry:
             self.producerId, self.epoch, list(self.batches), self.lastTimestamp
         )
 
-    def findDuplicate(self, epoch: int, firstSeq: int, lastSeq: int) -> BatchMetadata | None:
-        if epoch != self.epoch:
-            return None
-        for batch in self.batches:
-            if batch.firstSeq == firstSeq and batch.lastSeq == lastSeq:
-                return batch
-        return None
-
     def addBatch(self, epoch: int, batch: BatchMetadata) -> None:
         if epoch != self.epoch:
             self.epoch = epoch

@@ -102,10 +102,6 @@ def encodeResponseFrame(apiKey: int, apiVersion: int, correlationId: int, body) 
     return [INT32.pack(len(header) + len(payload)) + header + payload]
 
 
-def responseTypeFor(apiKey: int, apiVersion: int) -> type:
-    return responseType(apiKey, apiVersion)
-
-
 # -- the client side ---------------------------------------------------------
 
 
