@@ -15,6 +15,7 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
 from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
+from kafkatwist.protocol.entities import durationMs
 from kafkatwist.protocol.fetch import (
     MAX_VERSION,
     MIN_VERSION,
@@ -53,7 +54,7 @@ class FetchHandler(Handler):
     def handle(self, context, request):
         version = context.apiVersion
         plan = self._plan(version, request)
-        maxWaitMs = max(0, int(request.max_wait.total_seconds() * 1000))
+        maxWaitMs = max(0, durationMs(request.max_wait))
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED

@@ -13,9 +13,8 @@ from kafkatwist.coordinator.offsets import OffsetAndMetadata
 from kafkatwist.coordinator.results import OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.plugins.groups import durationMs
 from kafkatwist.protocol.apis import responseType
-from kafkatwist.protocol.entities import NO_THROTTLE, has, make, nested
+from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, has, make, nested
 
 __all__ = ["OffsetCommitHandler", "OffsetDeleteHandler", "OffsetFetchHandler"]
 

@@ -20,13 +20,19 @@ Version ranges cover librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
 
 from __future__ import annotations
 
-import datetime
 
 from kafkatwist.coordinator.results import JoinGroupResult, LeaveGroupResult, SyncGroupResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import responseType
-from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, has, make, nested
+from kafkatwist.protocol.entities import (
+    NO_THROTTLE,
+    OPERATIONS_OMITTED,
+    durationMs,
+    has,
+    make,
+    nested,
+)
 
 __all__ = [
     "DeleteGroupsHandler",
@@ -61,17 +67,6 @@ ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 #: ListGroups v5 group type of every group here (no KIP-848 groups)
 CLASSIC_GROUP_TYPE = "classic"
-
-
-def durationMs(value) -> int:
-    """
-    @param value: a C{kio} duration field (a C{timedelta}) or plain
-        milliseconds.
-    @return: whole milliseconds (negative values such as -1 are kept).
-    """
-    if isinstance(value, datetime.timedelta):
-        return round(value.total_seconds() * 1000)
-    return int(value)
 
 
 def clientHost(context) -> str:

@@ -48,6 +48,17 @@ def ms(value: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=value)
 
 
+def durationMs(value) -> int:
+    """
+    @param value: a C{kio} duration field (a C{timedelta}) or plain
+        milliseconds.
+    @return: whole milliseconds (negative values such as -1 are kept).
+    """
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
 def timestampMs(value: int | None):
     """
     kio's C{datetime_i64} fields take aware datetimes, or None for -1.
