@@ -179,6 +179,8 @@ class DelayedFetch(DelayedOperation):
         self.maxBytes = maxBytes
         self.readCommitted = readCommitted
         self.deferred = deferred
+        # What a min_bytes check read and found enough: sent as it is.
+        self._ready = None
 
     def tryComplete(self) -> bool:
         # Cheap test first: nothing appended past any fetch offset means
@@ -192,22 +194,27 @@ class DelayedFetch(DelayedOperation):
         if self.minBytes <= 1:
             return self.forceComplete()
         topics, total, errors = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
-        _close(topics)
         if total >= self.minBytes or errors:
-            return self.forceComplete()
+            self._ready = topics
+            if self.forceComplete():
+                return True
+            self._ready = None
+        _close(topics)
         return False
 
     def onComplete(self) -> None:
-        # The topic may have been deleted (DeleteTopics wakes parked
-        # fetches): look every log up again.
-        logManager = self.handler.broker.logManager
-        for _, wanted in self.plan:
-            for w in wanted:
-                if w.log is not None:
-                    w.log = logManager.getLog(*w.key)
-                    if w.log is None:
-                        w.error = ErrorCode.unknown_topic_or_partition
-        topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        topics, self._ready = self._ready, None
+        if topics is None:
+            # The topic may have been deleted (DeleteTopics wakes parked
+            # fetches): look every log up again.
+            logManager = self.handler.broker.logManager
+            for _, wanted in self.plan:
+                for w in wanted:
+                    if w.log is not None:
+                        w.log = logManager.getLog(*w.key)
+                        if w.log is None:
+                            w.error = ErrorCode.unknown_topic_or_partition
+            topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
         _account(self.handler.broker, self.plan, topics)
         self.deferred.callback(encodeFetchResponse(self.version, topics))
 
