@@ -115,6 +115,37 @@ def _optionalLong(lo: int = 0) -> Callable[[str, str], int | None]:
     return parse
 
 
+def _cpuAffinity(key: str, raw: str) -> str | frozenset[int]:
+    """
+    C{auto}, C{none}, or CPU numbers and ranges such as C{3} or C{0,2-3},
+    all of which this process must be allowed to run on.
+    """
+    from kafkatwist.network.affinity import AUTO, NONE, availableCpus, showCpus
+
+    value = raw.strip().lower()
+    if value in (AUTO, NONE):
+        return value
+    cpus: set[int] = set()
+    try:
+        for item in value.split(","):
+            low, dash, high = item.strip().partition("-")
+            first, last = int(low), int(high if dash else low)
+            if first < 0 or last < first:
+                raise ValueError(item)
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise ConfigError(key, f"{raw!r} is not auto, none, or CPU numbers such as 3 or 0,2-3") from None
+    available = availableCpus()
+    if available is None:
+        raise ConfigError(key, "CPU affinity is not supported on this platform; use auto or none")
+    outside = cpus - available
+    if outside:
+        raise ConfigError(
+            key, f"CPU {showCpus(outside)} is not one this process may run on ({showCpus(available)})"
+        )
+    return frozenset(cpus)
+
+
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:/]*)):(?P<port>\d+)$")
 
 
@@ -171,6 +202,9 @@ KEYS: dict[str, Key] = {
         Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
         Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
         Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers."),
+        Key("request.threads.cpu.affinity", _cpuAffinity, "auto",
+            "CPUs the Processors and handler threads run on: auto (all on one CPU when the process "
+            "may use several), none (wherever the OS puts them), or CPU numbers such as 3 or 0,2-3."),
         Key("queued.max.requests", _int(1), "500", "Requests the RequestChannel holds before Processors stop reading."),
         Key("queued.max.request.bytes", _long(-1), "-1", "Bytes of queued requests before reading is muted (-1: unbounded)."),
         Key("socket.request.max.bytes", _int(1), "104857600", "Largest request frame accepted."),

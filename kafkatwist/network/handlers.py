@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
 from kafkatwist.purgatory import DelayedActions
 from kafkatwist.protocol.apis import API_VERSIONS, apiName
@@ -28,10 +29,11 @@ log = Logger()
 
 
 class HandlerPool:
-    def __init__(self, channel, broker, numThreads: int) -> None:
+    def __init__(self, channel, broker, numThreads: int, cpus=None) -> None:
         self.channel = channel
         self.broker = broker
         self.numThreads = numThreads
+        self.cpus = cpus
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -54,6 +56,7 @@ class HandlerPool:
         return not any(t.is_alive() for t in self._threads)
 
     def _run(self) -> None:
+        pinCurrentThread(self.cpus)
         receive = self.channel.receiveRequests
         actions = DelayedActions.install()
         while True:

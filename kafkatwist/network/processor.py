@@ -24,6 +24,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.metrics import IdleClock, RequestStats
+from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
 
 log = Logger()
@@ -96,6 +97,7 @@ class Processor:
         self._thread.start()
 
     def _run(self) -> None:
+        pinCurrentThread(getattr(self.server, "requestThreadCpus", None))
         self.clock.threadId = threading.get_ident()
         idleSeconds = self.server.idleTimeout
         interval = max(0.01, min(idleSeconds / 4, 30.0))

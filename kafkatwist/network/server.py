@@ -14,6 +14,7 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 
 from kafkatwist.network.acceptor import Acceptor, ConnectionQuotas
+from kafkatwist.network.affinity import availableCpus, requestThreadCpus, showCpus
 from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
@@ -57,8 +58,12 @@ class SocketServer:
                 config["ssl.truststore.location"],
                 config["ssl.client.auth"],
             )
+        #: CPUs the Processors and handler threads keep to (None: any)
+        self.requestThreadCpus = requestThreadCpus(config["request.threads.cpu.affinity"], availableCpus())
         self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]
-        self.handlerPool = HandlerPool(self.channel, broker, config["num.io.threads"])
+        self.handlerPool = HandlerPool(
+            self.channel, broker, config["num.io.threads"], cpus=self.requestThreadCpus
+        )
         self.acceptors: list[Acceptor] = []
         self._lock = threading.Lock()
         self.connectionsByListener: Counter[str] = Counter()
@@ -92,6 +97,12 @@ class SocketServer:
         # ack at 5-9 ms on 2 cores.  1 ms costs no measurable CPU (bench/RESULTS.md).
         if sys.getswitchinterval() > SWITCH_INTERVAL:
             sys.setswitchinterval(SWITCH_INTERVAL)
+        if self.requestThreadCpus is not None:
+            log.info(
+                "Processors and request handler threads run on CPU {cpus} "
+                "(request.threads.cpu.affinity)",
+                cpus=showCpus(self.requestThreadCpus),
+            )
         for processor in self.processors:
             processor.start()
         self.handlerPool.start()

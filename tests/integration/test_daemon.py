@@ -32,6 +32,7 @@ def runTwistd(tmp_path, *args):
         ("ssl.client.auth=sometimes", "Invalid value for ssl.client.auth: 'sometimes' is not one of none, requested, required"),
         ("listeners=SSL://127.0.0.1:0", "Invalid value for ssl.keystore.location"),
         ("queued.max.requests=0", "Invalid value for queued.max.requests: 0 is outside"),
+        ("request.threads.cpu.affinity=99999", "Invalid value for request.threads.cpu.affinity: CPU 99999 is not one"),
     ],
 )
 def test_bad_value_refuses_to_start_with_one_line(tmp_path, override, message):
@@ -122,3 +123,28 @@ def test_idle_connections_are_closed(brokerFactory):
     assert idle.isClosedByPeer(3)
     assert busy.apiVersions().error_code == 0
     assert "idle for more than 300 ms" in b.output()
+
+
+def _threadCpus(pid: int) -> list[str]:
+    lists = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            lists += [l.split(":", 1)[1].strip() for l in f if l.startswith("Cpus_allowed_list:")]
+    return lists
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux and at least two CPUs",
+)
+def test_request_threads_share_one_cpu_unless_told_otherwise(brokerFactory):
+    last = str(max(os.sched_getaffinity(0)))
+    pinned = brokerFactory({"num.network.threads": "2", "num.io.threads": "3"}).start()
+    free = brokerFactory({"request.threads.cpu.affinity": "none"}).start()
+    # The 2 Processors and 3 handler threads; the main thread and its pool
+    # stay where the OS puts them.
+    assert _threadCpus(pinned.process.pid).count(last) == 5
+    assert f"request handler threads run on CPU {last}" in pinned.output()
+    assert last not in _threadCpus(free.process.pid)
+    for b in (pinned, free):
+        assert RawConnection(b.port).apiVersions().error_code == 0

@@ -56,6 +56,9 @@ def test_listeners_and_advertised():
         ({"listeners": "SSL://h:1"}, "ssl.keystore.location"),
         ({"ssl.keystore.location": "/nonexistent.pem"}, "ssl.keystore.location"),
         ({"metrics.http.listener": "nope"}, "metrics.http.listener"),
+        ({"request.threads.cpu.affinity": "fast"}, "request.threads.cpu.affinity"),
+        ({"request.threads.cpu.affinity": "3-1"}, "request.threads.cpu.affinity"),
+        ({"request.threads.cpu.affinity": "100000"}, "request.threads.cpu.affinity"),
     ],
 )
 def test_bad_values_name_the_key(raw, key):
