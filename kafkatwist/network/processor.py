@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 
-from twisted.internet import defer, epollreactor
+from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -26,6 +26,7 @@ from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.metrics import IdleClock, RequestStats
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
+from kafkatwist.network.reactor import ProcessorReactor
 
 log = Logger()
 
@@ -51,11 +52,17 @@ class Processor:
         self.index = index
         self.server = server
         if reactor is None:
-            reactor = epollreactor.EPollReactor()
+            reactor = ProcessorReactor()
             # Otherwise run() in our thread would make *this* thread Twisted's
             # IO thread and isInIOThread() would turn False in the main one.
             reactor._registerAsIOThread = False
         self.reactor = reactor
+        # Requests framed in one iteration reach the channel in one batch:
+        # at the end of the iteration, or (for requests taken from a
+        # connection's buffer by a call from another thread) before the wait.
+        self._flushHooked = isinstance(reactor, ProcessorReactor)
+        if self._flushHooked:
+            reactor.beforeWait = reactor.afterEvents = self._flushNew
         self.clock = ThreadSafeClock(reactor, callInThread=self.callInThread)
         self.memoryPool = server.memoryPool
         self.maxRequestSize = server.maxRequestSize
@@ -184,11 +191,16 @@ class Processor:
 
     def submit(self, request) -> None:
         self._pending.append(request)
-        if not self._flushScheduled:
+        if not self._flushScheduled and not self._flushHooked:
             self._flushScheduled = True
             # Runs once this reactor iteration has handled every ready
             # socket, so the channel gets one batch.
             self.reactor.callLater(0, self._flush)
+
+    def _flushNew(self) -> None:
+        # Requests held back by a full channel wait for channelHasRoom.
+        if self._pending:
+            self._flush()
 
     def _flush(self) -> None:
         self._flushScheduled = False
