@@ -51,6 +51,23 @@ MAX_READ_SIZE = 4 * 1024 * 1024
 DEFAULT_READ_SIZE = 64 * 1024
 
 
+#: at most this many chunks per C{sendmsg} (far below any IOV_MAX)
+MAX_CHUNKS_PER_SEND = 64
+
+
+def _bytesRun(chunks: deque) -> list:
+    """
+    The bytes-like chunks at the head of C{chunks}, up to the first file
+    region (which goes by C{sendfile}).
+    """
+    run = []
+    for chunk in chunks:
+        if not isinstance(chunk, BYTES_TYPES) or len(run) == MAX_CHUNKS_PER_SEND:
+            break
+        run.append(chunk)
+    return run
+
+
 @implementer(IRequestContext)
 class RequestContext:
     """
@@ -334,16 +351,19 @@ class KafkaConnection(Protocol):
         while chunks:
             chunk = chunks[0]
             if isinstance(chunk, BYTES_TYPES):
-                written = layer.write(chunk)
+                run = _bytesRun(chunks)
+                written = layer.write(chunk) if len(run) == 1 else layer.writeChunks(run)
                 if written < 0:
                     self._dropChunks()
                     self.transport.abortConnection()
                     return
-                if written < len(chunk):
-                    chunks[0] = memoryview(chunk)[written:]
-                    layer.whenFlushed(self._send)
-                    return
-                chunks.popleft()
+                for chunk in run:
+                    if written < len(chunk):
+                        chunks[0] = memoryview(chunk)[written:]
+                        layer.whenFlushed(self._send)
+                        return
+                    written -= len(chunk)
+                    chunks.popleft()
             else:
                 remaining = chunk.length - self._regionSent
                 if remaining > 0:

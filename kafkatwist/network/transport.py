@@ -9,7 +9,7 @@ reading file regions into memory first, as Kafka's C{SslTransportLayer}
 must.
 
 Both expose the same small surface to L{KafkaConnection}: C{write},
-C{transferFrom}, C{whenFlushed}, C{principal}.
+C{writeChunks}, C{transferFrom}, C{whenFlushed}, C{principal}.
 """
 
 from __future__ import annotations
@@ -84,6 +84,23 @@ class PlaintextTransportLayer:
                 return 0
             return -1
 
+    def writeChunks(self, chunks) -> int:
+        """
+        Send as much of a run of bytes-like C{chunks} as the socket takes
+        now, in one C{sendmsg}: a response's header and body leave in one
+        segment rather than one C{send} (and one wake-up of the client) each.
+
+        @return: as L{write}, counted over the chunks in order.
+        """
+        if self._buffered():
+            return 0
+        try:
+            return self._socket.sendmsg(chunks)
+        except OSError as e:
+            if e.errno in _WOULD_BLOCK:
+                return 0
+            return -1
+
     def transferFrom(self, region, position: int, count: int) -> int | None:
         """
         C{sendfile} up to C{count} bytes of C{region} from file offset
@@ -143,6 +160,9 @@ class BufferedTransportLayer:
     def write(self, data) -> int:
         self.transport.write(bytes(data) if isinstance(data, memoryview) else data)
         return len(data)
+
+    def writeChunks(self, chunks) -> int:
+        return sum(self.write(chunk) for chunk in chunks)
 
     def transferFrom(self, region, position: int, count: int) -> int | None:
         data = os.pread(region.fileno(), count, position)
