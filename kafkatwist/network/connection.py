@@ -352,7 +352,7 @@ class KafkaConnection(Protocol):
             chunk = chunks[0]
             if isinstance(chunk, BYTES_TYPES):
                 run = _bytesRun(chunks)
-                written = layer.write(chunk) if len(run) == 1 else layer.writeChunks(run)
+                written = layer.writeChunks(run)
                 if written < 0:
                     self._dropChunks()
                     self.transport.abortConnection()

@@ -2,14 +2,14 @@
 Kafka's transport layers: how a connection's bytes reach the socket.
 
 L{PlaintextTransportLayer} writes straight to the socket when Twisted's
-buffer is empty (one C{send}, no extra reactor round trip) and sends record
+buffer is empty (one C{sendmsg}, no extra reactor round trip) and sends record
 data from segment files with C{os.sendfile}, so it never passes through
 Python.  L{SslTransportLayer} hands everything to Twisted's TLS protocol,
 reading file regions into memory first, as Kafka's C{SslTransportLayer}
 must.
 
-Both expose the same small surface to L{KafkaConnection}: C{write},
-C{writeChunks}, C{transferFrom}, C{whenFlushed}, C{principal}.
+Both expose the same small surface to L{KafkaConnection}: C{writeChunks},
+C{transferFrom}, C{whenFlushed}, C{principal}.
 """
 
 from __future__ import annotations
@@ -68,29 +68,16 @@ class PlaintextTransportLayer:
         t = self.transport
         return len(t.dataBuffer) - t.offset + t._tempDataLen
 
-    def write(self, data) -> int:
-        """
-        Send as much of C{data} as the socket takes now, without buffering.
-
-        @return: bytes written; less than C{len(data)} means call
-            L{whenFlushed} and try the rest later; -1 if the connection broke.
-        """
-        if self._buffered():
-            return 0
-        try:
-            return self._socket.send(data)
-        except OSError as e:
-            if e.errno in _WOULD_BLOCK:
-                return 0
-            return -1
-
     def writeChunks(self, chunks) -> int:
         """
         Send as much of a run of bytes-like C{chunks} as the socket takes
-        now, in one C{sendmsg}: a response's header and body leave in one
-        segment rather than one C{send} (and one wake-up of the client) each.
+        now, in one C{sendmsg} and without buffering: a response's header
+        and body leave in one segment rather than one C{send} (and one
+        wake-up of the client) each.
 
-        @return: as L{write}, counted over the chunks in order.
+        @return: bytes written, counted over the chunks in order; less than
+            their total means call L{whenFlushed} and try the rest later; -1
+            if the connection broke.
         """
         if self._buffered():
             return 0
@@ -157,12 +144,11 @@ class BufferedTransportLayer:
         self.transport = transport
         self.principal = ANONYMOUS
 
-    def write(self, data) -> int:
-        self.transport.write(bytes(data) if isinstance(data, memoryview) else data)
-        return len(data)
-
     def writeChunks(self, chunks) -> int:
-        return sum(self.write(chunk) for chunk in chunks)
+        write = self.transport.write
+        for chunk in chunks:
+            write(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
+        return sum(len(chunk) for chunk in chunks)
 
     def transferFrom(self, region, position: int, count: int) -> int | None:
         data = os.pread(region.fileno(), count, position)
