@@ -713,7 +713,7 @@ def _decodeRecords(
             if v == 0:
                 headers = []
             else:
-                headers, pos = _decodeHeaders(data, pos, (v >> 1) ^ -(v & 1))
+                headers, pos = decodeHeaders(data, pos, (v >> 1) ^ -(v & 1))
 
             if pos != recordEnd:
                 raise CorruptRecordError(
@@ -738,7 +738,14 @@ def _decodeRecords(
     return out
 
 
-def _decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
+def decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
+    """
+    Decode C{count} record headers at C{pos}.
+
+    @return: C{[(key, value or None), ...]} and the position after them.
+    @raise CorruptRecordError: a negative count, a null or non-UTF-8 key,
+        a key or value running past C{data}.
+    """
     if count < 0:
         raise CorruptRecordError(f"header count {count}")
     headers = []

@@ -38,6 +38,7 @@ from kafkatwist.protocol.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
     decodeBatches,
+    decodeHeaders,
     decompress,
     readVarint,
 )
@@ -188,30 +189,6 @@ def _binaryColumn(
     if null is not None and pc.any(null).as_py():
         column = pc.if_else(null, pa.scalar(None, pa.binary()), column)
     return column
-
-
-def _decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
-    headers = []
-    for _ in range(count):
-        v, pos = readVarint(data, pos)
-        size = (v >> 1) ^ -(v & 1)
-        if size < 0:
-            raise CorruptRecordError("null header key")
-        end = pos + size
-        try:
-            headerKey = data[pos:end].decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptRecordError("header key is not UTF-8") from None
-        pos = end
-        v, pos = readVarint(data, pos)
-        size = (v >> 1) ^ -(v & 1)
-        if size < 0:
-            headerValue = None
-        else:
-            headerValue = data[pos : pos + size]
-            pos += size
-        headers.append((headerKey, headerValue))
-    return headers, pos
 
 
 class DecodedFetch:
@@ -405,7 +382,7 @@ class ArrowRecordDecoder:
         perRecord: dict[int, list] = {}
         try:
             for i in withHeaders:
-                headers, after = _decodeHeaders(data, positions[i], counts[i])
+                headers, after = decodeHeaders(data, positions[i], counts[i])
                 if after != ends[i]:
                     raise CorruptRecordError(f"record headers end at {after}, not {ends[i]}")
                 perRecord[i] = headers
