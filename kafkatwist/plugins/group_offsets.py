@@ -51,6 +51,23 @@ def _groupByTopic(pairs):
     return list(byTopic.items())
 
 
+def _errorTopics(Topic, Partition, errors) -> tuple:
+    """
+    The C{topics} of an OffsetCommit or OffsetDelete response.
+
+    @param errors: C{((topic, partition), error code)} in response order.
+    """
+    return tuple(
+        Topic(
+            name=name,
+            partitions=tuple(
+                Partition(partition_index=partition, error_code=code) for partition, code in parts
+            ),
+        )
+        for name, parts in _groupByTopic(errors)
+    )
+
+
 class OffsetCommitHandler(Handler):
     """
     OffsetCommit v2-9 (Kafka 4 dropped v0-1; v2-4 carry a retention time,
@@ -113,16 +130,7 @@ class OffsetCommitHandler(Handler):
         return make(
             cls,
             throttle_time=NO_THROTTLE,
-            topics=tuple(
-                Topic(
-                    name=name,
-                    partitions=tuple(
-                        Partition(partition_index=partition, error_code=code)
-                        for partition, code in parts
-                    ),
-                )
-                for name, parts in _groupByTopic((tp, errors[tp]) for tp in unique)
-            ),
+            topics=_errorTopics(Topic, Partition, ((tp, errors[tp]) for tp in unique)),
         )
 
 
@@ -272,17 +280,8 @@ class OffsetDeleteHandler(Handler):
             cls,
             error_code=E.none,
             throttle_time=NO_THROTTLE,
-            topics=tuple(
-                Topic(
-                    name=name,
-                    partitions=tuple(
-                        Partition(partition_index=partition, error_code=code)
-                        for partition, code in parts
-                    ),
-                )
-                for name, parts in _groupByTopic(
-                    (tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order)
-                )
+            topics=_errorTopics(
+                Topic, Partition, ((tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order))
             ),
         )
 
