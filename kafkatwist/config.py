@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from twisted.logger import Logger
 
+from kafkatwist.network.affinity import AUTO, NONE, availableCpus, showCpus
+
 log = Logger()
 
 INT_MAX = 2**31 - 1
@@ -120,8 +122,6 @@ def _cpuAffinity(key: str, raw: str) -> str | frozenset[int]:
     C{auto}, C{none}, or CPU numbers and ranges such as C{3} or C{0,2-3},
     all of which this process must be allowed to run on.
     """
-    from kafkatwist.network.affinity import AUTO, NONE, availableCpus, showCpus
-
     value = raw.strip().lower()
     if value in (AUTO, NONE):
         return value
