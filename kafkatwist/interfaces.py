@@ -34,6 +34,42 @@ class IRequestContext(Interface):
         "(long-poll expiry) are armed on it, from any thread."
     )
 
+    def respondLater():
+        """
+        Claim this request's answer for later (a parked JoinGroup, a long-poll
+        Fetch, anything a coordinator answers from its own thread).
+
+        C{handle()} returns the pending response's C{deferred}; callbacks may
+        be added to it inside C{handle()} (on the handler thread, e.g. by a
+        wrapping plugin).  Nothing fires it there: C{complete()} only hands
+        the result to the Processor that owns the connection, which fires the
+        Deferred on its own thread once C{handle()} has returned.  So the
+        Deferred is touched by one thread at a time -- the handler thread
+        until it is returned, the connection's Processor after -- and never
+        by the thread that completes it.
+
+        @return: an L{IPendingResponse}.
+        """
+
+
+class IPendingResponse(Interface):
+    """
+    The answer to one request, to be given later from any thread.
+    """
+
+    deferred = Attribute(
+        "C{Deferred} to return from C{handle()}; it fires on the connection's Processor thread "
+        "with what C{complete} was given."
+    )
+
+    def complete(result):
+        """
+        Answer: C{result} is what C{handle()} could have returned (an entity,
+        an C{EncodedResponse}, C{None}) or a C{Failure} (the connection is
+        closed with a log line).  Callable from any thread, once; later calls
+        are ignored and logged.
+        """
+
 
 class IThreadSafeClock(Interface):
     """
