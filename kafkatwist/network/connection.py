@@ -117,7 +117,8 @@ class KafkaConnection(Protocol):
     """
     @ivar owner: the Processor (or a test double) providing C{clock},
         C{submit(request)}, C{supportedVersions}, C{memoryPool},
-        C{maxRequestSize}, C{connectionOpened(c)} and C{connectionClosed(c)}.
+        C{maxRequestSize}, C{connectionOpened(c)}, C{connectionClosed(c)},
+        C{callInThread(f, *args)} and C{offload(f, args, then)}.
     @ivar lastActive: C{owner.clock.seconds()} of the last byte in or out.
     """
 
@@ -153,7 +154,7 @@ class KafkaConnection(Protocol):
     def connectionMade(self) -> None:
         transport = self.transport
         if ISSLTransport.providedBy(transport):
-            self.layer = SslTransportLayer(transport)
+            self.layer = SslTransportLayer(transport, self.owner.offload)
             # TLS buffers what we write: stop reading while it is backed up.
             transport.registerProducer(self, True)
         elif isinstance(transport, tcp.Connection):
@@ -334,11 +335,13 @@ class KafkaConnection(Protocol):
 
     def pauseProducing(self) -> None:
         self._writePaused = True
+        self.layer.setWritePaused(True)
         self._updateReading()
 
     def resumeProducing(self) -> None:
         self._writePaused = False
         self._updateReading()
+        self.layer.setWritePaused(False)
 
     def stopProducing(self) -> None:
         pass
@@ -366,6 +369,8 @@ class KafkaConnection(Protocol):
         self._send()
 
     def _send(self) -> None:
+        if self.closed:
+            return
         chunks = self._chunks
         layer = self.layer
         while chunks:

@@ -126,6 +126,21 @@ class Processor:
             self._wakePending = True
             self.reactor.callFromThread(self._runCalls)
 
+    def offload(self, f, args, then) -> None:
+        """
+        Run C{f(*args)} on a request handler thread (disk reads a connection
+        needs), then C{then(result)} back in this thread; C{result} is the
+        exception if C{f} raised one.
+        """
+        self.server.channel.sendCall(self._offloaded, f, args, then)
+
+    def _offloaded(self, f, args, then) -> None:
+        try:
+            result = f(*args)
+        except Exception as e:
+            result = e
+        self.callInThread(then, result)
+
     def _runCalls(self) -> None:
         self._wakePending = False
         calls = self._calls

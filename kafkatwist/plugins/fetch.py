@@ -167,8 +167,12 @@ class FetchHandler(Handler):
 
 class DelayedFetch(DelayedOperation):
     """
-    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the thread of
-    the append that may satisfy it; expiry runs on the connection's reactor.
+    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the handler
+    thread of the append that may satisfy it.  Its timer fires on the
+    connection's Processor, which never reads the log: an idle long poll
+    (every offset at its log's end) is answered there from the logs' offsets
+    alone, anything else is read on a handler thread (the purgatory's
+    reaper).
     """
 
     def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending):
@@ -203,6 +207,30 @@ class DelayedFetch(DelayedOperation):
             self._ready = None
         _close(topics)
         return False
+
+    def canExpireHere(self) -> bool:
+        # The common expiry -- a consumer polling an idle partition -- needs
+        # no read: answer it with offsets only, saving a hop to a handler
+        # thread and back.
+        topics = []
+        for topicKey, wanted in self.plan:
+            partitions = []
+            for w in wanted:
+                log = w.log
+                if log is None:
+                    partitions.append(PartitionData(w.partition, w.error))
+                    continue
+                if w.offset != log.logEndOffset or w.offset < log.logStartOffset:
+                    return False
+                partitions.append(
+                    PartitionData(
+                        w.partition, ErrorCode.none, log.highWatermark,
+                        log.lastStableOffset, log.logStartOffset,
+                    )
+                )
+            topics.append((topicKey, partitions))
+        self._ready = topics
+        return True
 
     def onComplete(self) -> None:
         try:

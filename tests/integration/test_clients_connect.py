@@ -133,6 +133,43 @@ def test_aiokafka_ssl(tlsBroker, pki):
     assert [b.port for b in brokers] == [port]
 
 
+def test_large_fetch_over_tls_streams_whole(tlsBroker, pki):
+    """
+    Fetch responses of about 1 MiB each over TLS (record data streamed from
+    the segment in chunks read on handler threads) arrive whole and in
+    order.
+    """
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": tlsBroker.bootstrap, "linger.ms": 5})
+    values = [bytes([i]) * 100_000 for i in range(30)]
+    for value in values:
+        producer.produce("tls-large", value)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": f"localhost:{tlsBroker.ports['SSL']}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": pki.caFile,
+            "group.id": "tls-large",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe(["tls-large"])
+        got = []
+        for _ in range(200):
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+            if len(got) == len(values):
+                break
+    finally:
+        consumer.close()
+    assert got == values
+
+
 def test_hostname_mismatch_is_refused_by_client(brokerFactory, pki):
     """
     A certificate for another host fails the client's hostname check.
