@@ -128,6 +128,9 @@ class KafkaConnection(Protocol):
         self.index = index
         self.connectionId = "unconnected"
         self.clientAddress = ("", 0)
+        #: the host the connection quotas counted this connection under
+        #: (set by the Processor that adopted it), released when it closes
+        self.quotaHost: str | None = None
         self.layer = None
         self.lastActive = 0.0
         self.closed = False
