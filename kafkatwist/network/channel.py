@@ -75,8 +75,9 @@ class MemoryPool:
     Bounds the bytes held by queued requests (C{queued.max.request.bytes}).
 
     As Kafka's C{SimpleMemoryPool}, an allocation succeeds while any memory
-    is left, so one request larger than the pool still goes through when the
-    pool is idle rather than waiting forever.  A capacity of -1 never refuses.
+    is left, so a request never waits for more than the pool holds.
+    (Connections refuse frames larger than the whole pool before asking.)
+    A capacity of -1 never refuses.
     """
 
     def __init__(self, capacity: int) -> None:

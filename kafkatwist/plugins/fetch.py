@@ -48,14 +48,31 @@ class _Wanted:
 
 
 class FetchHandler(Handler):
+    """
+    @ivar maxWaitMs: the longest a fetch may wait for C{min_bytes}.
+    """
+
     apiKey = FETCH
     minVersion = MIN_VERSION
     maxVersion = MAX_VERSION
 
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        # Kafka takes a fetch's max_wait_ms as given; clients send 500 ms
+        # (fetch.max.wait.ms), far below their request timeouts.  A wait near
+        # 2^31 ms would park the connection -- its purgatory entry, timer and
+        # muted socket -- for weeks.  connections.max.idle.ms is the bound
+        # because it is the broker's own answer to "how long may a
+        # connection stay silent": a parked fetch is exactly that, and the
+        # idle sweep, which skips connections with a request in flight,
+        # would otherwise never end it.  Clients never notice: their
+        # request timeouts are shorter still.
+        self.maxWaitMs = broker.config["connections.max.idle.ms"]
+
     def handle(self, context, request):
         version = context.apiVersion
         plan = self._plan(version, request)
-        maxWaitMs = max(0, durationMs(request.max_wait))
+        maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED

@@ -21,7 +21,8 @@ VERSION = 12
 
 
 class FakeBroker:
-    def __init__(self):
+    def __init__(self, maxIdleMs=600_000):
+        self.config = {"connections.max.idle.ms": maxIdleMs}
         self.logManager = MemoryLogManager()
         self.fetchPurgatory = Purgatory("Fetch")
         self.topicBytes = TopicBytes()
@@ -64,14 +65,14 @@ def append(broker, n):
     broker.fetchPurgatory.checkAndComplete(("t", 0))
 
 
-def parkFetch(broker, clock, offset, minBytes):
+def parkFetch(broker, clock, offset, minBytes, maxWaitMs=500):
     """
     Send a fetch through the handler as the pool would.
 
     @return: the list its answer will be appended to.
     """
     deferred = handleLikeThePool(
-        FetchHandler(broker), Context(clock), fetchRequest(offset, minBytes=minBytes)
+        FetchHandler(broker), Context(clock), fetchRequest(offset, minBytes, maxWaitMs)
     )
     answers = []
     deferred.addCallback(answers.append)
@@ -179,4 +180,20 @@ def test_completion_by_append_reads_in_the_appending_thread():
     assert offsets(answers[0]) == [0, 1, 2]
     clock.advance(1)
     assert broker.reaped == []
+    assert clock.getDelayedCalls() == []
+
+
+def test_max_wait_is_capped_by_the_idle_limit():
+    """
+    A fetch asking to wait ~2^31 ms (24 days) is answered once
+    connections.max.idle.ms has passed.
+    """
+    broker = FakeBroker(maxIdleMs=60_000)
+    broker.logManager.createTopic("t", 1, {})
+    clock = Clock()
+    answers = parkFetch(broker, clock, 0, 1, maxWaitMs=2**31 - 1)
+    clock.advance(59.9)
+    assert answers == []
+    clock.advance(0.2)
+    assert offsets(answers[0]) == []
     assert clock.getDelayedCalls() == []
