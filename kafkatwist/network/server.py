@@ -57,6 +57,8 @@ class SocketServer:
                 config["ssl.key.password"],
                 config["ssl.truststore.location"],
                 config["ssl.client.auth"],
+                config["ssl.enabled.protocols"],
+                config["ssl.cipher.suites"],
             )
         #: CPUs the Processors and handler threads keep to (None: any)
         self.requestThreadCpus = requestThreadCpus(config["request.threads.cpu.affinity"], availableCpus())
