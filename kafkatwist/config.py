@@ -217,6 +217,10 @@ KEYS: dict[str, Key] = {
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
+        Key("ssl.cipher.suites", _list, "",
+            "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
+            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
         Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),

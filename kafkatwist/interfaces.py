@@ -174,6 +174,13 @@ class IBroker(Interface):
         @return: the L{IRequestHandler} serving C{apiKey}, or C{None}.
         """
 
+    def callInHandlerThread(f, *args):
+        """
+        Run C{f(*args)} on a request handler thread, where disk I/O is
+        allowed: how a reactor thread (a timer) hands storage work on.
+        Safe from any thread; runs at once before the server started.
+        """
+
     def supportedVersions():
         """
         @return: C{dict} ApiKey -> (minVersion, maxVersion) of the registered
