@@ -75,6 +75,14 @@ class LogThrottle:
             self._suppressed.pop(key, None)
             return self._last.pop(key, None) is not None
 
+    def reset(self) -> None:
+        """
+        Forget every problem (tests).
+        """
+        with self._lock:
+            self._last.clear()
+            self._suppressed.clear()
+
     def _emit(self, method, key: Hashable, format: str, kw: dict) -> bool:
         due, suppressed = self._due(key)
         if not due:

@@ -8,6 +8,7 @@ import pytest
 from twisted.logger import formatEvent, globalLogPublisher
 
 from kafkatwist.log import LogManager, MemoryLogManager
+from kafkatwist.log.throttle import storageLog
 
 
 class Harness:
@@ -99,6 +100,7 @@ class CapturedLog:
 
 @pytest.fixture
 def capturedLog():
+    storageLog.reset()
     captured = CapturedLog()
     globalLogPublisher.addObserver(captured)
     yield captured
