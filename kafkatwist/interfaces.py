@@ -101,8 +101,9 @@ class IRequestHandler(Interface):
     the response entity (a C{kio} dataclass of the request's version), a
     L{kafkatwist.protocol.frames.EncodedResponse} (pre-encoded chunks,
     e.g. file regions for zero-copy Fetch), C{None} when no response is due
-    (Produce with acks=0), or a C{Deferred} firing with one of those, which
-    may fire later from any thread without holding a handler thread.
+    (Produce with acks=0), or the C{deferred} of C{context.respondLater()}
+    (L{IRequestContext.respondLater}), answered later from any thread
+    without holding a handler thread.
     Errors a client should see go into the response's error codes, as Kafka
     does; an exception (or a failed Deferred) closes the connection with a
     log line, and the broker keeps serving everyone else.

@@ -30,6 +30,7 @@ from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
 from kafkatwist.network.channel import Request
+from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.transport import (
     BufferedTransportLayer,
     PlaintextTransportLayer,
@@ -75,7 +76,7 @@ class RequestContext:
     TLS principal is the one known once the handshake completed).
     """
 
-    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId")
+    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId", "pending")
 
     def __init__(self, connection: "KafkaConnection", header) -> None:
         self._connection = connection
@@ -83,6 +84,8 @@ class RequestContext:
         self.apiVersion = header.apiVersion
         self.correlationId = header.correlationId
         self.clientId = header.clientId
+        #: the L{PendingResponse} once C{respondLater} was called
+        self.pending = None
 
     connectionId = property(lambda self: self._connection.connectionId)
     listenerName = property(lambda self: self._connection.listenerName)
@@ -90,6 +93,17 @@ class RequestContext:
     principal = property(lambda self: self._connection.layer.principal)
     clientAddress = property(lambda self: self._connection.clientAddress)
     clock = property(lambda self: self._connection.owner.clock)
+
+    def respondLater(self) -> PendingResponse:
+        """
+        See L{IRequestContext.respondLater}: completions are posted to the
+        Processor that owns the connection.
+        """
+        if self.pending is not None:
+            raise RuntimeError(f"respondLater called twice for {self!r}")
+        connection = self._connection
+        self.pending = PendingResponse(connection.owner.callInThread, connection.isOpen, self)
+        return self.pending
 
     def __repr__(self) -> str:
         return (
@@ -155,6 +169,12 @@ class KafkaConnection(Protocol):
         )
         self.lastActive = self._seconds()
         self.owner.connectionOpened(self)
+
+    def isOpen(self) -> bool:
+        """
+        Whether a response would still be sent (in the Processor's thread).
+        """
+        return not (self.closed or self._closing)
 
     def handshakeCompleted(self) -> None:
         self.layer.handshakeCompleted()

@@ -11,6 +11,8 @@ which tells clients to send full fetch requests.
 
 from __future__ import annotations
 
+from twisted.python.failure import Failure
+
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
@@ -24,7 +26,6 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
-from kafkatwist.threaddefer import ThreadSafeDeferred
 
 READ_COMMITTED = 1
 
@@ -63,16 +64,16 @@ class FetchHandler(Handler):
             _account(self.broker, plan, topics)
             return encodeFetchResponse(version, topics)
         _close(topics)
-        deferred = ThreadSafeDeferred()
+        pending = context.respondLater()
         operation = DelayedFetch(
-            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, deferred
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending
         )
         self.broker.fetchPurgatory.tryCompleteElseWatch(
             operation,
             {w.key for _, wanted in plan for w in wanted if w.log is not None},
             maxWaitMs / 1000.0,
         )
-        return deferred
+        return pending.deferred
 
     def _plan(self, version, request) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
@@ -170,7 +171,7 @@ class DelayedFetch(DelayedOperation):
     the append that may satisfy it; expiry runs on the connection's reactor.
     """
 
-    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, deferred):
+    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending):
         super().__init__(clock)
         self.handler = handler
         self.version = version
@@ -178,7 +179,8 @@ class DelayedFetch(DelayedOperation):
         self.minBytes = minBytes
         self.maxBytes = maxBytes
         self.readCommitted = readCommitted
-        self.deferred = deferred
+        #: the L{IPendingResponse} the answer goes to
+        self.pending = pending
         # What a min_bytes check read and found enough: sent as it is.
         self._ready = None
 
@@ -203,6 +205,15 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def onComplete(self) -> None:
+        try:
+            answer = self._answer()
+        except Exception:
+            # Whatever broke, the request must not stay in flight forever:
+            # a failure closes the connection with a log line.
+            answer = Failure()
+        self.pending.complete(answer)
+
+    def _answer(self):
         topics, self._ready = self._ready, None
         if topics is None:
             # The topic may have been deleted (DeleteTopics wakes parked
@@ -216,7 +227,7 @@ class DelayedFetch(DelayedOperation):
                             w.error = ErrorCode.unknown_topic_or_partition
             topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
         _account(self.handler.broker, self.plan, topics)
-        self.deferred.callback(encodeFetchResponse(self.version, topics))
+        return encodeFetchResponse(self.version, topics)
 
 
 def _account(broker, plan, topics) -> None:

@@ -6,7 +6,7 @@ connection, over Twisted's StringTransport.
 import struct
 
 from kafkatwist.network.channel import MemoryPool, Response
-from tests.unit.fakes import FakeOwner, apiVersionsFrame, connect, metadataFrame, respond
+from tests.unit.fakes import FakeOwner, FakeRegion, apiVersionsFrame, connect, metadataFrame, respond
 
 
 def test_frame_split_across_reads():
@@ -162,30 +162,6 @@ def test_response_after_close_is_dropped():
     connection.connectionLost(None)
     respond(connection, owner.submitted[0])
     assert transport.value() == b""
-
-
-class FakeRegion:
-    def __init__(self, data):
-        import tempfile
-
-        self.file = tempfile.TemporaryFile()
-        self.file.write(data)
-        self.file.flush()
-        self.length = len(data)
-        self.closed = False
-
-    def fileno(self):
-        return self.file.fileno()
-
-    def position(self):
-        return 0
-
-    def read(self):
-        self.file.seek(0)
-        return self.file.read()
-
-    def close(self):
-        self.closed = True
 
 
 def test_file_regions_are_written_in_order():

@@ -15,6 +15,7 @@ from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 from kafkatwist.purgatory import Purgatory
+from tests.unit.fakes import RespondsLater, handleLikeThePool
 
 VERSION = 12
 
@@ -29,7 +30,7 @@ class FakeBroker:
         f(*args)
 
 
-class Context:
+class Context(RespondsLater):
     apiVersion = VERSION
 
     def __init__(self, clock):
@@ -67,7 +68,7 @@ def test_min_bytes_waits_until_enough_then_sends_what_it_read():
     broker = FakeBroker()
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
-    deferred = FetchHandler(broker).handle(Context(clock), fetchRequest(0, minBytes=500))
+    deferred = handleLikeThePool(FetchHandler(broker), Context(clock), fetchRequest(0, minBytes=500))
     answers = []
     deferred.addCallback(answers.append)
     append(broker, 1)
@@ -83,7 +84,7 @@ def test_expiry_answers_with_what_there_is():
     broker = FakeBroker()
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
-    deferred = FetchHandler(broker).handle(Context(clock), fetchRequest(0, minBytes=10_000))
+    deferred = handleLikeThePool(FetchHandler(broker), Context(clock), fetchRequest(0, minBytes=10_000))
     answers = []
     deferred.addCallback(answers.append)
     append(broker, 1)
