@@ -225,6 +225,12 @@ KEYS: dict[str, Key] = {
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
         Key("num.partitions", _int(1), "1", "Partitions of auto-created topics."),
+        Key("max.broker.partitions", _int(1), "10000",
+            "Partitions this broker may host in all (KIP-578's name); creating more is refused "
+            "with POLICY_VIOLATION."),
+        Key("max.partitions.per.request", _int(1), "10000",
+            "Partitions one CreateTopics or CreatePartitions request may add in all (Kafka's "
+            "fixed 10000); more is refused with POLICY_VIOLATION."),
         Key("default.replication.factor", _int(1, 1), "1", "Single broker: always 1."),
         Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
         Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),

@@ -67,6 +67,7 @@ def brokerLogDefaults(config) -> dict:
         "log.message.timestamp.type": config["log.message.timestamp.type"],
         "log.cleanup.policy": config["log.cleanup.policy"],
         "num.partitions": config["num.partitions"],
+        "max.broker.partitions": config["max.broker.partitions"],
         "producer.id.expiration.ms": config["producer.id.expiration.ms"],
     }
     return {key: value for key, value in values.items() if value is not None}
