@@ -141,6 +141,12 @@ class BrokerService(service.Service):
         # multi-millisecond pause in the request path otherwise).
         gc.collect()
         gc.freeze()
+        # twistd starts services before the reactor installs its SIGINT and
+        # SIGTERM handlers; "started" is the line supervisors and tests wait
+        # for, so it must come after them (a signal sent on it was lost).
+        self.reactor.callWhenRunning(self._announceStarted)
+
+    def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
 

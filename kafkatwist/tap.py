@@ -6,6 +6,7 @@ C{twistd kafkatwist}: options and service construction.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from twisted.python import usage
@@ -39,6 +40,17 @@ class Options(usage.Options):
     opt_o = opt_override
 
 
+def honourSigint() -> None:
+    """
+    Started in the background by a shell or a service manager, a process
+    inherits SIGINT ignored, and Twisted leaves an ignored SIGINT alone: the
+    broker would not stop on Ctrl-C or C{kill -INT}.  Restore the default so
+    the reactor installs its handler.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def makeService(options):
     from twisted.internet import reactor
 
@@ -48,6 +60,7 @@ def makeService(options):
         config = loadConfig(options["config"], options["overrides"])
         service = BrokerService(config, reactor)
         service.prepare()
+        honourSigint()
     except (ConfigError, PluginConflict) as e:
         sys.stderr.write(f"kafkatwist: {e}\n")
         raise SystemExit(2)

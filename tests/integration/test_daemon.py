@@ -83,12 +83,37 @@ def test_sigterm_finishes_inflight_and_exits_quickly(brokerFactory):
         assert c.isClosedByPeer(2)
 
 
-def test_sigint_also_stops(brokerFactory):
-    b = brokerFactory().start()
+@pytest.mark.parametrize("inheritedIgnored", [False, True], ids=["foreground", "background"])
+def test_sigint_also_stops(brokerFactory, inheritedIgnored):
+    # In the background (a shell's `&`, CI, service managers) SIGINT arrives
+    # ignored; the broker must still stop on it.
+    b = brokerFactory(ignoreSigint=inheritedIgnored).start()
     status, elapsed = b.stop(signal.SIGINT)
     assert status in (0, -signal.SIGINT, 1)
     assert "kafkatwist stopped" in b.output()
     assert elapsed < 5
+
+
+def _caughtSignals(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return int(line.split()[1], 16)
+    raise AssertionError("no SigCgt")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_started_line_comes_after_the_signal_handlers(brokerFactory):
+    for _ in range(3):
+        b = brokerFactory(ignoreSigint=True)
+        b.pollInterval = 0.002
+        b.start()
+        caught = _caughtSignals(b.process.pid)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert caught & (1 << (sig - 1)), f"{sig.name} not handled when 'started' was logged"
+        status, elapsed = b.stop(signal.SIGINT)
+        assert "kafkatwist stopped" in b.output()
+        assert elapsed < 5
 
 
 def test_connection_quota_per_ip(brokerFactory):
