@@ -13,6 +13,7 @@ from twisted.python import usage
 
 from kafkatwist.config import ConfigError, loadConfig
 from kafkatwist.registry import PluginConflict
+from kafkatwist.startup import StartupError
 
 
 class Options(usage.Options):
@@ -63,6 +64,9 @@ def makeService(options):
         honourSigint()
     except (ConfigError, PluginConflict) as e:
         sys.stderr.write(f"kafkatwist: {e}\n")
+        raise SystemExit(2)
+    except StartupError as e:
+        sys.stderr.write(f"kafkatwist: cannot start: {e}\n")
         raise SystemExit(2)
     except OSError as e:
         sys.stderr.write(f"kafkatwist: cannot start: {e}\n")

@@ -4,6 +4,7 @@ idle expiry, clean shutdown.
 """
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -58,14 +59,94 @@ def test_config_file_and_override(tmp_path):
         assert "Unknown configuration key 'some.unknown.key' ignored" in output
 
 
+def assertOneLine(result, expected):
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert lines == [expected], result.stderr
+
+
 def test_port_in_use(tmp_path, broker):
     result = runTwistd(
         tmp_path, "--override", f"listeners=PLAINTEXT://127.0.0.1:{broker.port}",
         "--override", f"log.dir={tmp_path}/d",
     )
-    assert result.returncode != 0
-    assert "kafkatwist: cannot start:" in result.stderr
-    assert "Address already in use" in result.stderr
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on PLAINTEXT://127.0.0.1:{broker.port} "
+        "(listeners): Address already in use",
+    )
+    # Nothing is written before the ports are bound.
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_second_listener_in_use_is_the_one_named(tmp_path, broker):
+    result = runTwistd(
+        tmp_path,
+        "--override", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "--override", f"listeners=PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{broker.port}",
+        "--override", f"log.dir={tmp_path}/d",
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on INTERNAL://127.0.0.1:{broker.port} "
+        "(listeners): Address already in use",
+    )
+
+
+def test_metrics_port_in_use(tmp_path, brokerFactory):
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    result = runTwistd(
+        tmp_path, "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+        "--override", f"metrics.http.listener=127.0.0.1:{port}", "--override", f"log.dir={tmp_path}/d",
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on 127.0.0.1:{port} (metrics.http.listener): "
+        "Address already in use",
+    )
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_metrics_port_in_use_when_daemonized(tmp_path, brokerFactory):
+    """
+    Without -n twistd forks into the background; the refusal must still be
+    one whole line on the terminal, not a traceback in the log.
+    """
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [TWISTD, f"--pidfile={tmp_path}/twistd.pid", f"--logfile={tmp_path}/twistd.log", "kafkatwist",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--override", f"metrics.http.listener=127.0.0.1:{port}", "--override", f"log.dir={tmp_path}/d"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on 127.0.0.1:{port} (metrics.http.listener): "
+        "Address already in use",
+    )
+
+
+def test_second_broker_on_the_same_data_dir(tmp_path, brokerFactory):
+    first = brokerFactory().start()
+    dataDir = first.overrides["log.dir"]
+    before = sorted(os.listdir(dataDir))
+    result = runTwistd(
+        tmp_path, "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dir={dataDir}"
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: data directory {dataDir} is in use by another broker "
+        f"(pid {first.process.pid} holds its .lock)",
+    )
+    assert sorted(os.listdir(dataDir)) == before
+    assert RawConnection(first.port).apiVersions().error_code == 0
+    first.stop()
+    # Once the first has stopped, the directory is free again.
+    second = brokerFactory({"log.dir": dataDir}).start()
+    assert RawConnection(second.port).apiVersions().error_code == 0
 
 
 def test_sigterm_finishes_inflight_and_exits_quickly(brokerFactory):
