@@ -218,6 +218,8 @@ KEYS: dict[str, Key] = {
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
         Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
+        Key("plugin.load.failure.policy", _choice("fail", "skip"), "fail",
+            "A module on plugin.paths that fails to import: fail (refuse to start) or skip (log and start without it)."),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
         Key("num.partitions", _int(1), "1", "Partitions of auto-created topics."),

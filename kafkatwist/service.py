@@ -107,7 +107,9 @@ class BrokerService(service.Service):
         """
         config = self.config
         raiseDescriptorLimit()
-        registry = HandlerRegistry(discoverPlugins(config["plugin.paths"]))
+        registry = HandlerRegistry(
+            discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
+        )
         self.broker = Broker(config, registry, None, self.reactor, None)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)

@@ -254,3 +254,33 @@ def test_request_threads_share_one_cpu_unless_told_otherwise(brokerFactory):
     assert last not in _threadCpus(free.process.pid)
     for b in (pinned, free):
         assert RawConnection(b.port).apiVersions().error_code == 0
+
+
+def test_plugin_that_fails_to_import_refuses_to_start(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "audit_sink.py").write_text("import kafkatwist_no_such_sink\n")
+    result = runTwistd(
+        tmp_path, "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+        "--override", f"plugin.paths={plugins}", "--override", f"log.dir={tmp_path}/d",
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: plugin {plugins / 'audit_sink.py'}:1 failed to load: "
+        "ModuleNotFoundError: No module named 'kafkatwist_no_such_sink' "
+        "(plugin.load.failure.policy=skip starts without it)",
+    )
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_plugin_failure_policy_skip_starts_without_it(tmp_path, brokerFactory):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "audit_sink.py").write_text("import kafkatwist_no_such_sink\n")
+    (plugins / "my-plugin.py").write_text("")
+    b = brokerFactory({"plugin.paths": str(plugins), "plugin.load.failure.policy": "skip"}).start()
+    output = b.output()
+    assert "audit_sink.py:1 failed to load: ModuleNotFoundError" in output
+    assert "my-plugin.py is not loaded: 'my-plugin' is not a Python module name" in output
+    assert "Traceback" not in output
+    assert RawConnection(b.port).apiVersions().error_code == 0
