@@ -222,6 +222,8 @@ KEYS: dict[str, Key] = {
             "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
             "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
         Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
+        Key("plugin.load.failure.policy", _choice("fail", "skip"), "fail",
+            "A module on plugin.paths that fails to import: fail (refuse to start) or skip (log and start without it)."),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
         Key("num.partitions", _int(1), "1", "Partitions of auto-created topics."),

@@ -164,7 +164,9 @@ class IBroker(Interface):
     advertisedListeners = Attribute(
         "C{list} of L{kafkatwist.config.Listener} this broker advertises (name, host, port)."
     )
-    logManager = Attribute("L{ILogManager}")
+    logManager = Attribute(
+        "L{ILogManager}; set before the first request, after plugin factories have run."
+    )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
