@@ -255,7 +255,7 @@ class PartitionLog:
             segment.size + appendBytes > config.segmentBytes
             or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
             or segment.isFull(config.segmentIndexBytes)
-            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.segmentMs
+            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.rollMs
         ):
             return self._roll(nowMs)
         return segment
