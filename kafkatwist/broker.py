@@ -61,6 +61,7 @@ class Broker:
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
         self.fetchPurgatory = Purgatory("Fetch")
         self.groupCoordinator = None
+        self.authorizer = None
         self.topicBytes = TopicBytes()
 
     def advertisedListenerFor(self, listenerName: str):
