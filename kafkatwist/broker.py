@@ -16,6 +16,7 @@ from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.interfaces import IBroker
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.purgatory import DelayedActions, Purgatory
+from kafkatwist.security.credentials import CredentialStore
 
 META_PROPERTIES = "meta.properties"
 
@@ -62,6 +63,7 @@ class Broker:
         self.fetchPurgatory = Purgatory("Fetch")
         self.groupCoordinator = None
         self.authorizer = None
+        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0])
         self.topicBytes = TopicBytes()
 
     def advertisedListenerFor(self, listenerName: str):

@@ -145,10 +145,11 @@ class Action(NamedTuple):
     logIfDenied: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class AclBinding:
     """
-    One ACL: a resource pattern and an access control entry.
+    One ACL: a resource pattern and an access control entry.  Ordered by
+    resource, then entry, for stable listings and files.
     """
 
     resourceType: ResourceType

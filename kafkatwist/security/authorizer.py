@@ -306,7 +306,7 @@ class StandardAuthorizer:
                 if aclFilter.isUnknown():
                     results.append((KafkaError(ErrorCode.invalid_request, "Unknown patternFilter or entryFilter."), []))
                     continue
-                matched = sorted((b for b in current if aclFilter.matches(b)), key=_sortKey)
+                matched = sorted(b for b in current if aclFilter.matches(b))
                 doomed.update(matched)
                 results.append((None, matched))
             if doomed:
@@ -315,14 +315,14 @@ class StandardAuthorizer:
                 except OSError as e:
                     error = KafkaError(ErrorCode.unknown_server_error, f"Could not store the ACLs: {e.strerror}")
                     return [(error, []) if err is None else (err, found) for err, found in results]
-                for binding in sorted(doomed, key=_sortKey):
+                for binding in sorted(doomed):
                     log.info("{principal} removed ACL {acl}", principal=context.principal, acl=str(binding))
         return results
 
     def _publish(self, bindings: frozenset[AclBinding]) -> None:
         # Durable first: an ACL a client was told about survives a crash.
         if self.path:
-            writeRecords(self.path, _KIND, _VERSION, [b.toRecord() for b in sorted(bindings, key=_sortKey)])
+            writeRecords(self.path, _KIND, _VERSION, [b.toRecord() for b in sorted(bindings)])
         self._snapshot = _Snapshot(frozenset(bindings))
 
     def aclCount(self) -> int:
@@ -330,18 +330,6 @@ class StandardAuthorizer:
 
     def close(self) -> None:
         pass
-
-
-def _sortKey(binding: AclBinding):
-    return (
-        binding.resourceType,
-        binding.resourceName,
-        binding.patternType,
-        binding.principal,
-        binding.host,
-        binding.operation,
-        binding.permissionType,
-    )
 
 
 def _auditDenied(context, principal: str, host: str, action: Action, byDefault: bool) -> None:
