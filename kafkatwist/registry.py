@@ -32,8 +32,10 @@ class PluginConflict(ValueError):
     """
 
 
-def discoverPlugins(pluginPaths: list[str] = ()) -> list[tuple[object, str]]:
+def discoverPlugins(pluginPaths: list[str] = (), interface=IRequestHandlerPlugin) -> list[tuple[object, str]]:
     """
+    @param interface: what to look for: request handler plugins, or
+        another kind (L{kafkatwist.interfaces.IAuthorizerPlugin}).
     @return: (plugin, where it came from) for every provider found.
     """
     import kafkatwist.plugins
@@ -47,8 +49,8 @@ def discoverPlugins(pluginPaths: list[str] = ()) -> list[tuple[object, str]]:
                 seen.add(id(plugin))
                 found.append((plugin, origin))
 
-    collect(getPlugins(IRequestHandlerPlugin, kafkatwist.plugins), "builtin")
-    collect(getPlugins(IRequestHandlerPlugin), "installed")
+    collect(getPlugins(interface, kafkatwist.plugins), "builtin")
+    collect(getPlugins(interface), "installed")
     if pluginPaths:
         missing = [p for p in pluginPaths if not os.path.isdir(p)]
         if missing:
@@ -58,7 +60,7 @@ def discoverPlugins(pluginPaths: list[str] = ()) -> list[tuple[object, str]]:
         import kafkatwist.dropins
 
         kafkatwist.dropins.setPaths(pluginPaths)
-        collect(getPlugins(IRequestHandlerPlugin, kafkatwist.dropins), "plugin.paths")
+        collect(getPlugins(interface, kafkatwist.dropins), "plugin.paths")
     return found
 
 
