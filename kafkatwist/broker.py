@@ -16,6 +16,7 @@ from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.interfaces import IBroker
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.purgatory import DelayedActions, Purgatory
+from kafkatwist.security.credentials import CredentialStore
 
 META_PROPERTIES = "meta.properties"
 
@@ -62,6 +63,8 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.groupCoordinator = None
+        self.authorizer = None
+        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0])
         self.topicBytes = TopicBytes()
 
     def useHandlerThreads(self, call) -> None:
