@@ -99,7 +99,7 @@ class BrokerService(service.Service):
         raiseDescriptorLimit()
         for directory in config.logDirs:
             os.makedirs(directory, exist_ok=True)
-        clusterId = loadOrCreateClusterId(config.logDirs[0], config.nodeId, config["cluster.id"])
+        clusterId = loadOrCreateClusterId(config.logDirs, config.nodeId, config["cluster.id"])
         registry = HandlerRegistry(discoverPlugins(config["plugin.paths"]))
         self.logManager = self.logManagerFactory(config) if self.logManagerFactory else None
         self.broker = Broker(config, registry, self.logManager, self.reactor, clusterId)

@@ -15,6 +15,8 @@ import sys
 from array import array
 from bisect import bisect_right
 
+from crc32c import crc32c
+
 __all__ = ["CorruptIndex", "OffsetIndex", "TimeIndex"]
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -28,7 +30,35 @@ class CorruptIndex(Exception):
     """
 
 
-class OffsetIndex:
+class _Checksummed:
+    """
+    A CRC-32C of the entries' file bytes, kept up to date as entries are
+    appended (recomputed only after a truncation).
+    """
+
+    _crc = 0
+    _crcCount = 0
+
+    @property
+    def checksum(self) -> tuple[int, int]:
+        """
+        @return: C{(entries, CRC-32C of their encoding)}.
+        """
+        count = len(self)
+        if self._crcCount < count:
+            self._crc = crc32c(self.encode(self._crcCount), self._crc)
+            self._crcCount = count
+        return count, self._crc
+
+    def _checksumFrom(self, data: bytes) -> None:
+        self._crc, self._crcCount = crc32c(data), len(self)
+
+    def _checksumTruncated(self, entries: int) -> None:
+        if entries < self._crcCount:
+            self._crc = self._crcCount = 0
+
+
+class OffsetIndex(_Checksummed):
     """
     Offset -> byte position, one entry every C{index.interval.bytes}.
 
@@ -60,6 +90,16 @@ class OffsetIndex:
         i = bisect_right(self.relativeOffsets, offset - self.baseOffset)
         return self.positions[i - 1] if i else 0
 
+    def lookupEntry(self, offset: int) -> tuple[int, int]:
+        """
+        @return: C{(offset, position)} of the last entry at or below
+            C{offset}, or the base offset at position 0.
+        """
+        i = bisect_right(self.relativeOffsets, offset - self.baseOffset)
+        if not i:
+            return self.baseOffset, 0
+        return self.baseOffset + self.relativeOffsets[i - 1], self.positions[i - 1]
+
     def floorPosition(self, position: int) -> int:
         """
         @return: the last indexed batch start at or before C{position}, or 0.
@@ -71,6 +111,7 @@ class OffsetIndex:
         del self.relativeOffsets[entries:]
         del self.positions[entries:]
         self.written = min(self.written, entries)
+        self._checksumTruncated(entries)
 
     def encode(self, start: int = 0) -> bytes:
         """
@@ -105,10 +146,11 @@ class OffsetIndex:
         if index.positions and (index.relativeOffsets[0] < 0 or index.positions[-1] >= logSize):
             raise CorruptIndex("entries outside the segment")
         index.written = len(index.positions)
+        index._checksumFrom(data)
         return index
 
 
-class TimeIndex:
+class TimeIndex(_Checksummed):
     """
     Max-timestamp-so-far -> offset, appended alongside the offset index when
     the segment's max timestamp grew.
@@ -153,6 +195,7 @@ class TimeIndex:
         del self.timestamps[entries:]
         del self.relativeOffsets[entries:]
         self.written = min(self.written, entries)
+        self._checksumTruncated(entries)
 
     def encode(self, start: int = 0) -> bytes:
         return b"".join(
@@ -180,6 +223,7 @@ class TimeIndex:
         ):
             raise CorruptIndex("entries outside the segment")
         index.written = len(index.timestamps)
+        index._checksumFrom(data)
         return index
 
 
