@@ -5,7 +5,7 @@ directory C{<log dir>/<topic>-<partition>/}.
 After a clean shutdown the segments are trusted as they are (indexes are
 checked lazily when first loaded and rebuilt if missing or malformed).
 After an unclean one, every segment from the one holding the recovery point
-onwards is re-validated batch by batch (header, CRC-32C, contiguous
+onwards is re-validated batch by batch (header, CRC-32C, increasing
 offsets); the first invalid batch and everything after it, including later
 segments, is truncated away, and the indexes of the recovered segments are
 rebuilt.  A corrupted byte below the recovery point is not looked for,

@@ -778,8 +778,9 @@ class FileSegment(Segment):
 
     def recover(self, indexIntervalBytes: int) -> int:
         """
-        Re-validate every batch (header, CRC, contiguous offsets), rebuild
-        both indexes, and truncate at the first invalid batch.
+        Re-validate every batch (header, CRC, increasing offsets: a cleaned
+        segment has gaps), rebuild both indexes, and truncate at the first
+        invalid batch.
 
         @return: bytes truncated.
         """
@@ -806,9 +807,9 @@ class FileSegment(Segment):
                     if len(chunk) - at < need <= remaining:
                         chunk = memoryview(reader.pread(max(need, _RECOVERY_CHUNK), position))
                         chunkStart, at = position, 0
-                header, error = batchError(chunk, at, len(chunk) - at)
-                if error is None and header.baseOffset != expected:
-                    error = f"offset {header.baseOffset} where {expected} was expected"
+                header, error = batchError(chunk, at, len(chunk) - at, cleaned=True)
+                if error is None and header.baseOffset < expected:
+                    error = f"offset {header.baseOffset} where {expected} or more was expected"
                 if error is not None:
                     reason = str(error)
                     break

@@ -23,6 +23,7 @@ from kafkatwist.log.config import (
     ConfigEntry,
     LogConfig,
     applyConfigChanges,
+    checkCombination,
     describeTopicConfig,
     validateTopicConfigs,
 )
@@ -167,6 +168,7 @@ class BaseLogManager:
             )
         overrides = validateTopicConfigs(configs or {})
         config = LogConfig.resolve(overrides, self.brokerDefaults)
+        checkCombination(config)
         with self._lock:
             if name in self._topics:
                 raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
@@ -234,6 +236,7 @@ class BaseLogManager:
             topic = self._topic(name)
             overrides = applyConfigChanges(topic.overrides, changes, self.brokerDefaults)
             config = LogConfig.resolve(overrides, self.brokerDefaults)
+            checkCombination(config)
             if validateOnly:
                 return TopicInfo(name, topic.topicId, topic.numPartitions, overrides)
             topic.overrides, topic.config = overrides, config

@@ -66,7 +66,13 @@ class HandlerPool:
             batch = receive()
             if batch is None:
                 return
-            if len(batch) == 1:
+            if batch.__class__ is tuple:
+                f, args = batch
+                try:
+                    f(*args)
+                except Exception:
+                    log.failure("Error in {f}, run on a request handler thread", f=f)
+            elif len(batch) == 1:
                 response = self.handle(batch[0])
                 if response is not None:
                     batch[0].processor.sendResponse(response)

@@ -48,14 +48,31 @@ class _Wanted:
 
 
 class FetchHandler(Handler):
+    """
+    @ivar maxWaitMs: the longest a fetch may wait for C{min_bytes}.
+    """
+
     apiKey = FETCH
     minVersion = MIN_VERSION
     maxVersion = MAX_VERSION
 
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        # Kafka takes a fetch's max_wait_ms as given; clients send 500 ms
+        # (fetch.max.wait.ms), far below their request timeouts.  A wait near
+        # 2^31 ms would park the connection -- its purgatory entry, timer and
+        # muted socket -- for weeks.  connections.max.idle.ms is the bound
+        # because it is the broker's own answer to "how long may a
+        # connection stay silent": a parked fetch is exactly that, and the
+        # idle sweep, which skips connections with a request in flight,
+        # would otherwise never end it.  Clients never notice: their
+        # request timeouts are shorter still.
+        self.maxWaitMs = broker.config["connections.max.idle.ms"]
+
     def handle(self, context, request):
         version = context.apiVersion
         plan = self._plan(version, request)
-        maxWaitMs = max(0, durationMs(request.max_wait))
+        maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED
@@ -167,8 +184,12 @@ class FetchHandler(Handler):
 
 class DelayedFetch(DelayedOperation):
     """
-    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the thread of
-    the append that may satisfy it; expiry runs on the connection's reactor.
+    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the handler
+    thread of the append that may satisfy it.  Its timer fires on the
+    connection's Processor, which never reads the log: an idle long poll
+    (every offset at its log's end) is answered there from the logs' offsets
+    alone, anything else is read on a handler thread (the purgatory's
+    reaper).
     """
 
     def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending):
@@ -203,6 +224,30 @@ class DelayedFetch(DelayedOperation):
             self._ready = None
         _close(topics)
         return False
+
+    def canExpireHere(self) -> bool:
+        # The common expiry -- a consumer polling an idle partition -- needs
+        # no read: answer it with offsets only, saving a hop to a handler
+        # thread and back.
+        topics = []
+        for topicKey, wanted in self.plan:
+            partitions = []
+            for w in wanted:
+                log = w.log
+                if log is None:
+                    partitions.append(PartitionData(w.partition, w.error))
+                    continue
+                if w.offset != log.logEndOffset or w.offset < log.logStartOffset:
+                    return False
+                partitions.append(
+                    PartitionData(
+                        w.partition, ErrorCode.none, log.highWatermark,
+                        log.lastStableOffset, log.logStartOffset,
+                    )
+                )
+            topics.append((topicKey, partitions))
+        self._ready = topics
+        return True
 
     def onComplete(self) -> None:
         try:

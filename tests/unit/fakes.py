@@ -42,6 +42,13 @@ class FakeOwner:
     def callInThread(self, f, *args):
         f(*args)
 
+    def offload(self, f, args, then):
+        try:
+            result = f(*args)
+        except Exception as e:
+            result = e
+        then(result)
+
 
 class FakeRegion:
     def __init__(self, data):
