@@ -324,7 +324,7 @@ class FilePartitionLog(PartitionLog):
         return segment
 
     def _deactivate(self, segment) -> None:
-        segment.persistIndexes()
+        segment.persistIndexesOrWarn("at roll")
         self.cache.unpin(segment)
 
     def abandon(self) -> None:

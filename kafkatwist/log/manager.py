@@ -71,6 +71,7 @@ from kafkatwist.log.filelog import FilePartitionLog
 from kafkatwist.log.handles import HandleCache
 from kafkatwist.log.producerstate import producerIdExpirationMs
 from kafkatwist.log.segment import FileSegment
+from kafkatwist.log.throttle import storageLog
 from kafkatwist.log.topics import BaseLogManager, TopicState, validateTopicName
 
 __all__ = ["TOPIC_METADATA", "LogManager"]
@@ -453,11 +454,14 @@ class LogManager(BaseLogManager):
 
     # -- periodic work and shutdown ------------------------------------------------
 
-    def writeCheckpoints(self) -> None:
+    def writeCheckpoints(self) -> bool:
         """
         Write the recovery point and log start offset checkpoints of every
         log directory.
+
+        @return: whether every one was written.
         """
+        ok = True
         recovery: dict[str, dict] = {d: {} for d in self.logDirs}
         starts: dict[str, dict] = {d: {} for d in self.logDirs}
         for key, logDir in list(self._dirOf.items()):
@@ -468,8 +472,24 @@ class LogManager(BaseLogManager):
             starts[logDir][key] = partitionLog.logStartOffset
         with self._checkpointLock:
             for logDir in self.logDirs:
-                writeCheckpoint(os.path.join(logDir, RECOVERY_POINT), recovery[logDir])
-                writeCheckpoint(os.path.join(logDir, LOG_START_OFFSET), starts[logDir])
+                for name, entries in ((RECOVERY_POINT, recovery), (LOG_START_OFFSET, starts)):
+                    path = os.path.join(logDir, name)
+                    try:
+                        writeCheckpoint(path, entries[logDir])
+                    except OSError as e:
+                        # A full disk: the previous checkpoint stands (it
+                        # only makes recovery longer); say so once a minute.
+                        ok = False
+                        storageLog.warn(
+                            ("checkpoint", path),
+                            "Could not write {path}: {error}",
+                            path=path,
+                            error=e,
+                        )
+                    else:
+                        if storageLog.clear(("checkpoint", path)):
+                            log.info("Wrote {path} again", path=path)
+        return ok
 
     def runRetention(self, now_ms: int) -> int:
         deleted = super().runRetention(now_ms)
@@ -493,11 +513,16 @@ class LogManager(BaseLogManager):
             self._closed = True
             for partitionLog in self.logs():
                 partitionLog.close(flush=True)
-            self.writeCheckpoints()
-            for logDir in self.logDirs:
-                with open(os.path.join(logDir, CLEAN_SHUTDOWN), "w") as f:
-                    f.flush()
-                    os.fsync(f.fileno())
+            clean = self.writeCheckpoints() and all(p.closedClean for p in self.logs())
+            if clean:
+                for logDir in self.logDirs:
+                    try:
+                        replaceFile(os.path.join(logDir, CLEAN_SHUTDOWN), b"")
+                    except OSError as e:
+                        log.warn("Could not mark {dir} as cleanly shut down: {error}",
+                                 dir=logDir, error=e)
+            else:
+                log.warn("Not everything could be flushed: the next start recovers the logs")
             self._releaseDirs()
 
     def abandon(self) -> None:

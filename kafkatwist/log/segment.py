@@ -593,18 +593,29 @@ class FileSegment(Segment):
         with self._indexLock:
             if self.pinned or self._offsetIndex is None:
                 return
-            try:
-                self.persistIndexes()
-            except OSError as e:
-                # Keep them in memory; the next eviction tries again.
-                storageLog.warn(
-                    (self.indexPath, "persist"),
-                    "Could not write the indexes of {path}: {error}",
-                    path=self.logPath,
-                    error=e,
-                )
-                return
-            self._offsetIndex = self._timeIndex = None
+            if self.persistIndexesOrWarn("at eviction"):
+                self._offsetIndex = self._timeIndex = None
+
+    def persistIndexesOrWarn(self, when: str) -> bool:
+        """
+        L{persistIndexes}, where failing (a full disk) only delays the
+        write: the entries stay in memory for the next flush, eviction or
+        close, and the failure is logged once a minute.
+
+        @return: whether they were written.
+        """
+        try:
+            self.persistIndexes()
+        except OSError as e:
+            storageLog.warn(
+                ("index-persist", self.directory),
+                "Could not write the indexes of {path} {when}: {error}",
+                path=self.logPath,
+                when=when,
+                error=e,
+            )
+            return False
+        return True
 
     def _touch(self) -> None:
         self.cache.touch(self)
@@ -631,6 +642,12 @@ class FileSegment(Segment):
                 os.ftruncate(fd, position)
             except OSError:
                 pass
+            storageLog.warn(
+                ("write", self.directory),
+                "Write to {path} failed: {error}",
+                path=self.logPath,
+                error=e,
+            )
             raise KafkaError(
                 ErrorCode.kafka_storage_error, f"write to {self.logPath} failed: {e}"
             ) from e
