@@ -468,7 +468,7 @@ class Segment:
         entry (a clean load of the active segment).
         """
         offsetIndex, _ = self.indexes()
-        position = offsetIndex.positions[-1] if len(offsetIndex) else 0
+        position = offsetIndex.lastPosition()
         nextOffset = self.baseOffset
         since = 0
         reader = self._openReader()
