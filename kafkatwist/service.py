@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from kafkatwist.broker import Broker, loadOrCreateClusterId
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
+from kafkatwist.log.errors import StorageError
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.startup import cannotListen
@@ -124,13 +125,13 @@ class BrokerService(service.Service):
         self._dirLock = DataDirLock(config.logDirs)
         self._dirLock.acquire()
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs[0], config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, config["cluster.id"]
         )
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
                 self.logManager = self.logManagerFactory(config)
-            except RuntimeError:
+            except StorageError:
                 # Another broker took the directory after the hand-over.
                 self._dirLock.check()
                 raise
