@@ -69,7 +69,12 @@ def brokerLogDefaults(config) -> dict:
         "message.max.bytes": config["message.max.bytes"],
         "log.message.timestamp.type": config["log.message.timestamp.type"],
         "log.cleanup.policy": config["log.cleanup.policy"],
+        "log.cleaner.delete.retention.ms": config["log.cleaner.delete.retention.ms"],
+        "log.cleaner.min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
+        "log.cleaner.max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"],
+        "log.cleaner.min.cleanable.ratio": config["log.cleaner.min.cleanable.ratio"],
         "num.partitions": config["num.partitions"],
+        "max.broker.partitions": config["max.broker.partitions"],
         "producer.id.expiration.ms": config["producer.id.expiration.ms"],
     }
     return {key: value for key, value in values.items() if value is not None}
