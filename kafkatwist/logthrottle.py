@@ -85,5 +85,6 @@ class LogThrottle:
         logMethod(fmt, **fields)
 
 
-#: connection open, close and refusal lines, keyed by kind and client host
+#: connection open, close and refusal lines, keyed by kind, client host and
+#: reason: a different reason is news, the same one again is a flood
 connectionLogs = LogThrottle()

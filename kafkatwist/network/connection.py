@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.network.channel import Request
 from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.transport import (
@@ -207,7 +208,8 @@ class KafkaConnection(Protocol):
             return
         self._closing = True
         self.closeReason = reason
-        log.info(
+        connectionLogs.emit(
+            log.info, ("closing", self.clientAddress[0], reason),
             "Closing connection {connectionId} on {listener}: {reason}",
             connectionId=self.connectionId,
             listener=self.listenerName,

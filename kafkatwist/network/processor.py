@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.metrics import IdleClock, RequestStats
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
@@ -197,7 +198,8 @@ class Processor:
     def connectionOpened(self, connection: KafkaConnection) -> None:
         self.connections.add(connection)
         self.server.connectionOpened(connection)
-        log.info(
+        connectionLogs.emit(
+            log.info, ("opened", connection.clientAddress[0], connection.listenerName),
             "Connection {connectionId} opened on {listener} (processor {index})",
             connectionId=connection.connectionId,
             listener=connection.listenerName,
@@ -209,7 +211,8 @@ class Processor:
         if connection.quotaHost is not None:
             self.server.quotas.release(connection.quotaHost)
         self.server.connectionClosed(connection)
-        log.info(
+        connectionLogs.emit(
+            log.info, ("closed", connection.clientAddress[0], connection.closeReason),
             "Connection {connectionId} closed: {reason}",
             connectionId=connection.connectionId,
             reason=connection.closeReason,

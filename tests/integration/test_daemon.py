@@ -284,3 +284,30 @@ def test_plugin_failure_policy_skip_starts_without_it(tmp_path, brokerFactory):
     assert "my-plugin.py is not loaded: 'my-plugin' is not a Python module name" in output
     assert "Traceback" not in output
     assert RawConnection(b.port).apiVersions().error_code == 0
+
+
+def test_refused_tls_client_does_not_flood_the_log(brokerFactory, pki):
+    """
+    A client without a certificate on ssl.client.auth=required reconnects at
+    once, forever; the log shows a few of its attempts and says the rest
+    were not logged (it was ~310 lines in 8 s).
+    """
+    from confluent_kafka import Producer
+
+    b = brokerFactory(
+        {"ssl.keystore.location": pki.serverKeystore, "ssl.truststore.location": pki.caFile,
+         "ssl.client.auth": "required"},
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ).start()
+    before = len(b.output().splitlines())
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{b.ports['SSL']}", "security.protocol": "SSL",
+                         "ssl.ca.location": pki.caFile, "log_level": 0})
+    producer.produce("t", b"x")
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        producer.poll(0.2)
+    lines = b.output().splitlines()[before:]
+    closed = [l for l in lines if " closed: " in l]
+    assert 1 <= len(closed) <= 5, "\n".join(lines)
+    assert "(more like this in the next 10 s are not logged)" in closed[-1] or len(closed) < 5
+    assert len(lines) <= 12, "\n".join(lines)
