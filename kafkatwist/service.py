@@ -183,6 +183,7 @@ class BrokerService(service.Service):
                 port=ports.get(listener.name),
                 advertised=str(self.broker.advertisedListenerFor(listener.name)),
             )
+        self._checkServerCertificate()
         log.info("Data directory: {dirs}", dirs=", ".join(os.path.abspath(d) for d in self.config.logDirs))
         log.info(
             "{processors} network threads, {handlers} request handler threads",
@@ -202,6 +203,15 @@ class BrokerService(service.Service):
         # SIGTERM handlers; "started" is the line supervisors and tests wait
         # for, so it must come after them (a signal sent on it was lost).
         self.reactor.callWhenRunning(self._announceStarted)
+
+    def _checkServerCertificate(self) -> None:
+        keystore = self.config["ssl.keystore.location"]
+        if not keystore or not any(l.securityProtocol == "SSL" for l in self.config.listeners):
+            return
+        from kafkatwist.servercert import advertisedHostWarnings
+
+        for warning in advertisedHostWarnings(keystore, self.broker.advertisedListeners):
+            log.warn("{warning}", warning=warning)
 
     def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",

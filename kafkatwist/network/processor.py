@@ -55,6 +55,7 @@ class Processor:
     def __init__(self, index: int, server, reactor=None) -> None:
         self.index = index
         self.server = server
+        self.sslPrincipalBuilder = server.sslPrincipalBuilder
         if reactor is None:
             reactor = ProcessorReactor()
             # Otherwise run() in our thread would make *this* thread Twisted's
