@@ -311,3 +311,11 @@ def test_refused_tls_client_does_not_flood_the_log(brokerFactory, pki):
     assert 1 <= len(closed) <= 5, "\n".join(lines)
     assert "(more like this in the next 10 s are not logged)" in closed[-1] or len(closed) < 5
     assert len(lines) <= 12, "\n".join(lines)
+
+
+def test_describe_config_prints_and_exits(tmp_path):
+    result = runTwistd(tmp_path, "--override", "num.io.threads=4", "--override", f"log.dir={tmp_path}/d",
+                       "--describe-config")
+    assert result.returncode == 0, result.stderr
+    assert "  num.io.threads=4 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.io.threads=4}" in result.stdout
+    assert not os.path.exists(tmp_path / "d")
