@@ -22,6 +22,7 @@ from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordin
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.sdnotify import Notifier
 from kafkatwist.startup import cannotListen
 
 log = Logger()
@@ -87,8 +88,10 @@ class BrokerService(service.Service):
 
     name = "kafkatwist"
 
-    def __init__(self, config, reactor, logManagerFactory=openLogManager) -> None:
+    def __init__(self, config, reactor, logManagerFactory=openLogManager, notifier=None) -> None:
         self.config = config
+        #: tells systemd (Type=notify) when the broker is ready and stopping
+        self.notifier = notifier if notifier is not None else Notifier()
         self.reactor = reactor
         self.logManagerFactory = logManagerFactory
         self.broker = None
@@ -216,6 +219,12 @@ class BrokerService(service.Service):
     def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+        self.notifier.ready(f"serving node {self.broker.nodeId} of cluster {self.broker.clusterId}")
+        if self.notifier.watchdogSeconds:
+            # The main reactor is alive while this keeps firing.
+            call = task.LoopingCall(self.notifier.watchdog)
+            call.clock = self.reactor
+            self._periodic.append((call, call.start(self.notifier.watchdogSeconds / 2, now=True)))
 
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
@@ -256,6 +265,7 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
+        self.notifier.stopping()
         for call, _ in self._periodic:
             if call.running:
                 call.stop()

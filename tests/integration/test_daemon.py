@@ -319,3 +319,30 @@ def test_describe_config_prints_and_exits(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "  num.io.threads=4 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.io.threads=4}" in result.stdout
     assert not os.path.exists(tmp_path / "d")
+
+
+def test_systemd_notify(brokerFactory, tmp_path):
+    """
+    Type=notify: READY=1 once serving, WATCHDOG=1 while alive, STOPPING=1 on
+    SIGTERM, all on the datagram socket systemd passes in NOTIFY_SOCKET.
+    """
+    import socket
+
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10)
+    with sock:
+        b = brokerFactory(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}).start()
+        messages = []
+        while not any(m.startswith("READY=1") for m in messages):
+            messages.append(sock.recv(4096).decode())
+        ready = next(m for m in messages if m.startswith("READY=1")).split("\n")
+        assert f"MAINPID={b.process.pid}" in ready
+        assert any(l.startswith("STATUS=serving node 1 of cluster ") for l in ready)
+        assert RawConnection(b.port).apiVersions().error_code == 0
+        assert sock.recv(4096) == b"WATCHDOG=1"
+        b.stop(signal.SIGTERM)
+        rest = []
+        while b"STOPPING=1" not in rest:
+            rest.append(sock.recv(4096).split(b"\n")[0])
