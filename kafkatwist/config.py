@@ -115,6 +115,16 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
     return parse
 
 
+def _principalRules(key: str, raw: str) -> str:
+    from kafkatwist.security.sslprincipal import InvalidRules, parseRules
+
+    try:
+        parseRules(raw)
+    except InvalidRules as e:
+        raise ConfigError(key, str(e)) from None
+    return raw.strip() or "DEFAULT"
+
+
 def _list(key: str, raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
@@ -230,6 +240,9 @@ KEYS: dict[str, Key] = {
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("ssl.principal.mapping.rules", _principalRules, "DEFAULT",
+            "Client certificate DN to principal name: RULE:pattern/replacement/[LU] and DEFAULT, "
+            "comma separated, first match wins."),
         Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
         Key("ssl.cipher.suites", _list, "",
             "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "

@@ -22,7 +22,8 @@ class IRequestContext(Interface):
     listenerName = Attribute("C{str}: the listener the connection came in on, e.g. 'PLAINTEXT'.")
     securityProtocol = Attribute("C{str}: 'PLAINTEXT' or 'SSL'.")
     principal = Attribute(
-        "C{str}: 'User:ANONYMOUS', or 'User:<RFC 4514 subject DN>' from a client certificate."
+        "C{str}: 'User:ANONYMOUS', or 'User:<subject DN>' from a client certificate (RFC 2253 as "
+        "Kafka writes it, after ssl.principal.mapping.rules)."
     )
     clientAddress = Attribute("C{tuple[str, int]}: the peer's host and port.")
     apiKey = Attribute("C{int}")

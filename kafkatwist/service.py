@@ -23,6 +23,7 @@ from kafkatwist.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.sdnotify import Notifier
 from kafkatwist.startup import cannotListen
 
 log = Logger()
@@ -88,8 +89,10 @@ class BrokerService(service.Service):
 
     name = "kafkatwist"
 
-    def __init__(self, config, reactor, logManagerFactory=openLogManager) -> None:
+    def __init__(self, config, reactor, logManagerFactory=openLogManager, notifier=None) -> None:
         self.config = config
+        #: tells systemd (Type=notify) when the broker is ready and stopping
+        self.notifier = notifier if notifier is not None else Notifier()
         self.reactor = reactor
         self.logManagerFactory = logManagerFactory
         self.broker = None
@@ -184,6 +187,7 @@ class BrokerService(service.Service):
                 port=ports.get(listener.name),
                 advertised=str(self.broker.advertisedListenerFor(listener.name)),
             )
+        self._checkServerCertificate()
         log.info("Data directory: {dirs}", dirs=", ".join(os.path.abspath(d) for d in self.config.logDirs))
         log.info(
             "{processors} network threads, {handlers} request handler threads",
@@ -204,9 +208,24 @@ class BrokerService(service.Service):
         # for, so it must come after them (a signal sent on it was lost).
         self.reactor.callWhenRunning(self._announceStarted)
 
+    def _checkServerCertificate(self) -> None:
+        keystore = self.config["ssl.keystore.location"]
+        if not keystore or not any(l.securityProtocol == "SSL" for l in self.config.listeners):
+            return
+        from kafkatwist.servercert import advertisedHostWarnings
+
+        for warning in advertisedHostWarnings(keystore, self.broker.advertisedListeners):
+            log.warn("{warning}", warning=warning)
+
     def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+        self.notifier.ready(f"serving node {self.broker.nodeId} of cluster {self.broker.clusterId}")
+        if self.notifier.watchdogSeconds:
+            # The main reactor is alive while this keeps firing.
+            call = task.LoopingCall(self.notifier.watchdog)
+            call.clock = self.reactor
+            self._periodic.append((call, call.start(self.notifier.watchdogSeconds / 2, now=True)))
 
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
@@ -247,6 +266,7 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
+        self.notifier.stopping()
         for call, _ in self._periodic:
             if call.running:
                 call.stop()
