@@ -230,10 +230,22 @@ KEYS: dict[str, Key] = {
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
+        Key("ssl.cipher.suites", _list, "",
+            "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
+            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
         Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
+        Key("plugin.load.failure.policy", _choice("fail", "skip"), "fail",
+            "A module on plugin.paths that fails to import: fail (refuse to start) or skip (log and start without it)."),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
         Key("num.partitions", _int(1), "1", "Partitions of auto-created topics."),
+        Key("max.broker.partitions", _int(1), "10000",
+            "Partitions this broker may host in all (KIP-578's name); creating more is refused "
+            "with POLICY_VIOLATION."),
+        Key("max.partitions.per.request", _int(1), "10000",
+            "Partitions one CreateTopics or CreatePartitions request may add in all (Kafka's "
+            "fixed 10000); more is refused with POLICY_VIOLATION."),
         Key("default.replication.factor", _int(1, 1), "1", "Single broker: always 1."),
         Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
         Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),

@@ -39,6 +39,7 @@ __all__ = [
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+DEFAULT_MAX_BROKER_PARTITIONS = 10000
 
 
 class ConfigSource(enum.IntEnum):
@@ -303,6 +304,10 @@ class BrokerLogDefaults:
             self.sources[definition.name] = ConfigSource.STATIC_BROKER_CONFIG
         self.numPartitions = _number(1, INT32_MAX)(
             "num.partitions", settings.get("num.partitions", 1)
+        )
+        self.maxBrokerPartitions = _number(1, INT32_MAX)(
+            "max.broker.partitions",
+            settings.get("max.broker.partitions", DEFAULT_MAX_BROKER_PARTITIONS),
         )
 
 

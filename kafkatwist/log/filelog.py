@@ -59,6 +59,8 @@ class FilePartitionLog(PartitionLog):
         self.directory = directory
         self.cache = cache
         super().__init__(topic, partition, config, segments, **kw)
+        for segment in segments:
+            segment.writeLock = self._lock
 
     @classmethod
     def create(
@@ -71,9 +73,20 @@ class FilePartitionLog(PartitionLog):
         nowMs: int,
         *,
         producerIdExpirationMs: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        prepared: bool = False,
     ) -> FilePartitionLog:
-        os.makedirs(directory, exist_ok=True)
-        segment = FileSegment.create(directory, 0, cache, nowMs)
+        """
+        A new partition directory with an empty first segment (replacing
+        leftovers of that name).
+
+        @param prepared: the directory and its empty first segment file
+            exist already (a committed creation): nothing is touched, and
+            nothing is opened until the log is used.
+        """
+        if not prepared:
+            os.makedirs(directory, exist_ok=True)
+            FileSegment.createFile(directory, 0)
+        segment = FileSegment.empty(directory, 0, cache, nowMs)
         segment.indexIntervalBytes = config.indexIntervalBytes
         cache.pin(segment)
         return cls(
@@ -284,6 +297,7 @@ class FilePartitionLog(PartitionLog):
     def _newSegment(self, baseOffset: int, nowMs: int) -> FileSegment:
         segment = FileSegment.create(self.directory, baseOffset, self.cache, nowMs)
         segment.indexIntervalBytes = self.config.indexIntervalBytes
+        segment.writeLock = self._lock
         self.cache.pin(segment)
         return segment
 
