@@ -441,6 +441,7 @@ class LogCleaner:
             maxIndexBytes=config.segmentIndexBytes,
             indexIntervalBytes=config.indexIntervalBytes,
             producerLastOffsets=ltc.log.producerLastOffsets(),
+            maxMessageBytes=config.maxMessageBytes,
         )
 
     def cleanLog(self, ltc: LogToClean, runner: _Runner, threadId: int = 0) -> CleaningStats | None:

@@ -33,6 +33,7 @@ from crc32c import crc32c
 
 from kafkatwist.log.compaction import BatchFilter, batchPayload, mapRecords
 from kafkatwist.log.offsetmap import OffsetMap
+from kafkatwist.log.stored import decompressedLimit
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, AssignedBatch
 from kafkatwist.protocol.records import CorruptRecordError
 
@@ -100,6 +101,7 @@ class CleanTask:
     maxIndexBytes: int
     indexIntervalBytes: int
     producerLastOffsets: dict[int, int] = field(default_factory=dict)
+    maxMessageBytes: int = 1048588
 
 
 @dataclass
@@ -234,6 +236,7 @@ def _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, sta
     """
     offsetMap.clear()
     entries, capacity = offsetMap.entries, offsetMap.capacity
+    limit = decompressedLimit(task.maxMessageBytes)
     start = task.firstDirty
     for segment, nextBase in zip(task.segments, _nextBases(task)):
         if nextBase <= start:
@@ -251,7 +254,7 @@ def _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, sta
                 stats.mapBytesRead += LOG_OVERHEAD + batchLength
                 count = header[12]
                 if not header[5] & _CONTROL_BIT and count:
-                    data = batchPayload(view, at, LOG_OVERHEAD + batchLength, header[5])
+                    data = batchPayload(view, at, LOG_OVERHEAD + batchLength, header[5], limit)
                     if mapRecords(data, count, baseOffset, start, entries, capacity):
                         return
                     stats.mapMessagesRead += count
@@ -343,6 +346,7 @@ def cleanLog(
         task.deleteRetentionMs,
         task.producerLastOffsets,
         task.firstUncleanable,
+        decompressedLimit(task.maxMessageBytes),
     )
     nextBases = _nextBases(task)
     cleanable = [s for s in task.segments if s.baseOffset < endOffset]

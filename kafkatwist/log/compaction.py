@@ -39,13 +39,8 @@ from crc32c import crc32c
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.offsetmap import keyHash
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
-from kafkatwist.protocol.records import (
-    CorruptRecordError,
-    compress,
-    decompress,
-    readVarint,
-    zigzagVarint,
-)
+from kafkatwist.log.stored import decompressedLimit, inflate
+from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint, zigzagVarint
 
 __all__ = [
     "DELETE_HORIZON_BIT",
@@ -77,15 +72,17 @@ def deleteHorizon(attributes: int, baseTimestamp: int) -> int | None:
     return baseTimestamp if attributes & DELETE_HORIZON_BIT else None
 
 
-def batchPayload(view, position: int, size: int, attributes: int):
+def batchPayload(view, position: int, size: int, attributes: int, limit: int):
     """
-    The records of the batch at C{position} (C{size} bytes), decompressed.
+    The records of the batch at C{position} (C{size} bytes), decompressed
+    into at most C{limit} bytes.
 
-    @raise CorruptRecordError: the records do not decompress.
+    @raise CorruptRecordError: the records do not decompress, or inflate
+        past C{limit}.
     """
     payload = view[position + HEADER_SIZE : position + size]
     codec = attributes & _CODEC_MASK
-    return decompress(codec, payload) if codec else payload
+    return inflate(codec, payload, limit) if codec else payload
 
 
 def _varint(data, pos: int) -> tuple[int, int]:
@@ -228,6 +225,7 @@ class BatchFilter:
         batch, for the producers the partition knows.
     @param upperBound: the end of the cleanable range; the batch ending
         there is kept even if empty.
+    @param maxDecompressedBytes: how far a batch may inflate.
     """
 
     def __init__(
@@ -239,6 +237,7 @@ class BatchFilter:
         deleteRetentionMs: int,
         producerLastOffsets: dict,
         upperBound: int,
+        maxDecompressedBytes: int,
     ) -> None:
         self.entries = entries
         self.latestOffset = latestOffset
@@ -247,6 +246,7 @@ class BatchFilter:
         self.deleteRetentionMs = deleteRetentionMs
         self.producerLastOffsets = producerLastOffsets
         self.upperBound = upperBound
+        self.maxDecompressedBytes = maxDecompressedBytes
         # Offsets the map points at: a dirty record is live if its offset
         # is one of them, which spares hashing its key.
         self.live = set(entries.values())
@@ -293,7 +293,7 @@ class BatchFilter:
                     return self._empty(header, lastOffset)
             elif not any(offset in live for offset in range(baseOffset, lastOffset + 1)):
                 return self._empty(header, lastOffset)
-        data = batchPayload(view, position, size, attributes)
+        data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
         records = recordsOf(data, count)
         kept = []
         tombstones = False
@@ -452,21 +452,25 @@ def emptyBatch(header: tuple) -> bytearray:
     return batch
 
 
-def requireKeys(buf, batches, topicPartition: str) -> None:
+def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None:
     """
     Refuse records without a key, as Kafka does for a compacted topic
     (C{LogValidator}: a keyless record could never be compacted away).
 
     @param batches: the L{kafkatwist.protocol.batch.ValidBatch}es of
         C{buf}, already validated.
-    @raise KafkaError: INVALID_RECORD.
+    @param maxMessageBytes: the topic's C{max.message.bytes}, which bounds
+        how far a batch may inflate.
+    @raise KafkaError: INVALID_RECORD, or CORRUPT_MESSAGE for records that
+        do not decode.
     """
     view = memoryview(buf).cast("B")
+    limit = decompressedLimit(maxMessageBytes)
     for batchIndex, (position, header) in enumerate(batches):
         if header.attributes & _CONTROL_BIT:
             continue
         try:
-            data = batchPayload(view, position, header.size, header.attributes)
+            data = batchPayload(view, position, header.size, header.attributes, limit)
             records = recordsOf(data, header.recordsCount)
         except CorruptRecordError as e:
             raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None

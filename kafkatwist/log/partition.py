@@ -154,7 +154,7 @@ class PartitionLog:
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
         if isFromClient and config.compacts:
-            requireKeys(data, batches, f"{self.topic}-{self.partition}")
+            requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
