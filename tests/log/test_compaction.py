@@ -202,6 +202,7 @@ def test_groupSegmentsBySize():
     nextBases = [5, 9, 20, 30, 40]
     groups = groupSegmentsBySize(segments, nextBases, 100, 10**6, 4096)
     assert [[s.baseOffset for s in g] for g in groups] == [[0, 5], [9, 20], [30]]
-    # Index room limits groups too (one entry per 61 bytes at least).
-    groups = groupSegmentsBySize(segments, nextBases, 100, 8, 0)
-    assert all(len(g) == 1 for g in groups[:2])
+    # Index room limits groups too (at most one entry per 61-byte batch).
+    segments = [SourceSegment(base, 100, 0) for base in (0, 5, 9)]
+    groups = groupSegmentsBySize(segments, nextBases, 10**6, 16, 0)
+    assert [len(g) for g in groups] == [1, 1, 1]
