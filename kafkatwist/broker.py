@@ -29,6 +29,7 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.groupCoordinator = None
+        self.logCleaner = None
         self.authorizer = None
         self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0])
         self.topicBytes = TopicBytes()

@@ -27,10 +27,11 @@ id), appended with C{isFromClient=False}; a multi-partition commit is thus
 written atomically.  L{LogGroupStore.load} replays every partition from its
 start: the last record per key wins and tombstones delete.
 
-Limits: log compaction is not implemented (the topic is created with
-C{cleanup.policy=compact}, which keeps everything), so the topic grows
-with every commit and startup replays the whole history.  Superseded
-records are harmless, only slow to read back.
+The topic is compacted (C{cleanup.policy=compact}, segments of
+C{offsets.topic.segment.bytes}): the log cleaner keeps the latest record of
+each key, and tombstones for C{delete.retention.ms}, so a load replays
+what is live plus whatever arrived since the cleaner last ran (at least the
+active segment, which is never cleaned).
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
 #: Kafka's defaults for the offsets topic: compacted, 100 MiB segments
 #: (C{offsets.topic.segment.bytes})
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+OFFSETS_TOPIC_SEGMENT_BYTES = 104857600
+OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
+}
 
 #: key schema versions: 0 and 1 are OffsetCommitKey, 2 is GroupMetadataKey
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -399,6 +404,7 @@ class LogGroupStore:
         is created there if missing.
     @param numPartitions: C{offsets.topic.num.partitions}, used when the
         topic is created.
+    @param segmentBytes: C{offsets.topic.segment.bytes}, likewise.
     @param clock: milliseconds since the epoch, for record timestamps.
     @ivar numPartitions: the topic's actual partition count.
     """
@@ -408,20 +414,23 @@ class LogGroupStore:
         logManager,
         numPartitions: int = 50,
         clock: Callable[[], int] | None = None,
+        segmentBytes: int = OFFSETS_TOPIC_SEGMENT_BYTES,
     ) -> None:
         self._logManager = logManager
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._lock = threading.Lock()
         self._liveOffsets: dict[str, set[TopicPartition]] = {}
         self._liveGroups: set[str] = set()
-        self.numPartitions = self._ensureTopic(numPartitions)
+        self.numPartitions = self._ensureTopic(numPartitions, segmentBytes)
 
-    def _ensureTopic(self, numPartitions: int) -> int:
+    def _ensureTopic(self, numPartitions: int, segmentBytes: int) -> int:
         info = self._logManager.topics().get(OFFSETS_TOPIC)
         if info is None:
             try:
                 info = self._logManager.createTopic(
-                    OFFSETS_TOPIC, numPartitions, dict(OFFSETS_TOPIC_CONFIGS)
+                    OFFSETS_TOPIC,
+                    numPartitions,
+                    dict(OFFSETS_TOPIC_CONFIGS, **{"segment.bytes": str(segmentBytes)}),
                 )
             except KafkaError as e:
                 if e.code != E.topic_already_exists:

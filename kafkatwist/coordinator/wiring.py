@@ -35,7 +35,7 @@ def makeGroupCoordinator(broker, config, logManager) -> GroupCoordinator:
     @param config: the L{kafkatwist.config.BrokerConfig}
         (C{group.initial.rebalance.delay.ms}, C{group.min.session.timeout.ms},
         C{group.max.session.timeout.ms}, C{offsets.retention.minutes},
-        C{offsets.topic.num.partitions}).
+        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes}).
     @param logManager: the L{kafkatwist.interfaces.ILogManager} holding
         C{__consumer_offsets}; C{None} keeps groups in memory only.
     @return: the loaded L{GroupCoordinator}; the caller sets it as
@@ -44,7 +44,11 @@ def makeGroupCoordinator(broker, config, logManager) -> GroupCoordinator:
     if logManager is None:
         store = InMemoryGroupStore()
     else:
-        store = LogGroupStore(logManager, _setting(config, "offsets.topic.num.partitions", 50))
+        store = LogGroupStore(
+            logManager,
+            _setting(config, "offsets.topic.num.partitions", 50),
+            segmentBytes=_setting(config, "offsets.topic.segment.bytes", 104857600),
+        )
     coordinator = GroupCoordinator(
         broker.clock,
         store,

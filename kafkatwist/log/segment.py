@@ -172,6 +172,13 @@ class Segment:
             return maxTimestampInMessages - first
         return nowMs - self.createdMs
 
+    def firstBatchTimestamp(self) -> int:
+        """
+        The first batch's max timestamp (what C{max.compaction.lag.ms}
+        measures a segment by), or -1 for an empty segment.
+        """
+        return self._firstBatchMaxTimestamp() if self.size > 0 else -1
+
     def _firstBatchMaxTimestamp(self) -> int:
         reader = self._openReader()
         try:
