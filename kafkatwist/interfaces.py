@@ -101,8 +101,9 @@ class IRequestHandler(Interface):
     the response entity (a C{kio} dataclass of the request's version), a
     L{kafkatwist.protocol.frames.EncodedResponse} (pre-encoded chunks,
     e.g. file regions for zero-copy Fetch), C{None} when no response is due
-    (Produce with acks=0), or a C{Deferred} firing with one of those, which
-    may fire later from any thread without holding a handler thread.
+    (Produce with acks=0), or the C{deferred} of C{context.respondLater()}
+    (L{IRequestContext.respondLater}), answered later from any thread
+    without holding a handler thread.
     Errors a client should see go into the response's error codes, as Kafka
     does; an exception (or a failed Deferred) closes the connection with a
     log line, and the broker keeps serving everyone else.
@@ -163,7 +164,9 @@ class IBroker(Interface):
     advertisedListeners = Attribute(
         "C{list} of L{kafkatwist.config.Listener} this broker advertises (name, host, port)."
     )
-    logManager = Attribute("L{ILogManager}")
+    logManager = Attribute(
+        "L{ILogManager}; set before the first request, after plugin factories have run."
+    )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
@@ -172,6 +175,13 @@ class IBroker(Interface):
     def handlerFor(apiKey):
         """
         @return: the L{IRequestHandler} serving C{apiKey}, or C{None}.
+        """
+
+    def callInHandlerThread(f, *args):
+        """
+        Run C{f(*args)} on a request handler thread, where disk I/O is
+        allowed: how a reactor thread (a timer) hands storage work on.
+        Safe from any thread; runs at once before the server started.
         """
 
     def supportedVersions():
