@@ -53,11 +53,15 @@ class PluginLoadError(StartupError):
     """
 
 
-def discoverPlugins(pluginPaths: list[str] = (), failurePolicy: str = FAIL) -> list[tuple[object, str]]:
+def discoverPlugins(
+    pluginPaths: list[str] = (), failurePolicy: str = FAIL, interface=IRequestHandlerPlugin
+) -> list[tuple[object, str]]:
     """
     @param failurePolicy: what a drop-in module that fails to import does:
         C{fail} stops start-up (L{PluginLoadError}), C{skip} logs one line
         and starts without it.
+    @param interface: what to look for: request handler plugins, or
+        another kind (L{kafkatwist.interfaces.IAuthorizerPlugin}).
     @return: (plugin, where it came from) for every provider found.
     """
     import kafkatwist.plugins
@@ -71,8 +75,8 @@ def discoverPlugins(pluginPaths: list[str] = (), failurePolicy: str = FAIL) -> l
                 seen.add(id(plugin))
                 found.append((plugin, origin))
 
-    collect(getPlugins(IRequestHandlerPlugin, kafkatwist.plugins), "builtin")
-    collect(getPlugins(IRequestHandlerPlugin), "installed")
+    collect(getPlugins(interface, kafkatwist.plugins), "builtin")
+    collect(getPlugins(interface), "installed")
     if pluginPaths:
         missing = [p for p in pluginPaths if not os.path.isdir(p)]
         if missing:
@@ -83,7 +87,7 @@ def discoverPlugins(pluginPaths: list[str] = (), failurePolicy: str = FAIL) -> l
 
         kafkatwist.dropins.setPaths(pluginPaths)
         for module in _importDropins(pluginPaths, failurePolicy):
-            collect(_pluginsIn(module), "plugin.paths")
+            collect(_pluginsIn(module, interface), "plugin.paths")
     return found
 
 
@@ -161,14 +165,14 @@ def _describeImportFailure(error: Exception, path: str) -> str:
     return f"plugin {where} failed to load: {what}"
 
 
-def _pluginsIn(module):
+def _pluginsIn(module, interface):
     """
     What C{twisted.plugin.getPlugins} would find in C{module}: its
-    module-level L{IPlugin} providers that are request handler plugins.
+    module-level L{IPlugin} providers of C{interface}.
     """
     for value in list(vars(module).values()):
         if IPlugin.providedBy(value):
-            adapted = IRequestHandlerPlugin(value, None)
+            adapted = interface(value, None)
             if adapted is not None:
                 yield adapted
 

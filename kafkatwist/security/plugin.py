@@ -56,7 +56,7 @@ def loadAuthorizer(broker, name: str | None, pluginPaths=()):
 
     if not name:
         return None
-    plugins = discoverPlugins(pluginPaths, IAuthorizerPlugin)
+    plugins = discoverPlugins(pluginPaths, interface=IAuthorizerPlugin)
     chosen = [(plugin, origin) for plugin, origin in plugins if plugin.name == name]
     if not chosen:
         known = ", ".join(sorted(plugin.name for plugin, _ in plugins)) or "none"
