@@ -22,6 +22,7 @@ from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordin
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.security.plugin import loadAuthorizer
 from kafkatwist.startup import cannotListen
 
 log = Logger()
@@ -102,7 +103,8 @@ class BrokerService(service.Service):
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
         L{kafkatwist.registry.PluginConflict},
-        L{kafkatwist.startup.StartupError} or C{OSError}.
+        L{kafkatwist.startup.StartupError} (a damaged ACL or credential file
+        among them) or C{OSError}.
 
         Order matters to an operator: nothing is written to the data
         directory until every port is bound and the directory's C{.lock} is
@@ -123,6 +125,15 @@ class BrokerService(service.Service):
 
         self._dirLock = DataDirLock(config.logDirs)
         self._dirLock.acquire()
+        # Security state is read once the directory is ours (nothing here
+        # writes); a bad authorizer setting stops start-up before anything is.
+        self.broker.scramCredentials.load()
+        self.broker.authorizer = loadAuthorizer(
+            self.broker,
+            config["authorizer.class.name"],
+            config["plugin.paths"],
+            config["plugin.load.failure.policy"],
+        )
         self.broker.clusterId = loadOrCreateClusterId(
             config.logDirs[0], config.nodeId, config["cluster.id"]
         )
@@ -258,6 +269,8 @@ class BrokerService(service.Service):
             yield self.server.stop()
         if self.broker is not None:
             stopGroupCoordinator(self.broker.groupCoordinator)
+            if self.broker.authorizer is not None:
+                self.broker.authorizer.close()
         if self.logManager is not None:
             self.logManager.close()
         if self._dirLock is not None:

@@ -17,15 +17,17 @@ import json
 from twisted.logger import Logger
 
 from kafkatwist.log.atomic import replaceFile
+from kafkatwist.startup import StartupError
 
 __all__ = ["readRecords", "writeRecords", "StateFileError"]
 
 log = Logger()
 
 
-class StateFileError(ValueError):
+class StateFileError(StartupError):
     """
-    The file is not a kafkatwist state file of the expected kind or version.
+    The file is not a kafkatwist state file of the expected kind or version:
+    the broker refuses to start rather than run without its users or ACLs.
     """
 
 
