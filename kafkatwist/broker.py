@@ -31,7 +31,8 @@ class Broker:
         self.groupCoordinator = None
         self.logCleaner = None
         self.authorizer = None
-        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0])
+        #: read from the data directory once the service holds its lock
+        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0], load=False)
         self.topicBytes = TopicBytes()
 
     def useHandlerThreads(self, call) -> None:

@@ -26,6 +26,7 @@ from kafkatwist.network.affinity import availableCpus, requestThreadCpus
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.sdnotify import Notifier
+from kafkatwist.security.plugin import loadAuthorizer
 from kafkatwist.startup import cannotListen
 
 log = Logger()
@@ -132,7 +133,8 @@ class BrokerService(service.Service):
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
         L{kafkatwist.registry.PluginConflict},
-        L{kafkatwist.startup.StartupError} or C{OSError}.
+        L{kafkatwist.startup.StartupError} (a damaged ACL or credential file
+        among them) or C{OSError}.
 
         Order matters to an operator: nothing is written to the data
         directory until every port is bound and the directory's C{.lock} is
@@ -153,6 +155,15 @@ class BrokerService(service.Service):
 
         self._dirLock = DataDirLock(config.logDirs)
         self._dirLock.acquire()
+        # Security state is read once the directory is ours (nothing here
+        # writes); a bad authorizer setting stops start-up before anything is.
+        self.broker.scramCredentials.load()
+        self.broker.authorizer = loadAuthorizer(
+            self.broker,
+            config["authorizer.class.name"],
+            config["plugin.paths"],
+            config["plugin.load.failure.policy"],
+        )
         self.broker.clusterId = loadOrCreateClusterId(
             config.logDirs, config.nodeId, config["cluster.id"]
         )
@@ -239,7 +250,7 @@ class BrokerService(service.Service):
 
     def _checkServerCertificate(self) -> None:
         keystore = self.config["ssl.keystore.location"]
-        if not keystore or not any(l.securityProtocol == "SSL" for l in self.config.listeners):
+        if not keystore or not any(l.tls for l in self.config.listeners):
             return
         from kafkatwist.servercert import advertisedHostWarnings
 
@@ -313,6 +324,8 @@ class BrokerService(service.Service):
             yield self.server.stop()
         if self.broker is not None:
             stopGroupCoordinator(self.broker.groupCoordinator)
+            if self.broker.authorizer is not None:
+                self.broker.authorizer.close()
         if self.logManager is not None:
             self.logManager.close()
         if self._dirLock is not None:
