@@ -32,7 +32,15 @@ from twisted.logger import Logger
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, batchError
+from kafkatwist.protocol.batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_AT as _MAX_TIMESTAMP_AT,
+    SCAN_HEADER as _SCAN,
+    BatchHeader,
+    batchError,
+)
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
 
@@ -41,10 +49,8 @@ log = Logger()
 SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp: what scans need.
-_SCAN = struct.Struct(">qiibIhiqq")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-_MAX_TIMESTAMP_AT = 35
 _CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
 _INT32_MAX = 2**31 - 1

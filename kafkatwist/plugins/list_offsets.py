@@ -15,7 +15,7 @@ from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.region import readRecords
 from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
-from kafkatwist.protocol.records import decodeBatches
+from kafkatwist.protocol.records import CorruptRecordError, decodeBatches, decompressionLimit
 
 LATEST = -1
 EARLIEST = -2
@@ -96,6 +96,7 @@ def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
     that C{match}es.
     """
     position = offset
+    limit = decompressionLimit(getattr(getattr(log, "config", None), "maxMessageBytes", None))
     for _ in range(16):
         try:
             info = log.read(position, 1, True)
@@ -105,11 +106,16 @@ def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
         if not data:
             return None
         last = position
-        for batch in decodeBatches(data, checkCrc=False):
-            for record in batch.records:
-                if record.offset >= offset and match(record):
-                    return record.timestamp, record.offset
-            last = batch.lastOffset
+        try:
+            for batch in decodeBatches(data, checkCrc=False, maxDecompressedBytes=limit):
+                for record in batch.records:
+                    if record.offset >= offset and match(record):
+                        return record.timestamp, record.offset
+                last = batch.lastOffset
+        except CorruptRecordError as e:
+            # A stored batch that does not decode (or inflates past the
+            # bound) is answered as Kafka would, not by closing the connection.
+            raise KafkaError(ErrorCode.corrupt_message, f"offset {position}: {e}") from None
         position = last + 1
     return None
 
