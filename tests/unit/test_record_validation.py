@@ -216,6 +216,8 @@ class _StoredLog:
     A log whose one stored batch is C{data}, for ListOffsets.
     """
 
+    topic, partition = "stored", 0
+
     class config:
         maxMessageBytes = 1 << 20
 
