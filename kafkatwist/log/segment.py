@@ -34,7 +34,15 @@ from kafkatwist.log.atomic import replaceFile
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
 from kafkatwist.log.throttle import storageLog
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, batchError
+from kafkatwist.protocol.batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_AT as _MAX_TIMESTAMP_AT,
+    SCAN_HEADER as _SCAN,
+    BatchHeader,
+    batchError,
+)
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
 
@@ -45,10 +53,8 @@ SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 INDEX_CHECKSUMS = ".indexcrc"
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp: what scans need.
-_SCAN = struct.Struct(">qiibIhiqq")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-_MAX_TIMESTAMP_AT = 35
 _CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
 _TAIL_CHECK_BYTES = 1024 * 1024
