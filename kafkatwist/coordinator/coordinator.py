@@ -179,6 +179,8 @@ class GroupCoordinator:
         self._fx: list | None = None
         self._continuations: dict[int, Callable[[ErrorCode], None]] = {}
         self._tokens = itertools.count(1)
+        # Java's String.hashCode in Python is slow: once per group.
+        self._partitionOf: dict[str, int] = {}
         self._changed: set[str] = set()
         self._published: Mapping[str, PublishedGroup] = MappingProxyType({})
         self.offsets = OffsetMetadataManager(
@@ -215,7 +217,11 @@ class GroupCoordinator:
         if onDone is None:
             onDone = functools.partial(self._logAppendFailure, groupId)
         self._continuations[token] = onDone
-        partition = partitionFor(groupId, self._numPartitions)
+        partition = self._partitionOf.get(groupId)
+        if partition is None:
+            if len(self._partitionOf) > 100_000:
+                self._partitionOf.clear()
+            partition = self._partitionOf[groupId] = partitionFor(groupId, self._numPartitions)
         self._fx.append(Append(partition, tuple(records), token))
 
     @staticmethod

@@ -176,17 +176,30 @@ class _Reader:
         return self._take(n)
 
 
+def _string(v: str) -> bytes:
+    data = v.encode("utf-8")
+    if len(data) > 0x7FFF:
+        raise KafkaError(E.invalid_request, "string too long for the offsets topic")
+    return _INT16.pack(len(data)) + data
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_OFFSET_VALUE_V3 = struct.Struct(">hqi")
+_INT64 = struct.Struct(">q")
+
+
 def encodeOffsetKey(groupId: str, topic: str, partition: int) -> bytes:
     """
-    C{OffsetCommitKey} v1.
+    C{OffsetCommitKey} v1 (on every commit's path: no writer object).
     """
-    return (
-        _Writer()
-        .int16(OFFSET_COMMIT_KEY_VERSION)
-        .string(groupId)
-        .string(topic)
-        .int32(partition)
-        .value()
+    return b"".join(
+        (
+            _INT16.pack(OFFSET_COMMIT_KEY_VERSION),
+            _string(groupId),
+            _string(topic),
+            _INT32.pack(partition),
+        )
     )
 
 
@@ -228,16 +241,18 @@ def encodeOffsetValue(om: OffsetAndMetadata) -> bytes:
     (Kafka's C{offsetCommitValue} does the same: only v1 has the field, so
     the leader epoch is dropped for such commits).
     """
-    w = _Writer()
     if om.expireTimestampMs is not None:
-        w.int16(OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
+        w = _Writer().int16(OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
         w.int64(om.offset).string(om.metadata or "").int64(om.commitTimestampMs)
         w.int64(om.expireTimestampMs)
-    else:
-        w.int16(OFFSET_COMMIT_VALUE_VERSION)
-        w.int64(om.offset).int32(om.leaderEpoch).string(om.metadata or "")
-        w.int64(om.commitTimestampMs)
-    return w.value()
+        return w.value()
+    return b"".join(
+        (
+            _OFFSET_VALUE_V3.pack(OFFSET_COMMIT_VALUE_VERSION, om.offset, om.leaderEpoch),
+            _string(om.metadata or ""),
+            _INT64.pack(om.commitTimestampMs),
+        )
+    )
 
 
 def decodeOffsetValue(data: bytes) -> OffsetAndMetadata:
