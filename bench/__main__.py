@@ -1,7 +1,7 @@
 """
 kafkatwist benchmarks.
 
-    python -m bench [--reference tansu]   # the whole issue-7 suite, one table
+    python -m bench [--reference tansu]   # the headline figures vs a reference broker, one table
     python -m bench network         # the network-layer suite (issue 2)
     python -m bench SUITE [ARGS]    # one suite; SUITE --help for its options
     python -m bench --list
@@ -16,14 +16,14 @@ import sys
 
 #: suite name -> (module, one-line description)
 SUITES = {
-    "issue7": ("bench.issue7", "the whole issue-7 suite vs a reference broker, one table (default)"),
+    "comparison": ("bench.comparison", "the headline figures (CPU per record, throughput, latency, connections, group join) vs a reference broker, one table (default)"),
     "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
     "throughput": ("bench.throughput", "produce/consume throughput with real clients"),
     "profile": ("bench.profile", "py-spy profiles of the produce and fetch paths under load"),
     "connections": ("bench.connections", "idle connections RSS and a connection burst"),
     "spark_ingest": ("bench.spark_ingest", "kafkatwist data source vs Parquet in Spark (issue 5)"),
 }
-DEFAULT = "issue7"
+DEFAULT = "comparison"
 
 
 def main(argv: list[str]) -> int:

@@ -16,6 +16,7 @@ from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.interfaces import IBroker
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.purgatory import DelayedActions, Purgatory
+from kafkatwist.security.credentials import CredentialStore
 
 META_PROPERTIES = "meta.properties"
 
@@ -59,9 +60,32 @@ class Broker:
         self.clusterId = clusterId
         self.advertisedListeners = config.advertisedListeners
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
-        self.fetchPurgatory = Purgatory("Fetch")
+        self._handlerCall = None
+        self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.groupCoordinator = None
+        self.authorizer = None
+        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0])
         self.topicBytes = TopicBytes()
+
+    def useHandlerThreads(self, call) -> None:
+        """
+        @param call: C{call(f, *args)} queues C{f(*args)} for a request
+            handler thread (the SocketServer's RequestChannel), or C{None}.
+        """
+        self._handlerCall = call
+
+    def callInHandlerThread(self, f, *args) -> None:
+        """
+        Run C{f(*args)} on a request handler thread, where disk I/O is
+        allowed: how a reactor thread (a Processor's timer, the main
+        reactor) hands storage work on.  Before the server started (and in
+        tests) it runs at once.  Safe from any thread.
+        """
+        call = self._handlerCall
+        if call is None:
+            f(*args)
+        else:
+            call(f, *args)
 
     def advertisedListenerFor(self, listenerName: str):
         """

@@ -76,6 +76,19 @@ def _long(lo: int = -(2**63), hi: int = LONG_MAX) -> Callable[[str, str], int]:
     return _int(lo, hi)
 
 
+def _double(lo: float, hi: float) -> Callable[[str, str], float]:
+    def parse(key: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(key, f"{raw!r} is not a number") from None
+        if not lo <= value <= hi:
+            raise ConfigError(key, f"{value} is outside [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
 def _bool(key: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value not in ("true", "false"):
@@ -217,10 +230,22 @@ KEYS: dict[str, Key] = {
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
+        Key("ssl.cipher.suites", _list, "",
+            "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
+            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
         Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
+        Key("plugin.load.failure.policy", _choice("fail", "skip"), "fail",
+            "A module on plugin.paths that fails to import: fail (refuse to start) or skip (log and start without it)."),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first Metadata/Produce for it."),
         Key("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
         Key("num.partitions", _int(1), "1", "Partitions of auto-created topics."),
+        Key("max.broker.partitions", _int(1), "10000",
+            "Partitions this broker may host in all (KIP-578's name); creating more is refused "
+            "with POLICY_VIOLATION."),
+        Key("max.partitions.per.request", _int(1), "10000",
+            "Partitions one CreateTopics or CreatePartitions request may add in all (Kafka's "
+            "fixed 10000); more is refused with POLICY_VIOLATION."),
         Key("default.replication.factor", _int(1, 1), "1", "Single broker: always 1."),
         Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
         Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),
@@ -237,12 +262,32 @@ KEYS: dict[str, Key] = {
         Key("log.flush.scheduler.interval.ms", _long(1), "1000", "How often time-based flush is checked."),
         Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics."),
         Key("log.cleanup.policy", _string, "delete", "Cleanup policy of new topics."),
+        Key("log.cleaner.enable", _bool, "true", "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
+        Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process."),
+        Key("log.cleaner.dedupe.buffer.size", _long(1 << 16), "134217728",
+            "Memory for the key-hash -> offset maps of all cleaner threads together."),
+        Key("log.cleaner.io.buffer.size", _int(1 << 12), "524288", "Read and write buffer memory of all cleaner threads together."),
+        Key("log.cleaner.io.buffer.load.factor", _double(0.01, 1.0), "0.9",
+            "How full a dedupe map may get before a cleaning pass stops mapping."),
+        Key("log.cleaner.io.max.bytes.per.second", _double(1.0, 1.7976931348623157e308), "1.7976931348623157E308",
+            "Bytes per second the cleaners may read and write together."),
+        Key("log.cleaner.backoff.ms", _long(0), "15000", "Sleep of a cleaner thread that found nothing to clean."),
+        Key("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5",
+            "Default min.cleanable.dirty.ratio: dirty share of a log above which it is cleaned."),
+        Key("log.cleaner.delete.retention.ms", _long(0), "86400000",
+            "Default delete.retention.ms: how long tombstones stay after the cleaner first sees them."),
+        Key("log.cleaner.min.compaction.lag.ms", _long(0), "0",
+            "Default min.compaction.lag.ms: records younger than this are not compacted."),
+        Key("log.cleaner.max.compaction.lag.ms", _long(1), str(LONG_MAX),
+            "Default max.compaction.lag.ms: records older than this are compacted whatever the dirty ratio."),
         Key("group.initial.rebalance.delay.ms", _int(0), "3000", "Wait for more members before the first rebalance of an empty group."),
         Key("group.min.session.timeout.ms", _int(0), "6000", "Smallest session timeout a member may ask for."),
         Key("group.max.session.timeout.ms", _int(0), "1800000", "Largest session timeout a member may ask for."),
         Key("offsets.retention.minutes", _int(1), "10080", "Committed offsets of empty groups expire after this."),
         Key("producer.id.expiration.ms", _int(1), "86400000", "Idle idempotent producer state is dropped after this."),
         Key("offsets.topic.num.partitions", _int(1), "50", "Partitions of __consumer_offsets."),
+        Key("offsets.topic.segment.bytes", _int(1), "104857600",
+            "segment.bytes of __consumer_offsets when it is created: small segments compact sooner."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]
@@ -252,7 +297,7 @@ KEYS: dict[str, Key] = {
 _TOLERATED = re.compile(
     r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
     r"|offsets\.topic\.replication\.factor|num\.recovery\.threads\.per\.data\.dir"
-    r"|broker\.rack|log\.cleaner\.|num\.replica\.)"
+    r"|broker\.rack|num\.replica\.)"
 )
 
 

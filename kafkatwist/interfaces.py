@@ -101,8 +101,9 @@ class IRequestHandler(Interface):
     the response entity (a C{kio} dataclass of the request's version), a
     L{kafkatwist.protocol.frames.EncodedResponse} (pre-encoded chunks,
     e.g. file regions for zero-copy Fetch), C{None} when no response is due
-    (Produce with acks=0), or a C{Deferred} firing with one of those, which
-    may fire later from any thread without holding a handler thread.
+    (Produce with acks=0), or the C{deferred} of C{context.respondLater()}
+    (L{IRequestContext.respondLater}), answered later from any thread
+    without holding a handler thread.
     Errors a client should see go into the response's error codes, as Kafka
     does; an exception (or a failed Deferred) closes the connection with a
     log line, and the broker keeps serving everyone else.
@@ -163,20 +164,109 @@ class IBroker(Interface):
     advertisedListeners = Attribute(
         "C{list} of L{kafkatwist.config.Listener} this broker advertises (name, host, port)."
     )
-    logManager = Attribute("L{ILogManager}")
+    logManager = Attribute(
+        "L{ILogManager}; set before the first request, after plugin factories have run."
+    )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
+    authorizer = Attribute("The L{IAuthorizer}, or C{None} when none is configured (everything allowed).")
 
     def handlerFor(apiKey):
         """
         @return: the L{IRequestHandler} serving C{apiKey}, or C{None}.
         """
 
+    def callInHandlerThread(f, *args):
+        """
+        Run C{f(*args)} on a request handler thread, where disk I/O is
+        allowed: how a reactor thread (a timer) hands storage work on.
+        Safe from any thread; runs at once before the server started.
+        """
+
     def supportedVersions():
         """
         @return: C{dict} ApiKey -> (minVersion, maxVersion) of the registered
             handlers (what ApiVersions answers).
+        """
+
+
+class IAuthorizer(Interface):
+    """
+    Decides who may do what (Kafka's C{org.apache.kafka.server.authorizer.Authorizer}).
+    Chosen with C{authorizer.class.name}; without one, everything is allowed.
+
+    Called from handler threads, several at once, on every request that
+    touches a resource: C{authorize} must be cheap and must not block.
+    Resources, operations and ACLs are those of L{kafkatwist.security.acl}.
+    """
+
+    def authorize(context, actions):
+        """
+        @param context: the L{IRequestContext} (C{principal},
+            C{clientAddress}, C{apiKey}...).
+        @param actions: C{list} of L{kafkatwist.security.acl.Action}
+            (operation, resource type, LITERAL resource name, and whether an
+            answer is worth an audit log line).
+        @return: C{list} of C{bool}, allowed or not, one per action.
+        """
+
+    def authorizeByResourceType(context, operation, resourceType):
+        """
+        Whether C{context}'s principal may do C{operation} on at least one
+        resource of C{resourceType} (InitProducerId without a transactional
+        id asks for WRITE on any topic).
+
+        @return: C{bool}.
+        """
+
+    def acls(aclFilter):
+        """
+        @param aclFilter: an L{kafkatwist.security.acl.AclBindingFilter}.
+        @return: the L{kafkatwist.security.acl.AclBinding}s it matches
+            (DescribeAcls).
+        """
+
+    def createAcls(context, bindings):
+        """
+        Add ACLs, durably (CreateAcls).
+
+        @return: per binding, C{None} or the L{kafkatwist.errors.KafkaError}
+            that refused it.
+        """
+
+    def deleteAcls(context, filters):
+        """
+        Remove every ACL each filter matches, durably (DeleteAcls).
+
+        @return: per filter, (C{None} or a L{kafkatwist.errors.KafkaError},
+            C{list} of the L{kafkatwist.security.acl.AclBinding}s removed).
+        """
+
+    def close():
+        """
+        Release what the authorizer holds (broker shutdown).
+        """
+
+
+class IAuthorizerPlugin(Interface):
+    """
+    What C{twisted.plugin.getPlugins} discovers (in C{kafkatwist.plugins},
+    installed C{twisted/plugins/}, and C{plugin.paths}): a factory for an
+    L{IAuthorizer}, selected when C{authorizer.class.name} equals its name.
+    """
+
+    name = Attribute(
+        "C{str}: the C{authorizer.class.name} value that selects it; the built-in one is "
+        "Kafka's 'org.apache.kafka.metadata.authorizer.StandardAuthorizer'."
+    )
+
+    def makeAuthorizer(broker):
+        """
+        @param broker: the L{IBroker} (C{config} holds every setting,
+            including the plugin's own).
+        @return: an L{IAuthorizer}.
+        @raise kafkatwist.config.ConfigError: a setting it cannot use.
         """
 
 

@@ -121,22 +121,53 @@ def _escape(value) -> str:
 
 
 class _Writer:
+    """
+    Collects families and samples in any order and writes each family as one
+    block -- HELP, TYPE, then all its samples -- as the text format requires
+    (strict parsers drop the type of a family whose samples are split).
+    """
+
+    #: sample name suffixes that belong to a histogram's family
+    _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._declared: set[str] = set()
+        self._families: dict[str, tuple[str, str, list[str]]] = {}
 
     def declare(self, name: str, kind: str, doc: str) -> None:
-        if name not in self._declared:
-            self._declared.add(name)
-            self.lines.append(f"# HELP {name} {doc}")
-            self.lines.append(f"# TYPE {name} {kind}")
+        if name not in self._families:
+            self._families[name] = (kind, doc, [])
+
+    def _familyOf(self, name: str) -> list[str]:
+        family = self._families.get(name)
+        if family is None:
+            for suffix in self._HISTOGRAM_SUFFIXES:
+                base = self._families.get(name[: -len(suffix)]) if name.endswith(suffix) else None
+                if base is not None and base[0] == "histogram":
+                    family = base
+                    break
+            else:
+                raise KeyError(f"metric {name} sampled before it was declared")
+        return family[2]
 
     def sample(self, name: str, value, **labels) -> None:
         if labels:
             text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            self.lines.append(f"{name}{{{text}}} {value}")
+            line = f"{name}{{{text}}} {value}"
         else:
-            self.lines.append(f"{name} {value}")
+            line = f"{name} {value}"
+        self._familyOf(name).append(line)
+
+    def text(self) -> str:
+        lines = []
+        for name, (kind, doc, samples) in self._families.items():
+            lines.append(f"# HELP {name} {_escapeHelp(doc)}")
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(samples)
+        return "\n".join(lines) + "\n"
+
+
+def _escapeHelp(doc: str) -> str:
+    return doc.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def render(broker, server) -> str:
@@ -196,7 +227,7 @@ def render(broker, server) -> str:
     w.declare("kafka_server_bytes_in_total", "counter", "Record bytes produced, per topic.")
     for topic in sorted(bytesIn):
         w.sample("kafka_server_bytes_in_total", bytesIn[topic], topic=topic)
-    w.declare("kafka_server_messages_in_total", "counter", "Record batches produced, per topic.")
+    w.declare("kafka_server_messages_in_total", "counter", "Records produced, per topic (Kafka's MessagesInPerSec).")
     for topic in sorted(messagesIn):
         w.sample("kafka_server_messages_in_total", messagesIn[topic], topic=topic)
     w.declare("kafka_server_bytes_out_total", "counter", "Record bytes fetched, per topic.")
@@ -235,4 +266,4 @@ def render(broker, server) -> str:
                 end = endOffsets.get((topic, partition))
                 if end is not None:
                     w.sample("kafka_consumergroup_lag", max(0, end - committed), **labels)
-    return "\n".join(w.lines) + "\n"
+    return w.text()

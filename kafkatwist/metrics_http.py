@@ -3,7 +3,7 @@ The Prometheus scrape endpoint, served by twisted.web on the main reactor
 (it is the Acceptors' reactor, not any Processor's).
 """
 
-from twisted.web.resource import Resource
+from twisted.web.resource import NoResource, Resource
 from twisted.web.server import Site
 
 from kafkatwist.metrics import render
@@ -18,6 +18,9 @@ class MetricsResource(Resource):
         self.socketServer = server
 
     def render_GET(self, request):
+        if request.postpath:
+            # A leaf sees the rest of the path: /metrics/x is not the metrics.
+            return NoResource().render(request)
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return render(self.broker, self.socketServer).encode("utf-8")
 

@@ -1,8 +1,15 @@
 """
 Delayed operations (Kafka's C{DelayedOperation} and
-C{DelayedOperationPurgatory}): a long-poll Fetch or a JoinGroup waits here,
-holding no thread, until something it watches happens or its timeout
-passes on the clock it was given.
+C{DelayedOperationPurgatory}): a long-poll Fetch waits here, holding no
+thread, until something it watches happens or its timeout passes on the
+clock it was given.
+
+Threads: an operation is checked and completed on the thread that calls
+C{tryCompleteElseWatch} or C{checkAndComplete} (handler threads).  Its timer
+fires on the clock's reactor (a Processor), which must not touch the disk,
+so an expiry is handed to the purgatory's C{reaper} (the request handler
+threads, as Kafka's expiration reaper thread) unless the operation says it
+can answer without I/O (L{DelayedOperation.canExpireHere}).
 """
 
 from __future__ import annotations
@@ -49,14 +56,22 @@ class DelayedOperation:
     def onExpiration(self) -> None:
         pass
 
+    def canExpireHere(self) -> bool:
+        """
+        Called on the timer's (reactor) thread, with the operation locked,
+        when the timeout passed: whether the expiry can complete right there,
+        without disk I/O.  Otherwise it goes to the purgatory's reaper.
+        """
+        return False
+
     def forceComplete(self) -> bool:
         with self._lock:
             if self._completed:
                 return False
             self._completed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         if self._purgatory is not None:
             self._purgatory._unwatch(self)
         self.onComplete()
@@ -71,18 +86,43 @@ class DelayedOperation:
             return self.tryComplete()
 
     def _startTimer(self, timeout: float) -> None:
-        self._timer = self.clock.callLater(timeout, self._expire)
+        timer = self.clock.callLater(timeout, self._timedOut)
+        # A completion may have come between the last check and the arming
+        # of the timer; it found no timer to cancel, so cancel it here.
+        with self._lock:
+            if not self._completed:
+                self._timer = timer
+                return
+        timer.cancel()
+
+    def _timedOut(self) -> None:
+        # On the clock's reactor thread.
+        reaper = self._purgatory.reaper if self._purgatory is not None else None
+        with self._lock:
+            self._timer = None
+            if self._completed:
+                return
+            if reaper is None or self.canExpireHere():
+                self._expire()
+                return
+        reaper(self._expire)
 
     def _expire(self) -> None:
-        self._timer = None
         if self.forceComplete():
             self.onExpiration()
 
 
 @implementer(IPurgatory)
 class Purgatory:
-    def __init__(self, name: str) -> None:
+    """
+    @ivar reaper: C{reaper(f)} runs C{f()} where disk I/O is allowed (a
+        request handler thread); C{None} runs expiries on the timer's thread
+        (unit tests without threads).
+    """
+
+    def __init__(self, name: str, reaper=None) -> None:
         self.name = name
+        self.reaper = reaper
         self._lock = threading.Lock()
         self._watchers: dict = defaultdict(list)
 

@@ -1,10 +1,14 @@
 """
 Finding request handler plugins and deciding which one serves each ApiKey.
 
-Sources, all through C{twisted.plugin.getPlugins}:
+Sources:
   1. the built-ins, in the C{kafkatwist.plugins} package;
   2. C{twisted/plugins/} modules of installed packages;
-  3. every directory on C{plugin.paths}.
+  (both through C{twisted.plugin.getPlugins})
+  3. every directory on C{plugin.paths}: each module is imported as
+     C{kafkatwist.dropins.<name>} here, so that one that fails to import
+     stops start-up (C{plugin.load.failure.policy=fail}) instead of the
+     broker starting without it, as C{getPlugins} would.
 
 Rule for several providers of one ApiKey (never import order): the highest
 C{priority} serves, and is given the next one down to wrap; equal
@@ -13,15 +17,20 @@ priorities for one ApiKey refuse to start.
 
 from __future__ import annotations
 
+import importlib
+import keyword
 import os
+import sys
+import traceback
 from collections import defaultdict
 
 from twisted.logger import Logger
-from twisted.plugin import getPlugins
+from twisted.plugin import IPlugin, getPlugins
 from zope.interface.verify import verifyObject
 
 from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
 from kafkatwist.protocol.apis import apiName
+from kafkatwist.startup import StartupError
 
 log = Logger()
 
@@ -32,8 +41,27 @@ class PluginConflict(ValueError):
     """
 
 
-def discoverPlugins(pluginPaths: list[str] = ()) -> list[tuple[object, str]]:
+#: C{plugin.load.failure.policy} values
+FAIL, SKIP = "fail", "skip"
+
+
+class PluginLoadError(StartupError):
     """
+    A module on C{plugin.paths} could not be imported, and the policy is
+    C{fail}: an audit or validation plugin that is missing must not leave
+    the broker serving without it.
+    """
+
+
+def discoverPlugins(
+    pluginPaths: list[str] = (), failurePolicy: str = FAIL, interface=IRequestHandlerPlugin
+) -> list[tuple[object, str]]:
+    """
+    @param failurePolicy: what a drop-in module that fails to import does:
+        C{fail} stops start-up (L{PluginLoadError}), C{skip} logs one line
+        and starts without it.
+    @param interface: what to look for: request handler plugins, or
+        another kind (L{kafkatwist.interfaces.IAuthorizerPlugin}).
     @return: (plugin, where it came from) for every provider found.
     """
     import kafkatwist.plugins
@@ -47,8 +75,8 @@ def discoverPlugins(pluginPaths: list[str] = ()) -> list[tuple[object, str]]:
                 seen.add(id(plugin))
                 found.append((plugin, origin))
 
-    collect(getPlugins(IRequestHandlerPlugin, kafkatwist.plugins), "builtin")
-    collect(getPlugins(IRequestHandlerPlugin), "installed")
+    collect(getPlugins(interface, kafkatwist.plugins), "builtin")
+    collect(getPlugins(interface), "installed")
     if pluginPaths:
         missing = [p for p in pluginPaths if not os.path.isdir(p)]
         if missing:
@@ -58,8 +86,95 @@ def discoverPlugins(pluginPaths: list[str] = ()) -> list[tuple[object, str]]:
         import kafkatwist.dropins
 
         kafkatwist.dropins.setPaths(pluginPaths)
-        collect(getPlugins(IRequestHandlerPlugin, kafkatwist.dropins), "plugin.paths")
+        for module in _importDropins(pluginPaths, failurePolicy):
+            collect(_pluginsIn(module, interface), "plugin.paths")
     return found
+
+
+def _dropinCandidates(pluginPaths) -> list[tuple[str, str]]:
+    """
+    (module name, path) of each module on C{plugin.paths} in import order;
+    files that cannot be modules, and modules hidden by a same-named one in
+    an earlier directory, get a warning.
+    """
+    chosen: dict[str, str] = {}
+    for directory in pluginPaths:
+        for entry in sorted(os.listdir(directory)):
+            path = os.path.join(directory, entry)
+            if entry.endswith(".py"):
+                name = entry[:-3]
+            elif os.path.isfile(os.path.join(path, "__init__.py")):
+                name = entry
+            else:
+                continue
+            if not name.isidentifier() or keyword.iskeyword(name):
+                log.warn(
+                    "plugin.paths: {path} is not loaded: {name!r} is not a Python module name "
+                    "(use letters, digits and underscores)",
+                    path=path, name=name,
+                )
+            elif name in chosen:
+                log.warn("plugin.paths: {path} is not loaded: {other} has the same module name",
+                         path=path, other=chosen[name])
+            else:
+                chosen[name] = path
+    return list(chosen.items())
+
+
+def _importDropins(pluginPaths, failurePolicy: str):
+    for name, path in _dropinCandidates(pluginPaths):
+        qualified = f"kafkatwist.dropins.{name}"
+        loaded = sys.modules.get(qualified)
+        if loaded is not None and not _samePath(getattr(loaded, "__file__", None), path):
+            # An earlier scan of other directories (tests) left a namesake.
+            del sys.modules[qualified]
+        try:
+            yield importlib.import_module(qualified)
+        except Exception as e:
+            why = _describeImportFailure(e, path)
+            if failurePolicy == SKIP:
+                log.warn("plugin.paths: {why}; skipped (plugin.load.failure.policy=skip)", why=why)
+                continue
+            raise PluginLoadError(f"{why} (plugin.load.failure.policy=skip starts without it)") from e
+
+
+def _samePath(moduleFile, path: str) -> bool:
+    if moduleFile is None:
+        return False
+    if os.path.basename(moduleFile) == "__init__.py":
+        moduleFile = os.path.dirname(moduleFile)
+    return os.path.realpath(moduleFile) == os.path.realpath(path)
+
+
+def _describeImportFailure(error: Exception, path: str) -> str:
+    """
+    One line: the file (and line, where the error is in the plugin itself)
+    and the exception.
+    """
+    where = path
+    if isinstance(error, SyntaxError) and error.lineno:
+        where = f"{error.filename or path}:{error.lineno}"
+        what = f"SyntaxError: {error.msg}"
+    else:
+        root = os.path.realpath(path)
+        for frame, lineno in traceback.walk_tb(error.__traceback__):
+            filename = os.path.realpath(frame.f_code.co_filename)
+            if filename == root or filename.startswith(root + os.sep):
+                where = f"{frame.f_code.co_filename}:{lineno}"
+        what = f"{type(error).__name__}: {error}"
+    return f"plugin {where} failed to load: {what}"
+
+
+def _pluginsIn(module, interface):
+    """
+    What C{twisted.plugin.getPlugins} would find in C{module}: its
+    module-level L{IPlugin} providers of C{interface}.
+    """
+    for value in list(vars(module).values()):
+        if IPlugin.providedBy(value):
+            adapted = interface(value, None)
+            if adapted is not None:
+                yield adapted
 
 
 class HandlerRegistry:

@@ -14,12 +14,15 @@ import time
 
 from twisted.application import service
 from twisted.internet import defer, task, threads
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
+from kafkatwist.dirlock import DataDirLock
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.startup import cannotListen
 
 log = Logger()
 
@@ -66,7 +69,12 @@ def brokerLogDefaults(config) -> dict:
         "message.max.bytes": config["message.max.bytes"],
         "log.message.timestamp.type": config["log.message.timestamp.type"],
         "log.cleanup.policy": config["log.cleanup.policy"],
+        "log.cleaner.delete.retention.ms": config["log.cleaner.delete.retention.ms"],
+        "log.cleaner.min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
+        "log.cleaner.max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"],
+        "log.cleaner.min.cleanable.ratio": config["log.cleaner.min.cleanable.ratio"],
         "num.partitions": config["num.partitions"],
+        "max.broker.partitions": config["max.broker.partitions"],
         "producer.id.expiration.ms": config["producer.id.expiration.ms"],
     }
     return {key: value for key, value in values.items() if value is not None}
@@ -88,30 +96,79 @@ class BrokerService(service.Service):
         self.logManager = None
         self._periodic: list = []
         self._metricsPort = None
+        self._dirLock: DataDirLock | None = None
 
     def prepare(self) -> None:
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
-        L{kafkatwist.registry.PluginConflict} or C{OSError}.
+        L{kafkatwist.registry.PluginConflict},
+        L{kafkatwist.startup.StartupError} or C{OSError}.
+
+        Order matters to an operator: nothing is written to the data
+        directory until every port is bound and the directory's C{.lock} is
+        held, so a port in use or a second broker on the same directory
+        leaves it as it was.  Plugin factories therefore run before the log
+        is open; handlers read C{broker.logManager} when they serve.
         """
         config = self.config
         raiseDescriptorLimit()
-        for directory in config.logDirs:
-            os.makedirs(directory, exist_ok=True)
-        clusterId = loadOrCreateClusterId(config.logDirs[0], config.nodeId, config["cluster.id"])
-        registry = HandlerRegistry(discoverPlugins(config["plugin.paths"]))
-        self.logManager = self.logManagerFactory(config) if self.logManagerFactory else None
-        self.broker = Broker(config, registry, self.logManager, self.reactor, clusterId)
-        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+        registry = HandlerRegistry(
+            discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
+        )
+        self.broker = Broker(config, registry, None, self.reactor, None)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
-        self.server.bind()
+        self._bindListeners()
+        self._bindMetrics()
+
+        self._dirLock = DataDirLock(config.logDirs)
+        self._dirLock.acquire()
+        self.broker.clusterId = loadOrCreateClusterId(
+            config.logDirs[0], config.nodeId, config["cluster.id"]
+        )
+        if self.logManagerFactory is not None:
+            self._dirLock.handOver()
+            try:
+                self.logManager = self.logManagerFactory(config)
+            except RuntimeError:
+                # Another broker took the directory after the hand-over.
+                self._dirLock.check()
+                raise
+        self.broker.logManager = self.logManager
+        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+
+    def _bindListeners(self) -> None:
+        try:
+            self.server.bind()
+        except OSError as e:
+            # bind() creates the Acceptors in listener order.
+            bound = len(self.server.acceptors)
+            failed = self.server.listeners[bound] if bound < len(self.server.listeners) else None
+            raise cannotListen(str(failed or self.config["listeners"]), "listeners", e) from None
         # A listener on port 0 (tests) advertises the port it really got.
         ports = self.server.boundPorts()
         self.broker.advertisedListeners = [
             dataclasses.replace(l, port=ports[l.name]) if l.port == 0 and l.name in ports else l
             for l in self.broker.advertisedListeners
         ]
+
+    def _bindMetrics(self) -> None:
+        """
+        Bound here, before the reactor runs and before twistd daemonizes, so
+        a port in use is one line on the terminal that started the broker.
+        """
+        address = self.config["metrics.http.listener"]
+        if not address:
+            return
+        from kafkatwist.metrics_http import metricsSite
+
+        host, _, port = address.rpartition(":")
+        try:
+            self._metricsPort = self.reactor.listenTCP(
+                int(port), metricsSite(self.broker, self.server), interface=host.strip("[]")
+            )
+        except CannotListenError as e:
+            raise cannotListen(address, "metrics.http.listener", e) from None
 
     def startService(self) -> None:
         super().startService()
@@ -135,28 +192,28 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
-        self._startMetricsListener()
+        self._announceMetricsListener()
         # Everything built so far lives as long as the broker: keep it out of
         # the collector's way, so a full collection does not walk it (a
         # multi-millisecond pause in the request path otherwise).
         gc.collect()
         gc.freeze()
+        # twistd starts services before the reactor installs its SIGINT and
+        # SIGTERM handlers; "started" is the line supervisors and tests wait
+        # for, so it must come after them (a signal sent on it was lost).
+        self.reactor.callWhenRunning(self._announceStarted)
+
+    def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
 
-    def _startMetricsListener(self) -> None:
-        address = self.config["metrics.http.listener"]
-        if not address:
+    def _announceMetricsListener(self) -> None:
+        if self._metricsPort is None:
             return
-        from kafkatwist.metrics_http import metricsSite
-
-        host, _, port = address.rpartition(":")
-        self._metricsPort = self.reactor.listenTCP(
-            int(port), metricsSite(self.broker, self.server), interface=host.strip("[]")
-        )
+        address = self._metricsPort.getHost()
         log.info(
             "Prometheus metrics on http://{host}:{port}/metrics",
-            host=host, port=self._metricsPort.getHost().port,
+            host=self.config["metrics.http.listener"].rpartition(":")[0], port=address.port,
         )
 
     def _startLogTasks(self) -> None:
@@ -203,4 +260,6 @@ class BrokerService(service.Service):
             stopGroupCoordinator(self.broker.groupCoordinator)
         if self.logManager is not None:
             self.logManager.close()
+        if self._dirLock is not None:
+            self._dirLock.release()
         log.info("kafkatwist stopped")

@@ -6,12 +6,14 @@ C{twistd kafkatwist}: options and service construction.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from twisted.python import usage
 
 from kafkatwist.config import ConfigError, loadConfig
 from kafkatwist.registry import PluginConflict
+from kafkatwist.startup import StartupError
 
 
 class Options(usage.Options):
@@ -39,6 +41,17 @@ class Options(usage.Options):
     opt_o = opt_override
 
 
+def honourSigint() -> None:
+    """
+    Started in the background by a shell or a service manager, a process
+    inherits SIGINT ignored, and Twisted leaves an ignored SIGINT alone: the
+    broker would not stop on Ctrl-C or C{kill -INT}.  Restore the default so
+    the reactor installs its handler.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def makeService(options):
     from twisted.internet import reactor
 
@@ -48,8 +61,12 @@ def makeService(options):
         config = loadConfig(options["config"], options["overrides"])
         service = BrokerService(config, reactor)
         service.prepare()
+        honourSigint()
     except (ConfigError, PluginConflict) as e:
         sys.stderr.write(f"kafkatwist: {e}\n")
+        raise SystemExit(2)
+    except StartupError as e:
+        sys.stderr.write(f"kafkatwist: cannot start: {e}\n")
         raise SystemExit(2)
     except OSError as e:
         sys.stderr.write(f"kafkatwist: cannot start: {e}\n")

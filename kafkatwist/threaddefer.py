@@ -1,5 +1,10 @@
 """
 Deferreds fired and observed from different threads.
+
+Deprecated: answers given later go through C{context.respondLater()}
+(L{kafkatwist.network.pending}), whose Deferred has one owning thread at a
+time.  This module stays only until the group coordinator is ported to it;
+nothing new may use it.
 """
 
 import threading

@@ -10,11 +10,12 @@ What it shows:
   - observing without interfering: the wrapped handler's answer -- an entity,
     an L{kafkatwist.protocol.codec.EncodedResponse} of file regions, C{None}
     or a Deferred -- is returned as it is, never copied or re-encoded;
-  - Deferreds fired from another thread: a long-poll Fetch answers from a
-    purgatory timer or from the handler thread of the Produce that satisfied
-    it.  The event is emitted by a callback in whichever thread that is,
-    which is fine because loggers may be used from any thread, and the
-    callback hands the result on unchanged.
+  - answers given later: a long-poll Fetch returns the Deferred of a
+    pending response (C{context.respondLater()}), completed later by a
+    purgatory timer or by the Produce that satisfied it.  The Deferred
+    fires on the connection's Processor thread, so the event is emitted by
+    a callback there; the callback is short (a log event) and hands the
+    result on unchanged.
 
 The events
 ==========
@@ -87,9 +88,9 @@ class AuditHandler(Handler):
             self.emit(context, fields, None, f"failed: {type(e).__name__}: {e}")
             raise
         if isinstance(result, Deferred):
-            # The callbacks run in the thread that fires the Deferred; both
-            # return what they were given so the response (or failure) goes
-            # on to the network layer untouched.
+            # The callbacks run on the connection's Processor thread once
+            # the answer is ready; both return what they were given so the
+            # response (or failure) goes on to the network layer untouched.
             def answered(response):
                 self.emit(context, fields, response, "answered")
                 return response

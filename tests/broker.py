@@ -22,8 +22,16 @@ class BrokerProcess:
     """
 
     def __init__(self, directory: str, overrides: dict[str, str] | None = None,
-                 config: str | None = None, listeners: str = "PLAINTEXT://127.0.0.1:0") -> None:
+                 config: str | None = None, listeners: str = "PLAINTEXT://127.0.0.1:0",
+                 ignoreSigint: bool = False, env: dict[str, str] | None = None) -> None:
+        """
+        @param ignoreSigint: start the process with SIGINT ignored, as a
+            shell's background job or a service manager does.
+        @param env: extra environment variables.
+        """
         self.directory = directory
+        self.ignoreSigint = ignoreSigint
+        self.extraEnv = dict(env or {})
         os.makedirs(directory, exist_ok=True)
         self.overrides = {"listeners": listeners, "log.dir": os.path.join(directory, "data")}
         self.overrides.update(overrides or {})
@@ -31,6 +39,7 @@ class BrokerProcess:
         self.process: subprocess.Popen | None = None
         self.logPath = os.path.join(directory, "broker.log")
         self.ports: dict[str, int] = {}
+        self.pollInterval = 0.05
 
     def command(self) -> list[str]:
         args = [TWISTD, "-n", "--pidfile=", "kafkatwist"]
@@ -43,9 +52,12 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env.update(self.extraEnv)
         self._log = open(self.logPath, "ab")
+        preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if self.ignoreSigint else None
         self.process = subprocess.Popen(
-            self.command(), cwd=self.directory, stdout=self._log, stderr=subprocess.STDOUT, env=env
+            self.command(), cwd=self.directory, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=preexec,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -55,7 +67,7 @@ class BrokerProcess:
                 return self
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{text}")
-            time.sleep(0.05)
+            time.sleep(self.pollInterval)
         raise RuntimeError(f"broker did not start in {timeout}s:\n{self.output()}")
 
     @property

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 
@@ -27,6 +27,8 @@ class Pki:
     clientKey: str
     clientDn: str
     wrongHostKeystore: str
+    #: a server certificate with an RSA key: static-RSA suites need one
+    rsaServerKeystore: str
 
 
 def _name(cn: str, org: str = "kafkatwist-tests") -> x509.Name:
@@ -90,6 +92,11 @@ def makePki(directory: str) -> Pki:
         _name("localhost"), caName, serverKey.public_key(), caKey,
         sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
     )
+    rsaKey = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    rsaServer = _cert(
+        _name("localhost"), caName, rsaKey.public_key(), caKey,
+        sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
     wrongKey = ec.generate_private_key(ec.SECP256R1())
     wrong = _cert(
         _name("elsewhere.example"), caName, wrongKey.public_key(), caKey,
@@ -115,4 +122,5 @@ def makePki(directory: str) -> Pki:
         clientKey=write("client.key", _keyPem(clientKey)),
         clientDn=clientName.rfc4514_string(),
         wrongHostKeystore=write("wrong-keystore.pem", _pem(wrong) + _keyPem(wrongKey)),
+        rsaServerKeystore=write("rsa-server-keystore.pem", _pem(rsaServer) + _pem(ca) + _keyPem(rsaKey)),
     )

@@ -55,8 +55,8 @@ __all__ = [
 E = ErrorCode
 
 OFFSETS_TOPIC = "__consumer_offsets"
-#: Kafka's defaults for the offsets topic: compacted, 100 MiB segments
-#: (C{offsets.topic.segment.bytes})
+#: Kafka's configs of the offsets topic: compacted, 100 MiB segments unless
+#: C{offsets.topic.segment.bytes} says otherwise
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 #: key schema versions: 0 and 1 are OffsetCommitKey, 2 is GroupMetadataKey

@@ -55,6 +55,8 @@ class OffsetsTopicLog:
         created there if missing.
     @param numPartitions: C{offsets.topic.num.partitions}, used when the
         topic is created; an existing topic keeps its count.
+    @param segmentBytes: C{offsets.topic.segment.bytes}, used when the topic
+        is created.
     @param clock: milliseconds since the epoch, for record timestamps.
     """
 
@@ -65,18 +67,20 @@ class OffsetsTopicLog:
         logManager,
         numPartitions: int = 50,
         clock: Callable[[], int] | None = None,
+        segmentBytes: int | None = None,
     ) -> None:
         self._logManager = logManager
         self._clock = clock or (lambda: int(time.time() * 1000))
-        self.numPartitions = self._ensureTopic(numPartitions)
+        self.numPartitions = self._ensureTopic(numPartitions, segmentBytes)
 
-    def _ensureTopic(self, numPartitions: int) -> int:
+    def _ensureTopic(self, numPartitions: int, segmentBytes: int | None) -> int:
         info = self._logManager.topics().get(self.topic)
         if info is None:
+            configs = dict(OFFSETS_TOPIC_CONFIGS)
+            if segmentBytes is not None:
+                configs["segment.bytes"] = str(segmentBytes)
             try:
-                info = self._logManager.createTopic(
-                    self.topic, numPartitions, dict(OFFSETS_TOPIC_CONFIGS)
-                )
+                info = self._logManager.createTopic(self.topic, numPartitions, configs)
             except KafkaError as e:
                 if e.code != E.topic_already_exists:
                     raise

@@ -54,7 +54,12 @@ class Reply:
             if pending is None:
                 self._result = result
                 return
-        pending.complete(result if isinstance(result, Failure) else self._build(result))
+        if not isinstance(result, Failure):
+            try:
+                result = self._build(result)
+            except Exception:
+                result = Failure()
+        pending.complete(result)
 
     def response(self):
         """
@@ -65,36 +70,9 @@ class Reply:
         """
         with self._lock:
             if not self._answered:
-                self._pending = _respondLater(self._context)
+                self._pending = self._context.respondLater()
                 return self._pending.deferred
             result = self._result
         if isinstance(result, Failure):
             result.raiseException()
         return self._build(result)
-
-
-def _respondLater(context):
-    respondLater = getattr(context, "respondLater", None)
-    if respondLater is not None:
-        return respondLater()
-    return _PostedResponse(context)
-
-
-class _PostedResponse:
-    """
-    Stand-in for L{IRequestContext.respondLater} until the network layer
-    provides it: the Deferred is fired on the connection's reactor via its
-    clock.
-    """
-
-    def __init__(self, context) -> None:
-        from twisted.internet.defer import Deferred
-
-        self._clock = context.clock
-        self.deferred = Deferred()
-
-    def complete(self, result) -> None:
-        if isinstance(result, Failure):
-            self._clock.callLater(0, self.deferred.errback, result)
-        else:
-            self._clock.callLater(0, self.deferred.callback, result)

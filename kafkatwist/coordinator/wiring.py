@@ -35,7 +35,7 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         (C{group.initial.rebalance.delay.ms}, C{group.min.session.timeout.ms},
         C{group.max.session.timeout.ms}, C{offsets.retention.minutes},
         C{offsets.retention.check.interval.ms}, C{offset.metadata.max.bytes},
-        C{offsets.topic.num.partitions}).
+        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes}).
     @param logManager: the L{kafkatwist.interfaces.ILogManager} holding
         C{__consumer_offsets}; C{None} keeps groups in memory only.
     @param clock: the coordinator's clock; by default a started
@@ -47,7 +47,11 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         from kafkatwist.log import MemoryLogManager
 
         logManager = MemoryLogManager()
-    coordinatorLog = OffsetsTopicLog(logManager, _setting(config, "offsets.topic.num.partitions", 50))
+    coordinatorLog = OffsetsTopicLog(
+        logManager,
+        _setting(config, "offsets.topic.num.partitions", 50),
+        segmentBytes=_setting(config, "offsets.topic.segment.bytes", None),
+    )
     if clock is None:
         clock = TimerThread("group-coordinator")
         clock.start()

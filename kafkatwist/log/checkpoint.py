@@ -7,9 +7,9 @@ fsynced and renamed over the old one, so a crash leaves either version.
 
 from __future__ import annotations
 
-import os
-
 from twisted.logger import Logger
+
+from kafkatwist.log.atomic import replaceFile
 
 __all__ = [
     "CLEAN_SHUTDOWN",
@@ -58,18 +58,4 @@ def writeCheckpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
     lines += [
         f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
     ]
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    _syncDirectory(os.path.dirname(path))
-
-
-def _syncDirectory(directory: str) -> None:
-    fd = os.open(directory or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replaceFile(path, ("\n".join(lines) + "\n").encode("utf-8"))

@@ -7,10 +7,11 @@ that to Kafka's default.  L{LogConfig} is the typed, resolved view a partition
 log reads on every append; L{describeTopicConfig} is the same resolution
 with the source of each value, for DescribeConfigs.
 
-C{cleanup.policy=compact} is accepted and stored but compaction is not
-implemented: a compacted topic simply keeps everything (no deletion either,
-since the policy does not contain C{delete}).  C{compression.type} is stored
-and reported; the broker keeps what the producer sent.
+C{cleanup.policy=compact} hands the topic to the log cleaner
+(L{kafkatwist.log.cleaner}), which the C{*.compaction.lag.ms},
+C{min.cleanable.dirty.ratio} and C{delete.retention.ms} keys steer.
+C{compression.type} is stored and reported; the broker keeps what the
+producer sent.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ __all__ = [
     "ConfigType",
     "LogConfig",
     "applyConfigChanges",
+    "checkCombination",
     "describeTopicConfig",
     "validateTopicConfigs",
 ]
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+DEFAULT_MAX_BROKER_PARTITIONS = 10000
 
 
 class ConfigSource(enum.IntEnum):
@@ -103,6 +106,18 @@ def _number(low: int, high: int) -> Callable[[str, Any], int]:
         return number
 
     return parse
+
+
+def _ratio(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise _invalid(key, f"expected a number, got {value!r}")
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise _invalid(key, f"expected a number, got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise _invalid(key, f"{number} is outside [0, 1]")
+    return number
 
 
 def _choice(*allowed: str) -> Callable[[str, Any], str]:
@@ -186,6 +201,34 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         _listOf("delete", "compact"),
     ),
     ConfigDef(
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        ConfigType.LONG,
+        24 * 3600 * 1000,
+        _number(0, INT64_MAX),
+    ),
+    ConfigDef(
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        ConfigType.LONG,
+        0,
+        _number(0, INT64_MAX),
+    ),
+    ConfigDef(
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        ConfigType.LONG,
+        INT64_MAX,
+        _number(1, INT64_MAX),
+    ),
+    ConfigDef(
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        ConfigType.DOUBLE,
+        0.5,
+        _ratio,
+    ),
+    ConfigDef(
         "message.timestamp.type",
         "log.message.timestamp.type",
         ConfigType.STRING,
@@ -262,11 +305,16 @@ class BrokerLogDefaults:
         self.numPartitions = _number(1, INT32_MAX)(
             "num.partitions", settings.get("num.partitions", 1)
         )
+        self.maxBrokerPartitions = _number(1, INT32_MAX)(
+            "max.broker.partitions",
+            settings.get("max.broker.partitions", DEFAULT_MAX_BROKER_PARTITIONS),
+        )
 
 
 def validateTopicConfigs(configs: Mapping[str, Any]) -> dict[str, str]:
     """
-    Check topic overrides.
+    Check topic overrides, each on its own (L{checkCombination} checks the
+    keys that constrain each other, once broker defaults are known).
 
     @return: the overrides as strings (what is stored and reported).
     @raise KafkaError: INVALID_CONFIG naming the first bad key.
@@ -347,6 +395,10 @@ class LogConfig:
     flushMs: int
     minInsyncReplicas: int
     compressionType: str
+    deleteRetentionMs: int = 24 * 3600 * 1000
+    minCompactionLagMs: int = 0
+    maxCompactionLagMs: int = INT64_MAX
+    minCleanableDirtyRatio: float = 0.5
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, str], defaults: BrokerLogDefaults) -> LogConfig:
@@ -367,6 +419,10 @@ class LogConfig:
             flushMs=values["flush.ms"],
             minInsyncReplicas=values["min.insync.replicas"],
             compressionType=values["compression.type"],
+            deleteRetentionMs=values["delete.retention.ms"],
+            minCompactionLagMs=values["min.compaction.lag.ms"],
+            maxCompactionLagMs=values["max.compaction.lag.ms"],
+            minCleanableDirtyRatio=values["min.cleanable.dirty.ratio"],
         )
 
     @property
@@ -379,6 +435,39 @@ class LogConfig:
         Whether retention may delete segments (C{delete} in the policy).
         """
         return "delete" in self.cleanupPolicy
+
+    @property
+    def compacts(self) -> bool:
+        """
+        Whether the log cleaner compacts the log (C{compact} in the policy).
+        """
+        return "compact" in self.cleanupPolicy
+
+    @property
+    def rollMs(self) -> int:
+        """
+        The age at which the active segment rolls: C{segment.ms}, or
+        C{max.compaction.lag.ms} if compacted and sooner (Kafka's rule: the
+        cleaner never touches the active segment, so it must roll for the
+        lag to be met).
+        """
+        if self.compacts:
+            return min(self.segmentMs, self.maxCompactionLagMs)
+        return self.segmentMs
+
+
+def checkCombination(config: LogConfig) -> None:
+    """
+    Kafka's checks across keys, for a topic being created or altered.
+
+    @raise KafkaError: INVALID_CONFIG.
+    """
+    if config.minCompactionLagMs > config.maxCompactionLagMs:
+        raise _invalid(
+            "min.compaction.lag.ms",
+            f"conflict topic config setting min.compaction.lag.ms ({config.minCompactionLagMs}) "
+            f"> max.compaction.lag.ms ({config.maxCompactionLagMs})",
+        )
 
 
 def describeTopicConfig(

@@ -5,7 +5,7 @@ directory C{<log dir>/<topic>-<partition>/}.
 After a clean shutdown the segments are trusted as they are (indexes are
 checked lazily when first loaded and rebuilt if missing or malformed).
 After an unclean one, every segment from the one holding the recovery point
-onwards is re-validated batch by batch (header, CRC-32C, contiguous
+onwards is re-validated batch by batch (header, CRC-32C, increasing
 offsets); the first invalid batch and everything after it, including later
 segments, is truncated away, and the indexes of the recovered segments are
 rebuilt.  A corrupted byte below the recovery point is not looked for,
@@ -57,6 +57,8 @@ class FilePartitionLog(PartitionLog):
         self.directory = directory
         self.cache = cache
         super().__init__(topic, partition, config, segments, **kw)
+        for segment in segments:
+            segment.writeLock = self._lock
 
     @classmethod
     def create(
@@ -69,9 +71,20 @@ class FilePartitionLog(PartitionLog):
         nowMs: int,
         *,
         producerIdExpirationMs: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        prepared: bool = False,
     ) -> FilePartitionLog:
-        os.makedirs(directory, exist_ok=True)
-        segment = FileSegment.create(directory, 0, cache, nowMs)
+        """
+        A new partition directory with an empty first segment (replacing
+        leftovers of that name).
+
+        @param prepared: the directory and its empty first segment file
+            exist already (a committed creation): nothing is touched, and
+            nothing is opened until the log is used.
+        """
+        if not prepared:
+            os.makedirs(directory, exist_ok=True)
+            FileSegment.createFile(directory, 0)
+        segment = FileSegment.empty(directory, 0, cache, nowMs)
         segment.indexIntervalBytes = config.indexIntervalBytes
         cache.pin(segment)
         return cls(
@@ -281,6 +294,7 @@ class FilePartitionLog(PartitionLog):
     def _newSegment(self, baseOffset: int, nowMs: int) -> FileSegment:
         segment = FileSegment.create(self.directory, baseOffset, self.cache, nowMs)
         segment.indexIntervalBytes = self.config.indexIntervalBytes
+        segment.writeLock = self._lock
         self.cache.pin(segment)
         return segment
 

@@ -1,19 +1,34 @@
 """
-A bounded LRU of open descriptors for inactive segments.
+Bounded descriptors for segments, shared by every partition of a
+L{kafkatwist.log.LogManager}.
 
-With hundreds of partitions and many segments each, keeping every segment's
-file open would exhaust descriptors.  Policy:
+With thousands of partitions and many segments each, keeping every segment's
+file open would exhaust descriptors (and a creation of many partitions would
+fail half way with EMFILE).  Policy:
 
-  - an active segment (the one being appended to) is I{pinned}: its
-    descriptor stays open for the partition's lifetime and it is never in
-    the LRU;
-  - an inactive segment is opened on first use and enters the LRU; when more
-    than C{maxOpen} inactive segments are open, the least recently used is
-    closed, and its in-memory indexes are dropped too (they load again from
-    the index files on next use), which also bounds index memory;
-  - callers never use a cached descriptor outside the cache's lock: they get
-    an C{os.dup} of it (L{HandleCache.dup}), so eviction can close the
-    original at any time.
+  - nothing is opened before it is used: a new or loaded segment has no
+    descriptor until its first read or write;
+  - an I{active} segment (the one being appended to) is I{pinned}: once
+    open, its descriptor stays open while the partition is written to.  At
+    most C{maxActive} are open; past that the least recently written one is
+    closed (a clock: a segment written since the last sweep gets a second
+    chance), and only when its partition's lock is free, so a descriptor is
+    never closed under a write in progress; the next write opens it again;
+  - an inactive segment is opened on first use and enters an LRU of
+    C{maxOpen}; the least recently used is closed past that, and its
+    in-memory indexes are dropped too (they load again from the index files
+    on next use), which also bounds index memory;
+  - callers never use a cached descriptor outside the cache's lock, except
+    the writer of an active segment under its partition's lock: readers get
+    an C{os.dup} of it (L{HandleCache.dup}), so closing the original never
+    breaks a read or a pending send.
+
+Threads: any thread may call the cache except a reactor thread (eviction
+writes index files and closes descriptors).  In practice that is the handler
+threads (produce, fetch, admin), the log maintenance pool (retention, flush)
+and start-up.  The cache's own lock only guards its bookkeeping: evicting
+picks victims and detaches their descriptors under it, and closes them and
+writes their indexes after releasing it, under each victim's own index lock.
 
 Index files are not held open at all: they are read whole when a segment's
 indexes load and written by path when they are persisted.
@@ -22,30 +37,60 @@ indexes load and written by path when they are persisted.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from collections import OrderedDict
 
-__all__ = ["HandleCache"]
+__all__ = ["HandleCache", "defaultActiveBudget"]
+
+
+def defaultActiveBudget() -> int:
+    """
+    Active segment descriptors allowed by default: half the process's
+    descriptor limit, leaving the rest to connections, inactive segments and
+    fetch regions.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // 2)
 
 
 class HandleCache:
     """
-    The LRU of inactive segments with an open descriptor or loaded indexes,
-    shared by every partition of a L{LogManager}.
+    The descriptors and loaded indexes of segments.
 
-    Segments taking part provide C{pinned} (bool), C{_fd}, C{_openFd()} and
-    C{_evict()}.
+    Segments taking part provide C{pinned} (bool), C{_fd}, C{_used} (set by
+    their writer), C{writeLock} (their partition's lock, for active
+    segments), C{_openFd()} and C{_dropIndexes()}.
+
+    @param maxOpen: inactive segments kept open (and with indexes loaded).
+    @param maxActive: active segment descriptors kept open; by default
+        L{defaultActiveBudget}.
     """
 
-    def __init__(self, maxOpen: int = 256) -> None:
+    def __init__(self, maxOpen: int = 256, maxActive: int | None = None) -> None:
         if maxOpen < 1:
             raise ValueError("maxOpen must be at least 1")
+        if maxActive is None:
+            maxActive = defaultActiveBudget()
+        if maxActive < 1:
+            raise ValueError("maxActive must be at least 1")
         self.maxOpen = maxOpen
+        self.maxActive = maxActive
         self._lock = threading.Lock()
         self._lru: OrderedDict = OrderedDict()
+        self._active: OrderedDict = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._lru)
+
+    @property
+    def openActive(self) -> int:
+        """
+        Active segments with an open descriptor.
+        """
+        return len(self._active)
 
     def dup(self, segment) -> int:
         """
@@ -54,12 +99,23 @@ class HandleCache:
         @raise FileNotFoundError: the segment was deleted.
         """
         with self._lock:
-            fd = segment._fd
-            if fd is None:
-                fd = segment._fd = segment._openFd()
-            if not segment.pinned:
-                self._touchLocked(segment)
-            return os.dup(fd)
+            fd = self._openLocked(segment)
+            victims = self._touchLocked(segment)
+            duplicate = os.dup(fd)
+        _release(victims)
+        return duplicate
+
+    def writerFd(self, segment) -> int:
+        """
+        The descriptor the writer of active C{segment} writes through, opened
+        if it was closed.  Call with the segment's C{writeLock} held, and
+        use the descriptor only while holding it.
+        """
+        with self._lock:
+            fd = self._openLocked(segment)
+            victims = self._touchLocked(segment)
+        _release(victims)
+        return fd
 
     def touch(self, segment) -> None:
         """
@@ -68,24 +124,22 @@ class HandleCache:
         if segment.pinned:
             return
         with self._lock:
-            self._touchLocked(segment)
-
-    def _touchLocked(self, segment) -> None:
-        self._lru[segment] = None
-        self._lru.move_to_end(segment)
-        while len(self._lru) > self.maxOpen:
-            victim, _ = self._lru.popitem(last=False)
-            victim._evict()
+            victims = self._touchLocked(segment)
+        _release(victims)
 
     def pin(self, segment) -> None:
         """
-        Make C{segment} active: keep its descriptor open outside the LRU.
+        Make C{segment} active: its descriptor (once open) leaves the
+        inactive LRU for the active budget.
         """
         with self._lock:
             segment.pinned = True
             self._lru.pop(segment, None)
-            if segment._fd is None:
-                segment._fd = segment._openFd()
+            victims = []
+            if segment._fd is not None:
+                self._active[segment] = None
+                victims = self._evictActiveLocked(segment)
+        _release(victims)
 
     def unpin(self, segment) -> None:
         """
@@ -93,8 +147,9 @@ class HandleCache:
         """
         with self._lock:
             segment.pinned = False
-            if segment._fd is not None:
-                self._touchLocked(segment)
+            self._active.pop(segment, None)
+            victims = self._touchLocked(segment) if segment._fd is not None else []
+        _release(victims)
 
     def forget(self, segment) -> None:
         """
@@ -102,5 +157,71 @@ class HandleCache:
         """
         with self._lock:
             self._lru.pop(segment, None)
+            self._active.pop(segment, None)
             segment.pinned = False
-            segment._evict()
+            fd, segment._fd = segment._fd, None
+        _release([(segment, fd, True)])
+
+    # -- under the lock ----------------------------------------------------------
+
+    def _openLocked(self, segment) -> int:
+        fd = segment._fd
+        if fd is None:
+            fd = segment._fd = segment._openFd()
+            if segment.pinned:
+                self._active[segment] = None
+        return fd
+
+    def _touchLocked(self, segment) -> list:
+        if segment.pinned:
+            segment._used = True
+            return self._evictActiveLocked(segment) if len(self._active) > self.maxActive else []
+        self._lru[segment] = None
+        self._lru.move_to_end(segment)
+        victims = []
+        while len(self._lru) > self.maxOpen:
+            victim, _ = self._lru.popitem(last=False)
+            fd, victim._fd = victim._fd, None
+            victims.append((victim, fd, True))
+        return victims
+
+    def _evictActiveLocked(self, keep) -> list:
+        """
+        Close active descriptors past the budget: a clock over the oldest
+        opened, skipping C{keep}, segments written since the last sweep
+        (once) and segments whose partition is busy.
+        """
+        victims = []
+        active = self._active
+        budget = 2 * len(active)
+        while len(active) > self.maxActive and budget > 0:
+            budget -= 1
+            segment = next(iter(active))
+            if segment is keep or segment._used:
+                segment._used = False
+                active.move_to_end(segment)
+                continue
+            lock = segment.writeLock
+            if lock is not None and not lock.acquire(blocking=False):
+                active.move_to_end(segment)
+                continue
+            try:
+                del active[segment]
+                fd, segment._fd = segment._fd, None
+            finally:
+                if lock is not None:
+                    lock.release()
+            victims.append((segment, fd, False))
+        return victims
+
+
+def _release(victims) -> None:
+    """
+    Outside the cache's lock: close detached descriptors, and drop the
+    indexes of evicted inactive segments.
+    """
+    for segment, fd, dropIndexes in victims:
+        if fd is not None:
+            os.close(fd)
+        if dropIndexes:
+            segment._dropIndexes()

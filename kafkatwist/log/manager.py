@@ -13,16 +13,29 @@ every partition directory holds a copy in C{topic-metadata.json} (topic
 name, id, config overrides and an epoch that each change bumps), written
 atomically.  At start the copy with the highest epoch wins.
 
-File handles: active segments stay open (one descriptor per partition);
-inactive segments share a bounded LRU (C{maxOpenSegments}, see
-L{kafkatwist.log.handles}); index files are never held open.  So a broker
-with P partitions uses about P + maxOpenSegments descriptors, plus one per
-in-flight fetch region.
+File handles (see L{kafkatwist.log.handles}): nothing is opened before
+it is used; active segments' descriptors are bounded by C{maxOpenActive},
+inactive ones share an LRU of C{maxOpenSegments}; index files are never
+held open.  So a broker uses at most maxOpenActive + maxOpenSegments
+descriptors for its logs, plus one per in-flight fetch region, however many
+partitions it hosts.
+
+Topic creation is atomic.  Each new partition directory is first built
+under a staging name, C{<topic>-<partition>.<uuid>-creating}, with its empty
+first segment and its topic metadata (which records the partition count);
+once every one is complete they are renamed to their real names.  The first
+rename is the commit point: a start that finds staging directories renames
+those whose topic's metadata (the newest copy among real directories)
+counts them, and deletes the others -- a creation that failed or was cut
+short leaves nothing behind.  CreatePartitions works the same way, the new
+partitions' metadata carrying the grown count.
 
 Topic deletion renames each partition directory to
 C{<topic>-<partition>.<uuid>-delete} (Kafka's convention) and then removes
 it; a start finding such directories finishes the job.  Fetches already
-holding a region keep reading it through their duplicate descriptor.
+holding a region keep reading it through their duplicate descriptor.  (In
+both marked names the topic is shortened if need be, so the name fits the
+file system's 255 bytes; the metadata inside says which topic it is.)
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from zope.interface import implementer
 
 from kafkatwist.errors import KafkaError
 from kafkatwist.interfaces import ILogManager
+from kafkatwist.errors import ErrorCode
 from kafkatwist.log.checkpoint import (
     CLEAN_SHUTDOWN,
     LOG_START_OFFSET,
@@ -49,10 +63,12 @@ from kafkatwist.log.checkpoint import (
     readCheckpoint,
     writeCheckpoint,
 )
+from kafkatwist.log.atomic import replaceFile, syncDirectory
 from kafkatwist.log.config import LogConfig, validateTopicConfigs
 from kafkatwist.log.filelog import FilePartitionLog
 from kafkatwist.log.handles import HandleCache
 from kafkatwist.log.producerstate import producerIdExpirationMs
+from kafkatwist.log.segment import FileSegment
 from kafkatwist.log.topics import BaseLogManager, TopicState, validateTopicName
 
 __all__ = ["TOPIC_METADATA", "LogManager"]
@@ -62,6 +78,8 @@ log = Logger()
 TOPIC_METADATA = "topic-metadata.json"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _DELETE_SUFFIX = "-delete"
+_CREATE_SUFFIX = "-creating"
+_MAX_FILE_NAME = 255
 
 
 @implementer(ILogManager)
@@ -77,9 +95,11 @@ class LogManager(BaseLogManager):
         C{log.flush.interval.messages}, C{log.flush.interval.ms},
         C{message.max.bytes}, C{log.message.timestamp.type},
         C{log.cleanup.policy}, C{min.insync.replicas}, C{compression.type},
-        C{num.partitions}, C{producer.id.expiration.ms} (other keys are
-        ignored).
+        C{num.partitions}, C{max.broker.partitions},
+        C{producer.id.expiration.ms} (other keys are ignored).
     @param maxOpenSegments: descriptors kept open for inactive segments.
+    @param maxOpenActive: descriptors kept open for active segments (by
+        default half the process's descriptor limit).
     @param clock: milliseconds since the epoch.
     """
 
@@ -89,6 +109,7 @@ class LogManager(BaseLogManager):
         defaults: Mapping[str, Any] | None = None,
         *,
         maxOpenSegments: int = 256,
+        maxOpenActive: int | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(defaults, clock=clock)
@@ -96,7 +117,7 @@ class LogManager(BaseLogManager):
         if not logDirs:
             raise ValueError("at least one log directory is required")
         self.logDirs = [os.path.abspath(d) for d in logDirs]
-        self.cache = HandleCache(maxOpenSegments)
+        self.cache = HandleCache(maxOpenSegments, maxOpenActive)
         self._dirOf: dict[tuple[str, int], str] = {}
         self._lockFds: list[int] = []
         self._closed = False
@@ -132,6 +153,9 @@ class LogManager(BaseLogManager):
         found: dict[str, dict[int, str]] = {}
         metadata: dict[str, list[dict]] = {}
         state: dict[str, tuple[bool, dict, dict]] = {}
+        staged: list[str] = []
+        # partition directory -> its readable metadata copy
+        copies: dict[str, dict] = {}
         for logDir in self.logDirs:
             clean = os.path.exists(os.path.join(logDir, CLEAN_SHUTDOWN))
             state[logDir] = (
@@ -146,6 +170,9 @@ class LogManager(BaseLogManager):
                     continue
                 if name.endswith(_DELETE_SUFFIX):
                     shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if name.endswith(_CREATE_SUFFIX):
+                    staged.append(path)
                     continue
                 match = _PARTITION_DIR.match(name)
                 if not match:
@@ -168,8 +195,11 @@ class LogManager(BaseLogManager):
                 meta = _readMetadata(path)
                 if meta is not None:
                     metadata.setdefault(topic, []).append(meta)
+                    copies[path] = meta
+        for path in staged:
+            self._resolveStaged(path, found, metadata, copies)
         for name, partitions in sorted(found.items()):
-            self._loadTopic(name, partitions, metadata.get(name, []), state, now)
+            self._loadTopic(name, partitions, metadata.get(name, []), copies, state, now)
         for logDir in self.logDirs:
             marker = os.path.join(logDir, CLEAN_SHUTDOWN)
             if os.path.exists(marker):
@@ -177,7 +207,13 @@ class LogManager(BaseLogManager):
         self.writeCheckpoints()
 
     def _loadTopic(
-        self, name: str, partitions: dict[int, str], metas: list[dict], state, now: int
+        self,
+        name: str,
+        partitions: dict[int, str],
+        metas: list[dict],
+        copies: dict[str, dict],
+        state,
+        now: int,
     ) -> None:
         meta = max(metas, key=lambda m: m.get("epoch", 0), default=None)
         overrides = {}
@@ -189,7 +225,7 @@ class LogManager(BaseLogManager):
                     log.warn("Topic {topic}: dropping stored config {error}", topic=name, error=e)
         topicId = uuid.UUID(meta["topicId"]) if meta and "topicId" in meta else uuid.uuid4()
         config = LogConfig.resolve(overrides, self.brokerDefaults)
-        count = max(partitions) + 1
+        count = max(max(partitions) + 1, meta.get("partitions", 0) if meta else 0)
         topic = TopicState(
             name, topicId, count, overrides, config, epoch=meta.get("epoch", 0) if meta else 0
         )
@@ -219,19 +255,138 @@ class LogManager(BaseLogManager):
             )
             self._dirOf[(name, partition)] = logDir
         self._topics[name] = topic
-        self._persistTopic(topic)
+        # Bring the copies that are missing, unreadable or older up to date
+        # (rewriting every copy at every start would cost two fsyncs per
+        # partition).
+        current = _metadata(topic)
+        for partition in range(count):
+            logDir = self._dirOf.get((name, partition))
+            if logDir is None:
+                continue
+            path = self._partitionPath(logDir, name, partition)
+            copy = copies.get(path)
+            if copy is None or {k: copy.get(k) for k in current} != current:
+                _writeMetadata(path, topic)
+
+    def _resolveStaged(self, path: str, found: dict, metadata: dict, copies: dict) -> None:
+        """
+        Finish or undo the creation that left staging directory C{path}.
+        """
+        meta = _readMetadata(path)
+        topic = meta.get("topic") if meta else None
+        partition = meta.get("partition") if meta else None
+        committed = max(metadata.get(topic, []), key=lambda m: m.get("epoch", 0), default=None)
+        if (
+            isinstance(partition, int)
+            and committed is not None
+            and committed.get("topicId") == meta.get("topicId")
+            and partition < committed.get("partitions", 0)
+            and partition not in found.get(topic, {})
+        ):
+            final = self._partitionPath(os.path.dirname(path), topic, partition)
+            os.rename(path, final)
+            log.warn(
+                "Completed the creation of {topic}-{partition} from {path} "
+                "(the broker stopped while creating it)",
+                topic=topic,
+                partition=partition,
+                path=path,
+            )
+            found.setdefault(topic, {})[partition] = final
+            metadata.setdefault(topic, []).append(meta)
+            copies[final] = meta
+            return
+        shutil.rmtree(path, ignore_errors=True)
+        log.warn(
+            "Deleted {path}: a partition whose creation did not finish ({what})",
+            path=path,
+            what=f"{topic}-{partition}" if meta else "no readable topic metadata",
+        )
 
     # -- storage hooks -------------------------------------------------------------
 
     def _partitionPath(self, logDir: str, topic: str, partition: int) -> str:
         return os.path.join(logDir, f"{topic}-{partition}")
 
-    def _pickDir(self) -> str:
+    def _pickDir(self, counts: dict[str, int] | None = None) -> str:
         # Kafka's rule: the directory holding the fewest partitions.
+        if counts is None:
+            counts = self._dirCounts()
+        return min(self.logDirs, key=lambda d: counts[d])
+
+    def _dirCounts(self) -> dict[str, int]:
         counts = {d: 0 for d in self.logDirs}
         for logDir in self._dirOf.values():
             counts[logDir] += 1
-        return min(self.logDirs, key=lambda d: counts[d])
+        return counts
+
+    def _createLogs(self, topic: TopicState, partitions: range) -> list[FilePartitionLog]:
+        """
+        Stage every partition directory, then commit them by renaming (see
+        the module docstring).
+
+        @raise KafkaError: KAFKA_STORAGE_ERROR, with nothing left behind.
+        """
+        token = uuid.uuid4().hex
+        counts = self._dirCounts()
+        staged: list[tuple[str, str, str, int]] = []
+        try:
+            for partition in partitions:
+                logDir = self._pickDir(counts)
+                counts[logDir] += 1
+                path = os.path.join(
+                    logDir, _markedName(topic.name, partition, token, _CREATE_SUFFIX)
+                )
+                os.mkdir(path)
+                staged.append((path, self._partitionPath(logDir, topic.name, partition),
+                               logDir, partition))
+                FileSegment.createFile(path, 0)
+                _writeMetadata(path, topic, partition)
+        except OSError as e:
+            for path, _, _, _ in staged:
+                shutil.rmtree(path, ignore_errors=True)
+            raise _creationFailed(topic, partitions, e) from None
+        committed: list[tuple[str, str]] = []
+        try:
+            for path, final, _, _ in staged:
+                if os.path.lexists(final):
+                    log.warn("Replacing leftover directory {path}", path=final)
+                    shutil.rmtree(final)
+                os.rename(path, final)
+                committed.append((path, final))
+            for logDir in {logDir for _, _, logDir, _ in staged}:
+                syncDirectory(logDir)
+        except OSError as e:
+            for path, final in committed:
+                try:
+                    os.rename(final, path)
+                except OSError as undo:
+                    log.error(
+                        "Could not undo the creation of {path} ({error}): the next start "
+                        "completes it",
+                        path=final,
+                        error=undo,
+                    )
+            for path, _, _, _ in staged:
+                shutil.rmtree(path, ignore_errors=True)
+            raise _creationFailed(topic, partitions, e) from None
+        now = self.clock()
+        logs = []
+        for _, final, logDir, partition in staged:
+            logs.append(
+                FilePartitionLog.create(
+                    final,
+                    self.cache,
+                    topic.name,
+                    partition,
+                    topic.config,
+                    now,
+                    producerIdExpirationMs=self.producerIdExpirationMs,
+                    prepared=True,
+                )
+            )
+            self._dirOf[(topic.name, partition)] = logDir
+        return logs
 
     def _createLog(self, topic: TopicState, partition: int) -> FilePartitionLog:
         logDir = self._pickDir()
@@ -263,7 +418,10 @@ class LogManager(BaseLogManager):
             partitionLog.close(flush=False)
             self._dirOf.pop((topic.name, partitionLog.partition), None)
             path = partitionLog.directory
-            doomed = f"{path}.{uuid.uuid4().hex}{_DELETE_SUFFIX}"
+            doomed = os.path.join(
+                os.path.dirname(path),
+                _markedName(topic.name, partitionLog.partition, uuid.uuid4().hex, _DELETE_SUFFIX),
+            )
             try:
                 os.rename(path, doomed)
             except FileNotFoundError:
@@ -345,18 +503,43 @@ def _readMetadata(path: str) -> dict | None:
         return None
 
 
-def _writeMetadata(path: str, topic: TopicState) -> None:
-    meta = {
+def _markedName(topic: str, partition: int, token: str, suffix: str) -> str:
+    """
+    C{<topic>-<partition>.<token><suffix>}, the topic shortened so the name
+    fits in 255 bytes (topic names are ASCII).
+    """
+    tail = f"-{partition}.{token}{suffix}"
+    return topic[: _MAX_FILE_NAME - len(tail)] + tail
+
+
+def _creationFailed(topic: TopicState, partitions: range, error: OSError) -> KafkaError:
+    log.error(
+        "Could not create partitions {first}-{last} of {topic}, nothing was created: {error}",
+        topic=topic.name,
+        first=partitions.start,
+        last=partitions.stop - 1,
+        error=error,
+    )
+    return KafkaError(
+        ErrorCode.kafka_storage_error,
+        f"could not create the partitions of {topic.name}: {error.strerror or error}",
+    )
+
+
+def _metadata(topic: TopicState) -> dict:
+    return {
         "version": 1,
         "topic": topic.name,
         "topicId": str(topic.topicId),
         "epoch": topic.epoch,
+        "partitions": topic.numPartitions,
         "configs": topic.overrides,
     }
-    target = os.path.join(path, TOPIC_METADATA)
-    temporary = target + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(meta, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, target)
+
+
+def _writeMetadata(path: str, topic: TopicState, partition: int | None = None) -> None:
+    meta = _metadata(topic)
+    if partition is not None:
+        meta["partition"] = partition
+    data = json.dumps(meta, sort_keys=True).encode("utf-8")
+    replaceFile(os.path.join(path, TOPIC_METADATA), data)

@@ -255,7 +255,7 @@ class PartitionLog:
             segment.size + appendBytes > config.segmentBytes
             or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
             or segment.isFull(config.segmentIndexBytes)
-            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.segmentMs
+            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.rollMs
         ):
             return self._roll(nowMs)
         return segment
@@ -301,7 +301,39 @@ class PartitionLog:
 
     # -- read ------------------------------------------------------------------
 
+    def _onView(self, operation):
+        """
+        C{operation(view)} over the published segments; again over the new
+        ones if a segment it used vanished because the view was replaced
+        (retention deleted it, or the cleaner swapped in its cleaned copy).
+
+        @raise FileNotFoundError: a segment vanished without the view
+            changing (the log was deleted).
+        """
+        while True:
+            view = self._view
+            try:
+                return operation(view)
+            except FileNotFoundError:
+                # A cleaner swap removes the old segments' files before it
+                # publishes the new view, all under the lock: wait for it.
+                with self._lock:
+                    if self._view is view:
+                        raise
+
     def read(self, offset: int, maxBytes: int, minOneBatch: bool = True) -> ReadInfo:
+        try:
+            return self._onView(lambda view: self._read(view, offset, maxBytes, minOneBatch))
+        except FileNotFoundError:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} was deleted from {self.topic}-{self.partition}",
+            ) from None
+
+    def _read(self, view, offset: int, maxBytes: int, minOneBatch: bool) -> ReadInfo:
+        # A cleaned log has gaps: the batch holding an offset may be gone,
+        # and the read then starts at the next batch (in this segment or a
+        # later one), as Kafka's does.
         logEndOffset, active, activeSize = self._end
         logStartOffset = self._logStartOffset
         if offset < logStartOffset or offset > logEndOffset:
@@ -312,7 +344,7 @@ class PartitionLog:
             )
         records = b""
         if offset < logEndOffset:
-            bases, segments = self._view
+            bases, segments = view
             if offset < bases[0]:
                 raise KafkaError(
                     ErrorCode.offset_out_of_range,
@@ -322,14 +354,7 @@ class PartitionLog:
             while i < len(segments):
                 segment = segments[i]
                 end = activeSize if segment is active else segment.size
-                try:
-                    found = segment.read(offset, maxBytes, minOneBatch, end)
-                except FileNotFoundError:
-                    # Deleted by retention between the bounds check and now.
-                    raise KafkaError(
-                        ErrorCode.offset_out_of_range,
-                        f"offset {offset} was deleted from {self.topic}-{self.partition}",
-                    ) from None
+                found = segment.read(offset, maxBytes, minOneBatch, end)
                 if found is not None:
                     records = found
                     break
@@ -344,16 +369,19 @@ class PartitionLog:
         )
 
     def offsetForTimestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        try:
+            return self._onView(lambda view: self._offsetForTimestamp(view, timestamp_ms))
+        except FileNotFoundError:
+            return None
+
+    def _offsetForTimestamp(self, view, timestamp_ms: int) -> tuple[int, int] | None:
         logEndOffset, active, activeSize = self._end
         logStartOffset = self._logStartOffset
-        for segment in self._view[1]:
+        for segment in view[1]:
             if segment is not active and segment.largestTimestamp < timestamp_ms:
                 continue
             end = activeSize if segment is active else segment.size
-            try:
-                found = segment.findOffsetByTimestamp(timestamp_ms, end)
-            except FileNotFoundError:
-                continue
+            found = segment.findOffsetByTimestamp(timestamp_ms, end)
             if found is not None:
                 offset, timestamp = found
                 offset = max(offset, logStartOffset)
@@ -365,19 +393,24 @@ class PartitionLog:
         return None
 
     def maxTimestamp(self) -> tuple[int, int] | None:
-        best = None
-        for segment in self._view[1]:
-            try:
-                timestamp = segment.largestTimestamp
-            except FileNotFoundError:
-                continue
-            if timestamp >= 0 and (best is None or timestamp > best[1]):
-                best = (segment.offsetOfLargestTimestamp, timestamp)
+        try:
+            best = self._onView(self._maxTimestamp)
+        except FileNotFoundError:
+            best = None
         if best is None:
             if self.logEndOffset == self.logStartOffset:
                 return None
             # Batches without timestamps: Kafka answers with -1.
             return self.logEndOffset - 1, -1
+        return best
+
+    @staticmethod
+    def _maxTimestamp(view) -> tuple[int, int] | None:
+        best = None
+        for segment in view[1]:
+            timestamp = segment.largestTimestamp
+            if timestamp >= 0 and (best is None or timestamp > best[1]):
+                best = (segment.offsetOfLargestTimestamp, timestamp)
         return best
 
     # -- deletion --------------------------------------------------------------

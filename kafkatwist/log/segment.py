@@ -32,6 +32,7 @@ from twisted.logger import Logger
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
+from kafkatwist.log.throttle import storageLog
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, batchError
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
@@ -74,6 +75,10 @@ class Segment:
     """
 
     pinned = False
+    #: the partition's lock while the segment is active (see
+    #: L{kafkatwist.log.handles})
+    writeLock = None
+    _used = False
 
     def __init__(self, baseOffset: int, size: int, createdMs: int) -> None:
         self.baseOffset = baseOffset
@@ -440,10 +445,34 @@ class FileSegment(Segment):
         """
         A new empty segment (replacing any leftover files of that name).
         """
+        segment = cls.empty(directory, baseOffset, cache, nowMs)
+        segment._fd = cls.createFile(directory, baseOffset, keepOpen=True)
+        return segment
+
+    @staticmethod
+    def createFile(directory: str, baseOffset: int, *, keepOpen: bool = False) -> int | None:
+        """
+        Create (or empty) the log file of the segment at C{baseOffset},
+        removing its index files.
+
+        @return: the open descriptor if C{keepOpen}.
+        """
+        for suffix in (".index", ".timeindex"):
+            _unlinkQuietly(os.path.join(directory, segmentFileName(baseOffset, suffix)))
+        path = os.path.join(directory, segmentFileName(baseOffset, ".log"))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        if keepOpen:
+            return fd
+        os.close(fd)
+        return None
+
+    @classmethod
+    def empty(cls, directory: str, baseOffset: int, cache, nowMs: int) -> FileSegment:
+        """
+        The segment of an empty log file that was just created, and has no
+        index files yet; nothing is opened until it is used.
+        """
         segment = cls(directory, baseOffset, cache, size=0, createdMs=nowMs)
-        for path in (segment.indexPath, segment.timeIndexPath):
-            _unlinkQuietly(path)
-        segment._fd = os.open(segment.logPath, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         segment._offsetIndex, segment._timeIndex = OffsetIndex(baseOffset), TimeIndex(baseOffset)
         return segment
 
@@ -464,12 +493,23 @@ class FileSegment(Segment):
             raise FileNotFoundError(self.logPath)
         return os.open(self.logPath, os.O_RDWR)
 
-    def _evict(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-        if not self.pinned:
-            self.persistIndexes()
+    def _dropIndexes(self) -> None:
+        # The handle cache evicted this inactive segment: keep index memory
+        # bounded too.  A segment made active again keeps its indexes.
+        with self._indexLock:
+            if self.pinned or self._offsetIndex is None:
+                return
+            try:
+                self.persistIndexes()
+            except OSError as e:
+                # Keep them in memory; the next eviction tries again.
+                storageLog.warn(
+                    (self.indexPath, "persist"),
+                    "Could not write the indexes of {path}: {error}",
+                    path=self.logPath,
+                    error=e,
+                )
+                return
             self._offsetIndex = self._timeIndex = None
 
     def _touch(self) -> None:
@@ -479,7 +519,13 @@ class FileSegment(Segment):
         return _FileReader(self.cache.dup(self))
 
     def _write(self, data, position: int) -> None:
+        # Under the partition's lock (the segment's writeLock), so the handle
+        # cache cannot close the descriptor under this write.
         fd = self._fd
+        if fd is None:
+            fd = self.cache.writerFd(self)
+        else:
+            self._used = True
         view = memoryview(data)
         written = 0
         try:
@@ -572,8 +618,9 @@ class FileSegment(Segment):
 
     def recover(self, indexIntervalBytes: int) -> int:
         """
-        Re-validate every batch (header, CRC, contiguous offsets), rebuild
-        both indexes, and truncate at the first invalid batch.
+        Re-validate every batch (header, CRC, increasing offsets: a cleaned
+        segment has gaps), rebuild both indexes, and truncate at the first
+        invalid batch.
 
         @return: bytes truncated.
         """
@@ -600,9 +647,9 @@ class FileSegment(Segment):
                     if len(chunk) - at < need <= remaining:
                         chunk = memoryview(reader.pread(max(need, _RECOVERY_CHUNK), position))
                         chunkStart, at = position, 0
-                header, error = batchError(chunk, at, len(chunk) - at)
-                if error is None and header.baseOffset != expected:
-                    error = f"offset {header.baseOffset} where {expected} was expected"
+                header, error = batchError(chunk, at, len(chunk) - at, cleaned=True)
+                if error is None and header.baseOffset < expected:
+                    error = f"offset {header.baseOffset} where {expected} or more was expected"
                 if error is not None:
                     reason = str(error)
                     break

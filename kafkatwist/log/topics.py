@@ -6,6 +6,7 @@ not depend on storage.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -22,6 +23,7 @@ from kafkatwist.log.config import (
     ConfigEntry,
     LogConfig,
     applyConfigChanges,
+    checkCombination,
     describeTopicConfig,
     validateTopicConfigs,
 )
@@ -166,6 +168,7 @@ class BaseLogManager:
             )
         overrides = validateTopicConfigs(configs or {})
         config = LogConfig.resolve(overrides, self.brokerDefaults)
+        checkCombination(config)
         with self._lock:
             if name in self._topics:
                 raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
@@ -177,17 +180,11 @@ class BaseLogManager:
                         f"topic {name!r} collides with existing topic {existing!r} "
                         "('.' and '_' are equivalent)",
                     )
+            self._checkBrokerPartitions(numPartitions)
             topic = TopicState(name, topicId or uuid.uuid4(), numPartitions, overrides, config)
             if validateOnly:
                 return topic.info()
-            created = []
-            try:
-                for partition in range(numPartitions):
-                    created.append(self._createLog(topic, partition))
-            except BaseException:
-                self._deleteLogs(topic, created)
-                raise
-            for log in created:
+            for log in self._createLogs(topic, range(numPartitions)):
                 self._logs[(name, log.partition)] = log
             self._topics[name] = topic
         _log.info(
@@ -219,11 +216,14 @@ class BaseLogManager:
                     f"topic currently has {topic.numPartitions} partitions, "
                     f"{totalCount} would not be an increase",
                 )
+            self._checkBrokerPartitions(totalCount - topic.numPartitions)
             if validateOnly:
                 return TopicInfo(name, topic.topicId, totalCount, dict(topic.overrides))
-            for partition in range(topic.numPartitions, totalCount):
-                self._logs[(name, partition)] = self._createLog(topic, partition)
-                topic.numPartitions = partition + 1
+            grown = dataclasses.replace(topic, numPartitions=totalCount, epoch=topic.epoch + 1)
+            for log in self._createLogs(grown, range(topic.numPartitions, totalCount)):
+                self._logs[(name, log.partition)] = log
+            topic.numPartitions, topic.epoch = totalCount, grown.epoch
+            self._persistTopic(topic)
         _log.info("Topic {topic} now has {partitions} partitions", topic=name, partitions=totalCount)
         return topic.info()
 
@@ -236,6 +236,7 @@ class BaseLogManager:
             topic = self._topic(name)
             overrides = applyConfigChanges(topic.overrides, changes, self.brokerDefaults)
             config = LogConfig.resolve(overrides, self.brokerDefaults)
+            checkCombination(config)
             if validateOnly:
                 return TopicInfo(name, topic.topicId, topic.numPartitions, overrides)
             topic.overrides, topic.config = overrides, config
@@ -268,7 +269,38 @@ class BaseLogManager:
         """
         return sum(1 for log in self.logs() if log.maybeFlush(now_ms))
 
+    def _checkBrokerPartitions(self, adding: int) -> None:
+        """
+        C{max.broker.partitions} (KIP-578's name): every partition costs
+        memory, descriptors and start-up time.  Call with the lock held.
+
+        @raise KafkaError: POLICY_VIOLATION.
+        """
+        limit = self.brokerDefaults.maxBrokerPartitions
+        hosted = len(self._logs)
+        if hosted + adding > limit:
+            raise KafkaError(
+                ErrorCode.policy_violation,
+                f"Adding {adding} partition(s) to the {hosted} this broker hosts would exceed "
+                f"max.broker.partitions={limit}.",
+            )
+
     # -- storage hooks ---------------------------------------------------------------
+
+    def _createLogs(self, topic: TopicState, partitions: range) -> list:
+        """
+        Create the logs of C{partitions} of C{topic} (whose
+        C{numPartitions} and C{epoch} are what the topic will have): all of
+        them, or -- raising -- none.
+        """
+        created = []
+        try:
+            for partition in partitions:
+                created.append(self._createLog(topic, partition))
+        except BaseException:
+            self._deleteLogs(topic, created)
+            raise
+        return created
 
     def _createLog(self, topic: TopicState, partition: int):
         raise NotImplementedError

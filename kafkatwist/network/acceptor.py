@@ -154,7 +154,7 @@ class Acceptor:
                 continue
             processor = self.processors[self._next]
             self._next = (self._next + 1) % len(self.processors)
-            processor.accept(sock, self.listener)
+            processor.accept(sock, self.listener, host)
 
     def _pauseAccepting(self) -> None:
         if self._reading:

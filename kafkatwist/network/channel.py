@@ -75,8 +75,9 @@ class MemoryPool:
     Bounds the bytes held by queued requests (C{queued.max.request.bytes}).
 
     As Kafka's C{SimpleMemoryPool}, an allocation succeeds while any memory
-    is left, so one request larger than the pool still goes through when the
-    pool is idle rather than waiting forever.  A capacity of -1 never refuses.
+    is left, so a request never waits for more than the pool holds.
+    (Connections refuse frames larger than the whole pool before asking.)
+    A capacity of -1 never refuses.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -167,19 +168,29 @@ class RequestChannel:
                 self._queue.put(accepted[i : i + size])
         return len(accepted)
 
-    def receiveRequests(self, timeout: float | None = None) -> list[Request] | None:
+    def sendCall(self, f, *args) -> None:
         """
-        Block until a batch of requests is queued.
+        Have a handler thread run C{f(*args)}: work that must not run on a
+        reactor thread (disk reads for a parked Fetch that expired, file
+        reads for TLS).  Never refused, and not counted against the
+        capacity: each call stands for a request already admitted.  Safe
+        from any thread.
+        """
+        self._queue.put((f, args))
 
-        @return: the batch; an empty list on timeout; C{None} once the
-            channel is closed.
+    def receiveRequests(self, timeout: float | None = None) -> list[Request] | tuple | None:
+        """
+        Block until a batch of requests (or a call) is queued.
+
+        @return: the batch; a C{(f, args)} tuple from L{sendCall}; an empty
+            list on timeout; C{None} once the channel is closed.
         """
         try:
             batch = self._queue.get(timeout=timeout)
         except queue.Empty:
             return []
-        if batch is None:
-            return None
+        if batch is None or batch.__class__ is tuple:
+            return batch
         blocked = None
         with self._lock:
             self._count -= len(batch)

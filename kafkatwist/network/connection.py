@@ -11,9 +11,15 @@ socket, so responses leave in request order.  Muting is lazy: reading only
 stops when more bytes actually arrive while a request is in flight, which a
 ping-pong client never does, and saves two C{epoll_ctl} calls per request.
 
-Memory: the frame's size is reserved from the L{MemoryPool} as soon as the
-size prefix is read (KIP-72); if the pool is exhausted, reading stops until
-memory is released.
+Memory (C{queued.max.request.bytes}, KIP-72): a frame's size is reserved
+from the L{MemoryPool} once all its bytes have arrived, when it becomes a
+queued request; if the pool is exhausted, the connection holds that one
+frame and reads no further until memory is released.  Kafka reserves as
+soon as the size prefix is read, so one connection announcing a large frame
+and sending it slowly holds the pool, and every other connection stops
+reading; here a slow sender holds only its own partial frame.  A frame
+larger than the whole pool could never be queued: the connection is closed
+at once, with one log line.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
 from kafkatwist.network.channel import Request
+from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.transport import (
     BufferedTransportLayer,
     PlaintextTransportLayer,
@@ -75,7 +82,7 @@ class RequestContext:
     TLS principal is the one known once the handshake completed).
     """
 
-    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId")
+    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId", "pending")
 
     def __init__(self, connection: "KafkaConnection", header) -> None:
         self._connection = connection
@@ -83,6 +90,8 @@ class RequestContext:
         self.apiVersion = header.apiVersion
         self.correlationId = header.correlationId
         self.clientId = header.clientId
+        #: the L{PendingResponse} once C{respondLater} was called
+        self.pending = None
 
     connectionId = property(lambda self: self._connection.connectionId)
     listenerName = property(lambda self: self._connection.listenerName)
@@ -90,6 +99,17 @@ class RequestContext:
     principal = property(lambda self: self._connection.layer.principal)
     clientAddress = property(lambda self: self._connection.clientAddress)
     clock = property(lambda self: self._connection.owner.clock)
+
+    def respondLater(self) -> PendingResponse:
+        """
+        See L{IRequestContext.respondLater}: completions are posted to the
+        Processor that owns the connection.
+        """
+        if self.pending is not None:
+            raise RuntimeError(f"respondLater called twice for {self!r}")
+        connection = self._connection
+        self.pending = PendingResponse(connection.owner.callInThread, connection.isOpen, self)
+        return self.pending
 
     def __repr__(self) -> str:
         return (
@@ -103,7 +123,8 @@ class KafkaConnection(Protocol):
     """
     @ivar owner: the Processor (or a test double) providing C{clock},
         C{submit(request)}, C{supportedVersions}, C{memoryPool},
-        C{maxRequestSize}, C{connectionOpened(c)} and C{connectionClosed(c)}.
+        C{maxRequestSize}, C{connectionOpened(c)}, C{connectionClosed(c)},
+        C{callInThread(f, *args)} and C{offload(f, args, then)}.
     @ivar lastActive: C{owner.clock.seconds()} of the last byte in or out.
     """
 
@@ -113,13 +134,15 @@ class KafkaConnection(Protocol):
         self.index = index
         self.connectionId = "unconnected"
         self.clientAddress = ("", 0)
+        #: the host the connection quotas counted this connection under
+        #: (set by the Processor that adopted it), released when it closes
+        self.quotaHost: str | None = None
         self.layer = None
         self.lastActive = 0.0
         self.closed = False
         self.closeReason: str | None = None
         self._buffer = bytearray()
         self._frameSize = -1
-        self._reserved = 0
         self._inflight = False
         self._waitingForMemory = False
         self._muted = False
@@ -139,7 +162,7 @@ class KafkaConnection(Protocol):
     def connectionMade(self) -> None:
         transport = self.transport
         if ISSLTransport.providedBy(transport):
-            self.layer = SslTransportLayer(transport)
+            self.layer = SslTransportLayer(transport, self.owner.offload)
             # TLS buffers what we write: stop reading while it is backed up.
             transport.registerProducer(self, True)
         elif isinstance(transport, tcp.Connection):
@@ -156,6 +179,12 @@ class KafkaConnection(Protocol):
         self.lastActive = self._seconds()
         self.owner.connectionOpened(self)
 
+    def isOpen(self) -> bool:
+        """
+        Whether a response would still be sent (in the Processor's thread).
+        """
+        return not (self.closed or self._closing)
+
     def handshakeCompleted(self) -> None:
         self.layer.handshakeCompleted()
 
@@ -165,9 +194,6 @@ class KafkaConnection(Protocol):
             self._abortCall.cancel()
         self._abortCall = None
         self._dropChunks()
-        if self._reserved:
-            self.owner.memoryPool.release(self._reserved)
-            self._reserved = 0
         self._buffer = bytearray()
         if self.closeReason is None:
             self.closeReason = reason.getErrorMessage() if reason is not None else "closed"
@@ -222,22 +248,29 @@ class KafkaConnection(Protocol):
                         f"{self.owner.maxRequestSize})"
                     )
                     return
-                if not self.owner.memoryPool.tryAllocate(size, self._memoryAvailable):
-                    self._waitingForMemory = True
+                pool = self.owner.memoryPool
+                if 0 <= pool.capacity < size:
+                    self.close(
+                        f"request of {size} bytes can never fit in "
+                        f"queued.max.request.bytes={pool.capacity}"
+                    )
                     return
                 self._frameSize = size
-                self._reserved = size
             end = 4 + self._frameSize
             if len(buffer) < end:
                 if end - len(buffer) > DEFAULT_READ_SIZE or self._readsGrown:
                     self._growReads(end - len(buffer))
                 return
+            if not self.owner.memoryPool.tryAllocate(self._frameSize, self._memoryAvailable):
+                self._waitingForMemory = True
+                return
+            memory = self._frameSize
             frame = bytes(memoryview(buffer)[4:end])
             del buffer[:end]
             self._frameSize = -1
             if self._readsGrown:
                 self._growReads(0)
-            self._frameReceived(frame)
+            self._frameReceived(frame, memory)
 
     def _growReads(self, missing: int) -> None:
         # One recv per 64 KiB would copy a 1 MiB request sixteen times over;
@@ -259,8 +292,7 @@ class KafkaConnection(Protocol):
         self._takeRequests()
         self._updateReading()
 
-    def _frameReceived(self, frame: bytes) -> None:
-        memory, self._reserved = self._reserved, 0
+    def _frameReceived(self, frame: bytes, memory: int) -> None:
         try:
             header = parseRequestHeader(frame)
         except MalformedHeader as e:
@@ -314,11 +346,13 @@ class KafkaConnection(Protocol):
 
     def pauseProducing(self) -> None:
         self._writePaused = True
+        self.layer.setWritePaused(True)
         self._updateReading()
 
     def resumeProducing(self) -> None:
         self._writePaused = False
         self._updateReading()
+        self.layer.setWritePaused(False)
 
     def stopProducing(self) -> None:
         pass
@@ -346,6 +380,8 @@ class KafkaConnection(Protocol):
         self._send()
 
     def _send(self) -> None:
+        if self.closed:
+            return
         chunks = self._chunks
         layer = self.layer
         while chunks:

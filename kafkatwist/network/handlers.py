@@ -4,9 +4,11 @@ take requests from the RequestChannel, decode them, call the handler plugin
 for their ApiKey, encode the answer and send it to the Processor that owns
 the connection.
 
-A handler may answer later with a Deferred (long-poll Fetch, JoinGroup);
-the thread moves on at once, and whichever thread fires the Deferred sends
-the response.
+A handler may answer later (long-poll Fetch, JoinGroup): it calls
+C{context.respondLater()} and returns the pending response's Deferred; the
+thread moves on at once.  Whoever completes it posts the answer to the
+Processor that owns the connection, where the Deferred fires and the
+response is encoded and written (L{kafkatwist.network.pending}).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class HandlerPool:
         self.numThreads = numThreads
         self.cpus = cpus
         self._threads: list[threading.Thread] = []
+        self._warnedLegacy: set[str] = set()
 
     def start(self) -> None:
         for index in range(self.numThreads):
@@ -63,7 +66,13 @@ class HandlerPool:
             batch = receive()
             if batch is None:
                 return
-            if len(batch) == 1:
+            if batch.__class__ is tuple:
+                f, args = batch
+                try:
+                    f(*args)
+                except Exception:
+                    log.failure("Error in {f}, run on a request handler thread", f=f)
+            elif len(batch) == 1:
                 response = self.handle(batch[0])
                 if response is not None:
                     batch[0].processor.sendResponse(response)
@@ -118,11 +127,22 @@ class HandlerPool:
             request.handler = handler
             result = handler.handle(request.context, body)
         except Exception:
+            self._abandon(request)
             return self._done(request, self._failed(Failure(), request))
         if isinstance(result, Deferred):
             self._release(request)
-            result.addCallbacks(self._later, self._laterFailed, (request,), None, (request,))
+            pending = request.context.pending
+            if pending is not None:
+                # Fires on the connection's Processor thread, after this.
+                result.addCallbacks(
+                    self._answered, self._answerFailed, (request,), None, (request,)
+                )
+                pending.handedOver()
+            else:
+                self._legacyDeferred(handler, result)
+                result.addCallbacks(self._later, self._laterFailed, (request,), None, (request,))
             return None
+        self._abandon(request)
         return self._done(request, self._encode(request, result))
 
     def _done(self, request: Request, response: Response) -> Response:
@@ -155,6 +175,37 @@ class HandlerPool:
             context=request.context,
         )
         return Response(request, None, close=True, reason=f"handler error: {failure.getErrorMessage()}")
+
+    @staticmethod
+    def _abandon(request: Request) -> None:
+        pending = request.context.pending
+        if pending is not None:
+            pending.abandon()
+
+    def _legacyDeferred(self, handler, result: Deferred) -> None:
+        # A Deferred not from context.respondLater() may fire on any thread,
+        # possibly while callbacks are being added here.  Still served (its
+        # answer is posted to the Processor), but said once per handler.
+        if result.called:
+            return
+        name = type(handler).__qualname__
+        if name in self._warnedLegacy:
+            return
+        self._warnedLegacy.add(name)
+        log.warn(
+            "{handler} answers with a Deferred not from context.respondLater(); "
+            "such Deferreds are deprecated (see docs/plugins.md)",
+            handler=name,
+        )
+
+    def _answered(self, result, request: Request) -> None:
+        # In the Processor's thread (a pending response fires there).
+        request.completedAt = time.monotonic()
+        request.connection.sendResponse(self._encode(request, result))
+
+    def _answerFailed(self, failure: Failure, request: Request) -> None:
+        request.completedAt = time.monotonic()
+        request.connection.sendResponse(self._failed(failure, request))
 
     def _later(self, result, request: Request) -> None:
         request.completedAt = time.monotonic()

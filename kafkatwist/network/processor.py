@@ -37,8 +37,11 @@ class _ConnectionFactory(Factory):
         self.listenerName = listenerName
 
     def buildProtocol(self, addr):
-        self.processor._connectionIndex += 1
-        return KafkaConnection(self.processor, self.listenerName, self.processor._connectionIndex)
+        processor = self.processor
+        processor._connectionIndex += 1
+        connection = KafkaConnection(processor, self.listenerName, processor._connectionIndex)
+        connection.quotaHost = processor._adoptingHost
+        return connection
 
 
 class Processor:
@@ -69,6 +72,8 @@ class Processor:
         self.supportedVersions = server.supportedVersions
         self.connections: set[KafkaConnection] = set()
         self._connectionIndex = 0
+        #: the host the Acceptor counted the socket being adopted under
+        self._adoptingHost: str | None = None
         self._calls: deque = deque()
         self._wakePending = False
         self._pending: list = []
@@ -126,6 +131,21 @@ class Processor:
             self._wakePending = True
             self.reactor.callFromThread(self._runCalls)
 
+    def offload(self, f, args, then) -> None:
+        """
+        Run C{f(*args)} on a request handler thread (disk reads a connection
+        needs), then C{then(result)} back in this thread; C{result} is the
+        exception if C{f} raised one.
+        """
+        self.server.channel.sendCall(self._offloaded, f, args, then)
+
+    def _offloaded(self, f, args, then) -> None:
+        try:
+            result = f(*args)
+        except Exception as e:
+            result = e
+        self.callInThread(then, result)
+
     def _runCalls(self) -> None:
         self._wakePending = False
         calls = self._calls
@@ -138,13 +158,20 @@ class Processor:
 
     # -- from the Acceptor ---------------------------------------------------
 
-    def accept(self, sock, listener) -> None:
+    def accept(self, sock, listener, host: str) -> None:
         """
         Take over an accepted socket (called in the main thread).
-        """
-        self.callInThread(self._adopt, sock, listener)
 
-    def _adopt(self, sock, listener) -> None:
+        @param host: the peer's address as accept() gave it, which the
+            connection quotas counted it under.
+        """
+        self.callInThread(self._adopt, sock, listener, host)
+
+    def _adopt(self, sock, listener, host: str) -> None:
+        # The quota is released under the host it was taken for: asking the
+        # socket again (getpeername) fails once the peer has reset it, and
+        # the per-IP count would leak.
+        self._adoptingHost = host
         try:
             if self._stopping:
                 raise RuntimeError("shutting down")
@@ -154,9 +181,15 @@ class Processor:
                 sock.fileno(), sock.family, self._factories[listener.name]
             )
         except Exception as e:
-            log.warn("Could not adopt connection on {listener}: {e}", listener=listener.name, e=e)
-            self.server.quotas.release(_peerHost(sock))
+            log.warn(
+                "Could not adopt connection from {host} on {listener}: {e}",
+                host=host,
+                listener=listener.name,
+                e=e,
+            )
+            self.server.quotas.release(host)
         finally:
+            self._adoptingHost = None
             sock.close()
 
     # -- connections ---------------------------------------------------------
@@ -173,7 +206,8 @@ class Processor:
 
     def connectionClosed(self, connection: KafkaConnection) -> None:
         self.connections.discard(connection)
-        self.server.quotas.release(connection.clientAddress[0])
+        if connection.quotaHost is not None:
+            self.server.quotas.release(connection.quotaHost)
         self.server.connectionClosed(connection)
         log.info(
             "Connection {connectionId} closed: {reason}",
@@ -287,9 +321,3 @@ class Processor:
             self._idleSweep.stop()
         self.reactor.callLater(0, self.reactor.stop)
 
-
-def _peerHost(sock) -> str:
-    try:
-        return sock.getpeername()[0]
-    except OSError:
-        return ""

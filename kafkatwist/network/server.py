@@ -57,6 +57,8 @@ class SocketServer:
                 config["ssl.key.password"],
                 config["ssl.truststore.location"],
                 config["ssl.client.auth"],
+                config["ssl.enabled.protocols"],
+                config["ssl.cipher.suites"],
             )
         #: CPUs the Processors and handler threads keep to (None: any)
         self.requestThreadCpus = requestThreadCpus(config["request.threads.cpu.affinity"], availableCpus())
@@ -106,6 +108,9 @@ class SocketServer:
         for processor in self.processors:
             processor.start()
         self.handlerPool.start()
+        useHandlerThreads = getattr(self.broker, "useHandlerThreads", None)
+        if useHandlerThreads is not None:
+            useHandlerThreads(self.channel.sendCall)
         for acceptor in self.acceptors:
             acceptor.startListening()
 
@@ -140,3 +145,8 @@ class SocketServer:
         )
         if not joined:
             log.warn("Some request handler threads did not stop in time")
+        # Nothing takes calls off the channel any more: what still comes
+        # (shutdown work) runs where it is asked.
+        useHandlerThreads = getattr(self.broker, "useHandlerThreads", None)
+        if useHandlerThreads is not None:
+            useHandlerThreads(None)

@@ -1,14 +1,147 @@
 """
-Server-side TLS settings from Kafka's PEM options.
+Server-side TLS settings from Kafka's PEM options, C{ssl.enabled.protocols}
+and C{ssl.cipher.suites}.
+
+Defaults: TLS 1.2 and 1.3; for TLS 1.2 only forward-secret AEAD suites
+(ECDHE with AES-GCM or ChaCha20-Poly1305) -- no static-RSA key exchange,
+no CBC -- and every TLS 1.3 suite (all are).  Kafka leaves the suites to the
+JVM; naming them here keeps a broker's defaults from depending on the
+OpenSSL it happens to run on.
 """
 
 from __future__ import annotations
 
 from OpenSSL import SSL
 from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.config import ConfigError
+
+log = Logger()
+
+#: C{ssl.enabled.protocols} names (Kafka's, from Java) -> OpenSSL versions
+PROTOCOLS = {"TLSv1.2": SSL.TLS1_2_VERSION, "TLSv1.3": SSL.TLS1_3_VERSION}
+#: older names Kafka accepts when the JVM allows them; refused here
+OBSOLETE_PROTOCOLS = ("SSLv2", "SSLv3", "TLSv1", "TLSv1.1")
+
+#: TLS 1.3 suites: the same names in Kafka (IANA) and OpenSSL
+TLS13_SUITES = (
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+    "TLS_AES_128_CCM_SHA256",
+    "TLS_AES_128_CCM_8_SHA256",
+)
+
+#: TLS 1.2 suites by the IANA names Kafka's C{ssl.cipher.suites} uses, with
+#: their OpenSSL names (OpenSSL names are accepted as they are, too)
+TLS12_SUITES = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256": "DHE-RSA-AES128-GCM-SHA256",
+    "TLS_DHE_RSA_WITH_AES_256_GCM_SHA384": "DHE-RSA-AES256-GCM-SHA384",
+    "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "DHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA384": "ECDHE-ECDSA-AES256-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384": "ECDHE-RSA-AES256-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_DHE_RSA_WITH_AES_128_CBC_SHA256": "DHE-RSA-AES128-SHA256",
+    "TLS_DHE_RSA_WITH_AES_256_CBC_SHA256": "DHE-RSA-AES256-SHA256",
+    "TLS_DHE_RSA_WITH_AES_128_CBC_SHA": "DHE-RSA-AES128-SHA",
+    "TLS_DHE_RSA_WITH_AES_256_CBC_SHA": "DHE-RSA-AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_256_CBC_SHA256": "AES256-SHA256",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+}
+
+#: the TLS 1.2 suites used when C{ssl.cipher.suites} is empty: forward
+#: secret (ECDHE; DHE would need parameters of our own) and AEAD
+DEFAULT_TLS12_SUITES = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+)
+
+
+def protocolRange(names) -> tuple[int, int]:
+    """
+    @param names: C{ssl.enabled.protocols}.
+    @return: the lowest and highest OpenSSL protocol versions.
+    @raise ConfigError: for an empty list, an unknown or obsolete name.
+    """
+    versions = []
+    for name in names:
+        if name in OBSOLETE_PROTOCOLS:
+            raise ConfigError(
+                "ssl.enabled.protocols", f"{name} is not supported (obsolete and insecure)"
+            )
+        if name not in PROTOCOLS:
+            raise ConfigError(
+                "ssl.enabled.protocols", f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})"
+            )
+        versions.append(PROTOCOLS[name])
+    if not versions:
+        raise ConfigError("ssl.enabled.protocols", "no protocol enabled")
+    return min(versions), max(versions)
+
+
+def _isOpenSSLSuite(name: str) -> bool:
+    # One TLS 1.2 suite name, not a cipher string such as HIGH or ALL: the
+    # list it selects must be exactly that suite.
+    context = SSL.Context(SSL.TLS_SERVER_METHOD)
+    try:
+        context.set_cipher_list(name.encode("ascii"))
+    except (SSL.Error, UnicodeEncodeError):
+        return False
+    selected = [c for c in SSL.Connection(context, None).get_cipher_list() if c not in TLS13_SUITES]
+    return selected == [name]
+
+
+def cipherSuites(names) -> tuple[list[str], list[str]]:
+    """
+    @param names: C{ssl.cipher.suites}, by Kafka (IANA) or OpenSSL names;
+        empty for the defaults.
+    @return: OpenSSL names of the TLS 1.2 suites and of the TLS 1.3 suites
+        (an empty TLS 1.3 list means OpenSSL's, all forward-secret AEAD).
+    @raise ConfigError: for an unknown name.
+    """
+    if not names:
+        return list(DEFAULT_TLS12_SUITES), []
+    tls12, tls13 = [], []
+    for name in names:
+        if name in TLS13_SUITES:
+            tls13.append(name)
+        elif name in TLS12_SUITES:
+            tls12.append(TLS12_SUITES[name])
+        elif _isOpenSSLSuite(name):
+            tls12.append(name)
+        else:
+            raise ConfigError("ssl.cipher.suites", f"unknown cipher suite {name!r}")
+    weak = [
+        n for n in tls12
+        if not n.startswith(("ECDHE-", "DHE-")) or ("GCM" not in n and "POLY1305" not in n)
+    ]
+    if weak:
+        log.warn(
+            "ssl.cipher.suites enables TLS 1.2 suites without forward secrecy or AEAD: {weak}",
+            weak=", ".join(weak),
+        )
+    return tls12, tls13
 
 
 @implementer(IOpenSSLServerConnectionCreator)
@@ -23,12 +156,42 @@ class ServerContextFactory:
         (C{ssl.truststore.location}).
     @param clientAuth: C{none}, C{requested} or C{required}
         (C{ssl.client.auth}).
+    @param protocols: C{ssl.enabled.protocols}.
+    @param suites: C{ssl.cipher.suites} (empty: the defaults).
     """
 
-    def __init__(self, keystore: str, password: str | None, truststore: str | None, clientAuth: str):
+    def __init__(
+        self,
+        keystore: str,
+        password: str | None,
+        truststore: str | None,
+        clientAuth: str,
+        protocols=("TLSv1.2", "TLSv1.3"),
+        suites=(),
+    ):
+        lowest, highest = protocolRange(protocols)
+        tls12, tls13 = cipherSuites(suites)
+        # As the JVM does, a protocol none of the listed suites can serve is
+        # not negotiated; if that leaves none, say so now.
+        if suites and not tls13:
+            highest = min(highest, SSL.TLS1_2_VERSION)
+        if not tls12:
+            lowest = max(lowest, SSL.TLS1_3_VERSION)
+        if lowest > highest:
+            raise ConfigError(
+                "ssl.cipher.suites",
+                f"no suite listed for the enabled protocols {', '.join(protocols)}",
+            )
         context = SSL.Context(SSL.TLS_SERVER_METHOD)
-        context.set_min_proto_version(SSL.TLS1_2_VERSION)
-        context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE)
+        context.set_min_proto_version(lowest)
+        context.set_max_proto_version(highest)
+        context.set_options(
+            SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_RENEGOTIATION
+        )
+        if tls12:
+            context.set_cipher_list(":".join(tls12).encode("ascii"))
+        if tls13:
+            context.set_tls13_ciphersuites(":".join(tls13).encode("ascii"))
         if password is not None:
             context.set_passwd_cb(lambda *args: password.encode("utf-8"))
         try:

@@ -6,7 +6,8 @@ buffer is empty (one C{sendmsg}, no extra reactor round trip) and sends record
 data from segment files with C{os.sendfile}, so it never passes through
 Python.  L{SslTransportLayer} hands everything to Twisted's TLS protocol,
 reading file regions into memory first, as Kafka's C{SslTransportLayer}
-must.
+must -- in bounded chunks, read on a request handler thread (no disk I/O on
+a Processor), one chunk ahead of the socket and no further.
 
 Both expose the same small surface to L{KafkaConnection}: C{writeChunks},
 C{transferFrom}, C{whenFlushed}, C{principal}.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from functools import partial
 
 from twisted.internet.interfaces import IPullProducer
 from twisted.logger import Logger
@@ -27,6 +29,12 @@ log = Logger()
 ANONYMOUS = "User:ANONYMOUS"
 
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+
+#: bytes of a file region read (and encrypted) at a time for TLS: a slow TLS
+#: consumer holds about two of these (one being sent, one read ahead), not
+#: its whole C{fetch.max.bytes}; large enough that the hop to a handler
+#: thread per chunk is noise next to encrypting it
+TLS_READ_CHUNK = 256 * 1024
 
 
 @implementer(IPullProducer)
@@ -161,15 +169,112 @@ class BufferedTransportLayer:
         # through the streaming producer the connection registers.
         callback()
 
+    def setWritePaused(self, paused: bool) -> None:
+        """
+        The transport asked the connection to stop (or resume) producing.
+        """
+
+
+def _preadAndClose(fd: int, count: int, position: int) -> bytes:
+    try:
+        return os.pread(fd, count, position)
+    finally:
+        os.close(fd)
+
 
 class SslTransportLayer(BufferedTransportLayer):
     """
-    Everything through Twisted's C{TLSMemoryBIOProtocol}, record data read
-    from the file first; the principal comes from the client certificate
-    once the handshake completed.
+    Everything through Twisted's C{TLSMemoryBIOProtocol}; the principal comes
+    from the client certificate once the handshake completed.
+
+    Record data is read from the file in chunks of L{TLS_READ_CHUNK} on a
+    handler thread (C{offload}) and written to the TLS transport one chunk
+    at a time: the next chunk is read while the previous one is sent, and
+    none is written while the transport has asked to pause (its socket is
+    backed up).
+
+    @param offload: C{offload(f, args, then)} runs C{f(*args)} on a thread
+        that may touch the disk, then C{then(result or exception)} on this
+        connection's thread.
     """
 
     securityProtocol = "SSL"
+
+    def __init__(self, transport, offload) -> None:
+        super().__init__(transport)
+        self._offload = offload
+        self._writePaused = False
+        self._onFlushed = None
+        self._reading = False
+        #: the chunk read ahead: (region, position, bytes or OSError)
+        self._ready = None
+
+    def transferFrom(self, region, position: int, count: int) -> int | None:
+        """
+        Write the next chunk of C{region} if it has been read.
+
+        @return: bytes written; C{None} while the chunk is being read (call
+            L{whenFlushed}); 0 at the end of the file; -1 if it could not be
+            read.
+        """
+        ready, self._ready = self._ready, None
+        if ready is not None and ready[0] is region and ready[1] == position:
+            data = ready[2]
+            if isinstance(data, Exception):
+                return -1
+            if data:
+                self.transport.write(data)
+                if len(data) < count:
+                    self._startRead(region, position + len(data), count - len(data))
+            return len(data)
+        if not self._reading:
+            self._startRead(region, position, count)
+        return None
+
+    def _startRead(self, region, position: int, count: int) -> None:
+        self._reading = True
+        # The read gets its own descriptor: the region may be closed here
+        # (connection lost) while the read is under way elsewhere.
+        try:
+            fd = os.dup(region.fileno())
+        except OSError as e:
+            self._readDone(region, position, e)
+            return
+        self._offload(
+            _preadAndClose,
+            (fd, min(count, TLS_READ_CHUNK), position),
+            partial(self._readDone, region, position),
+        )
+
+    def _readDone(self, region, position: int, result) -> None:
+        self._reading = False
+        if isinstance(result, Exception):
+            log.error(
+                "Reading record data at {position} for a TLS response failed: {error}",
+                position=position,
+                error=result,
+            )
+        self._ready = (region, position, result)
+        self._maybeFlushed()
+
+    def whenFlushed(self, callback) -> None:
+        """
+        Call C{callback()} once the chunk read ahead is there and the
+        transport takes data.
+        """
+        self._onFlushed = callback
+        self._maybeFlushed()
+
+    def setWritePaused(self, paused: bool) -> None:
+        self._writePaused = paused
+        if not paused:
+            self._maybeFlushed()
+
+    def _maybeFlushed(self) -> None:
+        if self._onFlushed is None or self._writePaused or self._reading:
+            return
+        callback, self._onFlushed = self._onFlushed, None
+        callback()
 
     def handshakeCompleted(self) -> None:
         certificate = self.transport.getPeerCertificate()

@@ -50,6 +50,8 @@ ZERO_UUID = uuid.UUID(int=0)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 #: DeleteRecords' "up to the high watermark"
 HIGH_WATERMARK = -1
+#: Kafka's controller's MAX_PARTITIONS_PER_BATCH
+DEFAULT_MAX_PARTITIONS_PER_REQUEST = 10_000
 #: DescribeCluster endpoint types
 _BROKERS, _CONTROLLERS = 1, 2
 
@@ -63,6 +65,29 @@ def _internal(name: str, what: str) -> str:
     return (
         f"Topic {name} is a kafka internal topic and is not allowed to be {what}: "
         "kafkatwist's group coordinator keeps its state there and would lose it"
+    )
+
+
+def _requestLimitError(broker, requested: int) -> KafkaError | None:
+    """
+    C{max.partitions.per.request}: Kafka's controller refuses a CreateTopics
+    asking for more than 10,000 partitions in all (a fixed limit there,
+    C{MAX_PARTITIONS_PER_BATCH}) with POLICY_VIOLATION for every topic;
+    kafkatwist makes the limit a setting and applies it to CreatePartitions
+    too.
+
+    @return: the error to answer every topic with, or C{None}.
+    """
+    config = getattr(broker, "config", None)
+    limit = config.get("max.partitions.per.request") if hasattr(config, "get") else None
+    if limit is None:
+        limit = DEFAULT_MAX_PARTITIONS_PER_REQUEST
+    if requested <= limit:
+        return None
+    return KafkaError(
+        ErrorCode.policy_violation,
+        f"Excessively large number of partitions per request. ({requested} requested, "
+        f"max.partitions.per.request={limit})",
     )
 
 
@@ -135,12 +160,17 @@ class CreateTopicsHandler(Handler):
         validateOnly = bool(getattr(request, "validate_only", False))
         results = []
         answered = set()
+        tooMany = _requestLimitError(
+            self.broker, sum(self._requested(topic) for topic in request.topics)
+        )
         for topic in request.topics:
             name = topic.name
             if name in answered:
                 continue
             answered.add(name)
-            if counts[name] > 1:
+            if tooMany is not None:
+                error = tooMany
+            elif counts[name] > 1:
                 # Kafka answers a name given twice once, and refuses it.
                 error = KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
             else:
@@ -166,6 +196,16 @@ class CreateTopicsHandler(Handler):
                 )
             )
         return make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _requested(self, topic) -> int:
+        # Kafka's count (validateTotalNumberOfPartitions): assignments, or
+        # the partition count with -1 as num.partitions; invalid counts add
+        # nothing (they are refused on their own).
+        if topic.assignments:
+            return len(topic.assignments)
+        if topic.num_partitions == -1:
+            return self.broker.logManager.brokerDefaults.numPartitions
+        return max(topic.num_partitions, 0)
 
     def _create(self, topic, validateOnly: bool):
         name = topic.name
@@ -428,11 +468,16 @@ class CreatePartitionsHandler(Handler):
         validateOnly = bool(request.validate_only)
         results = []
         answered = set()
+        tooMany = _requestLimitError(
+            self.broker, sum(self._added(topic) for topic in request.topics)
+        )
         for topic in request.topics:
             if topic.name in answered:
                 continue
             answered.add(topic.name)
             try:
+                if tooMany is not None:
+                    raise tooMany
                 if counts[topic.name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
                 self._grow(topic, validateOnly)
@@ -441,6 +486,10 @@ class CreatePartitionsHandler(Handler):
                 code, message = _failure(e)
             results.append(make(Result, name=topic.name, error_code=code, error_message=message))
         return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def _added(self, topic) -> int:
+        info = self.broker.logManager.topics().get(topic.name)
+        return max(topic.count - info.numPartitions, 0) if info is not None else 0
 
     def _grow(self, topic, validateOnly: bool) -> None:
         logManager = self.broker.logManager

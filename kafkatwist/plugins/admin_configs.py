@@ -106,6 +106,9 @@ _BROKER_TYPES = {
             "group.max.session.timeout.ms",
             "offsets.retention.minutes",
             "offsets.topic.num.partitions",
+            "offsets.topic.segment.bytes",
+            "log.cleaner.threads",
+            "log.cleaner.io.buffer.size",
         ),
         ConfigType.INT,
     ),
@@ -120,9 +123,23 @@ _BROKER_TYPES = {
             "log.flush.interval.messages",
             "log.flush.interval.ms",
             "log.flush.scheduler.interval.ms",
+            "log.cleaner.dedupe.buffer.size",
+            "log.cleaner.backoff.ms",
+            "log.cleaner.delete.retention.ms",
+            "log.cleaner.min.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms",
         ),
         ConfigType.LONG,
     ),
+    **dict.fromkeys(
+        (
+            "log.cleaner.io.buffer.load.factor",
+            "log.cleaner.io.max.bytes.per.second",
+            "log.cleaner.min.cleanable.ratio",
+        ),
+        ConfigType.DOUBLE,
+    ),
+    "log.cleaner.enable": ConfigType.BOOLEAN,
     "auto.create.topics.enable": ConfigType.BOOLEAN,
     "delete.topic.enable": ConfigType.BOOLEAN,
     "log.cleanup.policy": ConfigType.LIST,
@@ -142,8 +159,14 @@ _TOPIC_DOCS = {
     "segment.index.bytes": "Size of the index that maps offsets to file positions.",
     "index.interval.bytes": "How often an entry is added to the offset index, in bytes.",
     "cleanup.policy": "\"delete\" (discard old segments past the retention limits) and/or "
-    "\"compact\" (keep the latest value per key; not implemented by kafkatwist, which then "
-    "keeps everything).",
+    "\"compact\" (the log cleaner keeps the latest value per key).",
+    "delete.retention.ms": "How long a tombstone of a compacted topic is kept after the "
+    "cleaner first rewrites it, so consumers reading from the start see the delete.",
+    "min.compaction.lag.ms": "Minimum time a record stays uncompacted.",
+    "max.compaction.lag.ms": "Maximum time a record can stay uncompacted (the active segment "
+    "rolls sooner if needed).",
+    "min.cleanable.dirty.ratio": "Share of the log that must be uncleaned before the cleaner "
+    "compacts it.",
     "message.timestamp.type": "Whether record timestamps are the producer's (CreateTime) "
     "or the broker's append time (LogAppendTime).",
     "max.message.bytes": "Largest record batch size the broker accepts for this topic.",

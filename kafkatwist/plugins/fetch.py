@@ -11,6 +11,8 @@ which tells clients to send full fetch requests.
 
 from __future__ import annotations
 
+from twisted.python.failure import Failure
+
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
@@ -24,7 +26,6 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
-from kafkatwist.threaddefer import ThreadSafeDeferred
 
 READ_COMMITTED = 1
 
@@ -47,14 +48,31 @@ class _Wanted:
 
 
 class FetchHandler(Handler):
+    """
+    @ivar maxWaitMs: the longest a fetch may wait for C{min_bytes}.
+    """
+
     apiKey = FETCH
     minVersion = MIN_VERSION
     maxVersion = MAX_VERSION
 
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        # Kafka takes a fetch's max_wait_ms as given; clients send 500 ms
+        # (fetch.max.wait.ms), far below their request timeouts.  A wait near
+        # 2^31 ms would park the connection -- its purgatory entry, timer and
+        # muted socket -- for weeks.  connections.max.idle.ms is the bound
+        # because it is the broker's own answer to "how long may a
+        # connection stay silent": a parked fetch is exactly that, and the
+        # idle sweep, which skips connections with a request in flight,
+        # would otherwise never end it.  Clients never notice: their
+        # request timeouts are shorter still.
+        self.maxWaitMs = broker.config["connections.max.idle.ms"]
+
     def handle(self, context, request):
         version = context.apiVersion
         plan = self._plan(version, request)
-        maxWaitMs = max(0, durationMs(request.max_wait))
+        maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED
@@ -63,16 +81,16 @@ class FetchHandler(Handler):
             _account(self.broker, plan, topics)
             return encodeFetchResponse(version, topics)
         _close(topics)
-        deferred = ThreadSafeDeferred()
+        pending = context.respondLater()
         operation = DelayedFetch(
-            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, deferred
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending
         )
         self.broker.fetchPurgatory.tryCompleteElseWatch(
             operation,
             {w.key for _, wanted in plan for w in wanted if w.log is not None},
             maxWaitMs / 1000.0,
         )
-        return deferred
+        return pending.deferred
 
     def _plan(self, version, request) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
@@ -166,11 +184,15 @@ class FetchHandler(Handler):
 
 class DelayedFetch(DelayedOperation):
     """
-    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the thread of
-    the append that may satisfy it; expiry runs on the connection's reactor.
+    A fetch waiting for C{minBytes}.  C{tryComplete} runs in the handler
+    thread of the append that may satisfy it.  Its timer fires on the
+    connection's Processor, which never reads the log: an idle long poll
+    (every offset at its log's end) is answered there from the logs' offsets
+    alone, anything else is read on a handler thread (the purgatory's
+    reaper).
     """
 
-    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, deferred):
+    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending):
         super().__init__(clock)
         self.handler = handler
         self.version = version
@@ -178,7 +200,8 @@ class DelayedFetch(DelayedOperation):
         self.minBytes = minBytes
         self.maxBytes = maxBytes
         self.readCommitted = readCommitted
-        self.deferred = deferred
+        #: the L{IPendingResponse} the answer goes to
+        self.pending = pending
         # What a min_bytes check read and found enough: sent as it is.
         self._ready = None
 
@@ -202,7 +225,40 @@ class DelayedFetch(DelayedOperation):
         _close(topics)
         return False
 
+    def canExpireHere(self) -> bool:
+        # The common expiry -- a consumer polling an idle partition -- needs
+        # no read: answer it with offsets only, saving a hop to a handler
+        # thread and back.
+        topics = []
+        for topicKey, wanted in self.plan:
+            partitions = []
+            for w in wanted:
+                log = w.log
+                if log is None:
+                    partitions.append(PartitionData(w.partition, w.error))
+                    continue
+                if w.offset != log.logEndOffset or w.offset < log.logStartOffset:
+                    return False
+                partitions.append(
+                    PartitionData(
+                        w.partition, ErrorCode.none, log.highWatermark,
+                        log.lastStableOffset, log.logStartOffset,
+                    )
+                )
+            topics.append((topicKey, partitions))
+        self._ready = topics
+        return True
+
     def onComplete(self) -> None:
+        try:
+            answer = self._answer()
+        except Exception:
+            # Whatever broke, the request must not stay in flight forever:
+            # a failure closes the connection with a log line.
+            answer = Failure()
+        self.pending.complete(answer)
+
+    def _answer(self):
         topics, self._ready = self._ready, None
         if topics is None:
             # The topic may have been deleted (DeleteTopics wakes parked
@@ -216,7 +272,7 @@ class DelayedFetch(DelayedOperation):
                             w.error = ErrorCode.unknown_topic_or_partition
             topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
         _account(self.handler.broker, self.plan, topics)
-        self.deferred.callback(encodeFetchResponse(self.version, topics))
+        return encodeFetchResponse(self.version, topics)
 
 
 def _account(broker, plan, topics) -> None:

@@ -6,6 +6,11 @@ The log's time index finds the batch; the record inside it is found by
 decoding that one batch, since a batch's records may be out of timestamp
 order and clients expect the exact record (as Kafka answers).  This is an
 admin-path cost, never paid on produce or fetch.
+
+The batch is decoded as stored data is (L{kafkatwist.log.stored}): checked
+again and inflated within a bound, so a damaged batch or a compression bomb
+answers CORRUPT_MESSAGE for its partition, logged once, instead of closing
+the connection or exhausting memory.
 """
 
 from __future__ import annotations
@@ -13,9 +18,14 @@ from __future__ import annotations
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.region import readRecords
+from kafkatwist.log.stored import (
+    StoredBatchError,
+    decodeStoredBatches,
+    decompressedLimit,
+    reportCorrupt,
+)
 from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
-from kafkatwist.protocol.records import decodeBatches
 
 LATEST = -1
 EARLIEST = -2
@@ -96,6 +106,7 @@ def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
     that C{match}es.
     """
     position = offset
+    limit = decompressedLimit(log.config.maxMessageBytes)
     for _ in range(16):
         try:
             info = log.read(position, 1, True)
@@ -105,11 +116,15 @@ def _recordAt(log, offset: int, match) -> tuple[int, int] | None:
         if not data:
             return None
         last = position
-        for batch in decodeBatches(data, checkCrc=False):
-            for record in batch.records:
-                if record.offset >= offset and match(record):
-                    return record.timestamp, record.offset
-            last = batch.lastOffset
+        try:
+            for batch in decodeStoredBatches(data, maxDecompressedBytes=limit):
+                for record in batch.records:
+                    if record.offset >= offset and match(record):
+                        return record.timestamp, record.offset
+                last = batch.lastOffset
+        except StoredBatchError as e:
+            reportCorrupt(log.topic, log.partition, e, "ListOffsets")
+            raise
         position = last + 1
     return None
 

@@ -181,12 +181,15 @@ def iterBatchHeaders(buf, position: int = 0, end: int | None = None) -> Iterator
 
 
 def batchError(
-    view: memoryview, position: int, available: int
+    view: memoryview, position: int, available: int, *, cleaned: bool = False
 ) -> tuple[BatchHeader | None, KafkaError | None]:
     """
     Check the batch at C{position} of C{view}, with C{available} bytes from
     C{position} to the end of the data.
 
+    @param cleaned: the batch comes from a log, where the cleaner may have
+        removed records (fewer than C{lastOffsetDelta + 1}, or none: an
+        empty batch kept for its producer's sequence numbers).
     @return: C{(header, None)} if the batch is sound, else C{(header or None,
         error)}.  Returning the error rather than raising lets recovery stop
         at the first bad batch cheaply.
@@ -221,7 +224,12 @@ def batchError(
             ErrorCode.corrupt_message,
             f"CRC mismatch at {position}: stored {header.crc:#010x}, computed {actual:#010x}",
         )
-    if header.recordsCount < 1 or header.lastOffsetDelta != header.recordsCount - 1:
+    count, delta = header.recordsCount, header.lastOffsetDelta
+    if cleaned:
+        badCount = delta < 0 or not 0 <= count <= delta + 1
+    else:
+        badCount = count < 1 or delta != count - 1
+    if badCount:
         return header, KafkaError(
             ErrorCode.invalid_record,
             f"recordsCount {header.recordsCount} does not match lastOffsetDelta "

@@ -10,6 +10,7 @@ import struct
 from kio.serial import entity_reader, entity_writer
 
 from kafkatwist.protocol.apis import requestType, responseType
+from kafkatwist.protocol.bounds import BoundsError, checkBody
 from kafkatwist.protocol.header import (
     INT16,
     INT32,
@@ -73,10 +74,18 @@ def closeRegions(chunks) -> None:
 
 def decodeRequest(apiKey: int, apiVersion: int, frame, bodyOffset: int):
     """
+    The body is walked by L{checkBody} first: C{kio}'s native reader must
+    never see a length larger than the frame (it would abort the process).
+
     @return: the request entity.
     @raise MalformedRequest: if the body does not parse.
     """
-    reader = entity_reader(requestType(apiKey, apiVersion))
+    cls = requestType(apiKey, apiVersion)
+    try:
+        checkBody(cls, frame, bodyOffset)
+    except BoundsError as e:
+        raise MalformedRequest(str(e)) from None
+    reader = entity_reader(cls)
     try:
         entity, end = reader(frame, bodyOffset)
     except Exception as e:
@@ -131,11 +140,13 @@ def decodeResponseFrame(apiKey: int, apiVersion: int, frame) -> tuple[int, objec
     (correlationId,) = INT32.unpack_from(frame, 0)
     offset = 4
     cls = responseType(apiKey, apiVersion)
-    if cls.__flexible__ and apiKey != 18:
-        try:
+    try:
+        if cls.__flexible__ and apiKey != 18:
             offset = skipTaggedFields(frame, offset)
-        except MalformedHeader as e:
-            raise MalformedRequest(str(e)) from e
+        # A broker's answer is as untrusted as a client's request.
+        checkBody(cls, frame, offset)
+    except (MalformedHeader, BoundsError) as e:
+        raise MalformedRequest(str(e)) from e
     entity, _ = entity_reader(cls)(frame, offset)
     return correlationId, entity
 

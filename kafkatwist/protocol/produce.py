@@ -115,6 +115,10 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
     topicCount, offset = readLength(view, offset, flexible, _I32)
     if topicCount < 0:
         raise MalformedRequest("topic_data is null")
+    # Counts are bounded by the bytes left before anything loops on them:
+    # the smallest topic is an empty name and an empty partition array.
+    if topicCount * (3 if flexible else 6) > end - offset:
+        raise MalformedRequest(f"{topicCount} topics cannot fit in {end - offset} bytes")
     topics = []
     for _ in range(topicCount):
         n, offset = readLength(view, offset, flexible, _I16)
@@ -125,6 +129,8 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
         partitionCount, offset = readLength(view, offset, flexible, _I32)
         if partitionCount < 0:
             raise MalformedRequest("partition_data is null")
+        if partitionCount * (6 if flexible else 8) > end - offset:
+            raise MalformedRequest(f"{partitionCount} partitions cannot fit in {end - offset} bytes")
         partitions = []
         for _ in range(partitionCount):
             (index,) = unpackI32(view, offset)

@@ -248,6 +248,9 @@ class ArrowRecordDecoder:
         for batch in decodeBatches(view, checkCrc=self.checkCrc, decodeRecords=False):
             start, pos = pos, pos + batch.sizeInBytes
             if batch.baseOffset >= untilOffset:
+                # Nothing of the range is left before this batch (a
+                # compacted log has gaps): the range is read.
+                nextOffset = max(nextOffset, untilOffset)
                 break
             nextOffset = max(nextOffset, batch.nextOffset)
             if batch.isControl or batch.lastOffset < fromOffset or not batch.recordCount:

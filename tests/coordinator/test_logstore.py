@@ -163,10 +163,11 @@ def test_group_value_round_trip_and_layout():
 
 def test_creates_compacted_topic(dirs):
     manager = dirs.open()
-    log = OffsetsTopicLog(manager, numPartitions=5)
+    log = OffsetsTopicLog(manager, numPartitions=5, segmentBytes=65536)
     info = manager.topics()[OFFSETS_TOPIC]
     assert info.numPartitions == 5 == log.numPartitions
     assert info.configs.get("cleanup.policy") == "compact"
+    assert str(info.configs.get("segment.bytes")) == "65536"
     # An existing topic keeps its partition count.
     assert OffsetsTopicLog(dirs.restart(), numPartitions=50).numPartitions == 5
 

@@ -113,3 +113,35 @@ def test_tls_client_on_plaintext_port(tlsBroker, bystander, pki):
     sock = socket.create_connection(("127.0.0.1", tlsBroker.port), timeout=5)
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         context.wrap_socket(sock, server_hostname="localhost")
+
+
+# -- lengths and nulls the schema cannot hold (issue 11) ----------------------
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def test_compact_count_of_2_to_the_35(tlsBroker, bystander):
+    from tests.unit.test_bounds import METADATA_V12_ABORT
+
+    # kio's native reader used to reserve 2^35 elements and abort the process.
+    assert _closedAfter(tlsBroker.port, bytes.fromhex(METADATA_V12_ABORT))
+    assert tlsBroker.process.poll() is None
+    assert "malformed metadata v12 request: topics: 34359738366 elements cannot fit" in (
+        tlsBroker.output()
+    )
+
+
+def test_legacy_count_of_2_to_the_31(tlsBroker, bystander):
+    body = struct.pack(">hhih", 3, 1, 7, 1) + b"x" + struct.pack(">i", 2**31 - 1)
+    assert _closedAfter(tlsBroker.port, _frame(body))
+    assert tlsBroker.process.poll() is None
+
+
+def test_null_topic_list_in_delete_topics_v1(tlsBroker, bystander):
+    body = struct.pack(">hhih", 20, 1, 7, 1) + b"x" + struct.pack(">ii", -1, 1000)
+    assert _closedAfter(tlsBroker.port, _frame(body))
+    log = tlsBroker.output()
+    assert "topic_names: null where an array is required" in log
+    assert "Traceback" not in log

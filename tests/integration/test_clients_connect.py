@@ -133,6 +133,43 @@ def test_aiokafka_ssl(tlsBroker, pki):
     assert [b.port for b in brokers] == [port]
 
 
+def test_large_fetch_over_tls_streams_whole(tlsBroker, pki):
+    """
+    Fetch responses of about 1 MiB each over TLS (record data streamed from
+    the segment in chunks read on handler threads) arrive whole and in
+    order.
+    """
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": tlsBroker.bootstrap, "linger.ms": 5})
+    values = [bytes([i]) * 100_000 for i in range(30)]
+    for value in values:
+        producer.produce("tls-large", value)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": f"localhost:{tlsBroker.ports['SSL']}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": pki.caFile,
+            "group.id": "tls-large",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe(["tls-large"])
+        got = []
+        for _ in range(200):
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+            if len(got) == len(values):
+                break
+    finally:
+        consumer.close()
+    assert got == values
+
+
 def test_hostname_mismatch_is_refused_by_client(brokerFactory, pki):
     """
     A certificate for another host fails the client's hostname check.
@@ -187,3 +224,69 @@ def test_client_auth_required(brokerFactory, pki, tmp_path):
     assert metadata.cluster_id == f"User:{pki.clientDn}"
     # PLAINTEXT requests are anonymous.
     assert confluentMetadata(b.bootstrap).cluster_id == "User:ANONYMOUS"
+
+
+def tlsHandshake(port, caFile, ciphers=None, maximum=None):
+    import socket
+    import ssl
+
+    context = ssl.create_default_context(cafile=caFile)
+    if ciphers:
+        context.set_ciphers(ciphers)
+    if maximum:
+        context.maximum_version = maximum
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            return tls.version(), tls.cipher()[0]
+
+
+def test_tls_defaults_refuse_static_rsa_and_cbc(brokerFactory, pki):
+    """
+    A real TLS client offering only a static-RSA or a CBC suite is refused
+    by a broker with an RSA certificate and default settings; a
+    forward-secret AEAD suite is accepted.
+    """
+    import ssl
+
+    b = brokerFactory(
+        {"ssl.keystore.location": pki.rsaServerKeystore},
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ).start()
+    port = b.ports["SSL"]
+    tls12 = ssl.TLSVersion.TLSv1_2
+    for suite in ("AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA"):
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            tlsHandshake(port, pki.caFile, suite, tls12)
+    assert tlsHandshake(port, pki.caFile, "ECDHE-RSA-AES128-GCM-SHA256", tls12) == (
+        "TLSv1.2",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+    )
+    assert tlsHandshake(port, pki.caFile)[0] == "TLSv1.3"
+    assert "Traceback" not in b.output()
+
+
+def test_tls_protocols_and_suites_from_config(brokerFactory, pki):
+    import ssl
+
+    b = brokerFactory(
+        {
+            "ssl.keystore.location": pki.rsaServerKeystore,
+            "ssl.enabled.protocols": "TLSv1.3",
+            "ssl.cipher.suites": "TLS_AES_256_GCM_SHA384",
+        },
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ).start()
+    port = b.ports["SSL"]
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        tlsHandshake(port, pki.caFile, maximum=ssl.TLSVersion.TLSv1_2)
+    assert tlsHandshake(port, pki.caFile) == ("TLSv1.3", "TLS_AES_256_GCM_SHA384")
+
+
+def test_unknown_cipher_suite_refuses_to_start(brokerFactory, pki):
+    b = brokerFactory(
+        {"ssl.keystore.location": pki.serverKeystore, "ssl.cipher.suites": "TLS_NOT_A_SUITE"},
+        listeners="SSL://127.0.0.1:0",
+    )
+    with pytest.raises(RuntimeError) as e:
+        b.start()
+    assert "Invalid value for ssl.cipher.suites: unknown cipher suite 'TLS_NOT_A_SUITE'" in str(e.value)

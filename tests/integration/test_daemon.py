@@ -4,6 +4,7 @@ idle expiry, clean shutdown.
 """
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -58,14 +59,94 @@ def test_config_file_and_override(tmp_path):
         assert "Unknown configuration key 'some.unknown.key' ignored" in output
 
 
+def assertOneLine(result, expected):
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert lines == [expected], result.stderr
+
+
 def test_port_in_use(tmp_path, broker):
     result = runTwistd(
         tmp_path, "--override", f"listeners=PLAINTEXT://127.0.0.1:{broker.port}",
         "--override", f"log.dir={tmp_path}/d",
     )
-    assert result.returncode != 0
-    assert "kafkatwist: cannot start:" in result.stderr
-    assert "Address already in use" in result.stderr
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on PLAINTEXT://127.0.0.1:{broker.port} "
+        "(listeners): Address already in use",
+    )
+    # Nothing is written before the ports are bound.
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_second_listener_in_use_is_the_one_named(tmp_path, broker):
+    result = runTwistd(
+        tmp_path,
+        "--override", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "--override", f"listeners=PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{broker.port}",
+        "--override", f"log.dir={tmp_path}/d",
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on INTERNAL://127.0.0.1:{broker.port} "
+        "(listeners): Address already in use",
+    )
+
+
+def test_metrics_port_in_use(tmp_path, brokerFactory):
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    result = runTwistd(
+        tmp_path, "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+        "--override", f"metrics.http.listener=127.0.0.1:{port}", "--override", f"log.dir={tmp_path}/d",
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on 127.0.0.1:{port} (metrics.http.listener): "
+        "Address already in use",
+    )
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_metrics_port_in_use_when_daemonized(tmp_path, brokerFactory):
+    """
+    Without -n twistd forks into the background; the refusal must still be
+    one whole line on the terminal, not a traceback in the log.
+    """
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [TWISTD, f"--pidfile={tmp_path}/twistd.pid", f"--logfile={tmp_path}/twistd.log", "kafkatwist",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--override", f"metrics.http.listener=127.0.0.1:{port}", "--override", f"log.dir={tmp_path}/d"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: cannot listen on 127.0.0.1:{port} (metrics.http.listener): "
+        "Address already in use",
+    )
+
+
+def test_second_broker_on_the_same_data_dir(tmp_path, brokerFactory):
+    first = brokerFactory().start()
+    dataDir = first.overrides["log.dir"]
+    before = sorted(os.listdir(dataDir))
+    result = runTwistd(
+        tmp_path, "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dir={dataDir}"
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: data directory {dataDir} is in use by another broker "
+        f"(pid {first.process.pid} holds its .lock)",
+    )
+    assert sorted(os.listdir(dataDir)) == before
+    assert RawConnection(first.port).apiVersions().error_code == 0
+    first.stop()
+    # Once the first has stopped, the directory is free again.
+    second = brokerFactory({"log.dir": dataDir}).start()
+    assert RawConnection(second.port).apiVersions().error_code == 0
 
 
 def test_sigterm_finishes_inflight_and_exits_quickly(brokerFactory):
@@ -83,12 +164,37 @@ def test_sigterm_finishes_inflight_and_exits_quickly(brokerFactory):
         assert c.isClosedByPeer(2)
 
 
-def test_sigint_also_stops(brokerFactory):
-    b = brokerFactory().start()
+@pytest.mark.parametrize("inheritedIgnored", [False, True], ids=["foreground", "background"])
+def test_sigint_also_stops(brokerFactory, inheritedIgnored):
+    # In the background (a shell's `&`, CI, service managers) SIGINT arrives
+    # ignored; the broker must still stop on it.
+    b = brokerFactory(ignoreSigint=inheritedIgnored).start()
     status, elapsed = b.stop(signal.SIGINT)
     assert status in (0, -signal.SIGINT, 1)
     assert "kafkatwist stopped" in b.output()
     assert elapsed < 5
+
+
+def _caughtSignals(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return int(line.split()[1], 16)
+    raise AssertionError("no SigCgt")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_started_line_comes_after_the_signal_handlers(brokerFactory):
+    for _ in range(3):
+        b = brokerFactory(ignoreSigint=True)
+        b.pollInterval = 0.002
+        b.start()
+        caught = _caughtSignals(b.process.pid)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert caught & (1 << (sig - 1)), f"{sig.name} not handled when 'started' was logged"
+        status, elapsed = b.stop(signal.SIGINT)
+        assert "kafkatwist stopped" in b.output()
+        assert elapsed < 5
 
 
 def test_connection_quota_per_ip(brokerFactory):
@@ -148,3 +254,33 @@ def test_request_threads_share_one_cpu_unless_told_otherwise(brokerFactory):
     assert last not in _threadCpus(free.process.pid)
     for b in (pinned, free):
         assert RawConnection(b.port).apiVersions().error_code == 0
+
+
+def test_plugin_that_fails_to_import_refuses_to_start(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "audit_sink.py").write_text("import kafkatwist_no_such_sink\n")
+    result = runTwistd(
+        tmp_path, "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+        "--override", f"plugin.paths={plugins}", "--override", f"log.dir={tmp_path}/d",
+    )
+    assertOneLine(
+        result,
+        f"kafkatwist: cannot start: plugin {plugins / 'audit_sink.py'}:1 failed to load: "
+        "ModuleNotFoundError: No module named 'kafkatwist_no_such_sink' "
+        "(plugin.load.failure.policy=skip starts without it)",
+    )
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_plugin_failure_policy_skip_starts_without_it(tmp_path, brokerFactory):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "audit_sink.py").write_text("import kafkatwist_no_such_sink\n")
+    (plugins / "my-plugin.py").write_text("")
+    b = brokerFactory({"plugin.paths": str(plugins), "plugin.load.failure.policy": "skip"}).start()
+    output = b.output()
+    assert "audit_sink.py:1 failed to load: ModuleNotFoundError" in output
+    assert "my-plugin.py is not loaded: 'my-plugin' is not a Python module name" in output
+    assert "Traceback" not in output
+    assert RawConnection(b.port).apiVersions().error_code == 0

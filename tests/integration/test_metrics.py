@@ -4,6 +4,7 @@ requests and bytes the run caused.
 """
 
 import re
+import urllib.error
 import urllib.request
 
 import pytest
@@ -48,6 +49,33 @@ def test_scrape_after_produce_and_consume(brokerFactory):
     assert value(text, "kafka_network_connections", listener="PLAINTEXT") >= 0
     assert 0 <= value(text, "kafka_network_processor_idle_ratio", processor=0) <= 1
     assert "Completed request <RequestContext produce" in b.output()
+    assertStrictlyParsable(text)
+
+
+def assertStrictlyParsable(text):
+    """
+    prometheus_client's parser keeps a family's type only when its samples
+    follow its TYPE line without another family in between.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), "a family is split"
+    untyped = [f.name for f in families if f.type == "unknown"]
+    assert not untyped, untyped
+    declared = len(re.findall(r"^# TYPE ", text, re.M))
+    assert len(families) == declared
+
+
+def test_only_metrics_path_is_served(brokerFactory):
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    for path in ("/metrics/x", "/", "/other"):
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
+        assert raised.value.code == 404, path
+    assert "kafka_network_requests_total" in scrape(port)
 
 
 def test_consumer_group_lag(brokerFactory):
@@ -61,3 +89,4 @@ def test_consumer_group_lag(brokerFactory):
     consumer.close()
     text = scrape(port)
     assert value(text, "kafka_consumergroup_lag", group="slow", topic="lagging", partition=0) == 60
+    assertStrictlyParsable(text)

@@ -5,8 +5,10 @@ Fixtures running the same log tests over the in-memory and on-disk logs.
 from __future__ import annotations
 
 import pytest
+from twisted.logger import formatEvent, globalLogPublisher
 
 from kafkatwist.log import LogManager, MemoryLogManager
+from kafkatwist.log.throttle import storageLog
 
 
 class Harness:
@@ -65,3 +67,41 @@ def disk(tmp_path):
     h = Harness("disk", tmp_path / "logs")
     yield h
     h.closeAll()
+
+
+class CapturedLog:
+    """
+    The twisted.logger events emitted while a test runs, formatted.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def __call__(self, event) -> None:
+        self.events.append(event)
+
+    @property
+    def lines(self) -> list[str]:
+        return [formatEvent(event) or "" for event in self.events]
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in self.lines)
+
+    def matching(self, text: str) -> list[str]:
+        return [line for line in self.lines if text in line]
+
+    @property
+    def failures(self) -> list:
+        """
+        Events carrying a traceback.
+        """
+        return [event for event in self.events if "log_failure" in event]
+
+
+@pytest.fixture
+def capturedLog():
+    storageLog.reset()
+    captured = CapturedLog()
+    globalLogPublisher.addObserver(captured)
+    yield captured
+    globalLogPublisher.removeObserver(captured)

@@ -8,7 +8,10 @@ import struct
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
+from twisted.internet.defer import Deferred
+
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.channel import MemoryPool, Response
 from kafkatwist.network.connection import KafkaConnection
 from kafkatwist.protocol.codec import encodeRequestFrame
@@ -38,6 +41,37 @@ class FakeOwner:
 
     def callInThread(self, f, *args):
         f(*args)
+
+    def offload(self, f, args, then):
+        try:
+            result = f(*args)
+        except Exception as e:
+            result = e
+        then(result)
+
+
+class FakeRegion:
+    def __init__(self, data):
+        import tempfile
+
+        self.file = tempfile.TemporaryFile()
+        self.file.write(data)
+        self.file.flush()
+        self.length = len(data)
+        self.closed = False
+
+    def fileno(self):
+        return self.file.fileno()
+
+    def position(self):
+        return 0
+
+    def read(self):
+        self.file.seek(0)
+        return self.file.read()
+
+    def close(self):
+        self.closed = True
 
 
 def connect(owner, listener="PLAINTEXT"):
@@ -76,3 +110,33 @@ def metadataFrame(correlationId, version=1):
 def respond(connection, request, payload=b"ok"):
     frame = struct.pack(">ii", 4 + len(payload), request.header.correlationId) + payload
     connection.sendResponse(Response(request, [frame]))
+
+
+class RespondsLater:
+    """
+    Mixin for fake request contexts: C{respondLater()} as the network layer
+    gives it, with completions run at once in the completing thread (there
+    is no Processor in a unit test).  Run the handler with L{handleLikeThePool}.
+    """
+
+    pending = None
+
+    def respondLater(self):
+        assert self.pending is None, "respondLater called twice"
+        self.pending = PendingResponse(lambda f, *args: f(*args), lambda: True, self)
+        return self.pending
+
+
+def handleLikeThePool(handler, context, request):
+    """
+    C{handler.handle(context, request)}, then what the handler pool does
+    with a pending response once C{handle()} returned.
+    """
+    result = handler.handle(context, request)
+    pending = getattr(context, "pending", None)
+    if pending is not None:
+        if isinstance(result, Deferred):
+            pending.handedOver()
+        else:
+            pending.abandon()
+    return result

@@ -776,3 +776,53 @@ def test_describe_cluster_controllers(broker):
                     include_cluster_authorized_operations=False, endpoint_type=2)
     assert response.error_code == ErrorCode.unsupported_endpoint_type
     assert response.brokers == ()
+
+
+# -- partition bounds (issue 11: CreateTopics(num_partitions=30000)) ----------------
+
+
+def test_create_topics_partitions_per_request(broker):
+    # The failing input: one topic of 30,000 partitions.  Kafka's answer,
+    # before anything is created.
+    result = createTopic(broker, "big", partitions=30000)
+    assert result.error_code == ErrorCode.policy_violation
+    assert result.error_message.startswith("Excessively large number of partitions per request.")
+    assert broker.logManager.topics() == {}
+
+
+def test_create_topics_partitions_per_request_sum(broker):
+    # Kafka adds up every topic of the request (-1 counts num.partitions)
+    # and refuses them all.
+    small = makeBroker(**{"max.partitions.per.request": 10, "num.partitions": 4})
+    topics = tuple(
+        req(19, 7, "CreatableTopic", name=name, num_partitions=n, replication_factor=1,
+            assignments=(), configs=())
+        for name, n in (("a", 3), ("b", -1), ("c", 4))
+    )
+    response = call(admin.CreateTopicsHandler, small, 7, topics=topics, validate_only=False)
+    assert [t.error_code for t in response.topics] == [ErrorCode.policy_violation] * 3
+    assert small.logManager.topics() == {}
+    assert createTopic(small, "a", partitions=10).error_code == ErrorCode.none
+
+
+def test_create_partitions_per_request():
+    small = makeBroker(**{"max.partitions.per.request": 10})
+    createTopic(small, "t", partitions=2)
+    result = grow(small, "t", 13)
+    assert result.error_code == ErrorCode.policy_violation
+    assert small.logManager.topics()["t"].numPartitions == 2
+    assert grow(small, "t", 12).error_code == ErrorCode.none
+
+
+def test_broker_partition_limit():
+    small = makeBroker(**{"max.broker.partitions": 5})
+    assert createTopic(small, "a", partitions=3).error_code == ErrorCode.none
+    result = createTopic(small, "b", partitions=3)
+    assert result.error_code == ErrorCode.policy_violation
+    assert "max.broker.partitions=5" in result.error_message
+    assert createTopic(small, "b", partitions=3, validateOnly=True).error_code == (
+        ErrorCode.policy_violation
+    )
+    assert grow(small, "a", 6).error_code == ErrorCode.policy_violation
+    assert grow(small, "a", 5).error_code == ErrorCode.none
+    assert set(small.logManager.topics()) == {"a"}

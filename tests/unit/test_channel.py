@@ -86,3 +86,30 @@ def test_connection_quotas():
     assert quotas.tryAcquire("c") is None
     quotas.release("zzz")  # unknown: ignored
     assert quotas.total == 3
+
+
+def test_calls_run_on_a_handler_thread_outside_the_bound():
+    from kafkatwist.network.handlers import HandlerPool
+
+    channel = RequestChannel(1)
+    processor = FakeProcessor()
+    assert channel.sendRequests([R("a")], processor) == 1
+    ran = threading.Event()
+    where = []
+
+    def work(x):
+        where.append((x, threading.current_thread().name))
+        ran.set()
+
+    # A full channel still takes calls: each stands for an admitted request.
+    channel.sendCall(work, 7)
+    assert len(channel) == 1
+    assert channel.receiveRequests() == ["a"]
+    pool = HandlerPool(channel, broker=None, numThreads=1)
+    pool.start()
+    try:
+        assert ran.wait(10)
+    finally:
+        channel.close()
+        pool.join(10)
+    assert where == [(7, "kafkatwist-request-handler-0")]

@@ -6,7 +6,7 @@ connection, over Twisted's StringTransport.
 import struct
 
 from kafkatwist.network.channel import MemoryPool, Response
-from tests.unit.fakes import FakeOwner, apiVersionsFrame, connect, metadataFrame, respond
+from tests.unit.fakes import FakeOwner, FakeRegion, apiVersionsFrame, connect, metadataFrame, respond
 
 
 def test_frame_split_across_reads():
@@ -144,15 +144,48 @@ def test_memory_pool_mutes_until_released():
     assert secondTransport.producerState == "producing"
 
 
-def test_memory_released_when_connection_lost_midframe():
+def test_slow_large_sender_holds_no_memory_and_blocks_nobody():
+    """
+    A connection announcing a frame as large as the whole pool and sending
+    it slowly: Kafka would reserve the frame at once and every connection
+    would stop reading.  Here its partial frame holds nothing; the others
+    are served, and it gets its memory once its bytes have arrived.
+    """
+    pool = MemoryPool(1000)
+    owner = FakeOwner(pool=pool)
+    slow, slowTransport = connect(owner)
+    frame = apiVersionsFrame(99)
+    big = struct.pack(">i", 1000) + frame[4:] + b"\x00" * (1000 - len(frame) + 4)
+    slow.dataReceived(big[:20])
+    assert pool.used == 0
+    others = [connect(owner) for _ in range(3)]
+    for i, (connection, transport) in enumerate(others):
+        connection.dataReceived(apiVersionsFrame(i))
+        assert transport.producerState == "producing"
+    assert [r.header.correlationId for r in owner.submitted] == [0, 1, 2]
+    for request in owner.submitted:
+        pool.release(request.memory)
+    for i in range(20, len(big), 100):
+        slow.dataReceived(big[i : i + 100])
+    assert owner.submitted[-1].header.correlationId == 99
+    assert pool.used == 1000
+    # Pool full: a complete frame waits, with its connection muted.
+    late, lateTransport = connect(owner)
+    late.dataReceived(apiVersionsFrame(7))
+    assert owner.submitted[-1].header.correlationId == 99
+    assert lateTransport.producerState == "paused"
+    pool.release(1000)
+    assert owner.submitted[-1].header.correlationId == 7
+
+
+def test_frame_larger_than_the_pool_is_refused_at_once():
     pool = MemoryPool(1000)
     owner = FakeOwner(pool=pool)
     connection, transport = connect(owner)
-    connection.dataReceived(struct.pack(">i", 500) + b"\x00" * 20)
-    assert pool.used == 500
-    connection.connectionLost(None)
+    connection.dataReceived(struct.pack(">i", 1001) + b"\x00" * 20)
+    assert transport.disconnecting
+    assert connection.closeReason == "request of 1001 bytes can never fit in queued.max.request.bytes=1000"
     assert pool.used == 0
-    assert owner.closed == [connection]
 
 
 def test_response_after_close_is_dropped():
@@ -162,30 +195,6 @@ def test_response_after_close_is_dropped():
     connection.connectionLost(None)
     respond(connection, owner.submitted[0])
     assert transport.value() == b""
-
-
-class FakeRegion:
-    def __init__(self, data):
-        import tempfile
-
-        self.file = tempfile.TemporaryFile()
-        self.file.write(data)
-        self.file.flush()
-        self.length = len(data)
-        self.closed = False
-
-    def fileno(self):
-        return self.file.fileno()
-
-    def position(self):
-        return 0
-
-    def read(self):
-        self.file.seek(0)
-        return self.file.read()
-
-    def close(self):
-        self.closed = True
 
 
 def test_file_regions_are_written_in_order():

@@ -15,12 +15,14 @@ from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 from kafkatwist.purgatory import Purgatory
+from tests.unit.fakes import RespondsLater, handleLikeThePool
 
 VERSION = 12
 
 
 class FakeBroker:
-    def __init__(self):
+    def __init__(self, maxIdleMs=600_000):
+        self.config = {"connections.max.idle.ms": maxIdleMs}
         self.logManager = MemoryLogManager()
         self.fetchPurgatory = Purgatory("Fetch")
         self.topicBytes = TopicBytes()
@@ -29,7 +31,7 @@ class FakeBroker:
         f(*args)
 
 
-class Context:
+class Context(RespondsLater):
     apiVersion = VERSION
 
     def __init__(self, clock):
@@ -63,13 +65,25 @@ def append(broker, n):
     broker.fetchPurgatory.checkAndComplete(("t", 0))
 
 
+def parkFetch(broker, clock, offset, minBytes, maxWaitMs=500):
+    """
+    Send a fetch through the handler as the pool would.
+
+    @return: the list its answer will be appended to.
+    """
+    deferred = handleLikeThePool(
+        FetchHandler(broker), Context(clock), fetchRequest(offset, minBytes, maxWaitMs)
+    )
+    answers = []
+    deferred.addCallback(answers.append)
+    return answers
+
+
 def test_min_bytes_waits_until_enough_then_sends_what_it_read():
     broker = FakeBroker()
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
-    deferred = FetchHandler(broker).handle(Context(clock), fetchRequest(0, minBytes=500))
-    answers = []
-    deferred.addCallback(answers.append)
+    answers = parkFetch(broker, clock, 0, 500)
     append(broker, 1)
     assert answers == []
     append(broker, 5)
@@ -83,11 +97,103 @@ def test_expiry_answers_with_what_there_is():
     broker = FakeBroker()
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
-    deferred = FetchHandler(broker).handle(Context(clock), fetchRequest(0, minBytes=10_000))
-    answers = []
-    deferred.addCallback(answers.append)
+    answers = parkFetch(broker, clock, 0, 10_000)
     append(broker, 1)
     clock.advance(0.4)
     assert answers == []
     clock.advance(0.2)
     assert offsets(answers[0]) == [0]
+
+
+class CountingLog:
+    """
+    A partition log that counts its reads.
+    """
+
+    def __init__(self, log):
+        self._log = log
+        self.reads = 0
+
+    def read(self, *args):
+        self.reads += 1
+        return self._log.read(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+
+def reapingBroker():
+    broker = FakeBroker()
+    broker.reaped = []
+    broker.fetchPurgatory = Purgatory("Fetch", reaper=broker.reaped.append)
+    broker.logManager.createTopic("t", 1, {})
+    counting = CountingLog(broker.logManager.getLog("t", 0))
+    broker.logManager.getLog = lambda topic, partition: counting
+    return broker, counting
+
+
+def test_expiry_that_must_read_goes_to_a_handler_thread():
+    """
+    The timer fires on the connection's Processor, which must not read the
+    log: the expiry is handed to the reaper (the handler threads).
+    """
+    broker, log = reapingBroker()
+    clock = Clock()
+    answers = parkFetch(broker, clock, 0, 10_000)
+    append(broker, 1)
+    reads = log.reads
+    clock.advance(0.6)
+    assert log.reads == reads
+    assert answers == []
+    [expire] = broker.reaped
+    expire()
+    assert offsets(answers[0]) == [0]
+    assert log.reads == reads + 1
+
+
+def test_idle_expiry_is_answered_without_reading():
+    """
+    Nothing past the fetch offset: the answer needs no read, so it is given
+    on the timer's thread without a hop.
+    """
+    broker, log = reapingBroker()
+    append(broker, 2)
+    clock = Clock()
+    answers = parkFetch(broker, clock, 2, 1)
+    reads = log.reads
+    clock.advance(0.6)
+    assert broker.reaped == []
+    assert log.reads == reads
+    [response] = answers
+    body = b"".join(response.chunks)
+    decoded, _ = entity_reader(responseType(1, VERSION))(body, 0)
+    partition = decoded.responses[0].partitions[0]
+    assert partition.high_watermark == 2
+    assert offsets(response) == []
+
+
+def test_completion_by_append_reads_in_the_appending_thread():
+    broker, log = reapingBroker()
+    clock = Clock()
+    answers = parkFetch(broker, clock, 0, 1)
+    append(broker, 3)
+    assert offsets(answers[0]) == [0, 1, 2]
+    clock.advance(1)
+    assert broker.reaped == []
+    assert clock.getDelayedCalls() == []
+
+
+def test_max_wait_is_capped_by_the_idle_limit():
+    """
+    A fetch asking to wait ~2^31 ms (24 days) is answered once
+    connections.max.idle.ms has passed.
+    """
+    broker = FakeBroker(maxIdleMs=60_000)
+    broker.logManager.createTopic("t", 1, {})
+    clock = Clock()
+    answers = parkFetch(broker, clock, 0, 1, maxWaitMs=2**31 - 1)
+    clock.advance(59.9)
+    assert answers == []
+    clock.advance(0.2)
+    assert offsets(answers[0]) == []
+    assert clock.getDelayedCalls() == []

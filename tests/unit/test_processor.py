@@ -3,6 +3,7 @@ A Processor on Twisted's fake reactor: idle expiry, response routing,
 channel back-pressure.
 """
 
+import pytest
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from kafkatwist.config import Listener
@@ -86,3 +87,64 @@ def test_full_channel_holds_requests_until_room():
         f(*a)
     assert len(server.channel) == 2
     assert len(processor._blocked) == 1
+
+
+def resetSocket():
+    """
+    A server-side socket whose peer has already reset the connection.
+    """
+    import select
+    import socket
+    import struct
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = socket.create_connection(listener.getsockname())
+    sock, (host, _) = listener.accept()
+    listener.close()
+    # SO_LINGER 0: close() sends a RST rather than a FIN.
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+    assert poller.poll(5000)
+    try:
+        sock.recv(1)
+    except ConnectionResetError:
+        pass
+    return sock, host
+
+
+def test_failed_adoption_releases_the_quota_of_the_accepted_host():
+    """
+    A socket reset between accept and adoption cannot be adopted (Twisted
+    asks it for its peer), and cannot say who its peer was either: the
+    quota is released under the host accept() gave.
+    """
+    from kafkatwist.network.reactor import ProcessorReactor
+
+    server = FakeServer()
+    processor = Processor(0, server, reactor=ProcessorReactor())
+    sock, host = resetSocket()
+    # What the old release asked, and why the count leaked.
+    with pytest.raises(OSError):
+        sock.getpeername()
+    assert server.quotas.tryAcquire(host) is None
+    processor._adopt(sock, server.listeners[0], host)
+    assert server.quotas.count(host) == 0
+    assert server.quotas.total == 0
+    assert processor.connections == set()
+
+
+def test_quota_released_on_close_under_the_accepted_host():
+    reactor = MemoryReactorClock()
+    server = FakeServer()
+    processor = Processor(0, server, reactor=reactor)
+    assert server.quotas.tryAcquire("10.1.2.3") is None
+    processor._adoptingHost = "10.1.2.3"
+    connection, transport = connect(processor)
+    processor._adoptingHost = None
+    assert connection.quotaHost == "10.1.2.3"
+    connection.connectionLost(None)
+    assert server.quotas.count("10.1.2.3") == 0

@@ -1,5 +1,5 @@
 """
-The issue-7 suite: kafkatwist against a reference broker (Tansu), one table.
+The comparison suite: kafkatwist against a reference broker (Tansu, or another kafkatwist checkout), one table.
 
     python -m bench [--reference tansu] [--records 1000000] [--repeats 3] [--quick]
     make bench ARGS="--reference tansu"
@@ -182,7 +182,7 @@ def latencyRun(broker, seconds: float) -> dict:
     topic = f"lat-{uuid.uuid4().hex[:8]}"
     createTopic(broker.bootstrap, topic, 1)
     tail = subprocess.Popen(
-        [sys.executable, "-m", "bench.issue7", "_tail", broker.bootstrap, topic, str(seconds + 4)],
+        [sys.executable, "-m", "bench.comparison", "_tail", broker.bootstrap, topic, str(seconds + 4)],
         stdout=subprocess.PIPE,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
