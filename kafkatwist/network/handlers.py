@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kafkatwist.config import TLS_PROTOCOLS
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
 from kafkatwist.purgatory import DelayedActions
@@ -151,7 +152,7 @@ class HandlerPool:
             return None
         self._abandon(request)
         response = self._encode(request, result)
-        if isinstance(result, EncodedResponse) and request.context.securityProtocol == "SSL":
+        if isinstance(result, EncodedResponse) and request.context.securityProtocol in TLS_PROTOCOLS:
             response.chunks = _readSmallRegions(response.chunks, TLS_READ_CHUNK)
         return self._done(request, response)
 

@@ -15,6 +15,7 @@ from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.channel import MemoryPool, Response
 from kafkatwist.network.connection import KafkaConnection
 from kafkatwist.protocol.codec import encodeRequestFrame
+from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 
 class FakeOwner:
@@ -24,6 +25,7 @@ class FakeOwner:
         self.maxRequestSize = maxRequestSize
         self.supportedVersions = supported or {3: (0, 12), 18: (0, 3)}
         self.submitted = []
+        self.sslPrincipalBuilder = SslPrincipalBuilder()
         self.opened = []
         self.closed = []
 
