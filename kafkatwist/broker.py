@@ -29,8 +29,10 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.groupCoordinator = None
+        self.logCleaner = None
         self.authorizer = None
-        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0])
+        #: read from the data directory once the service holds its lock
+        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0], load=False)
         self.topicBytes = TopicBytes()
 
     def useHandlerThreads(self, call) -> None:

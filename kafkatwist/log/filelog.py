@@ -28,6 +28,7 @@ import re
 
 from twisted.logger import Logger
 
+from kafkatwist.log import swap
 from kafkatwist.log.partition import PartitionLog
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -47,7 +48,8 @@ __all__ = ["FilePartitionLog"]
 
 log = Logger()
 
-# Kafka's leftovers of interrupted operations, safe to delete at load.
+# Kafka's leftovers of interrupted operations, safe to delete at load
+# (once kafkatwist.log.swap has finished any committed swap).
 _STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 
@@ -122,6 +124,7 @@ class FilePartitionLog(PartitionLog):
         Open an existing partition directory, recovering it if C{clean} is
         false.
         """
+        swap.recover(directory, config.indexIntervalBytes)
         bases = []
         for name in os.listdir(directory):
             path = os.path.join(directory, name)
@@ -321,6 +324,16 @@ class FilePartitionLog(PartitionLog):
         segment.indexIntervalBytes = self.config.indexIntervalBytes
         segment.writeLock = self._lock
         self.cache.pin(segment)
+        return segment
+
+    def _installCleaned(self, baseOffset: int, old: list) -> FileSegment:
+        # The cleaner wrote <baseOffset>.*.cleaned; see kafkatwist.log.swap.
+        swap.commit(self.directory, baseOffset)
+        for segment in old:
+            segment.delete()
+        swap.complete(self.directory, baseOffset)
+        segment = FileSegment.open(self.directory, baseOffset, self.cache)
+        segment.indexIntervalBytes = self.config.indexIntervalBytes
         return segment
 
     def _deactivate(self, segment) -> None:

@@ -36,6 +36,7 @@ from zope.interface import implementer
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
+from kafkatwist.log.compaction import requireKeys
 from kafkatwist.log.config import LogConfig
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -153,6 +154,8 @@ class PartitionLog:
         batches = validateRecordSet(
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
+        if isFromClient and config.compacts:
+            requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -521,6 +524,61 @@ class PartitionLog:
             segment.delete()
         self._onSegmentsDeleted(remaining[0].baseOffset)
         return len(doomed)
+
+    # -- compaction ----------------------------------------------------------
+
+    def replaceSegments(self, replacedBases: list[int], cleaned) -> bool:
+        """
+        Swap a cleaned segment in for the consecutive segments whose base
+        offsets are C{replacedBases}: the log cleaner's last step, a few
+        renames under the lock (the segment was written aside).
+
+        @param cleaned: the cleaned segment as the storage has it (see
+            C{_installCleaned}).
+        @return: C{False}, with nothing changed, if the log is closed or
+            those segments are no longer all there (retention deleted
+            some, or one of them became active); the caller then discards
+            the cleaned segment.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            bases, segments = self._view
+            first = bisect_right(bases, replacedBases[0]) - 1
+            old = segments[first : first + len(replacedBases)]
+            if first < 0 or [s.baseOffset for s in old] != list(replacedBases):
+                return False
+            if first + len(old) >= len(segments):
+                return False
+            try:
+                new = self._installCleaned(cleaned, old)
+            except OSError:
+                # Half swapped on disk: the next start's recovery finishes
+                # the swap; until then the partition is offline.
+                self._closed = True
+                raise
+            self._setSegments(segments[:first] + [new] + segments[first + len(old) :])
+            self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in old]
+            return True
+
+    def producerLastOffsets(self) -> dict[int, int]:
+        """
+        Producer id -> last offset of its last batch, for every producer
+        the partition knows: the batches the cleaner must keep.
+        """
+        with self._lock:
+            return {
+                producerId: entry.batches[-1].lastOffset
+                for producerId, entry in self.producerState.producers.items()
+                if entry.batches
+            }
+
+    def _installCleaned(self, cleaned, old: list):
+        """
+        Replace the segments C{old} by C{cleaned} in storage, under the
+        lock; the log publishes the returned segment.
+        """
+        raise NotImplementedError
 
     # -- flush ---------------------------------------------------------------
 

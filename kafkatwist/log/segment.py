@@ -34,7 +34,15 @@ from kafkatwist.log.atomic import replaceFile
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
 from kafkatwist.log.throttle import storageLog
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, batchError
+from kafkatwist.protocol.batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_AT as _MAX_TIMESTAMP_AT,
+    SCAN_HEADER as _SCAN,
+    BatchHeader,
+    batchError,
+)
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
 
@@ -45,10 +53,8 @@ SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 INDEX_CHECKSUMS = ".indexcrc"
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp: what scans need.
-_SCAN = struct.Struct(">qiibIhiqq")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-_MAX_TIMESTAMP_AT = 35
 _CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
 _TAIL_CHECK_BYTES = 1024 * 1024
@@ -171,6 +177,13 @@ class Segment:
         if first is not None and first >= 0:
             return maxTimestampInMessages - first
         return nowMs - self.createdMs
+
+    def firstBatchTimestamp(self) -> int:
+        """
+        The first batch's max timestamp (what C{max.compaction.lag.ms}
+        measures a segment by), or -1 for an empty segment.
+        """
+        return self._firstBatchMaxTimestamp() if self.size > 0 else -1
 
     def _firstBatchMaxTimestamp(self) -> int:
         reader = self._openReader()

@@ -112,6 +112,9 @@ class BaseLogManager:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicState] = {}
         self._logs: dict[tuple[str, int], Any] = {}
+        #: called with the topic name after a topic's logs are deleted
+        #: (the log cleaner forgets their checkpoints)
+        self.deletionListeners: list[Callable[[str], None]] = []
 
     # -- queries ---------------------------------------------------------------
 
@@ -204,6 +207,8 @@ class BaseLogManager:
                 if (name, p) in self._logs
             ]
         self._deleteLogs(topic, logs)
+        for listener in list(self.deletionListeners):
+            listener(name)
         _log.info("Deleted topic {topic} ({topicId})", topic=name, topicId=str(topic.topicId))
 
     def createPartitions(
