@@ -18,6 +18,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
@@ -60,29 +61,11 @@ def openLogManager(config):
 
 def brokerLogDefaults(config) -> dict:
     """
-    The broker-level log settings, for the keys that are set (unset ones
-    keep the log's own defaults).
+    The broker settings the log manager resolves topic defaults from: every
+    key that is set (the log reads the ones it knows, through the
+    registry's topic keys, L{kafkatwist.config.TOPIC_KEYS}).
     """
-    values = {
-        "log.segment.bytes": config["log.segment.bytes"],
-        "log.roll.ms": config.rollMs(),
-        "log.retention.ms": config.retentionMs(),
-        "log.retention.bytes": config["log.retention.bytes"],
-        "log.index.interval.bytes": config["log.index.interval.bytes"],
-        "log.flush.interval.messages": config["log.flush.interval.messages"],
-        "log.flush.interval.ms": config["log.flush.interval.ms"],
-        "message.max.bytes": config["message.max.bytes"],
-        "log.message.timestamp.type": config["log.message.timestamp.type"],
-        "log.cleanup.policy": config["log.cleanup.policy"],
-        "log.cleaner.delete.retention.ms": config["log.cleaner.delete.retention.ms"],
-        "log.cleaner.min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
-        "log.cleaner.max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"],
-        "log.cleaner.min.cleanable.ratio": config["log.cleaner.min.cleanable.ratio"],
-        "num.partitions": config["num.partitions"],
-        "max.broker.partitions": config["max.broker.partitions"],
-        "producer.id.expiration.ms": config["producer.id.expiration.ms"],
-    }
-    return {key: value for key, value in values.items() if value is not None}
+    return {name: config[name] for name in KEYS if config[name] is not None}
 
 
 def makeLogCleaner(config, logManager):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.logstore import OffsetsTopicLog
 from kafkatwist.coordinator.runtime import TimerThread
 from kafkatwist.coordinator.service import GroupCoordinatorService
@@ -19,8 +20,12 @@ __all__ = ["makeGroupCoordinator", "stopGroupCoordinator"]
 log = Logger()
 
 
-def _setting(config, key: str, default):
+def _setting(config, key: str, default=None):
+    # The key's default comes from the registry (kafkatwist.config.KEYS);
+    # C{default} only serves a key the registry does not know.
     value = config.get(key, None) if hasattr(config, "get") else None
+    if value is None and key in KEYS:
+        value = KEYS[key].defaultValue()
     return default if value is None else value
 
 

@@ -490,19 +490,38 @@ class Segment:
                 nextOffset = lastOffset + 1
                 since += size
             if since <= _TAIL_CHECK_BYTES:
-                # The last batches written are the likeliest damaged, and
-                # checking their CRCs is cheap: a few KiB.
-                tail = memoryview(reader.pread(since, position))
-                at = 0
-                while at < since:
-                    header, error = batchError(tail, at, since - at)
-                    if error is not None:
-                        raise _ScanError(f"{error.message} at a clean start", position + at)
-                    at += header.size
+                self._checkTail(reader, position, since)
         finally:
             reader.close()
         self.nextOffset = nextOffset
         self._bytesSinceLastIndexEntry = since
+
+
+    def _checkTail(self, reader, position: int, length: int) -> None:
+        """
+        CRC-check the last batches (cheap: a few KiB), which a clean start
+        does not otherwise read.  Their headers chain correctly, so a
+        failure is damage inside one batch, not a torn write: the batches
+        after it are sound and acknowledged, and are not truncated away.
+        The damaged one is served as stored (its CRC fails in every client,
+        as Kafka would serve it) and logged here.
+        """
+        tail = memoryview(reader.pread(length, position))
+        at = 0
+        while at < length:
+            header, error = batchError(tail, at, length - at)
+            if error is not None:
+                log.error(
+                    "{path}: the batch at offset {offset} (byte {position}) is damaged "
+                    "({error}); it is served as stored and clients will reject it",
+                    path=getattr(self, "logPath", repr(self)),
+                    offset=header.baseOffset if header is not None else "?",
+                    position=position + at,
+                    error=error.message,
+                )
+            if header is None or header.size < HEADER_SIZE:
+                return
+            at += header.size
 
 
 class _FileReader:

@@ -20,6 +20,7 @@ from collections import Counter
 
 from twisted.logger import Logger
 
+from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
@@ -52,8 +53,6 @@ ZERO_UUID = uuid.UUID(int=0)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 #: DeleteRecords' "up to the high watermark"
 HIGH_WATERMARK = -1
-#: Kafka's controller's MAX_PARTITIONS_PER_BATCH
-DEFAULT_MAX_PARTITIONS_PER_REQUEST = 10_000
 #: DescribeCluster endpoint types
 _BROKERS, _CONTROLLERS = 1, 2
 
@@ -83,7 +82,7 @@ def _requestLimitError(broker, requested: int) -> KafkaError | None:
     config = getattr(broker, "config", None)
     limit = config.get("max.partitions.per.request") if hasattr(config, "get") else None
     if limit is None:
-        limit = DEFAULT_MAX_PARTITIONS_PER_REQUEST
+        limit = KEYS["max.partitions.per.request"].defaultValue()
     if requested <= limit:
         return None
     return KafkaError(
