@@ -20,9 +20,13 @@ from twisted.logger import Logger
 from kafkatwist.broker import Broker, loadOrCreateClusterId
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
+from kafkatwist.log.errors import StorageError
+from kafkatwist.log.cleaner import LogCleaner
+from kafkatwist.network.affinity import availableCpus, requestThreadCpus
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.sdnotify import Notifier
+from kafkatwist.security.plugin import loadAuthorizer
 from kafkatwist.startup import cannotListen
 
 log = Logger()
@@ -81,6 +85,30 @@ def brokerLogDefaults(config) -> dict:
     return {key: value for key, value in values.items() if value is not None}
 
 
+def makeLogCleaner(config, logManager):
+    """
+    The log cleaner (C{log.cleaner.*}), or C{None} when disabled or without
+    a log.  Its processes keep off the CPUs of the request threads.
+    """
+    if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
+        return None
+    available = availableCpus()
+    requestCpus = requestThreadCpus(config["request.threads.cpu.affinity"], available)
+    cpus = None
+    if available and requestCpus and available - requestCpus:
+        cpus = frozenset(available - requestCpus)
+    return LogCleaner(
+        logManager,
+        threads=config["log.cleaner.threads"],
+        dedupeBufferSize=config["log.cleaner.dedupe.buffer.size"],
+        ioBufferSize=config["log.cleaner.io.buffer.size"],
+        loadFactor=config["log.cleaner.io.buffer.load.factor"],
+        maxIoBytesPerSecond=config["log.cleaner.io.max.bytes.per.second"],
+        backoffMs=config["log.cleaner.backoff.ms"],
+        cpus=cpus,
+    )
+
+
 class BrokerService(service.Service):
     """
     @param reactor: the main (global) reactor, passed in by C{tap.py}.
@@ -105,7 +133,8 @@ class BrokerService(service.Service):
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
         L{kafkatwist.registry.PluginConflict},
-        L{kafkatwist.startup.StartupError} or C{OSError}.
+        L{kafkatwist.startup.StartupError} (a damaged ACL or credential file
+        among them) or C{OSError}.
 
         Order matters to an operator: nothing is written to the data
         directory until every port is bound and the directory's C{.lock} is
@@ -126,18 +155,28 @@ class BrokerService(service.Service):
 
         self._dirLock = DataDirLock(config.logDirs)
         self._dirLock.acquire()
+        # Security state is read once the directory is ours (nothing here
+        # writes); a bad authorizer setting stops start-up before anything is.
+        self.broker.scramCredentials.load()
+        self.broker.authorizer = loadAuthorizer(
+            self.broker,
+            config["authorizer.class.name"],
+            config["plugin.paths"],
+            config["plugin.load.failure.policy"],
+        )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs[0], config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, config["cluster.id"]
         )
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
                 self.logManager = self.logManagerFactory(config)
-            except RuntimeError:
+            except StorageError:
                 # Another broker took the directory after the hand-over.
                 self._dirLock.check()
                 raise
         self.broker.logManager = self.logManager
+        self.broker.logCleaner = makeLogCleaner(config, self.logManager)
         self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
 
     def _bindListeners(self) -> None:
@@ -196,6 +235,8 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        if self.broker.logCleaner is not None:
+            self.broker.logCleaner.start()
         self._announceMetricsListener()
         # Everything built so far lives as long as the broker: keep it out of
         # the collector's way, so a full collection does not walk it (a
@@ -209,7 +250,7 @@ class BrokerService(service.Service):
 
     def _checkServerCertificate(self) -> None:
         keystore = self.config["ssl.keystore.location"]
-        if not keystore or not any(l.securityProtocol == "SSL" for l in self.config.listeners):
+        if not keystore or not any(l.tls for l in self.config.listeners):
             return
         from kafkatwist.servercert import advertisedHostWarnings
 
@@ -272,12 +313,19 @@ class BrokerService(service.Service):
         # A retention or flush pass still running in the pool must finish
         # before the log is closed under it.
         yield defer.DeferredList([done for _, done in self._periodic], consumeErrors=True)
+        cleaner = self.broker.logCleaner if self.broker is not None else None
+        if cleaner is not None:
+            # Abandons a pass in progress (its cleaner process is killed)
+            # and waits for a swap under way: in the pool, not here.
+            yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
         if self.server is not None:
             yield self.server.stop()
         if self.broker is not None:
             stopGroupCoordinator(self.broker.groupCoordinator)
+            if self.broker.authorizer is not None:
+                self.broker.authorizer.close()
         if self.logManager is not None:
             self.logManager.close()
         if self._dirLock is not None:

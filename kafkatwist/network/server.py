@@ -54,7 +54,7 @@ class SocketServer:
         self.tlsContextFactory = None
         #: client certificate -> principal (ssl.principal.mapping.rules)
         self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
-        if any(l.securityProtocol == "SSL" for l in self.listeners):
+        if any(l.tls for l in self.listeners):
             self.tlsContextFactory = ServerContextFactory(
                 config["ssl.keystore.location"],
                 config["ssl.key.password"],
@@ -72,6 +72,18 @@ class SocketServer:
         self.acceptors: list[Acceptor] = []
         self._lock = threading.Lock()
         self.connectionsByListener: Counter[str] = Counter()
+
+    def saslSettings(self, listener) -> tuple:
+        """
+        What each connection's L{kafkatwist.security.session.SaslSession} on
+        the SASL listener C{listener} is made from: its mechanisms, the
+        credential store, C{connections.max.reauth.ms}.
+        """
+        return (
+            self.config.saslMechanisms(listener.name),
+            self.broker.scramCredentials,
+            self.config["connections.max.reauth.ms"],
+        )
 
     def bind(self) -> None:
         """

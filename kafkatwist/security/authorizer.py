@@ -239,6 +239,7 @@ class StandardAuthorizer:
         principal = context.principal
         host = context.clientAddress[0]
         denyLiteral, denyPrefixed, allowLiteral, allowPrefixed = set(), set(), set(), set()
+        wildcardAllow = False
         index = self._snapshot.byType.get(resourceType)
         if index is None:
             return False
@@ -258,8 +259,12 @@ class StandardAuthorizer:
                         (denyLiteral if literal else denyPrefixed).add(name)
                     elif binding.permissionType == _ALLOW:
                         if literal and name == WILDCARD:
-                            return True
-                        (allowLiteral if literal else allowPrefixed).add(name)
+                            # Only once no wildcard DENY turned up.
+                            wildcardAllow = True
+                        else:
+                            (allowLiteral if literal else allowPrefixed).add(name)
+        if wildcardAllow:
+            return True
         for names, literal in ((allowLiteral, True), (allowPrefixed, False)):
             for name in names:
                 if literal and name in denyLiteral:

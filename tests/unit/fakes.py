@@ -142,3 +142,18 @@ def handleLikeThePool(handler, context, request):
         else:
             pending.abandon()
     return result
+
+
+class OneHandlerBroker:
+    """
+    The part of an L{IBroker} the handler pool uses, serving one handler.
+    """
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def handlerFor(self, apiKey):
+        return self.handler
+
+    def supportedVersions(self):
+        return {self.handler.apiKey: (self.handler.minVersion, self.handler.maxVersion)}
