@@ -257,18 +257,19 @@ def render(broker, server) -> str:
 
     coordinator = broker.groupCoordinator
     if coordinator is not None:
+        # What the coordinator's owner last published: immutable, so this
+        # neither waits for nor disturbs the groups.
         w.declare("kafka_consumergroup_lag", "gauge", "Log end offset minus the committed offset.")
         w.declare("kafka_consumergroup_committed_offset", "gauge", "Committed offset.")
-        for overview in coordinator.listGroups().groups:
-            fetched = coordinator.fetchOffsets(overview.groupId, None)
-            for (topic, partition), committed in sorted(fetched.offsets.items()):
-                if committed.offset < 0:
+        for groupId, published in sorted(coordinator.publishedGroups().items()):
+            for (topic, partition), committed in sorted(published.offsets.items()):
+                if committed < 0:
                     continue
-                labels = dict(group=overview.groupId, topic=topic, partition=partition)
-                w.sample("kafka_consumergroup_committed_offset", committed.offset, **labels)
+                labels = dict(group=groupId, topic=topic, partition=partition)
+                w.sample("kafka_consumergroup_committed_offset", committed, **labels)
                 end = endOffsets.get((topic, partition))
                 if end is not None:
-                    w.sample("kafka_consumergroup_lag", max(0, end - committed.offset), **labels)
+                    w.sample("kafka_consumergroup_lag", max(0, end - committed), **labels)
     return w.text()
 
 

@@ -20,10 +20,13 @@ from twisted.logger import Logger
 from kafkatwist.broker import Broker, loadOrCreateClusterId
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
+from kafkatwist.log.errors import StorageError
 from kafkatwist.log.cleaner import LogCleaner
 from kafkatwist.network.affinity import availableCpus, requestThreadCpus
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.sdnotify import Notifier
+from kafkatwist.security.plugin import loadAuthorizer
 from kafkatwist.startup import cannotListen
 
 log = Logger()
@@ -113,8 +116,10 @@ class BrokerService(service.Service):
 
     name = "kafkatwist"
 
-    def __init__(self, config, reactor, logManagerFactory=openLogManager) -> None:
+    def __init__(self, config, reactor, logManagerFactory=openLogManager, notifier=None) -> None:
         self.config = config
+        #: tells systemd (Type=notify) when the broker is ready and stopping
+        self.notifier = notifier if notifier is not None else Notifier()
         self.reactor = reactor
         self.logManagerFactory = logManagerFactory
         self.broker = None
@@ -128,7 +133,8 @@ class BrokerService(service.Service):
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
         L{kafkatwist.registry.PluginConflict},
-        L{kafkatwist.startup.StartupError} or C{OSError}.
+        L{kafkatwist.startup.StartupError} (a damaged ACL or credential file
+        among them) or C{OSError}.
 
         Order matters to an operator: nothing is written to the data
         directory until every port is bound and the directory's C{.lock} is
@@ -149,14 +155,23 @@ class BrokerService(service.Service):
 
         self._dirLock = DataDirLock(config.logDirs)
         self._dirLock.acquire()
+        # Security state is read once the directory is ours (nothing here
+        # writes); a bad authorizer setting stops start-up before anything is.
+        self.broker.scramCredentials.load()
+        self.broker.authorizer = loadAuthorizer(
+            self.broker,
+            config["authorizer.class.name"],
+            config["plugin.paths"],
+            config["plugin.load.failure.policy"],
+        )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs[0], config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, config["cluster.id"]
         )
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
                 self.logManager = self.logManagerFactory(config)
-            except RuntimeError:
+            except StorageError:
                 # Another broker took the directory after the hand-over.
                 self._dirLock.check()
                 raise
@@ -210,6 +225,7 @@ class BrokerService(service.Service):
                 port=ports.get(listener.name),
                 advertised=str(self.broker.advertisedListenerFor(listener.name)),
             )
+        self._checkServerCertificate()
         log.info("Data directory: {dirs}", dirs=", ".join(os.path.abspath(d) for d in self.config.logDirs))
         log.info(
             "{processors} network threads, {handlers} request handler threads",
@@ -232,9 +248,24 @@ class BrokerService(service.Service):
         # for, so it must come after them (a signal sent on it was lost).
         self.reactor.callWhenRunning(self._announceStarted)
 
+    def _checkServerCertificate(self) -> None:
+        keystore = self.config["ssl.keystore.location"]
+        if not keystore or not any(l.tls for l in self.config.listeners):
+            return
+        from kafkatwist.servercert import advertisedHostWarnings
+
+        for warning in advertisedHostWarnings(keystore, self.broker.advertisedListeners):
+            log.warn("{warning}", warning=warning)
+
     def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+        self.notifier.ready(f"serving node {self.broker.nodeId} of cluster {self.broker.clusterId}")
+        if self.notifier.watchdogSeconds:
+            # The main reactor is alive while this keeps firing.
+            call = task.LoopingCall(self.notifier.watchdog)
+            call.clock = self.reactor
+            self._periodic.append((call, call.start(self.notifier.watchdogSeconds / 2, now=True)))
 
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
@@ -275,6 +306,7 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
+        self.notifier.stopping()
         for call, _ in self._periodic:
             if call.running:
                 call.stop()
@@ -292,6 +324,8 @@ class BrokerService(service.Service):
             yield self.server.stop()
         if self.broker is not None:
             stopGroupCoordinator(self.broker.groupCoordinator)
+            if self.broker.authorizer is not None:
+                self.broker.authorizer.close()
         if self.logManager is not None:
             self.logManager.close()
         if self._dirLock is not None:

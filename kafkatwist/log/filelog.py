@@ -36,7 +36,13 @@ from kafkatwist.log.producerstate import (
     CorruptSnapshot,
     ProducerStateManager,
 )
-from kafkatwist.log.segment import SEGMENT_FILE, FileSegment, _ScanError, segmentFileName
+from kafkatwist.log.segment import (
+    INDEX_CHECKSUMS,
+    SEGMENT_FILE,
+    FileSegment,
+    _ScanError,
+    segmentFileName,
+)
 
 __all__ = ["FilePartitionLog"]
 
@@ -131,7 +137,11 @@ class FilePartitionLog(PartitionLog):
         bases.sort()
         for name in os.listdir(directory):
             stem, _, suffix = name.partition(".")
-            if suffix in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+            if (
+                suffix in ("index", "timeindex", INDEX_CHECKSUMS[1:])
+                and stem.isdigit()
+                and int(stem) not in bases
+            ):
                 os.unlink(os.path.join(directory, name))
         segments = [FileSegment.open(directory, base, cache) for base in bases]
         if not segments:
@@ -152,9 +162,24 @@ class FilePartitionLog(PartitionLog):
                 clean = False
         if not clean:
             segments = cls._recover(directory, segments, recoveryPoint, config.indexIntervalBytes)
-            recoveryPoint = segments[-1].nextOffset
-        else:
-            recoveryPoint = segments[-1].nextOffset
+        end = segments[-1].nextOffset
+        for what, checkpointed in (("recovery point", recoveryPoint),
+                                   ("log start offset", logStartOffset)):
+            if checkpointed > end:
+                # Below the recovery point everything was on disk: something
+                # other than a crash removed it.
+                log.error(
+                    "{dir}: the log ends at offset {end}, below its checkpointed {what} "
+                    "{checkpointed} (in {segment}): offsets {end} to {last} are lost",
+                    dir=directory,
+                    end=end,
+                    what=what,
+                    checkpointed=checkpointed,
+                    segment=segments[-1].logPath,
+                    last=checkpointed - 1,
+                )
+                break
+        recoveryPoint = end
         producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
         cls._loadProducerState(directory, segments, producerState, nowMs)
         return cls(
@@ -312,7 +337,7 @@ class FilePartitionLog(PartitionLog):
         return segment
 
     def _deactivate(self, segment) -> None:
-        segment.persistIndexes()
+        segment.persistIndexesOrWarn("at roll")
         self.cache.unpin(segment)
 
     def abandon(self) -> None:

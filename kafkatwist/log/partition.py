@@ -44,6 +44,7 @@ from kafkatwist.log.producerstate import (
     ProducerStateManager,
 )
 from kafkatwist.log.records import AppendInfo, ReadInfo
+from kafkatwist.log.throttle import storageLog
 from kafkatwist.protocol.batch import assignOffsets, validateRecordSet
 
 __all__ = ["PartitionLog"]
@@ -201,7 +202,12 @@ class PartitionLog:
                 self._dirtySinceMs = now_ms
             self._unflushedRecords += numRecords
             if self._unflushedRecords >= config.flushMessages:
-                self._flushLocked()
+                try:
+                    self._flushLocked()
+                except OSError as e:
+                    # Written but not durable: the producer retries (an
+                    # idempotent one is deduplicated).
+                    raise self._storageError("fsync", e) from None
             return AppendInfo(
                 firstOffset=firstOffset,
                 lastOffset=last.lastOffset,
@@ -212,6 +218,9 @@ class PartitionLog:
                 numRecords=numRecords,
                 validBytes=len(data),
             )
+
+    #: whether L{close} flushed everything (a full disk may stop it)
+    closedClean = True
 
     def _duplicate(self, batch: BatchMetadata) -> AppendInfo:
         # Kafka answers a retried batch with the offsets it got the first time.
@@ -245,6 +254,17 @@ class PartitionLog:
         with self._lock:
             return self.producerState.removeExpired(nowMs)
 
+    def _storageError(self, what: str, error: OSError) -> KafkaError:
+        name = f"{self.topic}-{self.partition}"
+        storageLog.warn(
+            (what, name),
+            "{partition}: {what} failed: {error}",
+            partition=name,
+            what=what,
+            error=error,
+        )
+        return KafkaError(ErrorCode.kafka_storage_error, f"{name}: {what} failed: {error}")
+
     def _checkOpen(self) -> None:
         if self._closed:
             raise KafkaError(
@@ -267,7 +287,12 @@ class PartitionLog:
         old = self.activeSegment
         if old.size == 0:
             return old
-        new = self._newSegment(self._end[0], nowMs)
+        try:
+            new = self._newSegment(self._end[0], nowMs)
+        except OSError as e:
+            # A full disk, say: the active segment stays active, and the
+            # next append tries again.
+            raise self._storageError("roll", e) from None
         old.onBecomeInactive()
         self._deactivate(old)
         self._rolledUnflushed.append(old)
@@ -566,10 +591,13 @@ class PartitionLog:
             self._flushLocked()
 
     def _flushLocked(self) -> None:
-        for segment in self._rolledUnflushed:
+        # Forget a rolled segment only once it is synced: a failure (a full
+        # disk) leaves the rest for the next flush.
+        while self._rolledUnflushed:
+            segment = self._rolledUnflushed[0]
             if not segment.deleted:
                 segment.sync(indexes=True)
-        self._rolledUnflushed = []
+            del self._rolledUnflushed[0]
         self.activeSegment.sync()
         self.recoveryPoint = self._end[0]
         self._unflushedRecords = 0
@@ -624,10 +652,16 @@ class PartitionLog:
             if self._closed:
                 return
             if flush:
-                self.activeSegment.onBecomeInactive()
-                self._flushLocked()
-                self.activeSegment.persistIndexes(sync=True)
-                self._onCleanClose()
+                try:
+                    self.activeSegment.onBecomeInactive()
+                    self._flushLocked()
+                    self.activeSegment.persistIndexes(sync=True)
+                    self._onCleanClose()
+                except OSError as e:
+                    # The next start must recover this log: no clean
+                    # shutdown marker (see the log manager).
+                    self.closedClean = False
+                    self._storageError("flush at close", e)
             self._closed = True
             for segment in self._view[1]:
                 segment.close()

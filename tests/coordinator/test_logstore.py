@@ -1,24 +1,32 @@
 """
-The C{__consumer_offsets} group store (L{kafkatwist.coordinator.logstore})
-on a real L{LogManager}: Kafka's record formats, partitioning, tombstones,
-and restarts (a new LogManager on the same directory, then C{load()}).
+C{__consumer_offsets} (L{kafkatwist.coordinator.formats},
+L{kafkatwist.coordinator.logstore}, L{kafkatwist.coordinator.replay}) on a
+real L{LogManager}: Kafka's record formats, partitioning, tombstones,
+restarts (a new LogManager on the same directory, then a replay), and
+loading that survives damaged or foreign records.
 """
 
 from __future__ import annotations
 
-import pytest
-from twisted.internet import task
+import os
+import struct
 
-from kafkatwist.clock import ThreadSafeClock
+import pytest
+from crc32c import crc32c
+from twisted.internet import task
+from twisted.logger import globalLogPublisher
+
 from kafkatwist.coordinator import (
+    CommitRequest,
     GroupSnapshot,
+    JoinRequest,
     MemberSnapshot,
     OffsetAndMetadata,
+    SyncRequest,
     encodeSubscription,
 )
-from kafkatwist.coordinator.logstore import (
+from kafkatwist.coordinator.formats import (
     OFFSETS_TOPIC,
-    LogGroupStore,
     decodeGroupValue,
     decodeKey,
     decodeOffsetValue,
@@ -27,12 +35,26 @@ from kafkatwist.coordinator.logstore import (
     encodeOffsetKey,
     encodeOffsetValue,
     javaStringHashCode,
+    groupRecord,
+    groupTombstone,
+    offsetRecords,
+    offsetTombstones,
     partitionFor,
 )
+from kafkatwist.coordinator.logstore import OffsetsTopicLog
+from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import LogManager
-from kafkatwist.protocol.records import decodeBatches
+from kafkatwist.protocol.records import (
+    _CRC_START,
+    BATCH_HEADER_SIZE,
+    Record,
+    buildBatch,
+    decodeBatches,
+    readVarint,
+    zigzagVarint,
+)
 
 E = ErrorCode
 NOW = 1_700_000_000_000
@@ -136,42 +158,48 @@ def test_group_value_round_trip_and_layout():
     assert decodeGroupValue("g", encodeGroupValue(empty)) == empty
 
 
-# -- the store on a real log -------------------------------------------------------------
+# -- the log ------------------------------------------------------------------------------
 
 
 def test_creates_compacted_topic(dirs):
     manager = dirs.open()
-    store = LogGroupStore(manager, numPartitions=5)
+    log = OffsetsTopicLog(manager, numPartitions=5, segmentBytes=65536)
     info = manager.topics()[OFFSETS_TOPIC]
-    assert info.numPartitions == 5 == store.numPartitions
+    assert info.numPartitions == 5 == log.numPartitions
     assert info.configs.get("cleanup.policy") == "compact"
+    assert str(info.configs.get("segment.bytes")) == "65536"
     # An existing topic keeps its partition count.
-    assert LogGroupStore(dirs.restart(), numPartitions=50).numPartitions == 5
+    assert OffsetsTopicLog(dirs.restart(), numPartitions=50).numPartitions == 5
 
 
 def test_round_trip_across_restart(dirs):
     manager = dirs.open()
-    store = LogGroupStore(manager, numPartitions=4, clock=lambda: NOW)
+    log = OffsetsTopicLog(manager, numPartitions=4, clock=lambda: NOW)
     snap = GroupSnapshot("g1", "consumer", 3, "range", "m1", NOW, (member("m1"), member("m2", "inst")))
-    store.storeGroup(snap)
-    store.storeOffsets(
-        "g1",
-        {
-            ("t", 0): OffsetAndMetadata(10, 1, "ünïcødé metadata ✓", NOW),
-            ("t", 1): OffsetAndMetadata(11, -1, "", NOW),
-        },
+    g1 = partitionFor("g1", 4)
+    log.append(g1, [groupRecord(snap)])
+    log.append(
+        g1,
+        offsetRecords(
+            "g1",
+            {
+                ("t", 0): OffsetAndMetadata(10, 1, "ünïcødé metadata ✓", NOW),
+                ("t", 1): OffsetAndMetadata(11, -1, "", NOW),
+            },
+        ),
     )
-    store.storeOffsets("g1", {("t", 0): OffsetAndMetadata(12, 2, "newer", NOW + 1)})
-    store.storeOffsets("simple", {("u", 3): OffsetAndMetadata(7, -1, "x" * 4096, NOW, NOW + 99)})
-    # Records are where Kafka puts them.
+    log.append(g1, offsetRecords("g1", {("t", 0): OffsetAndMetadata(12, 2, "newer", NOW + 1)}))
+    log.append(
+        partitionFor("simple", 4),
+        offsetRecords("simple", {("u", 3): OffsetAndMetadata(7, -1, "x" * 4096, NOW, NOW + 99)}),
+    )
     ends = {p: manager.getLog(OFFSETS_TOPIC, p).logEndOffset for p in range(4)}
-    extra = 1 if partitionFor("simple", 4) == partitionFor("g1", 4) else 0
+    extra = 1 if partitionFor("simple", 4) == g1 else 0
     # 1 group record + 2 + 1 offset records
-    assert ends[partitionFor("g1", 4)] == 4 + extra
+    assert ends[g1] == 4 + extra
     assert sum(ends.values()) == 5
 
-    store2 = LogGroupStore(dirs.restart(), numPartitions=4)
-    groups, offsets = store2.load()
+    groups, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=4))
     assert groups == [snap]
     assert offsets == {
         "g1": {
@@ -183,40 +211,49 @@ def test_round_trip_across_restart(dirs):
 
 
 def test_tombstones(dirs):
-    store = LogGroupStore(dirs.open(), numPartitions=3)
-    store.storeGroup(GroupSnapshot("g", "consumer", 1, None, None, NOW))
-    store.storeOffsets("g", {("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)})
-    store.storeOffsets("h", {("t", 0): OffsetAndMetadata(5)})
-    store.deleteOffsets("g", [("t", 0)])
-    groups, offsets = LogGroupStore(dirs.restart(), numPartitions=3).load()
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1)
+    log.append(0, [groupRecord(GroupSnapshot("g", "consumer", 1, None, None, NOW))])
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)}))
+    log.append(0, offsetRecords("h", {("t", 0): OffsetAndMetadata(5)}))
+    log.append(0, offsetTombstones("g", [("t", 0)]))
+    groups, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
     assert [g.groupId for g in groups] == ["g"]
     assert set(offsets["g"]) == {("t", 1)}
-
-    store = LogGroupStore(dirs.manager, numPartitions=3)
-    store.load()
-    # Deleting a group after a restart still tombstones the offsets it had
-    # before: the store learned them from the log.
-    store.deleteGroup("g")
-    partitionLog = dirs.manager.getLog(OFFSETS_TOPIC, store.partitionFor("g"))
-    data = partitionLog.read(partitionLog.logEndOffset - 1, 1 << 20).records
-    raw = data if isinstance(data, bytes) else data.read()
-    if not isinstance(data, bytes):
-        data.close()
-    last = list(decodeBatches(raw))[-1]
-    assert [(decodeKey(r.key), r.value) for r in last.records] == [
-        (("offset", "g", ("t", 1)), None),
-        (("group", "g"), None),
-    ]
-    groups, offsets = LogGroupStore(dirs.restart(), numPartitions=3).load()
+    log = OffsetsTopicLog(dirs.manager, numPartitions=1)
+    log.append(0, [*offsetTombstones("g", [("t", 1)]), groupTombstone("g")])
+    groups, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
     assert groups == [] and offsets == {"h": {("t", 0): OffsetAndMetadata(5)}}
 
 
-def test_unreadable_records_are_skipped(dirs):
-    from kafkatwist.protocol.records import Record, buildBatch
+class LogLines:
+    """
+    The twisted.logger events emitted meanwhile, as formatted text.
+    """
 
+    def __init__(self) -> None:
+        from twisted.logger import formatEvent
+
+        self._format = formatEvent
+        self.lines: list[str] = []
+
+    def __enter__(self):
+        globalLogPublisher.addObserver(self._observe)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        globalLogPublisher.removeObserver(self._observe)
+
+    def _observe(self, event) -> None:
+        self.lines.append(self._format(event))
+
+    def matching(self, text: str) -> list[str]:
+        return [line for line in self.lines if text in line]
+
+
+def test_unreadable_records_are_skipped(dirs):
     manager = dirs.open()
-    store = LogGroupStore(manager, numPartitions=1)
-    store.storeOffsets("g", {("t", 0): OffsetAndMetadata(1)})
+    log = OffsetsTopicLog(manager, numPartitions=1)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
     manager.getLog(OFFSETS_TOPIC, 0).append(
         buildBatch(
             [
@@ -228,102 +265,221 @@ def test_unreadable_records_are_skipped(dirs):
         NOW,
         isFromClient=False,
     )
-    store.storeOffsets("g", {("t", 2): OffsetAndMetadata(3)})
-    _, offsets = LogGroupStore(dirs.restart(), numPartitions=1).load()
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
     assert offsets == {"g": {("t", 0): OffsetAndMetadata(1), ("t", 2): OffsetAndMetadata(3)}}
+    # One line per unreadable record, naming topic, partition and offset.
+    assert len(logged.matching("__consumer_offsets-0 offset 1: skipping unreadable record")) == 1
+    assert len(logged.matching("__consumer_offsets-0 offset 3: skipping unreadable record")) == 1
+    assert len(logged.matching("skipped 1 records of other coordinators' types (the first at offset 2)")) == 1
 
 
-# -- the coordinator over the store ----------------------------------------------------------
+def _batchWithTruncatedRecord() -> bytes:
+    """
+    A CRC-valid batch of two records whose second one ends in the middle of
+    a varint: what a forged append left in Kafka's issue, and what made the
+    replay stop start-up with "truncated varint".
+    """
+    good = buildBatch(
+        [
+            Record(key=encodeOffsetKey("g", "t", 5), value=encodeOffsetValue(OffsetAndMetadata(50))),
+            Record(key=encodeOffsetKey("g", "t", 6), value=encodeOffsetValue(OffsetAndMetadata(60))),
+        ]
+    )
+    # Rebuild the records section by hand: record 1 whole, record 2 cut
+    # after its length, inside the timestamp-delta varint.
+    header = bytearray(good[:BATCH_HEADER_SIZE])
+    records = good[BATCH_HEADER_SIZE:]
+    first = _recordSize(records)
+    # Length 2: attributes, then a varint that never ends.
+    cut = records[:first] + zigzagVarint(2) + b"\x00" + b"\xff"
+    data = header + cut
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    struct.pack_into(">I", data, _CRC_START - 4, crc32c(bytes(data[_CRC_START:])))
+    return bytes(data)
 
 
-class Broker:
-    def __init__(self) -> None:
-        self.fakeClock = task.Clock()
-        self.fakeClock.advance(NOW / 1000)
-        self.clock = ThreadSafeClock(self.fakeClock)
+def _recordSize(records: bytes) -> int:
+    value, pos = readVarint(records, 0)
+    return pos + ((value >> 1) ^ -(value & 1))
+
+
+def test_batch_with_truncated_record_is_skipped_with_one_line(dirs):
+    manager = dirs.open()
+    log = OffsetsTopicLog(manager, numPartitions=1)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    bad = _batchWithTruncatedRecord()
+    with pytest.raises(Exception, match="varint|past the end"):
+        list(decodeBatches(bad))
+    manager.getLog(OFFSETS_TOPIC, 0).append(bad, NOW, isFromClient=False)
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
+    assert offsets == {"g": {("t", 0): OffsetAndMetadata(1), ("t", 2): OffsetAndMetadata(3)}}
+    assert logged.matching("__consumer_offsets-0: skipping unreadable batch at offsets 1-2") != []
+    assert len(logged.matching("skipping unreadable")) == 1
+
+
+def test_crc_flip_is_skipped_and_start_up_goes_on(dirs, tmp_path):
+    manager = dirs.open()
+    config = {"offsets.topic.num.partitions": 1}
+    log = OffsetsTopicLog(manager, numPartitions=1)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(0, offsetRecords("g", {("t", 1): OffsetAndMetadata(2)}))
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    dirs.close()
+    # Flip one bit inside the second batch's records, on disk.
+    (segment,) = [
+        os.path.join(root, name)
+        for root, _, names in os.walk(dirs.path)
+        for name in names
+        if name.endswith(".log") and OFFSETS_TOPIC in root
+    ]
+    with open(segment, "r+b") as f:
+        data = bytearray(f.read())
+        second = 12 + int.from_bytes(data[8:12], "big")
+        data[second + 70] ^= 0x01
+        f.seek(0)
+        f.write(data)
+    dirs.open()
+    with LogLines() as logged:
+        coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=task.Clock())
+    try:
+        fetched = call(coordinator.fetchOffsets, "g", None).offsets
+        assert {tp: f.offset for tp, f in fetched.items()} == {("t", 0): 1, ("t", 2): 3}
+        lines = logged.matching("skipping unreadable batch at offsets 1-1")
+        assert len(lines) == 1 and "crc" in lines[0].lower()
+    finally:
+        stopGroupCoordinator(coordinator)
+
+
+def test_batches_written_by_producers_are_not_trusted(dirs):
+    manager = dirs.open()
+    log = OffsetsTopicLog(manager, numPartitions=1)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    forged = buildBatch(
+        [Record(key=k, value=v) for k, v in offsetRecords("g", {("t", 0): OffsetAndMetadata(999)})],
+        producerId=7,
+        producerEpoch=0,
+        baseSequence=0,
+    )
+    manager.getLog(OFFSETS_TOPIC, 0).append(forged, NOW, isFromClient=False)
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
+    assert offsets == {"g": {("t", 0): OffsetAndMetadata(1)}}
+    assert len(logged.matching("written by producer 7, not by the broker")) == 1
+
+
+def test_batch_larger_than_the_load_buffer(dirs, monkeypatch):
+    from kafkatwist.coordinator import logstore
+
+    monkeypatch.setattr(logstore, "LOAD_BUFFER_BYTES", 100)
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1)
+    big = {("t", p): OffsetAndMetadata(p, metadata="m" * 50) for p in range(20)}
+    log.append(0, offsetRecords("g", big))
+    log.append(0, offsetRecords("g", {("u", 0): OffsetAndMetadata(1)}))
+    _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
+    assert offsets["g"] == {**big, ("u", 0): OffsetAndMetadata(1)}
+
+
+# -- the coordinator over the log ---------------------------------------------------------
+
+
+def call(method, *args):
+    box = []
+    method(box.append, *args)
+    (result,) = box
+    return result
 
 
 def joinAndSync(coordinator, clock, groupId="g"):
-    d = coordinator.joinGroup(
-        groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
-        [("roundrobin", encodeSubscription(["t"]))], False,
+    joined = call(
+        coordinator.joinGroup,
+        JoinRequest(
+            groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
+            (("roundrobin", encodeSubscription(["t"])),),
+        ),
     )
-    clock.advance(0)
-    out = []
-    d.addCallback(out.append)
-    (joined,) = out
-    d = coordinator.syncGroup(groupId, joined.generationId, joined.memberId, None, None, None, {joined.memberId: b"assignment"})
-    out = []
-    d.addCallback(out.append)
-    assert out[0].errorCode == E.none
+    synced = call(
+        coordinator.syncGroup,
+        SyncRequest(groupId, joined.generationId, joined.memberId, assignments={joined.memberId: b"assignment"}),
+    )
+    assert synced.errorCode == E.none
     return joined
+
+
+def fakeClock():
+    clock = task.Clock()
+    clock.advance(NOW / 1000)
+    return clock
+
+
+def commit(coordinator, group, offsets, member="", generation=-1):
+    return call(coordinator.commitOffsets, CommitRequest(group, generation, member, None, offsets))
 
 
 def test_coordinator_restart_keeps_groups_and_offsets(dirs):
     dirs.open()
-    broker = Broker()
     config = {"offsets.topic.num.partitions": 3, "group.initial.rebalance.delay.ms": 0}
-    coordinator = makeGroupCoordinator(broker, config, dirs.manager)
-    joined = joinAndSync(coordinator, broker.fakeClock)
-    assert coordinator.commitOffsets(
-        "g", joined.generationId, joined.memberId, None, {("t", 0): OffsetAndMetadata(100, 4, "md ✓")}
+    clock = fakeClock()
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=clock)
+    joined = joinAndSync(coordinator, clock)
+    assert commit(
+        coordinator, "g", {("t", 0): OffsetAndMetadata(100, 4, "md ✓")}, joined.memberId, joined.generationId
     ) == {("t", 0): E.none}
-    assert coordinator.commitOffsets("solo", -1, "", None, {("t", 1): OffsetAndMetadata(5)}) == {
-        ("t", 1): E.none
-    }
+    assert commit(coordinator, "solo", {("t", 1): OffsetAndMetadata(5)}) == {("t", 1): E.none}
     stopGroupCoordinator(coordinator)
     stopGroupCoordinator(coordinator)  # idempotent
 
     dirs.restart()
-    broker = Broker()
-    coordinator = makeGroupCoordinator(broker, config, dirs.manager)
-    (desc,) = coordinator.describeGroups(["g"])
+    clock = fakeClock()
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=clock)
+    (desc,) = call(coordinator.describeGroups, ["g"])
     assert (desc.state, desc.protocolType, desc.protocolData) == ("Stable", "consumer", "roundrobin")
     assert [(m.memberId, m.clientHost, m.assignment) for m in desc.members] == [
         (joined.memberId, "/1.2.3.4", b"assignment")
     ]
-    fetched = coordinator.fetchOffsets("g").offsets[("t", 0)]
+    fetched = call(coordinator.fetchOffsets, "g", None).offsets[("t", 0)]
     assert (fetched.offset, fetched.leaderEpoch, fetched.metadata) == (100, 4, "md ✓")
-    assert coordinator.fetchOffsets("solo").offsets[("t", 1)].offset == 5
+    assert call(coordinator.fetchOffsets, "solo", None).offsets[("t", 1)].offset == 5
     # The loaded member keeps its generation and must heartbeat within its
     # session timeout, else it is removed and the group empties.
-    assert coordinator.heartbeat("g", joined.generationId, joined.memberId) == E.none
-    broker.fakeClock.advance(10.001)
-    assert coordinator.describeGroups(["g"])[0].state == "Empty"
+    assert call(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
+    clock.advance(10.001)
+    assert call(coordinator.describeGroups, ["g"])[0].state == "Empty"
     stopGroupCoordinator(coordinator)
 
     # The emptied group was stored too.
     dirs.restart()
-    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
-    assert coordinator.describeGroups(["g"])[0].state == "Empty"
-    assert coordinator.fetchOffsets("g").offsets[("t", 0)].offset == 100
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=fakeClock())
+    assert call(coordinator.describeGroups, ["g"])[0].state == "Empty"
+    assert call(coordinator.fetchOffsets, "g", None).offsets[("t", 0)].offset == 100
     stopGroupCoordinator(coordinator)
 
 
 def test_expiry_and_deletion_survive_restart(dirs):
     dirs.open()
     config = {"offsets.topic.num.partitions": 2, "offsets.retention.minutes": 1}
-    broker = Broker()
-    coordinator = makeGroupCoordinator(broker, config, dirs.manager)
-    coordinator.commitOffsets("old", -1, "", None, {("t", 0): OffsetAndMetadata(1)})
-    coordinator.commitOffsets("gone", -1, "", None, {("t", 0): OffsetAndMetadata(1)})
-    assert coordinator.deleteGroups(["gone"]) == {"gone": E.none}
-    broker.fakeClock.advance(61)
-    assert coordinator.expireOffsets() == 1
-    coordinator.commitOffsets("new", -1, "", None, {("t", 0): OffsetAndMetadata(2)})
+    clock = fakeClock()
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=clock)
+    commit(coordinator, "old", {("t", 0): OffsetAndMetadata(1)})
+    commit(coordinator, "gone", {("t", 0): OffsetAndMetadata(1)})
+    assert call(coordinator.deleteGroups, ["gone"]) == {"gone": E.none}
+    clock.advance(61)
+    assert call(coordinator.expireOffsets) == 1
+    commit(coordinator, "new", {("t", 0): OffsetAndMetadata(2)})
     stopGroupCoordinator(coordinator)
 
     dirs.restart()
-    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
-    assert [g.groupId for g in coordinator.listGroups().groups] == ["new"]
-    assert coordinator.fetchOffsets("old").offsets == {}
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=fakeClock())
+    assert [g.groupId for g in call(coordinator.listGroups, ()).groups] == ["new"]
+    assert call(coordinator.fetchOffsets, "old", None).offsets == {}
     stopGroupCoordinator(coordinator)
 
 
 def test_without_log_manager_groups_stay_in_memory():
-    coordinator = makeGroupCoordinator(Broker(), {}, None)
-    assert coordinator.commitOffsets("g", -1, "", None, {("t", 0): OffsetAndMetadata(1)}) == {
-        ("t", 0): E.none
-    }
+    coordinator = makeGroupCoordinator(None, {}, None)
+    assert commit(coordinator, "g", {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): E.none}
     stopGroupCoordinator(coordinator)
     stopGroupCoordinator(None)
