@@ -26,6 +26,7 @@ def preparedService(reactor):
     service.broker = SimpleNamespace(
         nodeId=1, clusterId="c", registry=SimpleNamespace(describe=lambda: []),
         advertisedListenerFor=lambda name: config.advertisedListeners[0],
+        logCleaner=None,
     )
     return service
 
