@@ -46,8 +46,8 @@ from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import LogManager
+from kafkatwist.protocol.batch import ATTRIBUTES_AT, CRC_AT
 from kafkatwist.protocol.records import (
-    _CRC_START,
     BATCH_HEADER_SIZE,
     Record,
     buildBatch,
@@ -296,7 +296,7 @@ def _batchWithTruncatedRecord() -> bytes:
     cut = records[:first] + zigzagVarint(2) + b"\x00" + b"\xff"
     data = header + cut
     struct.pack_into(">i", data, 8, len(data) - 12)
-    struct.pack_into(">I", data, _CRC_START - 4, crc32c(bytes(data[_CRC_START:])))
+    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[ATTRIBUTES_AT:])))
     return bytes(data)
 
 
