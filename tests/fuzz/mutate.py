@@ -128,6 +128,11 @@ class Mutator:
                 continue
             data, floor = result
             self.counts[name] = self.counts.get(name, 0) + 1
+        if data == frame:
+            # Nothing applied (no such field in this seed) or it changed
+            # nothing: a blind flip, so no frame goes out unmutated.
+            data, _ = self.flip(data, offset, fields, floor)
+            self.counts["flip"] = self.counts.get("flip", 0) + 1
         return bytes(data)
 
     # -- structural --------------------------------------------------------
