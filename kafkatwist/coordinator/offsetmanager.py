@@ -256,7 +256,11 @@ class OffsetMetadataManager:
         c = self._c
         removed = 0
         for group in c.groups():
-            removed += self.remove(group, group.expiredOffsets(c.nowMs, self._retentionMs))
+            expired = group.expiredOffsets(c.nowMs, self._retentionMs)
+            # Not one with a newer commit on its way (Kafka's
+            # getExpiredOffsets leaves pending commits alone too).
+            expired = [tp for tp in expired if tp not in group.pendingOffsets]
+            removed += self.remove(group, expired)
         if removed:
             log.info("removed {count} expired offsets", count=removed)
         return removed

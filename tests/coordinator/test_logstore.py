@@ -483,3 +483,56 @@ def test_without_log_manager_groups_stay_in_memory():
     assert commit(coordinator, "g", {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): E.none}
     stopGroupCoordinator(coordinator)
     stopGroupCoordinator(None)
+
+
+def test_the_broker_clock_is_not_used(dirs):
+    """
+    The main reactor does nothing for groups: the coordinator keeps its own
+    timer thread, and never touches the broker's (main reactor) clock.
+    """
+
+    class Broker:
+        @property
+        def clock(self):
+            raise AssertionError("the coordinator used the main reactor's clock")
+
+    dirs.open()
+    config = {"offsets.topic.num.partitions": 1, "group.initial.rebalance.delay.ms": 0}
+    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
+    try:
+        assert coordinator.clock.name == "kafkatwist-group-coordinator"
+        joined = call_(coordinator.joinGroup, joinRequestFor("g"))
+        assert joined.errorCode == E.none
+        synced = call_(
+            coordinator.syncGroup,
+            SyncRequest("g", joined.generationId, joined.memberId, assignments={joined.memberId: b"a"}),
+        )
+        assert synced.errorCode == E.none
+        assert call_(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
+    finally:
+        stopGroupCoordinator(coordinator)
+
+
+def joinRequestFor(groupId):
+    return JoinRequest(
+        groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
+        (("roundrobin", encodeSubscription(["t"])),),
+    )
+
+
+def call_(method, *args, timeout=10.0):
+    """
+    Call and wait: answers may come from the coordinator's timer thread.
+    """
+    import threading
+
+    done = threading.Event()
+    box = []
+
+    def replyTo(result):
+        box.append(result)
+        done.set()
+
+    method(replyTo, *args)
+    assert done.wait(timeout)
+    return box[0]
