@@ -87,7 +87,8 @@ class OffsetsTopicLog:
                 info = self._logManager.topics()[self.topic]
         if info.numPartitions != numPartitions:
             log.warn(
-                "{topic} has {actual} partitions, not offsets.topic.num.partitions={wanted}: keeping {actual}",
+                "{topic} has {actual} partitions, not offsets.topic.num.partitions={wanted}:"
+                " keeping {actual}",
                 topic=self.topic, actual=info.numPartitions, wanted=numPartitions,
             )
         return info.numPartitions
@@ -169,7 +170,9 @@ class OffsetsTopicLog:
                     # One batch bigger than the buffer: read it whole.
                     maxBytes = grow
                 else:
-                    offset = self._skipUnreadable(partitionLog, where, offset, end, "no whole batch")
+                    offset = self._skipUnreadable(
+                        partitionLog, where, offset, end, "no whole batch"
+                    )
 
     @staticmethod
     def _fromBroker(where: str, batch, nextOffset: int) -> bool:
@@ -181,7 +184,8 @@ class OffsetsTopicLog:
             return False
         if batch.producerId >= 0:
             log.warn(
-                "{where}: skipping the batch at offsets {first}-{last}: written by producer {producer}, not by the broker",
+                "{where}: skipping the batch at offsets {first}-{last}: written by producer"
+                " {producer}, not by the broker",
                 where=where, first=batch.baseOffset, last=nextOffset - 1, producer=batch.producerId,
             )
             return False

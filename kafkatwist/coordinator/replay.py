@@ -61,7 +61,8 @@ def loadGroups(
                     firstForeign = offset
         if foreign:
             log.info(
-                "{topic}-{partition}: skipped {count} records of other coordinators' types (the first at offset {offset})",
+                "{topic}-{partition}: skipped {count} records of other coordinators' types"
+                " (the first at offset {offset})",
                 topic=coordinatorLog.topic, partition=partition, count=foreign, offset=firstForeign,
             )
     return list(groups.values()), {g: offs for g, offs in offsets.items() if offs}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.logstore import OffsetsTopicLog
 from kafkatwist.coordinator.runtime import TimerThread
 from kafkatwist.coordinator.service import GroupCoordinatorService
@@ -19,9 +20,16 @@ __all__ = ["makeGroupCoordinator", "stopGroupCoordinator"]
 log = Logger()
 
 
-def _setting(config, key: str, default):
+def _setting(config, key: str):
+    """
+    C{key} from C{config} (a L{kafkatwist.config.BrokerConfig}, or a plain
+    mapping in tests), else its default from L{kafkatwist.config.KEYS}.
+    """
     value = config.get(key, None) if hasattr(config, "get") else None
-    return default if value is None else value
+    if value is None:
+        spec = KEYS[key]
+        value = None if spec.default is None else spec.parse(key, spec.default)
+    return value
 
 
 def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordinatorService:
@@ -49,8 +57,8 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         logManager = MemoryLogManager()
     coordinatorLog = OffsetsTopicLog(
         logManager,
-        _setting(config, "offsets.topic.num.partitions", 50),
-        segmentBytes=_setting(config, "offsets.topic.segment.bytes", None),
+        _setting(config, "offsets.topic.num.partitions"),
+        segmentBytes=_setting(config, "offsets.topic.segment.bytes"),
     )
     if clock is None:
         clock = TimerThread("group-coordinator")
@@ -58,12 +66,12 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
     coordinator = GroupCoordinatorService(
         clock,
         coordinatorLog,
-        initialRebalanceDelayMs=_setting(config, "group.initial.rebalance.delay.ms", 3000),
-        minSessionTimeoutMs=_setting(config, "group.min.session.timeout.ms", 6000),
-        maxSessionTimeoutMs=_setting(config, "group.max.session.timeout.ms", 1800000),
-        offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes", 10080),
-        offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms", 600000),
-        offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes", 4096),
+        initialRebalanceDelayMs=_setting(config, "group.initial.rebalance.delay.ms"),
+        minSessionTimeoutMs=_setting(config, "group.min.session.timeout.ms"),
+        maxSessionTimeoutMs=_setting(config, "group.max.session.timeout.ms"),
+        offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes"),
+        offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms"),
+        offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes"),
     )
     coordinator.load()
     return coordinator
