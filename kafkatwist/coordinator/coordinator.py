@@ -1216,7 +1216,13 @@ class GroupCoordinator:
         """
         loaded: dict[str, GroupMetadata] = {}
         for snap in snapshots:
-            loaded[snap.groupId] = GroupMetadata.fromSnapshot(snap, self.nowMs)
+            try:
+                loaded[snap.groupId] = GroupMetadata.fromSnapshot(snap, self.nowMs)
+            except Exception:
+                # One group's odd record must not stop start-up: it starts
+                # over empty (its offsets, if any, still load below).
+                log.failure("group {group}: cannot load its metadata, starting it empty",
+                            group=snap.groupId)
         for groupId, groupOffsets in offsets.items():
             group = loaded.get(groupId)
             if group is None:

@@ -536,3 +536,43 @@ def call_(method, *args, timeout=10.0):
     method(replyTo, *args)
     assert done.wait(timeout)
     return box[0]
+
+
+def test_a_partition_that_fails_to_replay_does_not_stop_loading(dirs):
+    log = OffsetsTopicLog(dirs.open(), numPartitions=2)
+    log.append(0, offsetRecords("a", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(1, offsetRecords("b", {("t", 0): OffsetAndMetadata(2)}))
+    replay = log.replay
+
+    def broken(partition):
+        if partition == 0:
+            raise OSError("the disk is on fire")
+        return replay(partition)
+
+    log.replay = broken
+    with LogLines() as logged:
+        _, offsets = loadGroups(log)
+    assert offsets == {"b": {("t", 0): OffsetAndMetadata(2)}}
+    assert len(logged.matching("__consumer_offsets-0: loading stopped after offset None")) == 1
+
+
+def test_a_group_that_cannot_be_rebuilt_starts_empty(monkeypatch):
+    from kafkatwist.coordinator.coordinator import GroupCoordinator
+    from kafkatwist.coordinator.group import GroupMetadata
+
+    real = GroupMetadata.fromSnapshot
+
+    def fromSnapshot(snap, nowMs):
+        if snap.groupId == "bad":
+            raise ValueError("odd")
+        return real(snap, nowMs)
+
+    monkeypatch.setattr(GroupMetadata, "fromSnapshot", staticmethod(fromSnapshot))
+    machine = GroupCoordinator()
+    machine.load(
+        0,
+        [GroupSnapshot("bad", "consumer", 1, None, None, 0), GroupSnapshot("ok", "consumer", 2, None, None, 0)],
+        {"bad": {("t", 0): OffsetAndMetadata(5)}},
+    )
+    assert sorted(machine.publishedGroups()) == ["bad", "ok"]
+    assert dict(machine.publishedGroups()["bad"].offsets) == {("t", 0): 5}
