@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/spark
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench spark-demo clean
+.PHONY: install run test bench spark-demo certs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: install
 
 spark-demo: install
 	$(BIN)/python spark/examples/run_demo.py $(ARGS)
+
+# A throwaway CA, server and client certificates in certs/ (openssl only; see README, TLS).
+certs:
+	sh deploy/make-certs.sh certs
 
 clean:
 	rm -rf $(VENV) build *.egg-info data

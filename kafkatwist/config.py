@@ -35,6 +35,14 @@ class ConfigError(ValueError):
         super().__init__(f"Invalid value for {key}: {why}")
 
 
+#: listener security protocols (Kafka's SecurityProtocol names)
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+#: SASL mechanisms kafkatwist implements (kafkatwist.security.session)
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @dataclass(frozen=True)
 class Listener:
     """
@@ -45,6 +53,20 @@ class Listener:
     host: str
     port: int
     securityProtocol: str
+
+    @property
+    def tls(self) -> bool:
+        """
+        Whether connections are TLS (SSL and SASL_SSL).
+        """
+        return self.securityProtocol in TLS_PROTOCOLS
+
+    @property
+    def sasl(self) -> bool:
+        """
+        Whether clients authenticate with SASL (SASL_PLAINTEXT and SASL_SSL).
+        """
+        return self.securityProtocol in SASL_PROTOCOLS
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -113,6 +135,16 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
         raise ConfigError(key, f"{raw!r} is not one of {', '.join(choices)}")
 
     return parse
+
+
+def _principalRules(key: str, raw: str) -> str:
+    from kafkatwist.security.sslprincipal import InvalidRules, parseRules
+
+    try:
+        parseRules(raw)
+    except InvalidRules as e:
+        raise ConfigError(key, str(e)) from None
+    return raw.strip() or "DEFAULT"
 
 
 def _list(key: str, raw: str) -> list[str]:
@@ -196,10 +228,24 @@ def _protocolMap(key: str, raw: str) -> dict[str, str]:
     for item in _list(key, raw):
         name, sep, protocol = item.partition(":")
         protocol = protocol.strip().upper()
-        if not sep or protocol not in ("PLAINTEXT", "SSL"):
-            raise ConfigError(key, f"{item!r}: protocol must be PLAINTEXT or SSL")
+        if not sep or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(key, f"{item!r}: protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
         result[name.strip().upper()] = protocol
     return result
+
+
+def _semicolonList(key: str, raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(";") if item.strip()]
+
+
+def _mechanisms(key: str, raw: str) -> list[str]:
+    # Checked against what is implemented only where a SASL listener uses
+    # them: Kafka's default (GSSAPI) is harmless without one.
+    return [item.upper() for item in _list(key, raw)]
+
+
+#: C{listener.name.<listener, lower case>.sasl.enabled.mechanisms}
+_LISTENER_MECHANISMS = re.compile(r"^listener\.name\.([^.]+)\.sasl\.enabled\.mechanisms$")
 
 
 KEYS: dict[str, Key] = {
@@ -210,7 +256,9 @@ KEYS: dict[str, Key] = {
         Key("cluster.id", _optionalString, None, "Cluster id; generated and kept in meta.properties when unset."),
         Key("listeners", _string, "PLAINTEXT://127.0.0.1:9092", "Where to listen: NAME://host:port, comma separated."),
         Key("advertised.listeners", _optionalString, None, "What clients are told to connect to; defaults to listeners."),
-        Key("listener.security.protocol.map", _protocolMap, "PLAINTEXT:PLAINTEXT,SSL:SSL", "Listener name to security protocol."),
+        Key("listener.security.protocol.map", _protocolMap,
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "Listener name to security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         Key("log.dirs", _optionalString, None, "Data directories (comma separated); first one wins over log.dir."),
         Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
         Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
@@ -230,10 +278,27 @@ KEYS: dict[str, Key] = {
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("ssl.principal.mapping.rules", _principalRules, "DEFAULT",
+            "Client certificate DN to principal name: RULE:pattern/replacement/[LU] and DEFAULT, "
+            "comma separated, first match wins."),
         Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
         Key("ssl.cipher.suites", _list, "",
             "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
             "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
+        Key("sasl.enabled.mechanisms", _mechanisms, "GSSAPI",
+            "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, "
+            "GSSAPI, is not implemented); per listener: listener.name.<name>.sasl.enabled.mechanisms."),
+        Key("connection.failed.authentication.delay.ms", _int(0), "100",
+            "A refused SASL client gets its answer, and is disconnected, this much later."),
+        Key("connections.max.reauth.ms", _long(0), "0",
+            "SASL sessions last this long; clients re-authenticate before (KIP-368), others are "
+            "disconnected at their next request. 0: sessions do not expire."),
+        Key("authorizer.class.name", _string, "",
+            "The authorizer plugin; org.apache.kafka.metadata.authorizer.StandardAuthorizer is the "
+            "built-in ACL authorizer. Empty: no authorization (everything allowed)."),
+        Key("super.users", _semicolonList, "", "Principals the authorizer allows everything, e.g. User:admin;User:ops."),
+        Key("allow.everyone.if.no.acl.found", _bool, "false",
+            "Whether the built-in authorizer allows access to a resource that has no ACLs."),
         Key("plugin.paths", _list, "", "Directories searched for drop-in request handler plugins."),
         Key("plugin.load.failure.policy", _choice("fail", "skip"), "fail",
             "A module on plugin.paths that fails to import: fail (refuse to start) or skip (log and start without it)."),
@@ -301,7 +366,8 @@ KEYS: dict[str, Key] = {
 _TOLERATED = re.compile(
     r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
     r"|offsets\.topic\.replication\.factor|num\.recovery\.threads\.per\.data\.dir"
-    r"|broker\.rack|num\.replica\.)"
+    r"|broker\.rack|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
+    r"|listener\.name\.)"
 )
 
 
@@ -389,6 +455,10 @@ class BrokerConfig:
         for key in raw:
             if key not in KEYS and not _TOLERATED.match(key):
                 warn(f"Unknown configuration key {key!r} ignored")
+            elif key.startswith("listener.name.") and not _LISTENER_MECHANISMS.match(key):
+                # Per-listener JAAS logins and the like: credentials live in
+                # the SCRAM store here.
+                warn(f"Configuration key {key!r} is not used by kafkatwist")
         self._values: dict[str, Any] = {}
         for name, spec in KEYS.items():
             text = raw.get(name, spec.default)
@@ -414,11 +484,11 @@ class BrokerConfig:
         logDirs = self._values["log.dirs"]
         self.logDirs = _list("log.dirs", logDirs) if logDirs else [self._values["log.dir"]]
 
-        if any(l.securityProtocol == "SSL" for l in self.listeners):
+        if any(l.tls for l in self.listeners):
             if not self._values["ssl.keystore.location"]:
                 raise ConfigError("ssl.keystore.location", "an SSL listener needs a PEM key and certificate")
         if self._values["ssl.client.auth"] != "none" and not self._values["ssl.truststore.location"]:
-            if any(l.securityProtocol == "SSL" for l in self.listeners):
+            if any(l.tls for l in self.listeners):
                 raise ConfigError(
                     "ssl.truststore.location",
                     f"ssl.client.auth={self._values['ssl.client.auth']} needs a CA bundle to verify clients",
@@ -431,6 +501,7 @@ class BrokerConfig:
                         pass
                 except OSError as e:
                     raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+        self._saslMechanisms = self._listenerMechanisms(raw)
         if self._values["group.min.session.timeout.ms"] > self._values["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms", "is above group.max.session.timeout.ms")
         metricsListener = self._values["metrics.http.listener"]
@@ -438,6 +509,45 @@ class BrokerConfig:
             host, sep, port = metricsListener.rpartition(":")
             if not sep or not port.isdigit() or int(port) > 65535:
                 raise ConfigError("metrics.http.listener", f"{metricsListener!r} is not host:port")
+
+    def _listenerMechanisms(self, raw: dict[str, str]) -> dict[str, list[str]]:
+        """
+        Each SASL listener's mechanisms: its C{listener.name.<name>.} key, or
+        C{sasl.enabled.mechanisms}; all must be implemented, and at least one given.
+        """
+        perListener = {}
+        for key, value in raw.items():
+            match = _LISTENER_MECHANISMS.match(key)
+            if match:
+                perListener[match[1].upper()] = (key, _mechanisms(key, value))
+        names = {l.name for l in self.listeners}
+        for name, (key, _) in perListener.items():
+            if name not in names:
+                raise ConfigError(key, f"there is no listener {name}")
+        result = {}
+        for listener in self.listeners:
+            if not listener.sasl:
+                continue
+            key, mechanisms = perListener.get(
+                listener.name, ("sasl.enabled.mechanisms", self._values["sasl.enabled.mechanisms"])
+            )
+            unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
+            if unsupported:
+                raise ConfigError(
+                    key,
+                    f"{', '.join(unsupported)} not supported on {listener.name}; kafkatwist implements "
+                    f"{', '.join(SASL_MECHANISMS)}",
+                )
+            if not mechanisms:
+                raise ConfigError(key, f"listener {listener.name} ({listener.securityProtocol}) needs a SASL mechanism")
+            result[listener.name] = mechanisms
+        return result
+
+    def saslMechanisms(self, listenerName: str) -> list[str]:
+        """
+        @return: the mechanisms a SASL listener offers, in order.
+        """
+        return list(self._saslMechanisms.get(listenerName, ()))
 
     @staticmethod
     def _advertise(listener: Listener) -> Listener:

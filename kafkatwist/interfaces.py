@@ -20,9 +20,15 @@ class IRequestContext(Interface):
 
     connectionId = Attribute("C{str}: unique id of the connection, 'local-remote-index' like Kafka.")
     listenerName = Attribute("C{str}: the listener the connection came in on, e.g. 'PLAINTEXT'.")
-    securityProtocol = Attribute("C{str}: 'PLAINTEXT' or 'SSL'.")
+    securityProtocol = Attribute("C{str}: 'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'.")
     principal = Attribute(
-        "C{str}: 'User:ANONYMOUS', or 'User:<RFC 4514 subject DN>' from a client certificate."
+        "C{str}: 'User:<name>' after SASL authentication, 'User:<subject DN>' from a client "
+        "certificate on SSL (RFC 2253 as Kafka writes it, after ssl.principal.mapping.rules), else "
+        "'User:ANONYMOUS'."
+    )
+    sasl = Attribute(
+        "The connection's L{kafkatwist.security.session.SaslSession} on a SASL listener, else "
+        "C{None} (the SASL handlers drive it)."
     )
     clientAddress = Attribute("C{tuple[str, int]}: the peer's host and port.")
     apiKey = Attribute("C{int}")
@@ -33,6 +39,21 @@ class IRequestContext(Interface):
         "L{IThreadSafeClock} of the reactor that owns the connection: timers for this request "
         "(long-poll expiry) are armed on it, from any thread."
     )
+
+    def authorize(operation, resourceType, resourceName):
+        """
+        Ask the broker's authorizer whether this request's principal may do
+        C{operation} on a resource (a denial is audit-logged).  A handler
+        plugin for its own ApiKey checks its own resources with this, and
+        answers with the resource type's error code
+        (L{kafkatwist.security.checks.authorizationError}).
+
+        @param operation: a L{kafkatwist.security.acl.AclOperation}.
+        @param resourceType: a L{kafkatwist.security.acl.ResourceType}.
+        @param resourceName: the resource's name (C{kafka-cluster} for the
+            cluster).
+        @return: C{bool}; always C{True} without an authorizer.
+        """
 
     def respondLater():
         """

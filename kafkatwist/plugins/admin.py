@@ -26,7 +26,14 @@ from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTo
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
 from kafkatwist.plugins.metadata import ALL_CLUSTER_OPERATIONS, INTERNAL_TOPICS
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    responseType,
+)
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 
 __all__ = [
@@ -39,11 +46,6 @@ __all__ = [
 
 log = Logger()
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DELETE_RECORDS = 21
-CREATE_PARTITIONS = 37
-DESCRIBE_CLUSTER = 60
 
 ZERO_UUID = uuid.UUID(int=0)
 #: the KRaft metadata log's name: Kafka refuses to create it as a topic

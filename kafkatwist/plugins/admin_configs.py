@@ -32,7 +32,12 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType
 from kafkatwist.log.topics import validateTopicName
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    ALTER_CONFIGS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    responseType,
+)
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 
 __all__ = [
@@ -48,9 +53,6 @@ __all__ = [
     "describeTopicEntries",
 ]
 
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-INCREMENTAL_ALTER_CONFIGS = 44
 
 #: resource types (Kafka's C{ConfigResource.Type})
 TOPIC = 2

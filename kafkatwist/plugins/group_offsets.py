@@ -15,16 +15,18 @@ from kafkatwist.coordinator.requests import CommitRequest
 from kafkatwist.coordinator.results import OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    responseType,
+)
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, has, make, nested
 
 __all__ = ["OffsetCommitHandler", "OffsetDeleteHandler", "OffsetFetchHandler"]
 
 E = ErrorCode
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-OFFSET_DELETE = 47
 
 #: OffsetCommit v2-4's "use the broker's retention" (Kafka's
 #: C{OffsetCommitRequest.DEFAULT_RETENTION_TIME})

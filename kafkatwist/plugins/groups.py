@@ -33,7 +33,17 @@ from kafkatwist.coordinator.results import (
 )
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    SYNC_GROUP,
+    responseType,
+)
 from kafkatwist.protocol.entities import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
@@ -56,14 +66,6 @@ __all__ = [
 
 E = ErrorCode
 
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
 
 #: FindCoordinator key types (Kafka's C{CoordinatorType})
 KEY_TYPE_GROUP = 0

@@ -3,6 +3,10 @@ Produce: append each partition's record set to its log, opaque (the log
 checks headers and CRCs and assigns offsets; records are never decoded
 here), then wake long-poll fetches waiting on those partitions.
 
+Clients may not append to the broker's internal topics
+(C{__consumer_offsets}, C{__transaction_state}): INVALID_TOPIC_EXCEPTION,
+as Kafka answers.
+
 Idempotent producers: the log checks producer epochs and sequences and
 refuses with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER; a
 retried batch comes back with ErrorCode.none and its original base offset.
@@ -14,6 +18,7 @@ import time
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
@@ -47,9 +52,19 @@ class ProduceHandler(Handler):
         results = []
         for topic in request.topic_data:
             name = topic.name
-            partitions = []
-            for data in topic.partition_data:
-                partitions.append(self._append(logManager, name, data, nowMs, wake, account))
+            if name in INTERNAL_TOPICS:
+                # The broker's own state (committed offsets, transactions):
+                # only the broker appends there, as in Kafka.
+                partitions = [
+                    (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
+                     f"clients may not write to the internal topic {name}")
+                    for data in topic.partition_data
+                ]
+            else:
+                partitions = [
+                    self._append(logManager, name, data, nowMs, wake, account)
+                    for data in topic.partition_data
+                ]
             results.append((name, partitions))
         if request.acks == 0:
             # Nothing is sent back; the connection unmutes at once.
