@@ -177,20 +177,39 @@ def writeCommits(logDir: str, commits: int, groups: int, segmentBytes: int) -> N
     manager.close()
 
 
-def waitCleanerIdle(broker: Broker, topic: str, quiet: float = 4.0, timeout: float = 300.0) -> list[dict]:
+def cleanedUpToActive(logDir: str, topic: str) -> bool:
     """
-    Wait until the cleaner has had nothing to do for C{quiet} seconds.
+    Whether every partition of C{topic} is clean up to its active segment,
+    by the broker's C{cleaner-offset-checkpoint}.
+    """
+    checkpoints = {}
+    try:
+        with open(os.path.join(logDir, "cleaner-offset-checkpoint")) as f:
+            for line in f.read().splitlines()[2:]:
+                name, partition, offset = line.split(" ")
+                checkpoints[(name, int(partition))] = int(offset)
+    except FileNotFoundError:
+        pass
+    for name in os.listdir(logDir):
+        stem, _, partition = name.rpartition("-")
+        if stem != topic or not partition.isdigit():
+            continue
+        bases = sorted(int(f[:20]) for f in os.listdir(os.path.join(logDir, name)) if f.endswith(".log"))
+        if len(bases) > 1 and checkpoints.get((topic, int(partition)), -1) < bases[-1]:
+            return False
+    return True
+
+
+def waitCleaned(broker: Broker, logDir: str, topic: str, timeout: float = 600.0) -> list[dict]:
+    """
+    Wait until the cleaner has cleaned C{topic} up to its active segments.
     """
     deadline = time.monotonic() + timeout
-    last, lastChange = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        passes = broker.cleanerPasses(topic)
-        if len(passes) != last:
-            last, lastChange = len(passes), time.monotonic()
-        elif time.monotonic() - lastChange > quiet:
-            return passes
+    while not cleanedUpToActive(logDir, topic):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic} was not cleaned within {timeout} s")
         time.sleep(0.2)
-    raise RuntimeError(f"the cleaner was still busy after {timeout} s")
+    return broker.cleanerPasses(topic)
 
 
 def commitScenario(workdir: str, label: str, commits: int, groups: int, segmentBytes: int,
@@ -206,7 +225,7 @@ def commitScenario(workdir: str, label: str, commits: int, groups: int, segmentB
                                       "offsets.topic.segment.bytes": str(segmentBytes)})
     try:
         broker.waitStarted()
-        passes = waitCleanerIdle(broker, OFFSETS)
+        passes = waitCleaned(broker, logDir, OFFSETS)
     finally:
         broker.stop()
     after = directoryBytes(logDir, OFFSETS)
