@@ -439,7 +439,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commits", type=int, default=1_000_000)
     parser.add_argument("--spread", default="100000:10000", help="COMMITS:GROUPS, or 0 to skip")
-    parser.add_argument("--segment-bytes", default="131072,104857600",
+    parser.add_argument("--segment-bytes", default="65536,104857600",
                         help="offsets.topic.segment.bytes values to run the commit cases with")
     parser.add_argument("--dirty-mb", type=float, default=200.0)
     parser.add_argument("--value-sizes", default="100,1000")
