@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # `make fuzz FUZZ_ARGS="--seconds 600"`; see `python -m tests.fuzz --help`.
 FUZZ_ARGS ?= --frames 1000000
 
-.PHONY: install run test bench fuzz spark-demo clean
+.PHONY: install run test bench fuzz spark-demo certs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ fuzz: install
 
 spark-demo: install
 	$(BIN)/python spark/examples/run_demo.py $(ARGS)
+
+# A throwaway CA, server and client certificates in certs/ (openssl only; see README, TLS).
+certs:
+	sh deploy/make-certs.sh certs
 
 clean:
 	rm -rf $(VENV) build *.egg-info data

@@ -20,9 +20,15 @@ class IRequestContext(Interface):
 
     connectionId = Attribute("C{str}: unique id of the connection, 'local-remote-index' like Kafka.")
     listenerName = Attribute("C{str}: the listener the connection came in on, e.g. 'PLAINTEXT'.")
-    securityProtocol = Attribute("C{str}: 'PLAINTEXT' or 'SSL'.")
+    securityProtocol = Attribute("C{str}: 'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'.")
     principal = Attribute(
-        "C{str}: 'User:ANONYMOUS', or 'User:<RFC 4514 subject DN>' from a client certificate."
+        "C{str}: 'User:<name>' after SASL authentication, 'User:<subject DN>' from a client "
+        "certificate on SSL (RFC 2253 as Kafka writes it, after ssl.principal.mapping.rules), else "
+        "'User:ANONYMOUS'."
+    )
+    sasl = Attribute(
+        "The connection's L{kafkatwist.security.session.SaslSession} on a SASL listener, else "
+        "C{None} (the SASL handlers drive it)."
     )
     clientAddress = Attribute("C{tuple[str, int]}: the peer's host and port.")
     apiKey = Attribute("C{int}")
@@ -33,6 +39,21 @@ class IRequestContext(Interface):
         "L{IThreadSafeClock} of the reactor that owns the connection: timers for this request "
         "(long-poll expiry) are armed on it, from any thread."
     )
+
+    def authorize(operation, resourceType, resourceName):
+        """
+        Ask the broker's authorizer whether this request's principal may do
+        C{operation} on a resource (a denial is audit-logged).  A handler
+        plugin for its own ApiKey checks its own resources with this, and
+        answers with the resource type's error code
+        (L{kafkatwist.security.checks.authorizationError}).
+
+        @param operation: a L{kafkatwist.security.acl.AclOperation}.
+        @param resourceType: a L{kafkatwist.security.acl.ResourceType}.
+        @param resourceName: the resource's name (C{kafka-cluster} for the
+            cluster).
+        @return: C{bool}; always C{True} without an authorizer.
+        """
 
     def respondLater():
         """
@@ -458,4 +479,34 @@ class ILogManager(Interface):
     def close():
         """
         Flush, write checkpoints and the clean-shutdown marker, release files.
+        """
+
+
+class ICoordinatorLog(Interface):
+    """
+    A coordinator's internal topic (C{__consumer_offsets} for groups): where
+    its state machine's C{Append} effects are written and where its state is
+    read back from at start-up.  Blocking: call it on handler or coordinator
+    threads, never on a reactor thread.  Appends to one partition must be
+    made one at a time, in order (the coordinator's runtime does so).
+    """
+
+    topic = Attribute("C{str}: the topic's name.")
+    numPartitions = Attribute("C{int}: its partition count.")
+
+    def append(partition, records):
+        """
+        Append C{records}, C{(key, value)} pairs (a C{None} value is a
+        tombstone), as one batch.
+
+        @raise kafkatwist.errors.KafkaError: the log refused it.
+        @raise OSError: the disk did.
+        """
+
+    def replay(partition):
+        """
+        @return: an iterator of C{(offset, key, value)}: the partition's
+            records from its start, in offset order.  What cannot be read is
+            skipped with one log line naming topic, partition and offsets;
+            this never raises for damaged data.
         """

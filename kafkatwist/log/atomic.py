@@ -14,18 +14,19 @@ __all__ = ["replaceFile", "syncDirectory"]
 TEMPORARY_SUFFIX = ".tmp"
 
 
-def replaceFile(path: str, data: bytes, *, sync: bool = True) -> None:
+def replaceFile(path: str, data: bytes, *, sync: bool = True, mode: int = 0o644) -> None:
     """
     Replace C{path} with C{data} atomically.
 
     @param sync: fsync the data and the directory (durable once this
         returns); without it the replacement is still atomic but may be
         lost in a crash.
+    @param mode: permissions of a new file (0o600 for secrets).
     @raise OSError: nothing was replaced (the temporary file is removed).
     """
     temporary = path + TEMPORARY_SUFFIX
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
             view = memoryview(data)
             while view:

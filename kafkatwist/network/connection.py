@@ -35,9 +35,11 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.network.channel import Request
 from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.transport import (
+    ANONYMOUS,
     BufferedTransportLayer,
     PlaintextTransportLayer,
     SslTransportLayer,
@@ -45,6 +47,9 @@ from kafkatwist.network.transport import (
 from kafkatwist.protocol.apis import API_VERSIONS, apiName
 from kafkatwist.protocol.codec import BYTES_TYPES, closeRegions
 from kafkatwist.protocol.header import MIN_HEADER_SIZE, MalformedHeader, parseRequestHeader
+from kafkatwist.security.checks import authorize
+from kafkatwist.security.session import SASL_MAX_RECEIVE_SIZE, rawTokenRequestFrame, rawTokenResponse
+from kafkatwist.security.sslprincipal import NoMatchingRule
 
 log = Logger()
 
@@ -95,10 +100,17 @@ class RequestContext:
 
     connectionId = property(lambda self: self._connection.connectionId)
     listenerName = property(lambda self: self._connection.listenerName)
-    securityProtocol = property(lambda self: self._connection.layer.securityProtocol)
-    principal = property(lambda self: self._connection.layer.principal)
+    securityProtocol = property(lambda self: self._connection.securityProtocol)
+    principal = property(lambda self: self._connection.principal)
+    sasl = property(lambda self: self._connection.sasl)
     clientAddress = property(lambda self: self._connection.clientAddress)
     clock = property(lambda self: self._connection.owner.clock)
+
+    def authorize(self, operation, resourceType, resourceName: str) -> bool:
+        """
+        See L{IRequestContext.authorize}.
+        """
+        return authorize(self._connection.owner.authorizer, self, operation, resourceType, resourceName)
 
     def respondLater(self) -> PendingResponse:
         """
@@ -128,10 +140,16 @@ class KafkaConnection(Protocol):
     @ivar lastActive: C{owner.clock.seconds()} of the last byte in or out.
     """
 
-    def __init__(self, owner, listenerName: str, index: int = 0) -> None:
+    def __init__(self, owner, listenerName: str, index: int = 0, *, securityProtocol: str | None = None,
+                 sasl=None) -> None:
         self.owner = owner
         self.listenerName = listenerName
         self.index = index
+        self._securityProtocol = securityProtocol
+        #: the L{SaslSession} on a SASL listener, else None
+        self.sasl = sasl
+        #: the request in flight is a bare SASL token (after SaslHandshake v0)
+        self._rawToken = False
         self.connectionId = "unconnected"
         self.clientAddress = ("", 0)
         #: the host the connection quotas counted this connection under
@@ -162,7 +180,7 @@ class KafkaConnection(Protocol):
     def connectionMade(self) -> None:
         transport = self.transport
         if ISSLTransport.providedBy(transport):
-            self.layer = SslTransportLayer(transport, self.owner.offload)
+            self.layer = SslTransportLayer(transport, self.owner.offload, self.owner.sslPrincipalBuilder)
             # TLS buffers what we write: stop reading while it is backed up.
             transport.registerProducer(self, True)
         elif isinstance(transport, tcp.Connection):
@@ -179,6 +197,21 @@ class KafkaConnection(Protocol):
         self.lastActive = self._seconds()
         self.owner.connectionOpened(self)
 
+    @property
+    def securityProtocol(self) -> str:
+        return self._securityProtocol or self.layer.securityProtocol
+
+    @property
+    def principal(self) -> str:
+        """
+        C{User:<name>} once SASL authenticated the client, else what the
+        transport knows (the certificate subject on SSL, C{User:ANONYMOUS}).
+        """
+        sasl = self.sasl
+        if sasl is not None:
+            return sasl.principal or ANONYMOUS
+        return self.layer.principal
+
     def isOpen(self) -> bool:
         """
         Whether a response would still be sent (in the Processor's thread).
@@ -186,7 +219,11 @@ class KafkaConnection(Protocol):
         return not (self.closed or self._closing)
 
     def handshakeCompleted(self) -> None:
-        self.layer.handshakeCompleted()
+        try:
+            self.layer.handshakeCompleted()
+        except NoMatchingRule as e:
+            # Kafka fails authentication when no mapping rule applies.
+            self.close(str(e))
 
     def connectionLost(self, reason) -> None:
         self.closed = True
@@ -207,7 +244,8 @@ class KafkaConnection(Protocol):
             return
         self._closing = True
         self.closeReason = reason
-        log.info(
+        connectionLogs.emit(
+            log.info, ("closing", self.clientAddress[0], reason),
             "Closing connection {connectionId} on {listener}: {reason}",
             connectionId=self.connectionId,
             listener=self.listenerName,
@@ -242,11 +280,16 @@ class KafkaConnection(Protocol):
                 if len(buffer) < 4:
                     return
                 (size,) = _SIZE.unpack_from(buffer, 0)
-                if size < MIN_HEADER_SIZE or size > self.owner.maxRequestSize:
-                    self.close(
-                        f"invalid request size {size} (allowed {MIN_HEADER_SIZE}.."
-                        f"{self.owner.maxRequestSize})"
-                    )
+                smallest, largest = MIN_HEADER_SIZE, self.owner.maxRequestSize
+                sasl = self.sasl
+                if sasl is not None and not sasl.authenticated:
+                    # Kafka's sasl.server.max.receive.size: nobody sends a
+                    # large frame before saying who they are.
+                    largest = min(largest, SASL_MAX_RECEIVE_SIZE)
+                    if sasl.rawTokens:
+                        smallest = 0
+                if size < smallest or size > largest:
+                    self.close(f"invalid request size {size} (allowed {smallest}..{largest})")
                     return
                 pool = self.owner.memoryPool
                 if 0 <= pool.capacity < size:
@@ -293,6 +336,13 @@ class KafkaConnection(Protocol):
         self._updateReading()
 
     def _frameReceived(self, frame: bytes, memory: int) -> None:
+        sasl = self.sasl
+        if sasl is not None and sasl.rawTokens and not sasl.authenticated:
+            # After SaslHandshake v0 the client sends bare tokens: each goes
+            # through the SaslAuthenticate handler as the v0 request it
+            # stands for, and its answer goes back bare (sendResponse).
+            frame = rawTokenRequestFrame(frame)
+            self._rawToken = True
         try:
             header = parseRequestHeader(frame)
         except MalformedHeader as e:
@@ -313,6 +363,12 @@ class KafkaConnection(Protocol):
                 f"(supported {versions[0]}..{versions[1]})"
             )
             return
+        if sasl is not None:
+            refusal = sasl.refusal(header.apiKey)
+            if refusal is not None:
+                self.owner.memoryPool.release(memory)
+                self.close(refusal)
+                return
         self._inflight = True
         request = Request(self.owner, self, RequestContext(self, header), header, frame, memory)
         self.owner.submit(request)
@@ -373,10 +429,18 @@ class KafkaConnection(Protocol):
             return
         self._sending = response.request
         self._pickedUpAt = time.monotonic()
-        if response.chunks is None:
+        chunks = response.chunks
+        if self._rawToken:
+            self._rawToken = False
+            token = rawTokenResponse(chunks) if chunks is not None else None
+            if token is None:
+                self.close(f"SASL authentication failed: {self.sasl.failure}")
+                return
+            chunks = [token]
+        if chunks is None:
             self._responseSent()
             return
-        self._chunks.extend(response.chunks)
+        self._chunks.extend(chunks)
         self._send()
 
     def _send(self) -> None:
@@ -427,6 +491,11 @@ class KafkaConnection(Protocol):
         self._inflight = False
         request, self._sending = self._sending, None
         self.owner.responseSent(self, request, self._pickedUpAt)
+        sasl = self.sasl
+        if sasl is not None and sasl.failed:
+            # The refusal is on its way; Kafka closes the connection after it.
+            self.close(f"SASL authentication failed: {sasl.failure}")
+            return
         if self._buffer:
             self._takeRequests()
         self._updateReading()

@@ -23,23 +23,35 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.metrics import IdleClock, RequestStats
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
 from kafkatwist.network.reactor import ProcessorReactor
+from kafkatwist.security.session import SaslSession
 
 log = Logger()
 
 
 class _ConnectionFactory(Factory):
-    def __init__(self, processor: "Processor", listenerName: str) -> None:
+    def __init__(self, processor: "Processor", listener) -> None:
         self.processor = processor
-        self.listenerName = listenerName
+        self.listener = listener
+        #: the SASL listener's settings (mechanisms, credential store,
+        #: connections.max.reauth.ms), or None
+        self.sasl = processor.server.saslSettings(listener) if listener.sasl else None
 
     def buildProtocol(self, addr):
         processor = self.processor
         processor._connectionIndex += 1
-        connection = KafkaConnection(processor, self.listenerName, processor._connectionIndex)
+        session = SaslSession(*self.sasl) if self.sasl is not None else None
+        connection = KafkaConnection(
+            processor,
+            self.listener.name,
+            processor._connectionIndex,
+            securityProtocol=self.listener.securityProtocol,
+            sasl=session,
+        )
         connection.quotaHost = processor._adoptingHost
         return connection
 
@@ -54,6 +66,7 @@ class Processor:
     def __init__(self, index: int, server, reactor=None) -> None:
         self.index = index
         self.server = server
+        self.sslPrincipalBuilder = server.sslPrincipalBuilder
         if reactor is None:
             reactor = ProcessorReactor()
             # Otherwise run() in our thread would make *this* thread Twisted's
@@ -84,8 +97,8 @@ class Processor:
         self._stopping = False
         self._factories: dict[str, Factory] = {}
         for listener in server.listeners:
-            factory = _ConnectionFactory(self, listener.name)
-            if listener.securityProtocol == "SSL":
+            factory = _ConnectionFactory(self, listener)
+            if listener.tls:
                 factory = TLSMemoryBIOFactory(
                     server.tlsContextFactory, False, factory, clock=self.reactor
                 )
@@ -99,6 +112,13 @@ class Processor:
         #: API keys handled in this thread rather than by the handler pool
         self._idleSweep = LoopingCall(self._closeIdle)
         self._idleSweep.clock = self.reactor
+
+    @property
+    def authorizer(self):
+        """
+        The broker's L{IAuthorizer} or C{None} (for C{context.authorize}).
+        """
+        return self.server.broker.authorizer
 
     # -- thread --------------------------------------------------------------
 
@@ -197,7 +217,8 @@ class Processor:
     def connectionOpened(self, connection: KafkaConnection) -> None:
         self.connections.add(connection)
         self.server.connectionOpened(connection)
-        log.info(
+        connectionLogs.emit(
+            log.info, ("opened", connection.clientAddress[0], connection.listenerName),
             "Connection {connectionId} opened on {listener} (processor {index})",
             connectionId=connection.connectionId,
             listener=connection.listenerName,
@@ -209,7 +230,8 @@ class Processor:
         if connection.quotaHost is not None:
             self.server.quotas.release(connection.quotaHost)
         self.server.connectionClosed(connection)
-        log.info(
+        connectionLogs.emit(
+            log.info, ("closed", connection.clientAddress[0], connection.closeReason),
             "Connection {connectionId} closed: {reason}",
             connectionId=connection.connectionId,
             reason=connection.closeReason,

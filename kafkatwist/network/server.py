@@ -19,6 +19,7 @@ from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ServerContextFactory
+from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 log = Logger()
 
@@ -51,7 +52,9 @@ class SocketServer:
         self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
         self.quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
         self.tlsContextFactory = None
-        if any(l.securityProtocol == "SSL" for l in self.listeners):
+        #: client certificate -> principal (ssl.principal.mapping.rules)
+        self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
+        if any(l.tls for l in self.listeners):
             self.tlsContextFactory = ServerContextFactory(
                 config["ssl.keystore.location"],
                 config["ssl.key.password"],
@@ -69,6 +72,18 @@ class SocketServer:
         self.acceptors: list[Acceptor] = []
         self._lock = threading.Lock()
         self.connectionsByListener: Counter[str] = Counter()
+
+    def saslSettings(self, listener) -> tuple:
+        """
+        What each connection's L{kafkatwist.security.session.SaslSession} on
+        the SASL listener C{listener} is made from: its mechanisms, the
+        credential store, C{connections.max.reauth.ms}.
+        """
+        return (
+            self.config.saslMechanisms(listener.name),
+            self.broker.scramCredentials,
+            self.config["connections.max.reauth.ms"],
+        )
 
     def bind(self) -> None:
         """

@@ -20,6 +20,7 @@ from collections import Counter
 
 from twisted.logger import Logger
 
+from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
@@ -52,8 +53,6 @@ ZERO_UUID = uuid.UUID(int=0)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 #: DeleteRecords' "up to the high watermark"
 HIGH_WATERMARK = -1
-#: Kafka's controller's MAX_PARTITIONS_PER_BATCH
-DEFAULT_MAX_PARTITIONS_PER_REQUEST = 10_000
 #: DescribeCluster endpoint types
 _BROKERS, _CONTROLLERS = 1, 2
 
@@ -83,7 +82,7 @@ def _requestLimitError(broker, requested: int) -> KafkaError | None:
     config = getattr(broker, "config", None)
     limit = config.get("max.partitions.per.request") if hasattr(config, "get") else None
     if limit is None:
-        limit = DEFAULT_MAX_PARTITIONS_PER_REQUEST
+        limit = KEYS["max.partitions.per.request"].defaultValue()
     if requested <= limit:
         return None
     return KafkaError(
@@ -277,15 +276,8 @@ class CreateTopicsHandler(Handler):
             )
         elif replicationFactor > 1:
             raise _singleBrokerRF(replicationFactor)
-        info = logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
-        if not validateOnly:
-            log.info(
-                "Created topic {topic} ({partitions} partitions, configs {configs})",
-                topic=name,
-                partitions=info.numPartitions,
-                configs=configs,
-            )
-        return info
+        # The log manager logs the creation (with the topic id), once.
+        return logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
 
     def _success(self, Result, Config, info, validateOnly: bool):
         configs = None
@@ -437,7 +429,6 @@ class DeleteTopicsHandler(Handler):
             except KafkaError as e:
                 answer(name, info.topicId, *_failure(e))
                 continue
-            log.info("Deleted topic {topic} ({id})", topic=name, id=info.topicId)
             self._wakeFetches(name, info.numPartitions)
             answer(name, info.topicId, ErrorCode.none)
         return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))

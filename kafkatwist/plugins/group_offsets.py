@@ -3,13 +3,15 @@ Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete.
 
 The handlers check what only the broker knows (whether a topic-partition
 exists in the log, as Kafka checks its metadata cache) and leave group
-rules to L{kafkatwist.coordinator.GroupCoordinator}; the coordinator
-persists through its store (C{__consumer_offsets} in a real broker).
+rules to the group coordinator, which answers through a L{Reply} once the
+commit (or the tombstones) are in C{__consumer_offsets}.
 """
 
 from __future__ import annotations
 
 from kafkatwist.coordinator.offsets import OffsetAndMetadata
+from kafkatwist.coordinator.reply import Reply
+from kafkatwist.coordinator.requests import CommitRequest
 from kafkatwist.coordinator.results import OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
@@ -116,24 +118,32 @@ class OffsetCommitHandler(Handler):
                         commitTimestampMs=nowMs,
                         expireTimestampMs=expireMs,
                     )
-        if offsets:
-            errors.update(
-                coordinator.commitOffsets(
-                    request.group_id,
-                    request.generation_id_or_member_epoch,
-                    request.member_id or "",
-                    getattr(request, "group_instance_id", None),
-                    offsets,
-                    now_ms=nowMs,
-                )
-            )
         # One answer per partition even if the request repeated one.
         unique = dict.fromkeys(order)
-        return make(
-            cls,
-            throttle_time=NO_THROTTLE,
-            topics=_errorTopics(Topic, Partition, ((tp, errors[tp]) for tp in unique)),
-        )
+
+        def response(committed):
+            errors.update(committed)
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                topics=_errorTopics(Topic, Partition, ((tp, errors[tp]) for tp in unique)),
+            )
+
+        reply = Reply(context, response)
+        if offsets:
+            coordinator.commitOffsets(
+                reply,
+                CommitRequest(
+                    groupId=request.group_id,
+                    generationId=request.generation_id_or_member_epoch,
+                    memberId=request.member_id or "",
+                    groupInstanceId=getattr(request, "group_instance_id", None),
+                    offsets=offsets,
+                ),
+            )
+        else:
+            reply({})
+        return reply.response()
 
 
 class OffsetFetchHandler(Handler):
@@ -141,8 +151,9 @@ class OffsetFetchHandler(Handler):
     OffsetFetch v1-9: v2+ may ask for all of a group's offsets (topics
     null) and report group errors at the top level; v8+ fetch several
     groups at once (KIP-709).  v1 reports a group error in every partition.
-    C{require_stable} needs no waiting here: without transactions no offset
-    is ever pending.
+    C{require_stable} needs no waiting here: without transactions no
+    transactional offset is ever pending (a plain commit is answered once
+    it is visible).
     """
 
     apiKey = OFFSET_FETCH
@@ -152,30 +163,53 @@ class OffsetFetchHandler(Handler):
     def handle(self, context, request):
         version = context.apiVersion
         cls = responseType(OFFSET_FETCH, version)
+        coordinator = self.broker.groupCoordinator
         if has(cls, "groups"):
-            Group = nested(cls, "OffsetFetchResponseGroup")
-            Topic = nested(cls, "OffsetFetchResponseTopics")
-            Partition = nested(cls, "OffsetFetchResponsePartitions")
-            groups = []
-            for g in request.groups:
-                result = self._fetch(g.group_id, g.topics)
-                groups.append(
-                    make(
-                        Group,
-                        group_id=g.group_id,
-                        topics=(
-                            self._topics(Topic, Partition, result)
-                            if result.errorCode == E.none
-                            else ()
-                        ),
-                        error_code=result.errorCode,
-                    )
-                )
-            return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+            wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
+            reply = Reply(context, lambda results: self._groupsResponse(cls, wanted, results))
+            if coordinator is None:
+                reply([OffsetFetchResult(E.coordinator_not_available)] * len(wanted))
+            else:
+                coordinator.fetchOffsetsOfGroups(reply, wanted)
+            return reply.response()
+        reply = Reply(context, lambda result: self._response(cls, request, result))
+        if coordinator is None:
+            reply(OffsetFetchResult(E.coordinator_not_available))
+        else:
+            coordinator.fetchOffsets(reply, request.group_id, self._partitions(request.topics))
+        return reply.response()
 
+    @staticmethod
+    def _partitions(topics):
+        if topics is None:
+            return None
+        return list(dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes))
+
+    def _groupsResponse(self, cls, wanted, results):
+        Group = nested(cls, "OffsetFetchResponseGroup")
+        Topic = nested(cls, "OffsetFetchResponseTopics")
+        Partition = nested(cls, "OffsetFetchResponsePartitions")
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            groups=tuple(
+                make(
+                    Group,
+                    group_id=groupId,
+                    topics=(
+                        self._topics(Topic, Partition, result)
+                        if result.errorCode == E.none
+                        else ()
+                    ),
+                    error_code=result.errorCode,
+                )
+                for (groupId, _), result in zip(wanted, results)
+            ),
+        )
+
+    def _response(self, cls, request, result: OffsetFetchResult):
         Topic = nested(cls, "OffsetFetchResponseTopic")
         Partition = nested(cls, "OffsetFetchResponsePartition")
-        result = self._fetch(request.group_id, request.topics)
         if result.errorCode != E.none:
             if not has(cls, "error_code"):
                 # v0-1 (Kafka's getErrorResponse): the group error in each
@@ -208,17 +242,6 @@ class OffsetFetchHandler(Handler):
             error_code=E.none,
             topics=self._topics(Topic, Partition, result),
         )
-
-    def _fetch(self, groupId, topics) -> OffsetFetchResult:
-        coordinator = self.broker.groupCoordinator
-        if coordinator is None:
-            return OffsetFetchResult(E.coordinator_not_available)
-        partitions = None
-        if topics is not None:
-            partitions = list(
-                dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes)
-            )
-        return coordinator.fetchOffsets(groupId, partitions)
 
     @staticmethod
     def _topics(Topic, Partition, result: OffsetFetchResult):
@@ -270,22 +293,27 @@ class OffsetDeleteHandler(Handler):
                     known.append(tp)
                 else:
                     errors[tp] = E.unknown_topic_or_partition
+
+        def response(result: OffsetDeleteResult):
+            if result.errorCode != E.none:
+                return make(cls, error_code=result.errorCode, throttle_time=NO_THROTTLE, topics=())
+            errors.update(result.partitions)
+            return make(
+                cls,
+                error_code=E.none,
+                throttle_time=NO_THROTTLE,
+                topics=_errorTopics(
+                    Topic, Partition, ((tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order))
+                ),
+            )
+
+        reply = Reply(context, response)
         if coordinator is None:
-            result = OffsetDeleteResult(E.coordinator_not_available)
+            reply(OffsetDeleteResult(E.coordinator_not_available))
         else:
             # Called even with nothing known, so group errors still show.
-            result = coordinator.deleteOffsets(request.group_id, list(dict.fromkeys(known)))
-        if result.errorCode != E.none:
-            return make(cls, error_code=result.errorCode, throttle_time=NO_THROTTLE, topics=())
-        errors.update(result.partitions)
-        return make(
-            cls,
-            error_code=E.none,
-            throttle_time=NO_THROTTLE,
-            topics=_errorTopics(
-                Topic, Partition, ((tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order))
-            ),
-        )
+            coordinator.deleteOffsets(reply, request.group_id, list(dict.fromkeys(known)))
+        return reply.response()
 
 
 offsetCommit = HandlerPlugin("builtin.offset_commit", OFFSET_COMMIT, OffsetCommitHandler, priority=0)

@@ -239,7 +239,7 @@ class StandardAuthorizer:
         principal = context.principal
         host = context.clientAddress[0]
         denyLiteral, denyPrefixed, allowLiteral, allowPrefixed = set(), set(), set(), set()
-        allowAll = False  # decided after the loop: a wildcard DENY seen later still wins
+        wildcardAllow = False
         index = self._snapshot.byType.get(resourceType)
         if index is None:
             return False
@@ -259,9 +259,11 @@ class StandardAuthorizer:
                         (denyLiteral if literal else denyPrefixed).add(name)
                     elif binding.permissionType == _ALLOW:
                         if literal and name == WILDCARD:
-                            allowAll = True
-                        (allowLiteral if literal else allowPrefixed).add(name)
-        if allowAll:
+                            # Only once no wildcard DENY turned up.
+                            wildcardAllow = True
+                        else:
+                            (allowLiteral if literal else allowPrefixed).add(name)
+        if wildcardAllow:
             return True
         for names, literal in ((allowLiteral, True), (allowPrefixed, False)):
             for name in names:

@@ -64,18 +64,31 @@ def _fromRecord(record: dict) -> tuple[str, str, ScramCredential]:
 class CredentialStore:
     """
     @param path: the file; C{None} keeps everything in memory (tests).
+    @param load: read the file now (else call L{load} before use).
     """
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, load: bool = True) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._users: Credentials = self._load() if path else {}
+        self._users: Credentials = {}
+        if load:
+            self.load()
 
     @classmethod
-    def inDirectory(cls, directory: str) -> "CredentialStore":
-        return cls(os.path.join(directory, CREDENTIALS_FILE))
+    def inDirectory(cls, directory: str, load: bool = True) -> "CredentialStore":
+        return cls(os.path.join(directory, CREDENTIALS_FILE), load)
 
-    def _load(self) -> Credentials:
+    def load(self) -> None:
+        """
+        Read the file (at start-up).
+
+        @raise kafkatwist.security.statefile.StateFileError: not a credential
+            file this broker can read.
+        """
+        if self.path:
+            self._users = self._read()
+
+    def _read(self) -> Credentials:
         users: Credentials = {}
         for record in readRecords(self.path, _KIND, _VERSION):
             try:

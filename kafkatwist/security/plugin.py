@@ -46,7 +46,7 @@ class AuthorizerPlugin:
         return f"<AuthorizerPlugin {self.name}>"
 
 
-def loadAuthorizer(broker, name: str | None, pluginPaths=()):
+def loadAuthorizer(broker, name: str | None, pluginPaths=(), failurePolicy: str = "fail"):
     """
     @return: the L{IAuthorizer} C{name} selects, or C{None} for no name.
     @raise kafkatwist.config.ConfigError: no plugin, or two, by that name.
@@ -56,7 +56,7 @@ def loadAuthorizer(broker, name: str | None, pluginPaths=()):
 
     if not name:
         return None
-    plugins = discoverPlugins(pluginPaths, interface=IAuthorizerPlugin)
+    plugins = discoverPlugins(pluginPaths, failurePolicy, interface=IAuthorizerPlugin)
     chosen = [(plugin, origin) for plugin, origin in plugins if plugin.name == name]
     if not chosen:
         known = ", ".join(sorted(plugin.name for plugin, _ in plugins)) or "none"

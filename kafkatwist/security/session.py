@@ -25,7 +25,7 @@ import struct
 import time
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.protocol.apis import API_VERSIONS, requestType
+from kafkatwist.protocol.apis import API_VERSIONS, apiName, requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.security.errors import AuthenticationFailed
 from kafkatwist.security.plain import PLAIN, PlainServer
@@ -33,8 +33,8 @@ from kafkatwist.security.scram import MECHANISMS, ScramServer
 
 __all__ = [
     "SASL_AUTHENTICATE",
+    "SASL_MAX_RECEIVE_SIZE",
     "SASL_HANDSHAKE",
-    "SUPPORTED_MECHANISMS",
     "SaslSession",
     "rawTokenRequestFrame",
     "rawTokenResponse",
@@ -43,8 +43,9 @@ __all__ = [
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 
-#: what kafkatwist can offer (GSSAPI and OAUTHBEARER are not implemented)
-SUPPORTED_MECHANISMS = (PLAIN, *MECHANISMS)
+#: Kafka's sasl.server.max.receive.size default: the largest frame taken
+#: from a client that has not authenticated yet
+SASL_MAX_RECEIVE_SIZE = 524288
 
 HANDSHAKE = "HANDSHAKE"
 AUTHENTICATE = "AUTHENTICATE"
@@ -98,18 +99,28 @@ class SaslSession:
     def reauthenticating(self) -> bool:
         return self._reauthenticating
 
+    def refusal(self, apiKey: int) -> str | None:
+        """
+        Why a request of C{apiKey} may not be served now (the connection is
+        closed with this reason), or C{None} if it may.
+        """
+        state = self.state
+        if state == COMPLETE and not self._reauthenticating:
+            if apiKey in (SASL_HANDSHAKE, SASL_AUTHENTICATE) or not self.expired():
+                return None
+            return "SASL session expired (connections.max.reauth.ms) and the client did not re-authenticate"
+        if state == HANDSHAKE:
+            if apiKey in (API_VERSIONS, SASL_HANDSHAKE):
+                return None
+            return f"unexpected Kafka request of type {apiName(apiKey)} during SASL handshake"
+        if state == AUTHENTICATE:
+            if apiKey == SASL_AUTHENTICATE:
+                return None
+            return f"unexpected Kafka request of type {apiName(apiKey)} during SASL authentication"
+        return f"request after SASL authentication failed: {self.failure}"
+
     def admits(self, apiKey: int) -> bool:
-        """
-        Whether a request of C{apiKey} may be served now (the connection
-        closes otherwise).
-        """
-        if self.state == COMPLETE and not self._reauthenticating:
-            return not self.expired() or apiKey in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
-        if self.state == HANDSHAKE:
-            return apiKey in (API_VERSIONS, SASL_HANDSHAKE)
-        if self.state == AUTHENTICATE:
-            return apiKey == SASL_AUTHENTICATE
-        return False
+        return self.refusal(apiKey) is None
 
     def expired(self) -> bool:
         return self._expiresAt is not None and self.monotonic() > self._expiresAt

@@ -2,9 +2,10 @@
 The security state files in the data directory: one JSON object per line
 after a header line naming the kind and version.
 
-Written whole to a temporary file, fsynced, renamed over the old one and the
-directory fsynced, so a crash leaves the old or the new file and a change is
-on disk before it is acknowledged.  Read line by line: a damaged line is
+Written whole with L{kafkatwist.log.atomic.replaceFile} (a temporary file,
+fsynced, renamed over the old one, the directory fsynced), readable by the
+broker's user only, so a crash leaves the old or the new file and a change
+is on disk before it is acknowledged.  Read line by line: a damaged line is
 skipped with one log line, the others are kept (start-up never fails on one
 bad record).
 """
@@ -12,36 +13,28 @@ bad record).
 from __future__ import annotations
 
 import json
-import os
 
 from twisted.logger import Logger
+
+from kafkatwist.log.atomic import replaceFile
+from kafkatwist.startup import StartupError
 
 __all__ = ["readRecords", "writeRecords", "StateFileError"]
 
 log = Logger()
 
 
-class StateFileError(ValueError):
+class StateFileError(StartupError):
     """
-    The file is not a kafkatwist state file of the expected kind or version.
+    The file is not a kafkatwist state file of the expected kind or version:
+    the broker refuses to start rather than run without its users or ACLs.
     """
 
 
 def writeRecords(path: str, kind: str, version: int, records: list[dict]) -> None:
     lines = [json.dumps({"kind": kind, "version": version}, sort_keys=True)]
     lines += [json.dumps(record, sort_keys=True, ensure_ascii=False) for record in records]
-    temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replaceFile(path, ("\n".join(lines) + "\n").encode("utf-8"), mode=0o600)
 
 
 def readRecords(path: str, kind: str, version: int) -> list[dict]:
