@@ -68,6 +68,8 @@ start() {
 client() {
     "$PYTHON" - "$PORT" "$1" <<'EOF'
 import sys
+import time
+
 from confluent_kafka import Consumer, Producer
 
 bootstrap, mode = f"127.0.0.1:{sys.argv[1]}", sys.argv[2]
@@ -81,12 +83,11 @@ else:
                          "auto.offset.reset": "earliest"})
     consumer.subscribe(["smoke"])
     seen = set()
-    for _ in range(60):
+    deadline = time.monotonic() + 60
+    while len(seen) < 100 and time.monotonic() < deadline:
         message = consumer.poll(1)
         if message is not None and message.error() is None:
             seen.add(message.value())
-        if len(seen) == 100:
-            break
     consumer.close()
     assert len(seen) == 100, f"read {len(seen)} of 100 records"
 print(mode, "ok")

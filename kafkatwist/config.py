@@ -456,6 +456,10 @@ KEYS: dict[str, Key] = {
         Key("offsets.topic.num.partitions", _int(1), "50", "Partitions of __consumer_offsets."),
         Key("offsets.topic.segment.bytes", _int(1), "104857600",
             "segment.bytes of __consumer_offsets when it is created: small segments compact sooner."),
+        Key("offsets.retention.check.interval.ms", _long(1), "600000",
+            "How often expired committed offsets are removed."),
+        Key("offset.metadata.max.bytes", _int(0), "4096",
+            "Largest metadata string an offset commit may carry."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]

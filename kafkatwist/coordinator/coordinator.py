@@ -402,11 +402,14 @@ class GroupCoordinator:
 
     def _doNewMemberJoin(self, group: GroupMetadata, replyTo, request: JoinRequest) -> None:
         instanceId = request.groupInstanceId
-        newMemberId = f"{instanceId if instanceId is not None else request.clientId}-{self._newMemberId()}"
+        prefix = instanceId if instanceId is not None else request.clientId
+        newMemberId = f"{prefix}-{self._newMemberId()}"
         if instanceId is not None:
             oldMemberId = group.staticMembers.get(instanceId)
             if oldMemberId is not None:
-                self._updateStaticMemberAndRebalance(group, replyTo, oldMemberId, newMemberId, request)
+                self._updateStaticMemberAndRebalance(
+                    group, replyTo, oldMemberId, newMemberId, request
+                )
             else:
                 self._addMemberAndRebalance(group, replyTo, newMemberId, request)
         elif request.requireKnownMemberId:
@@ -506,7 +509,9 @@ class GroupCoordinator:
     def _updateMemberAndRebalance(
         self, group: GroupMetadata, member: MemberMetadata, request: JoinRequest, replyTo
     ) -> None:
-        self._invokeJoin(group, member, JoinGroupResult.failed(member.memberId, E.rebalance_in_progress))
+        self._invokeJoin(
+            group, member, JoinGroupResult.failed(member.memberId, E.rebalance_in_progress)
+        )
         group.updateMember(
             member,
             list(request.protocols),
@@ -533,7 +538,12 @@ class GroupCoordinator:
         return member
 
     def _updateStaticMemberAndRebalance(
-        self, group: GroupMetadata, replyTo, oldMemberId: str, newMemberId: str, request: JoinRequest
+        self,
+        group: GroupMetadata,
+        replyTo,
+        oldMemberId: str,
+        newMemberId: str,
+        request: JoinRequest,
     ) -> None:
         instanceId = request.groupInstanceId
         currentLeader = group.leaderId or ""
@@ -541,7 +551,11 @@ class GroupCoordinator:
         oldProtocols = member.supportedProtocols
         oldTimeouts = (member.rebalanceTimeoutMs, member.sessionTimeoutMs)
         group.updateMember(
-            member, list(request.protocols), request.rebalanceTimeoutMs, request.sessionTimeoutMs, replyTo
+            member,
+            list(request.protocols),
+            request.rebalanceTimeoutMs,
+            request.sessionTimeoutMs,
+            replyTo,
         )
         if group.state is S.STABLE:
             if group.protocolName == group.selectProtocol():
@@ -562,7 +576,8 @@ class GroupCoordinator:
                         return
                     if error != E.none:
                         log.warn(
-                            "group {group}: failed to persist static member {instance}'s new id: {error}",
+                            "group {group}: failed to persist static member {instance}'s"
+                            " new id: {error}",
                             group=group.groupId, instance=instanceId, error=error.name,
                         )
                         group.updateMember(member, oldProtocols, *oldTimeouts, None)
@@ -685,7 +700,9 @@ class GroupCoordinator:
         if group.members and not group.maybeElectNewJoinedLeader():
             # Only static members that did not rejoin remain: wait another
             # round for them to rejoin or time out.
-            log.warn("group {group}: no member rejoined, postponing the rebalance", group=group.groupId)
+            log.warn(
+                "group {group}: no member rejoined, postponing the rebalance", group=group.groupId
+            )
             self._armJoinTimer(group, group.rebalanceTimeoutMs, False, 0, 0)
             return
         group.initNextGeneration(self.nowMs)
@@ -824,7 +841,9 @@ class GroupCoordinator:
         group = self.group(groupId)
         if group is None or memberId not in group.pendingMembers:
             return
-        log.info("group {group}: pending member {member} never joined", group=groupId, member=memberId)
+        log.info(
+            "group {group}: pending member {member} never joined", group=groupId, member=memberId
+        )
         group.pendingMembers.discard(memberId)
         self._tryCompleteJoin(group)
 
@@ -895,7 +914,9 @@ class GroupCoordinator:
             return E.inconsistent_group_protocol
         return None
 
-    def _completeSyncWithAssignment(self, group: GroupMetadata, assignments: Mapping[str, bytes]) -> None:
+    def _completeSyncWithAssignment(
+        self, group: GroupMetadata, assignments: Mapping[str, bytes]
+    ) -> None:
         # Members the leader left out get an empty assignment; ids it
         # invented are ignored.
         assignment = {mid: assignments.get(mid, b"") for mid in group.members}
@@ -913,10 +934,13 @@ class GroupCoordinator:
                 return
             if error != E.none:
                 log.warn(
-                    "group {group}: failed to store the assignment of generation {generation}: {error}",
+                    "group {group}: failed to store the assignment of generation"
+                    " {generation}: {error}",
                     group=group.groupId, generation=generation, error=error.name,
                 )
-                self._resetAndPropagateAssignmentError(group, APPEND_ERRORS_FOR_GROUP.get(error, error))
+                self._resetAndPropagateAssignmentError(
+                    group, APPEND_ERRORS_FOR_GROUP.get(error, error)
+                )
                 self._maybePrepareRebalance(group)
                 return
             for member in group.allMembers():
@@ -924,7 +948,9 @@ class GroupCoordinator:
             self._propagateAssignment(group, E.none)
             group.transitionTo(S.STABLE, self.nowMs)
             log.info(
-                "group {group}: generation {generation} is stable", group=group.groupId, generation=generation
+                "group {group}: generation {generation} is stable",
+                group=group.groupId,
+                generation=generation,
             )
 
         self.append(group.groupId, [groupRecord(group.snapshot(assignment))], stored)
@@ -934,7 +960,12 @@ class GroupCoordinator:
 
     @_entry
     def heartbeat(
-        self, replyTo, groupId: str, generationId: int, memberId: str, groupInstanceId: str | None = None
+        self,
+        replyTo,
+        groupId: str,
+        generationId: int,
+        memberId: str,
+        groupInstanceId: str | None = None,
     ) -> None:
         """
         Keep a member's session alive and tell it whether to rejoin.
@@ -1008,7 +1039,9 @@ class GroupCoordinator:
                     results.append(LeaveMemberResult(memberId, instanceId, E.unknown_member_id))
                     continue
                 log.info(
-                    "group {group}: static member {instance} removed", group=groupId, instance=instanceId
+                    "group {group}: static member {instance} removed",
+                    group=groupId,
+                    instance=instanceId,
                 )
                 self._removeMemberAndUpdateGroup(group, group.members[current])
                 results.append(LeaveMemberResult(memberId, instanceId, E.none))
@@ -1130,7 +1163,9 @@ class GroupCoordinator:
         self.offsets.commit(replyTo, request)
 
     @_entry
-    def fetchOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None) -> None:
+    def fetchOffsets(
+        self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
         """
         OffsetFetch for one group; answers an L{OffsetFetchResult}.
 
@@ -1145,7 +1180,9 @@ class GroupCoordinator:
         OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs; answers a
         C{list} of L{OffsetFetchResult}, in order.
         """
-        self.respond(replyTo, [self.offsets.fetch(groupId, partitions) for groupId, partitions in wanted])
+        self.respond(
+            replyTo, [self.offsets.fetch(groupId, partitions) for groupId, partitions in wanted]
+        )
 
     @_entry
     def deleteOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition]) -> None:
@@ -1179,7 +1216,13 @@ class GroupCoordinator:
         """
         loaded: dict[str, GroupMetadata] = {}
         for snap in snapshots:
-            loaded[snap.groupId] = GroupMetadata.fromSnapshot(snap, self.nowMs)
+            try:
+                loaded[snap.groupId] = GroupMetadata.fromSnapshot(snap, self.nowMs)
+            except Exception:
+                # One group's odd record must not stop start-up: it starts
+                # over empty (its offsets, if any, still load below).
+                log.failure("group {group}: cannot load its metadata, starting it empty",
+                            group=snap.groupId)
         for groupId, groupOffsets in offsets.items():
             group = loaded.get(groupId)
             if group is None:
@@ -1209,6 +1252,8 @@ class GroupCoordinator:
         self.offsets.cancelExpiry()
         for group in list(self._groups.values()):
             for member in group.allMembers():
-                self._invokeJoin(group, member, JoinGroupResult.failed(member.memberId, E.not_coordinator))
+                self._invokeJoin(
+                    group, member, JoinGroupResult.failed(member.memberId, E.not_coordinator)
+                )
                 self._invokeSync(group, member, SyncGroupResult(E.not_coordinator))
             self.retire(group)

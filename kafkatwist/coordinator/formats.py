@@ -403,5 +403,7 @@ def offsetRecords(
     ]
 
 
-def offsetTombstones(groupId: str, partitions: Iterable[TopicPartition]) -> list[tuple[bytes, None]]:
+def offsetTombstones(
+    groupId: str, partitions: Iterable[TopicPartition]
+) -> list[tuple[bytes, None]]:
     return [(encodeOffsetKey(groupId, topic, partition), None) for topic, partition in partitions]

@@ -17,7 +17,6 @@ coordinator threads, never on a reactor thread.
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -28,6 +27,7 @@ from kafkatwist.coordinator.formats import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import ICoordinatorLog
 from kafkatwist.log.region import readRecords
+from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, PREFIX
 from kafkatwist.protocol.records import CorruptRecordError, Record, buildBatch, decodeBatches
 
 __all__ = ["OffsetsTopicLog"]
@@ -39,13 +39,6 @@ E = ErrorCode
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024
 #: the largest batch loading reads whole (a batch is at most a segment)
 MAX_BATCH_BYTES = 1 << 30
-
-# baseOffset, batchLength: the frame of every batch
-_FRAME = struct.Struct(">qi")
-# lastOffsetDelta, at a fixed place in the v2 header
-_LAST_DELTA = struct.Struct(">i")
-_LAST_DELTA_AT = 23
-_HEADER_SIZE = 61
 
 
 @implementer(ICoordinatorLog)
@@ -87,7 +80,8 @@ class OffsetsTopicLog:
                 info = self._logManager.topics()[self.topic]
         if info.numPartitions != numPartitions:
             log.warn(
-                "{topic} has {actual} partitions, not offsets.topic.num.partitions={wanted}: keeping {actual}",
+                "{topic} has {actual} partitions, not offsets.topic.num.partitions={wanted}:"
+                " keeping {actual}",
                 topic=self.topic, actual=info.numPartitions, wanted=numPartitions,
             )
         return info.numPartitions
@@ -128,10 +122,10 @@ class OffsetsTopicLog:
                 return
             pos, start = 0, offset
             grow = None
-            while len(data) - pos >= _FRAME.size:
-                baseOffset, length = _FRAME.unpack_from(data, pos)
-                batchEnd = pos + _FRAME.size + length
-                if length < _HEADER_SIZE - _FRAME.size:
+            while len(data) - pos >= LOG_OVERHEAD:
+                baseOffset, length = PREFIX.unpack_from(data, pos)
+                batchEnd = pos + LOG_OVERHEAD + length
+                if length < HEADER_SIZE - LOG_OVERHEAD:
                     offset = self._skipUnreadable(
                         partitionLog, where, max(offset, baseOffset), end,
                         f"batch length {length}",
@@ -139,10 +133,10 @@ class OffsetsTopicLog:
                     break
                 if batchEnd > len(data):
                     if pos == 0:
-                        grow = _FRAME.size + length
+                        grow = LOG_OVERHEAD + length
                     break
                 batchStart, pos = pos, batchEnd
-                (lastDelta,) = _LAST_DELTA.unpack_from(data, batchStart + _LAST_DELTA_AT)
+                lastDelta = HEADER.unpack_from(data, batchStart)[6]
                 if baseOffset + max(lastDelta, 0) + 1 <= offset:
                     continue  # before where we are (the log answers whole batches)
                 nextOffset = baseOffset + max(lastDelta, 0) + 1
@@ -151,8 +145,8 @@ class OffsetsTopicLog:
                 except (CorruptRecordError, ValueError) as e:
                     # Its header may be damaged too: where the next batch
                     # starts is the better guide to what it spans.
-                    if len(data) - pos >= _FRAME.size:
-                        nextOffset = _FRAME.unpack_from(data, pos)[0]
+                    if len(data) - pos >= LOG_OVERHEAD:
+                        nextOffset = PREFIX.unpack_from(data, pos)[0]
                     nextOffset = min(max(nextOffset, baseOffset + 1), end)
                     log.warn(
                         "{where}: skipping unreadable batch at offsets {first}-{last}: {error}",
@@ -169,7 +163,9 @@ class OffsetsTopicLog:
                     # One batch bigger than the buffer: read it whole.
                     maxBytes = grow
                 else:
-                    offset = self._skipUnreadable(partitionLog, where, offset, end, "no whole batch")
+                    offset = self._skipUnreadable(
+                        partitionLog, where, offset, end, "no whole batch"
+                    )
 
     @staticmethod
     def _fromBroker(where: str, batch, nextOffset: int) -> bool:
@@ -181,7 +177,8 @@ class OffsetsTopicLog:
             return False
         if batch.producerId >= 0:
             log.warn(
-                "{where}: skipping the batch at offsets {first}-{last}: written by producer {producer}, not by the broker",
+                "{where}: skipping the batch at offsets {first}-{last}: written by producer"
+                " {producer}, not by the broker",
                 where=where, first=batch.baseOffset, last=nextOffset - 1, producer=batch.producerId,
             )
             return False

@@ -52,7 +52,9 @@ class OffsetMetadataManager:
     @param metadataMaxBytes: C{offset.metadata.max.bytes}.
     """
 
-    def __init__(self, coordinator, *, retentionMs: int, checkIntervalMs: int, metadataMaxBytes: int) -> None:
+    def __init__(
+        self, coordinator, *, retentionMs: int, checkIntervalMs: int, metadataMaxBytes: int
+    ) -> None:
         self._c = coordinator
         self._retentionMs = retentionMs
         self._checkIntervalMs = checkIntervalMs
@@ -92,7 +94,9 @@ class OffsetMetadataManager:
 
     def _validateCommit(self, group: GroupMetadata, request: CommitRequest) -> ErrorCode | None:
         if request.generationId >= 0 or request.memberId or request.groupInstanceId is not None:
-            error = self._c.validateCurrentMember(group, request.memberId or "", request.groupInstanceId)
+            error = self._c.validateCurrentMember(
+                group, request.memberId or "", request.groupInstanceId
+            )
             if error is None and request.generationId != group.generationId:
                 error = E.illegal_generation
             return error
@@ -256,7 +260,11 @@ class OffsetMetadataManager:
         c = self._c
         removed = 0
         for group in c.groups():
-            removed += self.remove(group, group.expiredOffsets(c.nowMs, self._retentionMs))
+            expired = group.expiredOffsets(c.nowMs, self._retentionMs)
+            # Not one with a newer commit on its way (Kafka's
+            # getExpiredOffsets leaves pending commits alone too).
+            expired = [tp for tp in expired if tp not in group.pendingOffsets]
+            removed += self.remove(group, expired)
         if removed:
             log.info("removed {count} expired offsets", count=removed)
         return removed

@@ -46,22 +46,32 @@ def loadGroups(
     for partition in range(coordinatorLog.numPartitions):
         foreign = 0
         firstForeign = None
-        for offset, key, value in coordinatorLog.replay(partition):
-            try:
-                known = _apply(key, value, groups, offsets)
-            except CorruptGroupRecord as e:
-                log.warn(
-                    "{topic}-{partition} offset {offset}: skipping unreadable record: {error}",
-                    topic=coordinatorLog.topic, partition=partition, offset=offset, error=e,
-                )
-                continue
-            if not known:
-                foreign += 1
-                if firstForeign is None:
-                    firstForeign = offset
+        offset = None
+        try:
+            for offset, key, value in coordinatorLog.replay(partition):
+                try:
+                    known = _apply(key, value, groups, offsets)
+                except CorruptGroupRecord as e:
+                    log.warn(
+                        "{topic}-{partition} offset {offset}: skipping unreadable record: {error}",
+                        topic=coordinatorLog.topic, partition=partition, offset=offset, error=e,
+                    )
+                    continue
+                if not known:
+                    foreign += 1
+                    if firstForeign is None:
+                        firstForeign = offset
+        except Exception:
+            # The log promises not to raise for damaged data; should it
+            # anyway, start-up goes on with what was read.
+            log.failure(
+                "{topic}-{partition}: loading stopped after offset {offset}",
+                topic=coordinatorLog.topic, partition=partition, offset=offset,
+            )
         if foreign:
             log.info(
-                "{topic}-{partition}: skipped {count} records of other coordinators' types (the first at offset {offset})",
+                "{topic}-{partition}: skipped {count} records of other coordinators' types"
+                " (the first at offset {offset})",
                 topic=coordinatorLog.topic, partition=partition, count=foreign, offset=firstForeign,
             )
     return list(groups.values()), {g: offs for g, offs in offsets.items() if offs}

@@ -255,7 +255,11 @@ class CoordinatorRuntime:
             )
         except Exception:
             error = E.unknown_server_error
-            log.failure("append to {topic}-{partition} failed", topic=self._log.topic, partition=append.partition)
+            log.failure(
+                "append to {topic}-{partition} failed",
+                topic=self._log.topic,
+                partition=append.partition,
+            )
         self.input(self._machine.appendCompleted, append.token, error)
         with self._appendsLock:
             self._appending -= 1
@@ -303,7 +307,10 @@ class CoordinatorRuntime:
             while self._appending:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    log.warn("{count} coordinator appends still running at shutdown", count=self._appending)
+                    log.warn(
+                        "{count} coordinator appends still running at shutdown",
+                        count=self._appending,
+                    )
                     break
                 self._appendsLock.wait(left)
 

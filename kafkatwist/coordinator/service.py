@@ -68,8 +68,12 @@ class GroupCoordinatorService:
     def syncGroup(self, replyTo, request: SyncRequest) -> None:
         self.runtime.request(self.machine.syncGroup, replyTo, request)
 
-    def heartbeat(self, replyTo, groupId: str, generationId: int, memberId: str, groupInstanceId=None) -> None:
-        self.runtime.request(self.machine.heartbeat, replyTo, groupId, generationId, memberId, groupInstanceId)
+    def heartbeat(
+        self, replyTo, groupId: str, generationId: int, memberId: str, groupInstanceId=None
+    ) -> None:
+        self.runtime.request(
+            self.machine.heartbeat, replyTo, groupId, generationId, memberId, groupInstanceId
+        )
 
     def leaveGroup(self, replyTo, groupId: str, members: Iterable[tuple]) -> None:
         self.runtime.request(self.machine.leaveGroup, replyTo, groupId, list(members))
@@ -90,7 +94,9 @@ class GroupCoordinatorService:
     def commitOffsets(self, replyTo, request: CommitRequest) -> None:
         self.runtime.request(self.machine.commitOffsets, replyTo, request)
 
-    def fetchOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None) -> None:
+    def fetchOffsets(
+        self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
         wanted = None if partitions is None else list(partitions)
         self.runtime.request(self.machine.fetchOffsets, replyTo, groupId, wanted)
 

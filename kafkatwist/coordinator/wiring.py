@@ -20,13 +20,13 @@ __all__ = ["makeGroupCoordinator", "stopGroupCoordinator"]
 log = Logger()
 
 
-def _setting(config, key: str, default=None):
-    # The key's default comes from the registry (kafkatwist.config.KEYS);
-    # C{default} only serves a key the registry does not know.
+def _setting(config, key: str):
+    """
+    C{key} from C{config} (a L{kafkatwist.config.BrokerConfig}, or a plain
+    mapping in tests), else its default from L{kafkatwist.config.KEYS}.
+    """
     value = config.get(key, None) if hasattr(config, "get") else None
-    if value is None and key in KEYS:
-        value = KEYS[key].defaultValue()
-    return default if value is None else value
+    return KEYS[key].defaultValue() if value is None else value
 
 
 def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordinatorService:
@@ -54,8 +54,8 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         logManager = MemoryLogManager()
     coordinatorLog = OffsetsTopicLog(
         logManager,
-        _setting(config, "offsets.topic.num.partitions", 50),
-        segmentBytes=_setting(config, "offsets.topic.segment.bytes", None),
+        _setting(config, "offsets.topic.num.partitions"),
+        segmentBytes=_setting(config, "offsets.topic.segment.bytes"),
     )
     if clock is None:
         clock = TimerThread("group-coordinator")
@@ -63,12 +63,12 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
     coordinator = GroupCoordinatorService(
         clock,
         coordinatorLog,
-        initialRebalanceDelayMs=_setting(config, "group.initial.rebalance.delay.ms", 3000),
-        minSessionTimeoutMs=_setting(config, "group.min.session.timeout.ms", 6000),
-        maxSessionTimeoutMs=_setting(config, "group.max.session.timeout.ms", 1800000),
-        offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes", 10080),
-        offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms", 600000),
-        offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes", 4096),
+        initialRebalanceDelayMs=_setting(config, "group.initial.rebalance.delay.ms"),
+        minSessionTimeoutMs=_setting(config, "group.min.session.timeout.ms"),
+        maxSessionTimeoutMs=_setting(config, "group.max.session.timeout.ms"),
+        offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes"),
+        offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms"),
+        offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes"),
     )
     coordinator.load()
     return coordinator

@@ -501,19 +501,22 @@ class LogCleaner:
         if stats is not None:
             log.info(
                 "Log cleaner thread {thread} cleaned {name} up to offset {end}: "
-                "{read:,} bytes read, {written:,} written, {messagesRead:,} -> {messagesWritten:,} "
-                "records, {segments} segment(s) swapped, {secs:.2f} s ({rate:.1f} MB/s), "
+                "{dirty:,} dirty bytes mapped in {mapSecs:.2f} s, {read:,} bytes read, "
+                "{written:,} written, {messagesRead:,} -> {messagesWritten:,} records, "
+                "{segments} segment(s) swapped, {secs:.2f} s ({rate:.1f} MB/s of dirty log), "
                 "buffer {utilization:.1%} used",
                 thread=threadId,
                 name=name,
                 end=stats.endOffset,
+                dirty=stats.mapBytesRead,
+                mapSecs=stats.mapDoneTime - stats.startTime,
                 read=stats.bytesRead,
                 written=stats.bytesWritten,
                 messagesRead=stats.messagesRead,
                 messagesWritten=stats.messagesWritten,
                 segments=len(swapped),
                 secs=stats.elapsedSecs,
-                rate=stats.bytesRead / stats.elapsedSecs / 1e6,
+                rate=stats.mapBytesRead / stats.elapsedSecs / 1e6,
                 utilization=stats.bufferUtilization,
             )
         return stats

@@ -117,6 +117,8 @@ class WorkerProcess:
             # Its own random hash key, so no one can precompute collisions
             # of the dedupe map's key hashes.
             env.pop("PYTHONHASHSEED", None)
+            # Where this process found kafkatwist, however it was started.
+            env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
             args = [sys.executable, "-m", "kafkatwist.log.cleanerworker", str(os.getpid())]
             if self.cpus:
                 args.append(",".join(map(str, sorted(self.cpus))))
@@ -220,6 +222,9 @@ def _pass(stdin, stdout, task, directory: str, options: dict) -> None:
 
 def main(argv: list[str]) -> None:
     _dieWithParent(int(argv[0]))
+    # A Ctrl-C at the terminal reaches the whole process group: the broker
+    # stops this process itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if len(argv) > 1:
         try:
             os.sched_setaffinity(0, {int(cpu) for cpu in argv[1].split(",")})

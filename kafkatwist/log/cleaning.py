@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 _CONTROL_BIT = 0x20
+_CODEC_MASK = 0x07
 _ATTRIBUTES_AT = 21
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _OFFSET_INDEX_ENTRY = 8
@@ -174,15 +175,19 @@ class Throttler:
             self._sleep(pause)
 
 
-def _batches(reader, start: int, end: int, chunkSize: int, throttler: Throttler, checkDone):
+def _batches(
+    reader, start: int, end: int, chunkSize: int, throttler: Throttler, checkDone, checked=(0, -1)
+):
     """
     Yield C{(view, position, header)} for every batch of C{reader} between
     byte C{start} (a batch start) and C{end}, each checked (magic, length,
-    CRC) before it is yielded.
+    CRC) before it is yielded, except those within the offsets C{checked}
+    (first, last), which this pass checked already.
 
     @raise CorruptRecordError: a batch that is not sound.
     """
     unpack = HEADER.unpack_from
+    checkedFirst, checkedLast = checked
     position = start
     while position < end:
         checkDone()
@@ -196,7 +201,13 @@ def _batches(reader, start: int, end: int, chunkSize: int, throttler: Throttler,
             size = LOG_OVERHEAD + header[1]
             if size > available - at:
                 break
-            _check(view, at, size, header, position + at)
+            if (
+                header[3] != 2
+                or size < HEADER_SIZE
+                or not checkedFirst <= header[0] <= header[0] + header[6] <= checkedLast
+                and crc32c(view[at + _ATTRIBUTES_AT : at + size]) != header[4]
+            ):
+                _check(view, at, size, header, position + at)
             yield view, at, header
             at += size
         if at == 0:
@@ -238,31 +249,42 @@ def _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, sta
     entries, capacity = offsetMap.entries, offsetMap.capacity
     limit = decompressedLimit(task.maxMessageBytes)
     start = task.firstDirty
-    for segment, nextBase in zip(task.segments, _nextBases(task)):
-        if nextBase <= start:
-            continue
-        reader = open_(segment)
-        try:
-            position = segment.startHint if segment.baseOffset <= start else 0
-            for view, at, header in _batches(
-                reader, position, segment.size, chunkSize, throttler, checkDone
-            ):
-                baseOffset, batchLength = header[0], header[1]
-                lastOffset = baseOffset + header[6]
-                if lastOffset < start:
-                    continue
-                stats.mapBytesRead += LOG_OVERHEAD + batchLength
-                count = header[12]
-                if not header[5] & _CONTROL_BIT and count:
-                    data = batchPayload(view, at, LOG_OVERHEAD + batchLength, header[5], limit)
-                    if mapRecords(data, count, baseOffset, start, entries, capacity):
-                        return
-                    stats.mapMessagesRead += count
-                offsetMap.updateLatestOffset(lastOffset)
-        finally:
-            reader.close()
-        # Offsets may have gaps: the segment is mapped up to the next one.
-        offsetMap.updateLatestOffset(nextBase - 1)
+    latest = offsetMap.latestOffset
+    mapBytes = messages = 0
+    try:
+        for segment, nextBase in zip(task.segments, _nextBases(task)):
+            if nextBase <= start:
+                continue
+            reader = open_(segment)
+            try:
+                position = segment.startHint if segment.baseOffset <= start else 0
+                for view, at, header in _batches(
+                    reader, position, segment.size, chunkSize, throttler, checkDone
+                ):
+                    baseOffset, batchLength, lastOffsetDelta = header[0], header[1], header[6]
+                    if baseOffset + lastOffsetDelta < start:
+                        continue
+                    mapBytes += LOG_OVERHEAD + batchLength
+                    count, attributes = header[12], header[5]
+                    if count and not attributes & _CONTROL_BIT:
+                        if attributes & _CODEC_MASK:
+                            data = batchPayload(view, at, LOG_OVERHEAD + batchLength, attributes, limit)
+                        else:
+                            data = view[at + HEADER_SIZE : at + LOG_OVERHEAD + batchLength]
+                        if mapRecords(
+                            data, count, baseOffset, lastOffsetDelta, start, entries, capacity
+                        ):
+                            return
+                        messages += count
+                    latest = baseOffset + lastOffsetDelta
+            finally:
+                reader.close()
+            # Offsets may have gaps: the segment is mapped up to the next one.
+            latest = nextBase - 1
+    finally:
+        offsetMap.updateLatestOffset(latest)
+        stats.mapBytesRead += mapBytes
+        stats.mapMessagesRead += messages
 
 
 def groupSegmentsBySize(
@@ -385,13 +407,15 @@ def _cleanGroup(group, sink, filter_, open_, chunkSize, throttler, checkDone, ta
     """
     earliest = None
     interval = task.indexIntervalBytes
+    # The dirty section was checked as it was mapped.
+    checked = (task.firstDirty, filter_.latestOffset)
     for segment in group:
         reader = open_(segment)
         try:
             out = bytearray()
             assigned = []
             for view, at, header in _batches(
-                reader, 0, segment.size, chunkSize, throttler, checkDone
+                reader, 0, segment.size, chunkSize, throttler, checkDone, checked
             ):
                 stats.bytesRead += LOG_OVERHEAD + header[1]
                 stats.messagesRead += header[12]

@@ -92,20 +92,22 @@ def _varint(data, pos: int) -> tuple[int, int]:
     return readVarint(data, pos)
 
 
-def recordsOf(data, count: int) -> list[tuple]:
+def recordsOf(data, count: int, lastOffsetDelta: int) -> list[tuple]:
     """
     Walk C{count} records in C{data} (a batch's decompressed records).
 
     @return: per record C{(start, end, timestampDelta, offsetDelta, key,
         isTombstone, deltaEnd)}: its byte range, deltas, key (C{None} if
         absent) and where its timestamp delta ends (to rebase it).
-    @raise CorruptRecordError: a record overruns the data, or the data has
-        bytes after the last record.
+    @raise CorruptRecordError: a record overruns the data, offset deltas do
+        not increase within C{[0, lastOffsetDelta]}, or the data has bytes
+        after the last record.
     """
     out = []
     append = out.append
     n = len(data)
     pos = 0
+    previous = -1
     try:
         for _ in range(count):
             start = pos
@@ -122,6 +124,9 @@ def recordsOf(data, count: int) -> list[tuple]:
             deltaEnd = pos
             v, pos = _varint(data, pos)
             offsetDelta = (v >> 1) ^ -(v & 1)
+            if offsetDelta <= previous or offsetDelta > lastOffsetDelta:
+                raise CorruptRecordError(f"record offset delta {offsetDelta} out of order")
+            previous = offsetDelta
             v, pos = _varint(data, pos)
             if v & 1:
                 key = None
@@ -140,25 +145,39 @@ def recordsOf(data, count: int) -> list[tuple]:
     return out
 
 
-def mapRecords(data, count: int, baseOffset: int, fromOffset: int, entries: dict, capacity: int):
+def mapRecords(
+    data,
+    count: int,
+    baseOffset: int,
+    lastOffsetDelta: int,
+    fromOffset: int,
+    entries: dict,
+    capacity: int,
+) -> bool:
     """
     Put the keys of a batch's records at or after C{fromOffset} into the
     dedupe map C{entries} (key hash -> offset), stopping when it holds
     C{capacity} entries.
 
     This is the cleaner's hottest loop (every record of the dirty section
-    goes through it once), hence the inlined one-byte varints.
+    goes through it once), hence the inlined one-byte varints.  It also
+    checks what the filter relies on: offset deltas increase and stay
+    within the batch.
 
     @return: whether the map filled up before the batch was done.
     @raise CorruptRecordError: malformed records.
     """
     pos = 0
     n = len(data)
+    previous = -1
     try:
         for _ in range(count):
             v = data[pos]
             if v < 0x80:
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = readVarint(data, pos)
             end = pos + (v >> 1)
@@ -172,22 +191,32 @@ def mapRecords(data, count: int, baseOffset: int, fromOffset: int, entries: dict
             v = data[pos]
             if v < 0x80:
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
             else:
                 v, pos = readVarint(data, pos)
-            offset = baseOffset + (v >> 1)
+            delta = v >> 1
+            if v & 1 or delta <= previous or delta > lastOffsetDelta:
+                raise CorruptRecordError(f"record offset delta {(v >> 1) ^ -(v & 1)} out of order")
+            previous = delta
             v = data[pos]
             if v < 0x80:
                 pos += 1
             else:
                 v, pos = readVarint(data, pos)
-            if not v & 1 and offset >= fromOffset:
+            if not v & 1 and baseOffset + delta >= fromOffset:
+                if pos + (v >> 1) > end:
+                    raise CorruptRecordError("record key overruns its record")
                 if len(entries) >= capacity:
                     return True
                 key = bytes(data[pos : pos + (v >> 1)])
-                entries[(hash(key) << 32) ^ crc32c(key)] = offset
+                entries[(hash(key) << 32) ^ crc32c(key)] = baseOffset + delta
             pos = end
     except IndexError:
         raise CorruptRecordError("record runs past the end of its batch") from None
+    if pos != n:
+        raise CorruptRecordError(f"{n - pos} bytes after the batch's {count} records")
     return False
 
 
@@ -209,6 +238,9 @@ class Retained:
         self.records = records
         self.maxTimestamp = maxTimestamp
         self.horizon = horizon
+
+
+_DROPPED = Retained(None, 0, -1, None)
 
 
 class BatchFilter:
@@ -258,6 +290,16 @@ class BatchFilter:
 
         @raise CorruptRecordError: the batch's records are malformed.
         """
+        baseOffset = header[0]
+        if (
+            not header[6]
+            and baseOffset not in self.live
+            and self.firstDirty <= baseOffset <= self.latestOffset
+            and header[12] == 1
+            and not header[5] & (_CONTROL_BIT | DELETE_HORIZON_BIT)
+        ):
+            # The commonest batch of all (one record, superseded): quickly.
+            return self._empty(header, baseOffset)
         (
             baseOffset,
             batchLength,
@@ -279,6 +321,7 @@ class BatchFilter:
             return Retained(original, count, maxTimestamp, deleteHorizon(attributes, baseTimestamp))
         lastOffset = baseOffset + lastOffsetDelta
         horizon = deleteHorizon(attributes, baseTimestamp)
+        data = None
         if (
             baseOffset >= self.firstDirty
             and lastOffset <= self.latestOffset
@@ -293,8 +336,14 @@ class BatchFilter:
                     return self._empty(header, lastOffset)
             elif not any(offset in live for offset in range(baseOffset, lastOffset + 1)):
                 return self._empty(header, lastOffset)
-        data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
-        records = recordsOf(data, count)
+            else:
+                data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
+                kept = self._denseLive(header, original, data)
+                if kept is not None:
+                    return kept
+        if data is None:
+            data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
+        records = recordsOf(data, count, lastOffsetDelta)
         kept = []
         tombstones = False
         latestOffset, firstDirty = self.latestOffset, self.firstDirty
@@ -326,13 +375,68 @@ class BatchFilter:
             horizon = self.nowMs + self.deleteRetentionMs
         return self._rewrite(header, data, kept, horizon)
 
+    def _denseLive(self, header: tuple, original, data) -> Retained | None:
+        """
+        Filter a wholly mapped batch as it was produced by the live offsets
+        alone: its record offset deltas are 0, 1, 2... (mapping checked
+        they increase within the batch, and there are as many records as
+        offsets), so a record is kept if its offset is live, and only kept
+        records are parsed beyond their length.
+
+        @return: what is kept, or C{None} if a kept record is a tombstone
+            (the general path then gives the batch its delete horizon).
+        """
+        baseOffset, count = header[0], header[12]
+        live = self.live
+        kept = []
+        pos = 0
+        try:
+            for delta in range(count):
+                start = pos
+                v = data[pos]
+                if v < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    v = (v & 0x7F) | (data[pos + 1] << 7)
+                    pos += 2
+                else:
+                    v, pos = readVarint(data, pos)
+                end = pos + (v >> 1)
+                if baseOffset + delta in live:
+                    v, pos = _varint(data, pos + 1)
+                    timestampDelta = (v >> 1) ^ -(v & 1)
+                    deltaEnd = pos
+                    # The offset delta (known), then the key.
+                    if data[pos] < 0x80:
+                        pos += 1
+                    elif data[pos + 1] < 0x80:
+                        pos += 2
+                    else:
+                        _, pos = readVarint(data, pos)
+                    v = data[pos]
+                    if v < 0x80:
+                        pos += 1
+                    else:
+                        v, pos = readVarint(data, pos)
+                    if not v & 1:
+                        pos += v >> 1
+                    if data[pos] == 1:  # a null value: -1, one byte
+                        return None
+                    kept.append((start, end, timestampDelta, delta, None, False, deltaEnd))
+                pos = end
+        except IndexError:
+            raise CorruptRecordError("record runs past the end of its batch") from None
+        if len(kept) == count:
+            return Retained(original, count, header[8], None)
+        return self._rewrite(header, data, kept, None)
+
     def _empty(self, header: tuple, lastOffset: int) -> Retained:
         producerId = header[9]
         if lastOffset + 1 == self.upperBound or (
             producerId >= 0 and self.producerLastOffsets.get(producerId) == lastOffset
         ):
             return Retained(emptyBatch(header), 0, header[8], None)
-        return Retained(None, 0, -1, None)
+        return _DROPPED
 
     @staticmethod
     def _rewrite(header: tuple, data, kept: list, horizon: int | None) -> Retained:
@@ -471,7 +575,7 @@ def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None
             continue
         try:
             data = batchPayload(view, position, header.size, header.attributes, limit)
-            records = recordsOf(data, header.recordsCount)
+            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
         except CorruptRecordError as e:
             raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
         for record in records:

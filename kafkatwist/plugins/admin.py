@@ -276,15 +276,8 @@ class CreateTopicsHandler(Handler):
             )
         elif replicationFactor > 1:
             raise _singleBrokerRF(replicationFactor)
-        info = logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
-        if not validateOnly:
-            log.info(
-                "Created topic {topic} ({partitions} partitions, configs {configs})",
-                topic=name,
-                partitions=info.numPartitions,
-                configs=configs,
-            )
-        return info
+        # The log manager logs the creation (with the topic id), once.
+        return logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
 
     def _success(self, Result, Config, info, validateOnly: bool):
         configs = None
@@ -436,7 +429,6 @@ class DeleteTopicsHandler(Handler):
             except KafkaError as e:
                 answer(name, info.topicId, *_failure(e))
                 continue
-            log.info("Deleted topic {topic} ({id})", topic=name, id=info.topicId)
             self._wakeFetches(name, info.numPartitions)
             answer(name, info.topicId, ErrorCode.none)
         return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))

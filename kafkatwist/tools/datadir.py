@@ -68,6 +68,8 @@ def checkDataDir(directory: str, out) -> int:
         if counted[2] is not None:
             ends[(match.group(1), int(match.group(2)))] = counted[2]
     _checkCheckpoints(directory, ends, report)
+    if partitions > len(ends):
+        report.note(f"{partitions - len(ends)} partitions without records are not listed")
     for problem in report.problems:
         report.note(f"PROBLEM {problem}")
     report.note(
@@ -177,8 +179,8 @@ def _checkPartition(path: str, report: Report) -> tuple[int, int, int | None]:
                 if kind in kinds:
                     for problem in check(log, f"{stem}.{kind}"):
                         report.problem(os.path.relpath(problem, os.path.dirname(path)))
-    report.note(f"{name}: {segments} segments, {batches} batches"
-                + (f", offsets up to {nextOffset - 1}" if nextOffset else ""))
+    if batches:
+        report.note(f"{name}: {segments} segments, {batches} batches, offsets up to {nextOffset - 1}")
     return segments, batches, nextOffset
 
 

@@ -184,3 +184,13 @@ def test_shutdown_answers_parked_and_disarms():
         ("offsets-expiry",),
     }
     assert answers(m.joinGroup(2, "r2", joinRequest()))["r2"].errorCode == E.coordinator_not_available
+
+
+def test_expiry_leaves_a_partition_with_a_commit_on_its_way():
+    m = machine(offsetsRetentionMinutes=1)
+    (old,) = only(m.commitOffsets(0, "c", CommitRequest("s", -1, "", None, {("t", 0): OffsetAndMetadata(1)})), Append)
+    m.appendCompleted(0, old.token, E.none)
+    (new,) = only(m.commitOffsets(60000, "c", CommitRequest("s", -1, "", None, {("t", 0): OffsetAndMetadata(2)})), Append)
+    assert answers(m.expireOffsets(60000, "x")) == {"x": 0}
+    m.appendCompleted(60001, new.token, E.none)
+    assert answers(m.fetchOffsets(60002, "f", "s", None))["f"].offsets[("t", 0)].offset == 2

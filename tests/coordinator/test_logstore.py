@@ -46,9 +46,8 @@ from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import LogManager
-from kafkatwist.protocol.batch import ATTRIBUTES_AT, CRC_AT
+from kafkatwist.protocol.batch import ATTRIBUTES_AT, CRC_AT, HEADER_SIZE
 from kafkatwist.protocol.records import (
-    BATCH_HEADER_SIZE,
     Record,
     buildBatch,
     decodeBatches,
@@ -275,74 +274,86 @@ def test_unreadable_records_are_skipped(dirs):
     assert len(logged.matching("skipped 1 records of other coordinators' types (the first at offset 2)")) == 1
 
 
-def _batchWithTruncatedRecord() -> bytes:
-    """
-    A CRC-valid batch of two records whose second one ends in the middle of
-    a varint: what a forged append left in Kafka's issue, and what made the
-    replay stop start-up with "truncated varint".
-    """
-    good = buildBatch(
-        [
-            Record(key=encodeOffsetKey("g", "t", 5), value=encodeOffsetValue(OffsetAndMetadata(50))),
-            Record(key=encodeOffsetKey("g", "t", 6), value=encodeOffsetValue(OffsetAndMetadata(60))),
-        ]
-    )
-    # Rebuild the records section by hand: record 1 whole, record 2 cut
-    # after its length, inside the timestamp-delta varint.
-    header = bytearray(good[:BATCH_HEADER_SIZE])
-    records = good[BATCH_HEADER_SIZE:]
-    first = _recordSize(records)
-    # Length 2: attributes, then a varint that never ends.
-    cut = records[:first] + zigzagVarint(2) + b"\x00" + b"\xff"
-    data = header + cut
-    struct.pack_into(">i", data, 8, len(data) - 12)
-    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[ATTRIBUTES_AT:])))
-    return bytes(data)
+#: small enough that each batch of these tests gets a segment of its own:
+#: the damage is then in an older segment, which the log does not check
+#: again at start-up (it checks the active one's tail and truncates there)
+ONE_BATCH_SEGMENTS = 200
 
 
-def _recordSize(records: bytes) -> int:
-    value, pos = readVarint(records, 0)
-    return pos + ((value >> 1) ^ -(value & 1))
-
-
-def test_batch_with_truncated_record_is_skipped_with_one_line(dirs):
-    manager = dirs.open()
-    log = OffsetsTopicLog(manager, numPartitions=1)
-    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
-    bad = _batchWithTruncatedRecord()
-    with pytest.raises(Exception, match="varint|past the end"):
-        list(decodeBatches(bad))
-    manager.getLog(OFFSETS_TOPIC, 0).append(bad, NOW, isFromClient=False)
-    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
-    with LogLines() as logged:
-        _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
-    assert offsets == {"g": {("t", 0): OffsetAndMetadata(1), ("t", 2): OffsetAndMetadata(3)}}
-    assert logged.matching("__consumer_offsets-0: skipping unreadable batch at offsets 1-2") != []
-    assert len(logged.matching("skipping unreadable")) == 1
-
-
-def test_crc_flip_is_skipped_and_start_up_goes_on(dirs, tmp_path):
-    manager = dirs.open()
-    config = {"offsets.topic.num.partitions": 1}
-    log = OffsetsTopicLog(manager, numPartitions=1)
-    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
-    log.append(0, offsetRecords("g", {("t", 1): OffsetAndMetadata(2)}))
-    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
-    dirs.close()
-    # Flip one bit inside the second batch's records, on disk.
-    (segment,) = [
+def _segments(dirs) -> list[str]:
+    return sorted(
         os.path.join(root, name)
         for root, _, names in os.walk(dirs.path)
         for name in names
         if name.endswith(".log") and OFFSETS_TOPIC in root
-    ]
-    with open(segment, "r+b") as f:
+    )
+
+
+def _damageOnDisk(dirs, segment: int, damage) -> None:
+    """
+    Close the log, let C{damage(bytearray)} change the bytes of its
+    C{segment}th segment in place, reopen.  (The log refuses such batches at
+    append now; this is what a forged append or a bad disk left before.)
+    """
+    dirs.close()
+    with open(_segments(dirs)[segment], "r+b") as f:
         data = bytearray(f.read())
-        second = 12 + int.from_bytes(data[8:12], "big")
-        data[second + 70] ^= 0x01
+        damage(data)
         f.seek(0)
         f.write(data)
     dirs.open()
+
+
+def _truncateLastRecord(data: bytearray, batch: int) -> None:
+    """
+    Make the last record of the batch at C{batch} claim more bytes than are
+    left, and give the batch a valid CRC again: a CRC-valid batch holding a
+    truncated record, the input that stopped start-up in issue 11.
+    """
+    size = 12 + int.from_bytes(data[batch + 8 : batch + 12], "big")
+    position = batch + HEADER_SIZE
+    while True:
+        value, after = readVarint(bytes(data[position : position + 5]), 0)
+        length = (value >> 1) ^ -(value & 1)
+        if after + length >= batch + size - position:
+            break
+        position += after + length
+    assert after == 1 and length < 63
+    data[position : position + 1] = zigzagVarint(63)
+    struct.pack_into(">I", data, batch + CRC_AT, crc32c(bytes(data[batch + ATTRIBUTES_AT : batch + size])))
+
+
+def test_batch_with_truncated_record_is_skipped_with_one_line(dirs):
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1, segmentBytes=ONE_BATCH_SEGMENTS)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(0, offsetRecords("g", {("t", 5): OffsetAndMetadata(50), ("t", 6): OffsetAndMetadata(60)}))
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    assert len(_segments(dirs)) == 3
+    _damageOnDisk(dirs, 1, lambda data: _truncateLastRecord(data, 0))
+    with open(_segments(dirs)[1], "rb") as f:
+        damaged = f.read()
+    with pytest.raises(Exception, match="overruns|past the end|varint"):
+        list(decodeBatches(damaged))
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.manager, numPartitions=1))
+    assert offsets == {"g": {("t", 0): OffsetAndMetadata(1), ("t", 2): OffsetAndMetadata(3)}}
+    lines = logged.matching("skipping unreadable")
+    assert len(lines) == 1
+    assert "__consumer_offsets-0: skipping unreadable batch at offsets 1-2" in lines[0]
+
+
+def test_crc_flip_is_skipped_and_start_up_goes_on(dirs):
+    config = {"offsets.topic.num.partitions": 1}
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1, segmentBytes=ONE_BATCH_SEGMENTS)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(0, offsetRecords("g", {("t", 1): OffsetAndMetadata(2)}))
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    assert len(_segments(dirs)) == 3
+
+    def flip(data):
+        data[70] ^= 0x01  # inside the records of the segment's one batch
+
+    _damageOnDisk(dirs, 1, flip)
     with LogLines() as logged:
         coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=task.Clock())
     try:
@@ -483,3 +494,96 @@ def test_without_log_manager_groups_stay_in_memory():
     assert commit(coordinator, "g", {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): E.none}
     stopGroupCoordinator(coordinator)
     stopGroupCoordinator(None)
+
+
+def test_the_broker_clock_is_not_used(dirs):
+    """
+    The main reactor does nothing for groups: the coordinator keeps its own
+    timer thread, and never touches the broker's (main reactor) clock.
+    """
+
+    class Broker:
+        @property
+        def clock(self):
+            raise AssertionError("the coordinator used the main reactor's clock")
+
+    dirs.open()
+    config = {"offsets.topic.num.partitions": 1, "group.initial.rebalance.delay.ms": 0}
+    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
+    try:
+        assert coordinator.clock.name == "kafkatwist-group-coordinator"
+        joined = call_(coordinator.joinGroup, joinRequestFor("g"))
+        assert joined.errorCode == E.none
+        synced = call_(
+            coordinator.syncGroup,
+            SyncRequest("g", joined.generationId, joined.memberId, assignments={joined.memberId: b"a"}),
+        )
+        assert synced.errorCode == E.none
+        assert call_(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
+    finally:
+        stopGroupCoordinator(coordinator)
+
+
+def joinRequestFor(groupId):
+    return JoinRequest(
+        groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
+        (("roundrobin", encodeSubscription(["t"])),),
+    )
+
+
+def call_(method, *args, timeout=10.0):
+    """
+    Call and wait: answers may come from the coordinator's timer thread.
+    """
+    import threading
+
+    done = threading.Event()
+    box = []
+
+    def replyTo(result):
+        box.append(result)
+        done.set()
+
+    method(replyTo, *args)
+    assert done.wait(timeout)
+    return box[0]
+
+
+def test_a_partition_that_fails_to_replay_does_not_stop_loading(dirs):
+    log = OffsetsTopicLog(dirs.open(), numPartitions=2)
+    log.append(0, offsetRecords("a", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(1, offsetRecords("b", {("t", 0): OffsetAndMetadata(2)}))
+    replay = log.replay
+
+    def broken(partition):
+        if partition == 0:
+            raise OSError("the disk is on fire")
+        return replay(partition)
+
+    log.replay = broken
+    with LogLines() as logged:
+        _, offsets = loadGroups(log)
+    assert offsets == {"b": {("t", 0): OffsetAndMetadata(2)}}
+    assert len(logged.matching("__consumer_offsets-0: loading stopped after offset None")) == 1
+
+
+def test_a_group_that_cannot_be_rebuilt_starts_empty(monkeypatch):
+    from kafkatwist.coordinator.coordinator import GroupCoordinator
+    from kafkatwist.coordinator.group import GroupMetadata
+
+    real = GroupMetadata.fromSnapshot
+
+    def fromSnapshot(snap, nowMs):
+        if snap.groupId == "bad":
+            raise ValueError("odd")
+        return real(snap, nowMs)
+
+    monkeypatch.setattr(GroupMetadata, "fromSnapshot", staticmethod(fromSnapshot))
+    machine = GroupCoordinator()
+    machine.load(
+        0,
+        [GroupSnapshot("bad", "consumer", 1, None, None, 0), GroupSnapshot("ok", "consumer", 2, None, None, 0)],
+        {"bad": {("t", 0): OffsetAndMetadata(5)}},
+    )
+    assert sorted(machine.publishedGroups()) == ["bad", "ok"]
+    assert dict(machine.publishedGroups()["bad"].offsets) == {("t", 0): 5}

@@ -117,6 +117,20 @@ def test_clients_read_latest_value_per_key(brokerFactory):
         assert len(rows) < 60 * 40, "nothing was compacted"
         assert offsets[-1] == 60 * 40 - 1
         assert latestOf(rows) == latest, read.__name__
+    # ListOffsets by timestamp answers an offset that is there.
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    try:
+        tp = TopicPartition("table", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        first = next(iter(consumer))
+        found = consumer.offsets_for_times({tp: first.timestamp})[tp]
+        assert found.offset in set(offsets) and found.offset <= first.offset
+        assert consumer.offsets_for_times({tp: 0})[tp].offset == offsets[0]
+    finally:
+        consumer.close()
 
 
 def test_tombstones_go_after_delete_retention(brokerFactory):

@@ -346,3 +346,20 @@ def test_systemd_notify(brokerFactory, tmp_path):
         rest = []
         while b"STOPPING=1" not in rest:
             rest.append(sock.recv(4096).split(b"\n")[0])
+
+
+def test_topic_creation_and_deletion_are_logged_once(brokerFactory):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = brokerFactory().start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("logged-once", 3)])["logged-once"].result(15)
+    deadline = time.monotonic() + 5
+    while "Created topic logged-once" not in b.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b.output().count("Created topic logged-once") == 1, b.output()
+    admin.delete_topics(["logged-once"])["logged-once"].result(15)
+    deadline = time.monotonic() + 5
+    while "Deleted topic logged-once" not in b.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b.output().count("Deleted topic logged-once") == 1, b.output()

@@ -348,3 +348,36 @@ def test_cleanerProcess(disk):
         c.stop()
     assert expectedLatest(readAll(log)) == expectedLatest(before)
     assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+
+
+def test_retentionDuringPassAbortsSwap(harness):
+    """
+    compact,delete: segments retention deletes while a pass runs are not
+    swapped back; the pass stops and the log stays whole.
+    """
+    manager = harness.make()
+    manager.createTopic("t", 1, dict(COMPACT, **{"cleanup.policy": "compact,delete"}))
+    log = manager.getLog("t", 0)
+    fill(log, 20)
+    c = cleaner(manager)
+    original = log.replaceSegments
+    calls = []
+
+    def racing(replaced, cleaned):
+        if not calls:
+            # Retention got there first.
+            log.deleteRecordsBefore(log.segments[1].baseOffset)
+        calls.append(replaced)
+        return original(replaced, cleaned)
+
+    log.replaceSegments = racing
+    assert c.cleanOnce() is None
+    assert len(calls) == 1
+    records = readAll(log)
+    assert records[0][0] == log.logStartOffset == log.segments[0].baseOffset
+    if harness.onDisk:
+        assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+    # The checkpoint did not move: the next pass cleans it all.
+    assert c.checkpoint("t", 0) is None
+    log.replaceSegments = original
+    assert c.cleanOnce() is not None

@@ -61,10 +61,10 @@ def test_mapRecordsStopsWhenFull():
     data = batch([("a", "1"), ("b", "2"), ("c", "3")], baseOffset=10)
     payload = memoryview(data)[HEADER_SIZE:]
     entries = {}
-    assert mapRecords(payload, 3, 10, 11, entries, 10) is False
+    assert mapRecords(payload, 3, 10, 2, 11, entries, 10) is False
     assert sorted(entries.values()) == [11, 12]  # offset 10 is before fromOffset
     entries = {}
-    assert mapRecords(payload, 3, 10, 0, entries, 2) is True
+    assert mapRecords(payload, 3, 10, 2, 0, entries, 2) is True
     assert len(entries) == 2
 
 
@@ -163,9 +163,15 @@ def test_corruptRecords():
     data = bytearray(batch([("a", "1")]))
     data[HEADER_SIZE] = 0x7E  # a record length past the end
     with pytest.raises(CorruptRecordError):
-        recordsOf(memoryview(data)[HEADER_SIZE:], 1)
+        recordsOf(memoryview(data)[HEADER_SIZE:], 1, 0)
     with pytest.raises(CorruptRecordError):
-        recordsOf(memoryview(data)[HEADER_SIZE:], 2)
+        recordsOf(memoryview(batch([("a", "1")]))[HEADER_SIZE:], 2, 1)
+    # Offset deltas must increase within the batch.
+    twice = batch([("a", "1"), ("b", "2")], useRecordOffsets=False)
+    with pytest.raises(CorruptRecordError):
+        recordsOf(memoryview(twice)[HEADER_SIZE:], 2, 0)
+    with pytest.raises(CorruptRecordError):
+        mapRecords(memoryview(twice)[HEADER_SIZE:], 2, 0, 0, 0, {}, 10)
 
 
 def test_requireKeys():

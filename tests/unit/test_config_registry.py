@@ -71,4 +71,3 @@ def test_coordinatorDefaultsFromTheRegistry():
     assert _setting(None, "offsets.topic.num.partitions") == 50
     assert _setting(BrokerConfig({"group.min.session.timeout.ms": "10"}),
                     "group.min.session.timeout.ms") == 10
-    assert _setting(None, "not.a.key", 7) == 7
