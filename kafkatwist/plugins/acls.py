@@ -68,7 +68,7 @@ class DescribeAclsHandler(Handler):
 
     def handle(self, context, request):
         cls = responseType(DESCRIBE_ACLS, context.apiVersion)
-        authorizer = self.broker.authorizer
+        authorizer = self.authorizer
 
         def error(code, message):
             return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=message, resources=())
@@ -116,7 +116,7 @@ class CreateAclsHandler(Handler):
     def handle(self, context, request):
         cls = responseType(CREATE_ACLS, context.apiVersion)
         Result = nested(cls, "AclCreationResult")
-        authorizer = self.broker.authorizer
+        authorizer = self.authorizer
         creations = request.creations
 
         def uniform(code, message):
@@ -153,7 +153,7 @@ class DeleteAclsHandler(Handler):
         cls = responseType(DELETE_ACLS, context.apiVersion)
         FilterResult = nested(cls, "DeleteAclsFilterResult")
         Matching = nested(cls, "DeleteAclsMatchingAcl")
-        authorizer = self.broker.authorizer
+        authorizer = self.authorizer
 
         def uniform(code, message):
             results = tuple(

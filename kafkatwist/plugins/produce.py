@@ -3,6 +3,9 @@ Produce: append each partition's record set to its log, opaque (the log
 checks headers and CRCs and assigns offsets; records are never decoded
 here), then wake long-poll fetches waiting on those partitions.
 
+With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
+its partitions otherwise); without one the check is a single comparison.
+
 Idempotent producers: the log checks producer epochs and sequences and
 refuses with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER; a
 retried batch comes back with ErrorCode.none and its original base offset.
@@ -17,6 +20,11 @@ from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import authorize
+
+WRITE = AclOperation.WRITE
+TOPIC = ResourceType.TOPIC
 
 
 class ProduceHandler(Handler):
@@ -43,13 +51,22 @@ class ProduceHandler(Handler):
             broker.afterResponse(checkAndComplete, key)
 
         account = broker.topicBytes.produced
+        authorizer = self.authorizer
         nowMs = int(time.time() * 1000)
         results = []
         for topic in request.topic_data:
             name = topic.name
-            partitions = []
-            for data in topic.partition_data:
-                partitions.append(self._append(logManager, name, data, nowMs, wake, account))
+            if authorizer is not None and not authorize(authorizer, context, WRITE, TOPIC, name):
+                # Kafka's answer before it looks for the topic, so a refused
+                # client does not learn which topics exist.
+                partitions = [
+                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+                    for data in topic.partition_data
+                ]
+            else:
+                partitions = [
+                    self._append(logManager, name, data, nowMs, wake, account) for data in topic.partition_data
+                ]
             results.append((name, partitions))
         if request.acks == 0:
             # Nothing is sent back; the connection unmutes at once.

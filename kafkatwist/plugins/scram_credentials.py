@@ -45,7 +45,7 @@ class DescribeUserScramCredentialsHandler(Handler):
         Result = nested(cls, "DescribeUserScramCredentialsResult")
         Info = nested(cls, "CredentialInfo")
         asked = [user.name for user in request.users or ()]
-        if not authorizeCluster(self.broker.authorizer, context, AclOperation.DESCRIBE):
+        if not authorizeCluster(self.authorizer, context, AclOperation.DESCRIBE):
             code, message = ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE
             results = tuple(
                 make(Result, user=name, error_code=code, error_message=message, credential_infos=())
@@ -96,7 +96,7 @@ class AlterUserScramCredentialsHandler(Handler):
         def result(name, code=ErrorCode.none, message=None):
             return make(Result, user=name, error_code=code, error_message=message)
 
-        if not authorizeCluster(self.broker.authorizer, context, AclOperation.ALTER):
+        if not authorizeCluster(self.authorizer, context, AclOperation.ALTER):
             names = _unique([d.name for d in request.deletions] + [u.name for u in request.upsertions])
             results = tuple(
                 result(name, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
