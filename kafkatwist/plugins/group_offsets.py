@@ -5,20 +5,31 @@ The handlers check what only the broker knows (whether a topic-partition
 exists in the log, as Kafka checks its metadata cache) and leave group
 rules to L{kafkatwist.coordinator.GroupCoordinator}; the coordinator
 persists through its store (C{__consumer_offsets} in a real broker).
+
+With an authorizer (Kafka's checks): committing needs READ on the group and
+on each topic, fetching DESCRIBE on the group and on each topic, deleting
+DELETE on the group and READ on each topic; refusals are
+GROUP_AUTHORIZATION_FAILED for the group, TOPIC_AUTHORIZATION_FAILED for a
+topic's partitions.
 """
 
 from __future__ import annotations
 
 from kafkatwist.coordinator.offsets import OffsetAndMetadata
-from kafkatwist.coordinator.results import OffsetDeleteResult, OffsetFetchResult
+from kafkatwist.coordinator.results import FetchedOffset, OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, has, make, nested
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import filterAuthorized
 
 __all__ = ["OffsetCommitHandler", "OffsetDeleteHandler", "OffsetFetchHandler"]
 
 E = ErrorCode
+
+READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -97,11 +108,18 @@ class OffsetCommitHandler(Handler):
         order = []
         errors: dict = {}
         offsets: dict = {}
+        # Kafka: READ on the group, then READ on each topic.
+        groupRefused = not self.allowed(context, READ, GROUP, request.group_id)
+        readable = filterAuthorized(self.authorizer, context, READ, TOPIC, {t.name for t in request.topics})
         for topic in request.topics:
             for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
-                if coordinator is None:
+                if groupRefused:
+                    errors[tp] = E.group_authorization_failed
+                elif topic.name not in readable:
+                    errors[tp] = E.topic_authorization_failed
+                elif coordinator is None:
                     errors[tp] = E.coordinator_not_available
                 elif not _partitionExists(broker, *tp):
                     errors[tp] = E.unknown_topic_or_partition
@@ -156,7 +174,7 @@ class OffsetFetchHandler(Handler):
             Partition = nested(cls, "OffsetFetchResponsePartitions")
             groups = []
             for g in request.groups:
-                result = self._fetch(g.group_id, g.topics)
+                result = self._fetch(context, g.group_id, g.topics)
                 groups.append(
                     make(
                         Group,
@@ -173,7 +191,7 @@ class OffsetFetchHandler(Handler):
 
         Topic = nested(cls, "OffsetFetchResponseTopic")
         Partition = nested(cls, "OffsetFetchResponsePartition")
-        result = self._fetch(request.group_id, request.topics)
+        result = self._fetch(context, request.group_id, request.topics)
         if result.errorCode != E.none:
             if not has(cls, "error_code"):
                 # v0-1 (Kafka's getErrorResponse): the group error in each
@@ -207,16 +225,36 @@ class OffsetFetchHandler(Handler):
             topics=self._topics(Topic, Partition, result),
         )
 
-    def _fetch(self, groupId, topics) -> OffsetFetchResult:
+    def _fetch(self, context, groupId, topics) -> OffsetFetchResult:
+        """
+        Kafka's checks: DESCRIBE on the group; offsets of topics the
+        principal may not DESCRIBE are left out of an all-topics answer and
+        refused with TOPIC_AUTHORIZATION_FAILED when asked for by name.
+        """
+        if not self.allowed(context, DESCRIBE, GROUP, groupId):
+            return OffsetFetchResult(E.group_authorization_failed)
         coordinator = self.broker.groupCoordinator
         if coordinator is None:
             return OffsetFetchResult(E.coordinator_not_available)
-        partitions = None
-        if topics is not None:
-            partitions = list(
-                dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes)
+        authorizer = self.authorizer
+        if topics is None:
+            result = coordinator.fetchOffsets(groupId, None)
+            if authorizer is None or result.errorCode != E.none:
+                return result
+            visible = filterAuthorized(
+                authorizer, context, DESCRIBE, TOPIC, {t for t, _ in result.offsets}, logIfDenied=False
             )
-        return coordinator.fetchOffsets(groupId, partitions)
+            return OffsetFetchResult(
+                result.errorCode, {tp: o for tp, o in result.offsets.items() if tp[0] in visible}
+            )
+        partitions = list(dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes))
+        names = {t for t, _ in partitions}
+        describable = filterAuthorized(authorizer, context, DESCRIBE, TOPIC, names)
+        result = coordinator.fetchOffsets(groupId, [tp for tp in partitions if tp[0] in describable])
+        if result.errorCode != E.none or len(describable) == len(names):
+            return result
+        refused = FetchedOffset(-1, -1, "", E.topic_authorization_failed)
+        return OffsetFetchResult(result.errorCode, {tp: result.offsets.get(tp, refused) for tp in partitions})
 
     @staticmethod
     def _topics(Topic, Partition, result: OffsetFetchResult):
@@ -257,6 +295,9 @@ class OffsetDeleteHandler(Handler):
         Partition = nested(cls, "OffsetDeleteResponsePartition")
         broker = self.broker
         coordinator = broker.groupCoordinator
+        if not self.allowed(context, DELETE, GROUP, request.group_id):
+            return make(cls, error_code=E.group_authorization_failed, throttle_time=NO_THROTTLE, topics=())
+        readable = filterAuthorized(self.authorizer, context, READ, TOPIC, {t.name for t in request.topics})
         order = []
         known = []
         errors: dict = {}
@@ -264,7 +305,9 @@ class OffsetDeleteHandler(Handler):
             for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
-                if _partitionExists(broker, *tp):
+                if topic.name not in readable:
+                    errors[tp] = E.topic_authorization_failed
+                elif _partitionExists(broker, *tp):
                     known.append(tp)
                 else:
                     errors[tp] = E.unknown_topic_or_partition

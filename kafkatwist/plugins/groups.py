@@ -14,6 +14,13 @@ answers COORDINATOR_NOT_AVAILABLE, which clients treat as "look the
 coordinator up again later", as Kafka does while C{__consumer_offsets} is
 being created or loaded.
 
+With an authorizer, each checks what Kafka's C{KafkaApis} checks: READ on
+the group to join, sync, heartbeat or leave; DESCRIBE to find its
+coordinator or describe it; DELETE to delete it; ListGroups lists the groups
+the principal may describe (all of them with DESCRIBE on the cluster).
+Refusals are GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+for a transactional id's coordinator).
+
 Version ranges cover librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
 (see the client-compat notes) within what C{kio} has schemas for.
 """
@@ -33,6 +40,14 @@ from kafkatwist.protocol.entities import (
     make,
     nested,
 )
+from kafkatwist.security.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operationsBitfield,
+)
+from kafkatwist.security.checks import authorizedOperations, filterAuthorized
 
 __all__ = [
     "DeleteGroupsHandler",
@@ -60,10 +75,12 @@ DELETE_GROUPS = 42
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
-#: the operations a group resource supports (READ, DELETE, DESCRIBE as
-#: Kafka's C{AclOperation} bit positions), reported when a DescribeGroups
-#: asks for authorized operations: without ACLs everything is allowed
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: the operations a group resource supports, as Kafka's C{AclOperation} bit
+#: positions: what DescribeGroups reports without an authorizer
+ALL_GROUP_OPERATIONS = operationsBitfield(SUPPORTED_OPERATIONS[ResourceType.GROUP])
+
+READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+GROUP = ResourceType.GROUP
 
 #: ListGroups v5 group type of every group here (no KIP-848 groups)
 CLASSIC_GROUP_TYPE = "classic"
@@ -100,7 +117,7 @@ class FindCoordinatorHandler(Handler):
         else:
             keys = (request.key,)
         endpoint = self.broker.advertisedListenerFor(context.listenerName)
-        answers = [(key, *self._lookup(keyType, endpoint)) for key in keys]
+        answers = [(key, *(self._refusal(context, keyType, key) or self._lookup(keyType, endpoint))) for key in keys]
         if has(cls, "coordinators"):
             Coordinator = nested(cls, "Coordinator")
             return make(
@@ -129,6 +146,19 @@ class FindCoordinatorHandler(Handler):
             host=host,
             port=port,
         )
+
+    def _refusal(self, context, keyType: int, key: str):
+        """
+        DESCRIBE on the group or transactional id, or its refusal as a
+        C{_lookup} answer.
+        """
+        if keyType == KEY_TYPE_GROUP and not self.allowed(context, DESCRIBE, GROUP, key):
+            return (E.group_authorization_failed, -1, "", -1)
+        if keyType == KEY_TYPE_TRANSACTION and not self.allowed(
+            context, DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            return (E.transactional_id_authorization_failed, -1, "", -1)
+        return None
 
     def _lookup(self, keyType: int, endpoint) -> tuple[ErrorCode, int, str, int]:
         """
@@ -170,6 +200,8 @@ class JoinGroupHandler(_GroupHandler):
         version = context.apiVersion
         cls = responseType(JOIN_GROUP, version)
         memberId = request.member_id or ""
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            return self.response(cls, version, JoinGroupResult.failed(memberId, E.group_authorization_failed))
         coordinator = self.coordinator
         if coordinator is None:
             return self.response(cls, version, JoinGroupResult.failed(memberId, E.coordinator_not_available))
@@ -239,6 +271,8 @@ class SyncGroupHandler(_GroupHandler):
     def handle(self, context, request):
         version = context.apiVersion
         cls = responseType(SYNC_GROUP, version)
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            return self.response(cls, SyncGroupResult(E.group_authorization_failed))
         coordinator = self.coordinator
         if coordinator is None:
             return self.response(cls, SyncGroupResult(E.coordinator_not_available))
@@ -282,7 +316,9 @@ class HeartbeatHandler(_GroupHandler):
     def handle(self, context, request):
         cls = responseType(HEARTBEAT, context.apiVersion)
         coordinator = self.coordinator
-        if coordinator is None:
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            code = E.group_authorization_failed
+        elif coordinator is None:
             code = E.coordinator_not_available
         else:
             code = coordinator.heartbeat(
@@ -315,7 +351,9 @@ class LeaveGroupHandler(_GroupHandler):
         else:
             members = [(request.member_id, None)]
         coordinator = self.coordinator
-        if coordinator is None:
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            result = LeaveGroupResult(E.group_authorization_failed)
+        elif coordinator is None:
             result = LeaveGroupResult(E.coordinator_not_available)
         else:
             result = coordinator.leaveGroup(request.group_id, members)
@@ -358,25 +396,30 @@ class DescribeGroupsHandler(_GroupHandler):
         Group = nested(cls, "DescribedGroup")
         Member = nested(cls, "DescribedGroupMember")
         includeOps = getattr(request, "include_authorized_operations", False)
-        operations = ALL_GROUP_OPERATIONS if includeOps else OPERATIONS_OMITTED
+        authorizer = self.authorizer
+        # Kafka answers the groups it may describe first, then the refused.
+        describable = filterAuthorized(authorizer, context, DESCRIBE, GROUP, request.groups)
+        wanted = [g for g in request.groups if g in describable]
+        refused = [g for g in request.groups if g not in describable]
+
+        def errorGroup(groupId, code):
+            return make(
+                Group,
+                error_code=code,
+                group_id=groupId,
+                group_state="",
+                protocol_type="",
+                protocol_data="",
+                members=(),
+                authorized_operations=OPERATIONS_OMITTED,
+            )
+
         coordinator = self.coordinator
         groups = []
         if coordinator is None:
-            for groupId in request.groups:
-                groups.append(
-                    make(
-                        Group,
-                        error_code=E.coordinator_not_available,
-                        group_id=groupId,
-                        group_state="",
-                        protocol_type="",
-                        protocol_data="",
-                        members=(),
-                        authorized_operations=OPERATIONS_OMITTED,
-                    )
-                )
-        else:
-            for desc in coordinator.describeGroups(list(request.groups)):
+            groups.extend(errorGroup(groupId, E.coordinator_not_available) for groupId in wanted)
+        elif wanted:
+            for desc in coordinator.describeGroups(wanted):
                 groups.append(
                     make(
                         Group,
@@ -398,10 +441,13 @@ class DescribeGroupsHandler(_GroupHandler):
                             for m in desc.members
                         ),
                         authorized_operations=(
-                            operations if desc.errorCode == E.none else OPERATIONS_OMITTED
+                            authorizedOperations(authorizer, context, GROUP, desc.groupId)
+                            if includeOps and desc.errorCode == E.none
+                            else OPERATIONS_OMITTED
                         ),
                     )
                 )
+        groups.extend(errorGroup(groupId, E.group_authorization_failed) for groupId in refused)
         return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
@@ -426,6 +472,12 @@ class ListGroupsHandler(_GroupHandler):
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         result = coordinator.listGroups(tuple(getattr(request, "states_filter", ()) or ()))
         overviews = result.groups if not types or CLASSIC_GROUP_TYPE in types else ()
+        if not self.allowed(context, DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
+            # Only the groups the principal may describe, silently.
+            visible = filterAuthorized(
+                self.authorizer, context, DESCRIBE, GROUP, (g.groupId for g in overviews), logIfDenied=False
+            )
+            overviews = [g for g in overviews if g.groupId in visible]
         return make(
             cls,
             throttle_time=NO_THROTTLE,
@@ -459,11 +511,14 @@ class DeleteGroupsHandler(_GroupHandler):
         # Kafka answers from a map keyed by group: a repeated name is
         # deleted (and reported) once.
         names = list(dict.fromkeys(request.groups_names))
+        deletable = filterAuthorized(self.authorizer, context, DELETE, GROUP, names)
+        codes = {name: E.group_authorization_failed for name in names if name not in deletable}
+        allowed = [name for name in names if name in deletable]
         coordinator = self.coordinator
         if coordinator is None:
-            codes = {name: E.coordinator_not_available for name in names}
-        else:
-            codes = coordinator.deleteGroups(names)
+            codes.update({name: E.coordinator_not_available for name in allowed})
+        elif allowed:
+            codes.update(coordinator.deleteGroups(allowed))
         return make(
             cls,
             throttle_time=NO_THROTTLE,
