@@ -22,6 +22,7 @@ SUITES = {
     "profile": ("bench.profile", "py-spy profiles of the produce and fetch paths under load"),
     "connections": ("bench.connections", "idle connections RSS and a connection burst"),
     "spark_ingest": ("bench.spark_ingest", "kafkatwist data source vs Parquet in Spark (issue 5)"),
+    "security": ("bench.security", "SASL handshakes/s, produce CPU with 10,000 ACLs vs no authorizer (issue 13)"),
 }
 DEFAULT = "comparison"
 
