@@ -175,3 +175,34 @@ def test_refused_until_acls_then_acls_and_users_survive_restart(tmp_path, pki):
         assert confluentProduceError(bob, "orders") == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         broker.stop()
+
+
+def test_policy_file_authorizer_plugin(tmp_path, pki):
+    """
+    The example authorizer from plugins_examples/, chosen by
+    authorizer.class.name: its shipped policy lets alice write 'orders'
+    and keeps bob out.
+    """
+    import os
+
+    from confluent_kafka import KafkaError
+
+    from tests.broker import ROOT
+    from tests.integration.security import ALICE
+
+    broker = securedBroker(
+        str(tmp_path), pki,
+        **{"plugin.paths": os.path.join(ROOT, "plugins_examples"),
+           "authorizer.class.name": "example.PolicyFileAuthorizer"},
+    )
+    broker.start()
+    try:
+        assert "Authorizer: example.PolicyFileAuthorizer (plugin.paths)" in broker.output()
+        admin = adminClient(broker, pki)
+        createTopic(admin, "orders")
+        alice = confluentConfig(broker, "SASL_SSL", "PLAIN", ALICE, pki)
+        assert confluentProduceError(alice, "orders") is None
+        bob = confluentConfig(broker, "SASL_SSL", "PLAIN", BOB, pki)
+        assert confluentProduceError(bob, "orders") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        broker.stop()
