@@ -10,8 +10,10 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/spark
 
 ARGS ?=
 PYTEST_ARGS ?=
+# `make fuzz FUZZ_ARGS="--seconds 600"`; see `python -m tests.fuzz --help`.
+FUZZ_ARGS ?= --frames 1000000
 
-.PHONY: install run test bench spark-demo clean
+.PHONY: install run test bench fuzz spark-demo certs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,8 +33,17 @@ test: install
 bench: install
 	$(BIN)/python -m bench $(ARGS)
 
+# The long fuzz run of issue 11 (a ~1 minute one is part of `make test`):
+# results in bench/fuzz-results.json, printed by `python -m bench fuzz`.
+fuzz: install
+	$(BIN)/python -m tests.fuzz $(FUZZ_ARGS)
+
 spark-demo: install
 	$(BIN)/python spark/examples/run_demo.py $(ARGS)
+
+# A throwaway CA, server and client certificates in certs/ (openssl only; see README, TLS).
+certs:
+	sh deploy/make-certs.sh certs
 
 clean:
 	rm -rf $(VENV) build *.egg-info data

@@ -5,50 +5,16 @@ services -- log, purgatory, group coordinator -- behind the route table.
 
 from __future__ import annotations
 
-import base64
-import os
 import threading
-import uuid
 
 from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.interfaces import IBroker
+from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.purgatory import DelayedActions, Purgatory
 from kafkatwist.security.credentials import CredentialStore
-
-META_PROPERTIES = "meta.properties"
-
-
-def loadOrCreateClusterId(logDir: str, nodeId: int, configured: str | None) -> str:
-    """
-    Read C{meta.properties} in C{logDir} (Kafka's file), writing it on first
-    start, so a data directory keeps its cluster id across restarts.
-    """
-    path = os.path.join(logDir, META_PROPERTIES)
-    existing: dict[str, str] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                key, sep, value = line.strip().partition("=")
-                if sep and not key.startswith("#"):
-                    existing[key.strip()] = value.strip()
-    clusterId = existing.get("cluster.id")
-    if configured and clusterId and configured != clusterId:
-        from kafkatwist.config import ConfigError
-
-        raise ConfigError("cluster.id", f"{configured} differs from {clusterId} in {path}")
-    if clusterId is None:
-        clusterId = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(f"#kafkatwist\nversion=1\ncluster.id={clusterId}\nnode.id={nodeId}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    return clusterId
-
 
 @implementer(IBroker)
 class Broker:
@@ -63,6 +29,7 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.groupCoordinator = None
+        self.logCleaner = None
         self.authorizer = None
         #: read from the data directory once the service holds its lock
         self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0], load=False)

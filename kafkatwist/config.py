@@ -1,14 +1,24 @@
 """
-Broker settings under Kafka's own property names.
+Broker settings under Kafka's own property names, and the one registry of
+configuration keys.
 
 A C{server.properties} file and C{--override key=value} pairs are merged,
 then every known key is parsed and checked.  A bad value raises
 L{ConfigError} naming the key and why, so the daemon refuses to start with
 one line; an unknown key is only a warning, as in Kafka.
+
+The registry: L{KEYS} holds every broker key (name, validator, default,
+documentation; its DescribeConfigs type follows from the validator), and
+L{TOPIC_KEYS} every topic-level key with its broker counterpart (the
+synonyms a topic inherits from, finest first).  Everything else derives
+from them: the topic configs the log validates and resolves
+(L{kafkatwist.log.config}), the broker settings handed to the log manager,
+DescribeConfigs' types, synonyms and documentation.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import sys
 from dataclasses import dataclass
@@ -73,15 +83,77 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
+class ConfigSource(enum.IntEnum):
+    """
+    DescribeConfigs' C{config_source} values.
+    """
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(enum.IntEnum):
+    """
+    DescribeConfigs' C{config_type} values (v3+).
+    """
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
 @dataclass(frozen=True)
 class Key:
+    """
+    A broker key.
+
+    @ivar parse: C{parse(key, text)} -> typed value, raising
+        L{ConfigError}; its C{configType} attribute is the key's Kafka type
+        (STRING when absent).
+    @ivar default: the default as text, or C{None} (unset).
+    @ivar sensitive: never shown (DescribeConfigs' PASSWORD).
+    """
+
     name: str
     parse: Callable[[str, str], Any]
     default: str | None
     doc: str
+    sensitive: bool = False
+
+    @property
+    def type(self) -> ConfigType:
+        if self.sensitive:
+            return ConfigType.PASSWORD
+        return getattr(self.parse, "configType", ConfigType.STRING)
+
+    def defaultValue(self) -> Any:
+        return None if self.default is None else self.parse(self.name, self.default)
 
 
-def _int(lo: int = -(2**31), hi: int = INT_MAX) -> Callable[[str, str], int]:
+def _ofType(configType: ConfigType):
+    """
+    Mark a validator with the Kafka type of the values it accepts.
+    """
+
+    def mark(parse):
+        parse.configType = configType
+        return parse
+
+    return mark
+
+
+def _int(lo: int = -(2**31), hi: int = INT_MAX, *, configType=ConfigType.INT):
     def parse(key: str, raw: str) -> int:
         try:
             value = int(raw.strip())
@@ -91,11 +163,11 @@ def _int(lo: int = -(2**31), hi: int = INT_MAX) -> Callable[[str, str], int]:
             raise ConfigError(key, f"{value} is outside [{lo}, {hi}]")
         return value
 
-    return parse
+    return _ofType(configType)(parse)
 
 
 def _long(lo: int = -(2**63), hi: int = LONG_MAX) -> Callable[[str, str], int]:
-    return _int(lo, hi)
+    return _int(lo, hi, configType=ConfigType.LONG)
 
 
 def _double(lo: float, hi: float) -> Callable[[str, str], float]:
@@ -108,9 +180,10 @@ def _double(lo: float, hi: float) -> Callable[[str, str], float]:
             raise ConfigError(key, f"{value} is outside [{lo}, {hi}]")
         return value
 
-    return parse
+    return _ofType(ConfigType.DOUBLE)(parse)
 
 
+@_ofType(ConfigType.BOOLEAN)
 def _bool(key: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value not in ("true", "false"):
@@ -137,19 +210,55 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
     return parse
 
 
+def _principalRules(key: str, raw: str) -> str:
+    from kafkatwist.security.sslprincipal import InvalidRules, parseRules
+
+    try:
+        parseRules(raw)
+    except InvalidRules as e:
+        raise ConfigError(key, str(e)) from None
+    return raw.strip() or "DEFAULT"
+
+
+@_ofType(ConfigType.LIST)
 def _list(key: str, raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def _optionalLong(lo: int = 0) -> Callable[[str, str], int | None]:
-    parseLong = _long(lo)
+def _listOf(*allowed: str) -> Callable[[str, str], tuple[str, ...]]:
+    """
+    A non-empty list of C{allowed} words, duplicates dropped.
+    """
 
-    def parse(key: str, raw: str) -> int | None:
+    def parse(key: str, raw: str) -> tuple[str, ...]:
+        items = tuple(item.lower() for item in _list(key, raw))
+        if not items:
+            raise ConfigError(key, "must not be empty")
+        for item in items:
+            if item not in allowed:
+                raise ConfigError(key, f"{item!r} is not one of {', '.join(allowed)}")
+        return tuple(dict.fromkeys(items))
+
+    return _ofType(ConfigType.LIST)(parse)
+
+
+def _optional(parseValue: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
+    """
+    C{parseValue}, or C{None} for an empty value or C{null} (unset: a
+    synonym decides).  C{required} is C{parseValue}, for the topic key.
+    """
+
+    def parse(key: str, raw: str) -> Any:
         if not raw.strip() or raw.strip().lower() == "null":
             return None
-        return parseLong(key, raw)
+        return parseValue(key, raw)
 
-    return parse
+    parse.required = parseValue
+    return _ofType(getattr(parseValue, "configType", ConfigType.STRING))(parse)
+
+
+def _optionalLong(lo: int = 0) -> Callable[[str, str], int | None]:
+    return _optional(_long(lo))
 
 
 def _cpuAffinity(key: str, raw: str) -> str | frozenset[int]:
@@ -265,9 +374,12 @@ KEYS: dict[str, Key] = {
         Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all."),
         Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address."),
         Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key."),
-        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted."),
+        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("ssl.principal.mapping.rules", _principalRules, "DEFAULT",
+            "Client certificate DN to principal name: RULE:pattern/replacement/[LU] and DEFAULT, "
+            "comma separated, first match wins."),
         Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
         Key("ssl.cipher.suites", _list, "",
             "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
@@ -304,7 +416,7 @@ KEYS: dict[str, Key] = {
         Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this."),
         Key("log.roll.hours", _int(1), "168", "Roll a segment older than this (when log.roll.ms is unset)."),
         Key("log.retention.ms", _optionalLong(-1), None, "Delete segments older than this (-1: forever)."),
-        Key("log.retention.minutes", _optionalLong(-1), None, "As log.retention.ms, in minutes."),
+        Key("log.retention.minutes", _optional(_int(-1)), None, "As log.retention.ms, in minutes."),
         Key("log.retention.hours", _int(-1), "168", "As log.retention.ms, in hours."),
         Key("log.retention.bytes", _long(-1), "-1", "Delete old segments past this size per partition."),
         Key("log.retention.check.interval.ms", _long(1), "300000", "How often retention runs."),
@@ -313,7 +425,11 @@ KEYS: dict[str, Key] = {
         Key("log.flush.interval.ms", _optionalLong(0), None, "Fsync data older than this."),
         Key("log.flush.scheduler.interval.ms", _long(1), "1000", "How often time-based flush is checked."),
         Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics."),
-        Key("log.cleanup.policy", _string, "delete", "Cleanup policy of new topics."),
+        Key("log.cleanup.policy", _listOf("delete", "compact"), "delete", "Cleanup policy of new topics."),
+        Key("log.index.size.max.bytes", _int(4), "10485760", "Largest offset index of a segment; the segment rolls when it is full."),
+        Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met)."),
+        Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
+            "Final compression of topics' data; kafkatwist keeps what the producer sent."),
         Key("log.cleaner.enable", _bool, "true", "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
         Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process."),
         Key("log.cleaner.dedupe.buffer.size", _long(1 << 16), "134217728",
@@ -340,6 +456,10 @@ KEYS: dict[str, Key] = {
         Key("offsets.topic.num.partitions", _int(1), "50", "Partitions of __consumer_offsets."),
         Key("offsets.topic.segment.bytes", _int(1), "104857600",
             "segment.bytes of __consumer_offsets when it is created: small segments compact sooner."),
+        Key("offsets.retention.check.interval.ms", _long(1), "600000",
+            "How often expired committed offsets are removed."),
+        Key("offset.metadata.max.bytes", _int(0), "4096",
+            "Largest metadata string an offset commit may carry."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]
@@ -352,6 +472,115 @@ _TOLERATED = re.compile(
     r"|broker\.rack|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
     r"|listener\.name\.)"
 )
+
+
+@dataclass(frozen=True)
+class TopicKey:
+    """
+    A topic-level key and its broker counterpart.
+
+    Its type and validator are its broker key's (C{synonyms[0]}), its
+    default is what a broker with no settings hands down.
+
+    @ivar synonyms: C{(broker key, factor)}, finest first: the first one
+        set gives the topic's default, times C{factor} (Kafka's
+        C{log.retention.hours} for C{retention.ms}; -1 stays -1).
+    @ivar fallback: the default as text when every synonym is unset.
+    """
+
+    name: str
+    synonyms: tuple[tuple[str, int], ...]
+    doc: str
+    fallback: str | None = None
+
+    @property
+    def brokerKey(self) -> Key:
+        return KEYS[self.synonyms[0][0]]
+
+    @property
+    def type(self) -> ConfigType:
+        return self.brokerKey.type
+
+    def parse(self, key: str, raw: str) -> Any:
+        """
+        Validate a topic override: the broker key's validator, without
+        its "unset".
+
+        @raise ConfigError: naming C{key}.
+        """
+        parse = self.brokerKey.parse
+        return getattr(parse, "required", parse)(key, raw)
+
+    def inherit(self, brokerValue: Callable[[str], Any]) -> Any:
+        """
+        @param brokerValue: broker key -> typed value, or C{None} if unset.
+        @return: the typed value a topic inherits.
+        """
+        for name, factor in self.synonyms:
+            value = brokerValue(name)
+            if value is not None:
+                return value if factor == 1 or value < 0 else value * factor
+        return self.parse(self.name, self.fallback)
+
+    @property
+    def default(self) -> Any:
+        return self.inherit(lambda name: KEYS[name].defaultValue())
+
+
+def _topicKey(name: str, brokerKey: str, doc: str, **kw) -> TopicKey:
+    return TopicKey(name, ((brokerKey, 1),), doc, **kw)
+
+
+#: Kafka's topic configs (C{TopicConfig}) kafkatwist knows, documentation shortened.
+TOPIC_KEYS: dict[str, TopicKey] = {
+    k.name: k
+    for k in [
+        TopicKey("retention.ms", (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                                  ("log.retention.hours", 3_600_000)),
+                 "How long a log segment is kept before it is deleted, in milliseconds (-1: no "
+                 "time limit). Applies with the \"delete\" cleanup policy."),
+        _topicKey("retention.bytes", "log.retention.bytes",
+                  "Largest size a partition may grow to before old segments are deleted (-1: no "
+                  "size limit)."),
+        _topicKey("segment.bytes", "log.segment.bytes",
+                  "Size of a log segment file; a new segment is rolled when it is full."),
+        TopicKey("segment.ms", (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+                 "Time after which a segment is rolled even if it is not full, so retention can "
+                 "delete or compact old data."),
+        _topicKey("segment.index.bytes", "log.index.size.max.bytes",
+                  "Size of the index that maps offsets to file positions."),
+        _topicKey("index.interval.bytes", "log.index.interval.bytes",
+                  "How often an entry is added to the offset index, in bytes."),
+        _topicKey("cleanup.policy", "log.cleanup.policy",
+                  "\"delete\" (discard old segments past the retention limits) and/or "
+                  "\"compact\" (the log cleaner keeps the latest value per key)."),
+        _topicKey("delete.retention.ms", "log.cleaner.delete.retention.ms",
+                  "How long a tombstone of a compacted topic is kept after the cleaner first "
+                  "rewrites it, so consumers reading from the start see the delete."),
+        _topicKey("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms",
+                  "Minimum time a record stays uncompacted."),
+        _topicKey("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+                  "Maximum time a record can stay uncompacted (the active segment rolls sooner "
+                  "if needed)."),
+        _topicKey("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio",
+                  "Share of the log that must be uncleaned before the cleaner compacts it."),
+        _topicKey("message.timestamp.type", "log.message.timestamp.type",
+                  "Whether record timestamps are the producer's (CreateTime) or the broker's "
+                  "append time (LogAppendTime)."),
+        _topicKey("max.message.bytes", "message.max.bytes",
+                  "Largest record batch size the broker accepts for this topic."),
+        _topicKey("flush.messages", "log.flush.interval.messages",
+                  "Fsync the log after this many records (1: before acknowledging)."),
+        _topicKey("flush.ms", "log.flush.interval.ms",
+                  "Fsync data older than this many milliseconds.", fallback=str(LONG_MAX)),
+        _topicKey("min.insync.replicas", "min.insync.replicas",
+                  "Replicas that must acknowledge an acks=all produce; one broker always has "
+                  "exactly one."),
+        _topicKey("compression.type", "compression.type",
+                  "Final compression of the topic's data; kafkatwist stores batches as the "
+                  "producer compressed them."),
+    ]
+}
 
 
 def parseProperties(text: str, source: str = "<properties>") -> dict[str, str]:
@@ -553,17 +782,17 @@ class BrokerConfig:
     def nodeId(self) -> int:
         return self._values["node.id"]
 
+    def topicDefault(self, topicKey: str) -> Any:
+        """
+        The value a topic inherits for C{topicKey} from these settings.
+        """
+        return TOPIC_KEYS[topicKey].inherit(self._values.get)
+
     def retentionMs(self) -> int:
-        for key, factor in (("log.retention.ms", 1), ("log.retention.minutes", 60_000)):
-            value = self._values[key]
-            if value is not None:
-                return value if value < 0 else value * factor
-        hours = self._values["log.retention.hours"]
-        return hours if hours < 0 else hours * 3_600_000
+        return self.topicDefault("retention.ms")
 
     def rollMs(self) -> int:
-        value = self._values["log.roll.ms"]
-        return value if value is not None else self._values["log.roll.hours"] * 3_600_000
+        return self.topicDefault("segment.ms")
 
     def describe(self) -> list[tuple[str, str | None, bool]]:
         """
@@ -573,7 +802,7 @@ class BrokerConfig:
         rows = []
         for name, spec in sorted(KEYS.items()):
             text = self.raw.get(name, spec.default)
-            if name == "ssl.key.password" and text is not None:
+            if spec.sensitive and text is not None:
                 text = None
             rows.append((name, text, name in self.explicit))
         return rows

@@ -23,7 +23,8 @@ class IRequestContext(Interface):
     securityProtocol = Attribute("C{str}: 'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'.")
     principal = Attribute(
         "C{str}: 'User:<name>' after SASL authentication, 'User:<subject DN>' from a client "
-        "certificate on SSL, else 'User:ANONYMOUS'."
+        "certificate on SSL (RFC 2253 as Kafka writes it, after ssl.principal.mapping.rules), else "
+        "'User:ANONYMOUS'."
     )
     sasl = Attribute(
         "The connection's L{kafkatwist.security.session.SaslSession} on a SASL listener, else "
@@ -478,4 +479,34 @@ class ILogManager(Interface):
     def close():
         """
         Flush, write checkpoints and the clean-shutdown marker, release files.
+        """
+
+
+class ICoordinatorLog(Interface):
+    """
+    A coordinator's internal topic (C{__consumer_offsets} for groups): where
+    its state machine's C{Append} effects are written and where its state is
+    read back from at start-up.  Blocking: call it on handler or coordinator
+    threads, never on a reactor thread.  Appends to one partition must be
+    made one at a time, in order (the coordinator's runtime does so).
+    """
+
+    topic = Attribute("C{str}: the topic's name.")
+    numPartitions = Attribute("C{int}: its partition count.")
+
+    def append(partition, records):
+        """
+        Append C{records}, C{(key, value)} pairs (a C{None} value is a
+        tombstone), as one batch.
+
+        @raise kafkatwist.errors.KafkaError: the log refused it.
+        @raise OSError: the disk did.
+        """
+
+    def replay(partition):
+        """
+        @return: an iterator of C{(offset, key, value)}: the partition's
+            records from its start, in offset order.  What cannot be read is
+            skipped with one log line naming topic, partition and offsets;
+            this never raises for damaged data.
         """

@@ -251,18 +251,60 @@ def render(broker, server) -> str:
                 w.sample("kafka_log_log_start_offset", log.logStartOffset, topic=name, partition=p)
                 w.sample("kafka_log_size_bytes", log.size, topic=name, partition=p)
 
+    cleaner = getattr(broker, "logCleaner", None)
+    if cleaner is not None:
+        _renderCleaner(w, cleaner.metrics())
+
     coordinator = broker.groupCoordinator
     if coordinator is not None:
+        # What the coordinator's owner last published: immutable, so this
+        # neither waits for nor disturbs the groups.
         w.declare("kafka_consumergroup_lag", "gauge", "Log end offset minus the committed offset.")
         w.declare("kafka_consumergroup_committed_offset", "gauge", "Committed offset.")
-        for overview in coordinator.listGroups().groups:
-            fetched = coordinator.fetchOffsets(overview.groupId, None)
-            for (topic, partition), committed in sorted(fetched.offsets.items()):
-                if committed.offset < 0:
+        for groupId, published in sorted(coordinator.publishedGroups().items()):
+            for (topic, partition), committed in sorted(published.offsets.items()):
+                if committed < 0:
                     continue
-                labels = dict(group=overview.groupId, topic=topic, partition=partition)
-                w.sample("kafka_consumergroup_committed_offset", committed.offset, **labels)
+                labels = dict(group=groupId, topic=topic, partition=partition)
+                w.sample("kafka_consumergroup_committed_offset", committed, **labels)
                 end = endOffsets.get((topic, partition))
                 if end is not None:
-                    w.sample("kafka_consumergroup_lag", max(0, end - committed.offset), **labels)
+                    w.sample("kafka_consumergroup_lag", max(0, end - committed), **labels)
     return w.text()
+
+
+#: Kafka's log cleaner gauges: (JMX type, name) -> help
+_CLEANER_GAUGES = {
+    ("LogCleanerManager", "max-dirty-percent"): "Dirty share of the dirtiest compacted log, in percent.",
+    ("LogCleanerManager", "time-since-last-run-ms"): "Milliseconds since a cleaner thread last looked for a log to clean.",
+    ("LogCleaner", "max-buffer-utilization-percent"): "Dedupe buffer use of the last passes, highest of the cleaner threads.",
+    ("LogCleaner", "cleaner-recopy-percent"): "Bytes written per byte read by the last passes, in percent.",
+    ("LogCleaner", "max-clean-time-secs"): "Duration of the longest of the cleaner threads' last passes.",
+    ("LogCleaner", "max-compaction-delay-secs"): "How far past max.compaction.lag.ms the most overdue log is.",
+    ("LogCleaner", "DeadThreadCount"): "Cleaner threads that died.",
+}
+
+
+def _metricName(jmxType: str, name: str) -> str:
+    # kafka.log:type=LogCleaner,name=max-clean-time-secs -> the JMX
+    # exporter's kafka_log_logcleaner_max_clean_time_secs.
+    snake = "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+    return f"kafka_log_{jmxType.lower()}_{snake.replace('-', '_')}"
+
+
+def _renderCleaner(w: _Writer, metrics: dict) -> None:
+    for (jmxType, name), doc in _CLEANER_GAUGES.items():
+        metric = _metricName(jmxType, name)
+        w.declare(metric, "gauge", doc)
+        w.sample(metric, metrics[name])
+    for direction in ("read", "written"):
+        metric = f"kafka_log_logcleaner_bytes_{direction}_total"
+        w.declare(metric, "counter", f"Bytes the log cleaner {direction} in its passes.")
+        w.sample(metric, metrics[f"bytes-{direction}"])
+    w.declare("kafka_log_logcleanermanager_uncleanable_partitions_count", "gauge",
+              "Partitions the cleaner gave up on (a damaged batch), per log directory.")
+    w.declare("kafka_log_logcleanermanager_uncleanable_bytes", "gauge",
+              "Bytes of those partitions, per log directory.")
+    for logDir, (count, size) in sorted(metrics["uncleanable"].items()):
+        w.sample("kafka_log_logcleanermanager_uncleanable_partitions_count", count, logDirectory=logDir)
+        w.sample("kafka_log_logcleanermanager_uncleanable_bytes", size, logDirectory=logDir)

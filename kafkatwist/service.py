@@ -18,10 +18,15 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
+from kafkatwist.log.errors import StorageError
+from kafkatwist.log.cleaner import LogCleaner
+from kafkatwist.network.affinity import availableCpus, requestThreadCpus
 from kafkatwist.network.server import SocketServer
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.sdnotify import Notifier
 from kafkatwist.security.plugin import loadAuthorizer
 from kafkatwist.startup import cannotListen
 
@@ -56,29 +61,35 @@ def openLogManager(config):
 
 def brokerLogDefaults(config) -> dict:
     """
-    The broker-level log settings, for the keys that are set (unset ones
-    keep the log's own defaults).
+    The broker settings the log manager resolves topic defaults from: every
+    key that is set (the log reads the ones it knows, through the
+    registry's topic keys, L{kafkatwist.config.TOPIC_KEYS}).
     """
-    values = {
-        "log.segment.bytes": config["log.segment.bytes"],
-        "log.roll.ms": config.rollMs(),
-        "log.retention.ms": config.retentionMs(),
-        "log.retention.bytes": config["log.retention.bytes"],
-        "log.index.interval.bytes": config["log.index.interval.bytes"],
-        "log.flush.interval.messages": config["log.flush.interval.messages"],
-        "log.flush.interval.ms": config["log.flush.interval.ms"],
-        "message.max.bytes": config["message.max.bytes"],
-        "log.message.timestamp.type": config["log.message.timestamp.type"],
-        "log.cleanup.policy": config["log.cleanup.policy"],
-        "log.cleaner.delete.retention.ms": config["log.cleaner.delete.retention.ms"],
-        "log.cleaner.min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
-        "log.cleaner.max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"],
-        "log.cleaner.min.cleanable.ratio": config["log.cleaner.min.cleanable.ratio"],
-        "num.partitions": config["num.partitions"],
-        "max.broker.partitions": config["max.broker.partitions"],
-        "producer.id.expiration.ms": config["producer.id.expiration.ms"],
-    }
-    return {key: value for key, value in values.items() if value is not None}
+    return {name: config[name] for name in KEYS if config[name] is not None}
+
+
+def makeLogCleaner(config, logManager):
+    """
+    The log cleaner (C{log.cleaner.*}), or C{None} when disabled or without
+    a log.  Its processes keep off the CPUs of the request threads.
+    """
+    if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
+        return None
+    available = availableCpus()
+    requestCpus = requestThreadCpus(config["request.threads.cpu.affinity"], available)
+    cpus = None
+    if available and requestCpus and available - requestCpus:
+        cpus = frozenset(available - requestCpus)
+    return LogCleaner(
+        logManager,
+        threads=config["log.cleaner.threads"],
+        dedupeBufferSize=config["log.cleaner.dedupe.buffer.size"],
+        ioBufferSize=config["log.cleaner.io.buffer.size"],
+        loadFactor=config["log.cleaner.io.buffer.load.factor"],
+        maxIoBytesPerSecond=config["log.cleaner.io.max.bytes.per.second"],
+        backoffMs=config["log.cleaner.backoff.ms"],
+        cpus=cpus,
+    )
 
 
 class BrokerService(service.Service):
@@ -88,8 +99,10 @@ class BrokerService(service.Service):
 
     name = "kafkatwist"
 
-    def __init__(self, config, reactor, logManagerFactory=openLogManager) -> None:
+    def __init__(self, config, reactor, logManagerFactory=openLogManager, notifier=None) -> None:
         self.config = config
+        #: tells systemd (Type=notify) when the broker is ready and stopping
+        self.notifier = notifier if notifier is not None else Notifier()
         self.reactor = reactor
         self.logManagerFactory = logManagerFactory
         self.broker = None
@@ -135,17 +148,18 @@ class BrokerService(service.Service):
             config["plugin.load.failure.policy"],
         )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs[0], config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, config["cluster.id"]
         )
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
                 self.logManager = self.logManagerFactory(config)
-            except RuntimeError:
+            except StorageError:
                 # Another broker took the directory after the hand-over.
                 self._dirLock.check()
                 raise
         self.broker.logManager = self.logManager
+        self.broker.logCleaner = makeLogCleaner(config, self.logManager)
         self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
 
     def _bindListeners(self) -> None:
@@ -194,6 +208,7 @@ class BrokerService(service.Service):
                 port=ports.get(listener.name),
                 advertised=str(self.broker.advertisedListenerFor(listener.name)),
             )
+        self._checkServerCertificate()
         log.info("Data directory: {dirs}", dirs=", ".join(os.path.abspath(d) for d in self.config.logDirs))
         log.info(
             "{processors} network threads, {handlers} request handler threads",
@@ -203,6 +218,8 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        if self.broker.logCleaner is not None:
+            self.broker.logCleaner.start()
         self._announceMetricsListener()
         # Everything built so far lives as long as the broker: keep it out of
         # the collector's way, so a full collection does not walk it (a
@@ -214,9 +231,24 @@ class BrokerService(service.Service):
         # for, so it must come after them (a signal sent on it was lost).
         self.reactor.callWhenRunning(self._announceStarted)
 
+    def _checkServerCertificate(self) -> None:
+        keystore = self.config["ssl.keystore.location"]
+        if not keystore or not any(l.tls for l in self.config.listeners):
+            return
+        from kafkatwist.servercert import advertisedHostWarnings
+
+        for warning in advertisedHostWarnings(keystore, self.broker.advertisedListeners):
+            log.warn("{warning}", warning=warning)
+
     def _announceStarted(self) -> None:
         log.info("kafkatwist node {nodeId} of cluster {clusterId} started",
                  nodeId=self.broker.nodeId, clusterId=self.broker.clusterId)
+        self.notifier.ready(f"serving node {self.broker.nodeId} of cluster {self.broker.clusterId}")
+        if self.notifier.watchdogSeconds:
+            # The main reactor is alive while this keeps firing.
+            call = task.LoopingCall(self.notifier.watchdog)
+            call.clock = self.reactor
+            self._periodic.append((call, call.start(self.notifier.watchdogSeconds / 2, now=True)))
 
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
@@ -257,12 +289,18 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
+        self.notifier.stopping()
         for call, _ in self._periodic:
             if call.running:
                 call.stop()
         # A retention or flush pass still running in the pool must finish
         # before the log is closed under it.
         yield defer.DeferredList([done for _, done in self._periodic], consumeErrors=True)
+        cleaner = self.broker.logCleaner if self.broker is not None else None
+        if cleaner is not None:
+            # Abandons a pass in progress (its cleaner process is killed)
+            # and waits for a swap under way: in the pool, not here.
+            yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
         if self.server is not None:

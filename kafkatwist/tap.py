@@ -24,6 +24,7 @@ class Options(usage.Options):
         "127.0.0.1:9092, data under ./data."
     )
     optParameters = [["config", "c", None, "A Kafka-style properties file."]]
+    optFlags = [["describe-config", None, "Print the effective configuration and exit."]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,6 +60,15 @@ def makeService(options):
 
     try:
         config = loadConfig(options["config"], options["overrides"])
+        if options["describe-config"]:
+            from kafkatwist.tools.describeconfig import describeConfig
+
+            try:
+                describeConfig(config, sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:
+                pass  # `| head` had enough
+            raise SystemExit(0)
         service = BrokerService(config, reactor)
         service.prepare()
         honourSigint()

@@ -513,7 +513,8 @@ class SchemaValidatingProduceHandler(Handler):
 
         result = self.wrapped.handle(context, _without(request, rejected))
         if isinstance(result, Deferred):
-            # Another wrapper below may answer later; merge when it does.
+            # Another wrapper below may answer later; merge when it does
+            # (on the connection's Processor thread: merging is CPU work only).
             return result.addCallback(self._merge, request, rejected)
         return self._merge(result, request, rejected)
 

@@ -10,8 +10,6 @@ partition leader) and returns plain dataclasses.
 
 from __future__ import annotations
 
-import datetime
-import sys
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,12 +23,15 @@ from kafkatwist.client.connection import (
 )
 from kafkatwist.errors import KafkaError
 from kafkatwist.protocol.apis import (
+    CREATE_TOPICS,
+    DELETE_TOPICS,
     FETCH,
     LIST_OFFSETS,
     METADATA,
     PRODUCE,
     requestType,
 )
+from kafkatwist.protocol.entities import has, make, ms, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 
 __all__ = [
@@ -45,8 +46,6 @@ __all__ = [
     "TopicMetadata",
 ]
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
 
 #: ListOffsets special timestamps
 LATEST = -1
@@ -154,34 +153,6 @@ def _parseAddress(address: str) -> tuple[str, int]:
     if not sep:
         return address, 9092
     return host, int(port)
-
-
-def _build(cls, **values):
-    """
-    Make a C{kio} entity from the keyword arguments its version has,
-    silently dropping the others: lets one call site build every version.
-    """
-    names = cls.__dataclass_fields__
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def _nested(cls, name: str) -> type:
-    """
-    A nested entity class of C{cls}'s schema version (kio puts them in the
-    same module; the legacy Produce classes hang them on the request).
-    """
-    found = getattr(cls, name, None)
-    if isinstance(found, type):
-        return found
-    return getattr(sys.modules[cls.__module__], name)
-
-
-def _hasField(cls, name: str) -> bool:
-    return name in cls.__dataclass_fields__
-
-
-def _ms(milliseconds: float) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=milliseconds)
 
 
 def _raiseFor(code, message: str | None = None) -> None:
@@ -436,9 +407,9 @@ class KafkaWireClient:
             if names is None:
                 requested = () if version == 0 else None
             else:
-                topicCls = _nested(cls, "MetadataRequestTopic")
-                requested = tuple(_build(topicCls, name=n, topic_id=None) for n in names)
-            return _build(
+                topicCls = nested(cls, "MetadataRequestTopic")
+                requested = tuple(make(topicCls, name=n, topic_id=None) for n in names)
+            return make(
                 cls,
                 topics=requested,
                 allow_auto_topic_creation=allowAutoTopicCreation,
@@ -568,18 +539,18 @@ class KafkaWireClient:
         for leader, group in byLeader.items():
 
             def build(version, cls, group=group):
-                topicCls = _nested(cls, "ListOffsetsTopic")
-                partitionCls = _nested(cls, "ListOffsetsPartition")
-                return _build(
+                topicCls = nested(cls, "ListOffsetsTopic")
+                partitionCls = nested(cls, "ListOffsetsPartition")
+                return make(
                     cls,
                     replica_id=-1,
                     isolation_level=isolationLevel,
-                    timeout=_ms(self.timeout * 1000),
+                    timeout=ms(self.timeout * 1000),
                     topics=(
                         topicCls(
                             name=topic,
                             partitions=tuple(
-                                _build(
+                                make(
                                     partitionCls,
                                     partition_index=p,
                                     current_leader_epoch=-1,
@@ -638,9 +609,9 @@ class KafkaWireClient:
             if version >= 13 and topicId is None:
                 version = 12  # the broker gave no topic id: fetch by name
                 cls = requestType(FETCH, version)
-            topicCls = _nested(cls, "FetchTopic")
-            partitionCls = _nested(cls, "FetchPartition")
-            fetchPartition = _build(
+            topicCls = nested(cls, "FetchTopic")
+            partitionCls = nested(cls, "FetchPartition")
+            fetchPartition = make(
                 partitionCls,
                 partition=partition,
                 current_leader_epoch=-1,
@@ -649,17 +620,17 @@ class KafkaWireClient:
                 log_start_offset=-1,
                 partition_max_bytes=maxBytes,
             )
-            return version, _build(
+            return version, make(
                 cls,
                 replica_id=-1,
-                max_wait=_ms(maxWaitMs),
+                max_wait=ms(maxWaitMs),
                 min_bytes=minBytes,
                 max_bytes=maxBytes,
                 isolation_level=isolationLevel,
                 session_id=0,
                 session_epoch=-1,
                 topics=(
-                    _build(topicCls, topic=topic, topic_id=topicId, partitions=(fetchPartition,)),
+                    make(topicCls, topic=topic, topic_id=topicId, partitions=(fetchPartition,)),
                 ),
                 forgotten_topics_data=(),
                 rack_id="",
@@ -762,15 +733,15 @@ class KafkaWireClient:
             if version >= 13 and topicId is None:
                 version = 12
                 cls = requestType(PRODUCE, version)
-            topicCls = _nested(cls, "TopicProduceData")
-            partitionCls = _nested(cls, "PartitionProduceData")
-            return version, _build(
+            topicCls = nested(cls, "TopicProduceData")
+            partitionCls = nested(cls, "PartitionProduceData")
+            return version, make(
                 cls,
                 transactional_id=transactionalId,
                 acks=acks,
-                timeout=_ms(timeoutMs),
+                timeout=ms(timeoutMs),
                 topic_data=(
-                    _build(
+                    make(
                         topicCls,
                         name=topic,
                         topic_id=topicId,
@@ -833,10 +804,10 @@ class KafkaWireClient:
                 specs[name] = (partitions, dict(configs or {}))
 
         def build(version, cls):
-            topicCls = _nested(cls, "CreatableTopic")
-            configCls = _nested(cls, "CreatableTopicConfig")
+            topicCls = nested(cls, "CreatableTopic")
+            configCls = nested(cls, "CreatableTopicConfig")
             factor = replicationFactor if replicationFactor > 0 or version >= 4 else 1
-            return _build(
+            return make(
                 cls,
                 topics=tuple(
                     topicCls(
@@ -848,7 +819,7 @@ class KafkaWireClient:
                     )
                     for name, (partitions, configs) in specs.items()
                 ),
-                timeout=_ms(timeoutMs),
+                timeout=ms(timeoutMs),
                 validate_only=validateOnly,
             )
 
@@ -877,13 +848,13 @@ class KafkaWireClient:
         names = list(names)
 
         def build(version, cls):
-            if _hasField(cls, "topic_names"):
-                return _build(cls, topic_names=tuple(names), timeout=_ms(timeoutMs))
-            stateCls = _nested(cls, "DeleteTopicState")
-            return _build(
+            if has(cls, "topic_names"):
+                return make(cls, topic_names=tuple(names), timeout=ms(timeoutMs))
+            stateCls = nested(cls, "DeleteTopicState")
+            return make(
                 cls,
                 topics=tuple(stateCls(name=n, topic_id=_ZERO_UUID) for n in names),
-                timeout=_ms(timeoutMs),
+                timeout=ms(timeoutMs),
             )
 
         response = self._toController(DELETE_TOPICS, build, timeoutMs)

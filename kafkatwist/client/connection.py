@@ -23,6 +23,7 @@ from kafkatwist import __version__
 from kafkatwist.errors import KafkaError
 from kafkatwist.protocol.apis import API_VERSIONS, knownVersions, requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
+from kafkatwist.protocol.entities import make
 
 __all__ = [
     "APIVERSIONS_START",
@@ -465,15 +466,11 @@ class BrokerConnection:
         )
 
     def _apiVersions(self, version: int):
-        cls = requestType(API_VERSIONS, version)
-        fields = {f for f in cls.__dataclass_fields__}
-        kwargs = {}
-        if "client_software_name" in fields:
-            kwargs = {
-                "client_software_name": _SOFTWARE_NAME,
-                "client_software_version": __version__,
-            }
-        entity = cls(**kwargs)
+        entity = make(
+            requestType(API_VERSIONS, version),
+            client_software_name=_SOFTWARE_NAME,
+            client_software_version=__version__,
+        )
         with self._lock:
             correlationId = self.nextCorrelationId()
             frame = encodeRequestFrame(API_VERSIONS, version, correlationId, self.clientId, entity)

@@ -2,7 +2,13 @@
 Kafka's classic group coordinator: group membership (JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup), group administration (DescribeGroups, ListGroups,
 DeleteGroups) and committed offsets (OffsetCommit, OffsetFetch,
-OffsetDelete, expiry), as logic on an injected clock with a storage seam.
+OffsetDelete, expiry).
+
+  - L{coordinator.GroupCoordinator}: the sans-io state machine (with
+    L{offsetmanager} for offsets); inputs in, L{effects} out.
+  - L{runtime}: the shell that owns it and performs its effects;
+    L{service.GroupCoordinatorService}, what request handlers call.
+  - L{formats}, L{logstore}, L{replay}: C{__consumer_offsets}.
 """
 
 from kafkatwist.coordinator.consumerprotocol import (
@@ -14,6 +20,7 @@ from kafkatwist.coordinator.consumerprotocol import (
 from kafkatwist.coordinator.coordinator import GroupCoordinator
 from kafkatwist.coordinator.group import GroupState
 from kafkatwist.coordinator.offsets import OffsetAndMetadata
+from kafkatwist.coordinator.requests import CommitRequest, JoinRequest, SyncRequest
 from kafkatwist.coordinator.results import (
     FetchedOffset,
     GroupDescription,
@@ -28,26 +35,23 @@ from kafkatwist.coordinator.results import (
     OffsetFetchResult,
     SyncGroupResult,
 )
-from kafkatwist.coordinator.store import (
-    GroupSnapshot,
-    IGroupStore,
-    InMemoryGroupStore,
-    MemberSnapshot,
-)
+from kafkatwist.coordinator.service import GroupCoordinatorService
+from kafkatwist.coordinator.store import GroupSnapshot, MemberSnapshot
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
+    "CommitRequest",
     "ConsumerSubscription",
     "FetchedOffset",
     "GroupCoordinator",
+    "GroupCoordinatorService",
     "GroupDescription",
     "GroupOverview",
     "GroupSnapshot",
     "GroupState",
-    "IGroupStore",
-    "InMemoryGroupStore",
     "JoinGroupMember",
     "JoinGroupResult",
+    "JoinRequest",
     "LeaveGroupResult",
     "LeaveMemberResult",
     "ListGroupsResult",
@@ -57,6 +61,7 @@ __all__ = [
     "OffsetDeleteResult",
     "OffsetFetchResult",
     "SyncGroupResult",
+    "SyncRequest",
     "encodeSubscription",
     "parseSubscription",
 ]

@@ -1,32 +1,39 @@
 """
-Kafka's classic group coordinator (C{GroupCoordinator.scala}) as pure logic
-on an injected clock.
+Kafka's classic group coordinator (C{GroupCoordinator.scala}) as a sans-io
+state machine: group membership (JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup) and administration (DescribeGroups, ListGroups, DeleteGroups).
+Committed offsets are L{kafkatwist.coordinator.offsetmanager}'s.
 
-Threading
-=========
+Inputs and outputs
+==================
 
-Request handlers call in from several threads; timers fire on the clock's
-thread.  Each group has its own lock, taken once per operation by
-L{GroupCoordinator._locked}; the coordinator's own lock only guards the
-dictionary of groups and is never held while taking a group lock (the order
-is always group lock, then coordinator lock).  JoinGroup and SyncGroup park
-their Deferreds on the member; whoever completes them (another member's
-request, or a timer) only queues the result on the group's outbox, and the
-queue is fired after the group lock is released, so a Deferred callback may
-call straight back into the coordinator.
+Every entry point takes the current time (milliseconds, wall clock) first
+and returns the L{effects<kafkatwist.coordinator.effects>} it produced:
+answers (L{Respond}, to the C{replyTo} the request came with), records for
+C{__consumer_offsets} (L{Append}), and timers (L{SetTimer},
+L{CancelTimer}).  What happens to those comes back as inputs:
+L{GroupCoordinator.appendCompleted} and L{GroupCoordinator.timerFired}.
+Nothing here blocks, locks, reads a clock or touches a log;
+L{kafkatwist.coordinator.runtime} is the shell that does, and it calls in
+from one thread at a time (the machine's owner).
 
-Timers are Kafka's purgatories reduced to one C{clock.callLater} each: a
-member's session timeout, a pending member's join deadline, the group's
-rebalance (join) deadline, and the group's pending-sync deadline.  Each
-armed timer has a token stored next to it; cancelling clears the token, and
-a timer that fires with a stale token does nothing, so a cancel racing with
-a firing on another thread is harmless.
+As in Kafka, a write's effect on the group waits for the append: a leader's
+assignment becomes the group's (and Stable) only once its group record is
+in the log, a commit is visible to OffsetFetch only once its records are.
+Removals (DeleteGroups, OffsetDelete, expiry) change memory at once and
+answer once their tombstones are appended; appends to one partition happen
+in the order emitted, so the log replays to the same state.
+
+Timers are Kafka's purgatories: a member's session, a pending member's
+join deadline, the group's rebalance (join) deadline and its pending-sync
+deadline, and the periodic offset expiry.  A member's session timer is not
+moved by each heartbeat: the heartbeat moves the deadline, and a timer that
+fires early re-arms itself for the rest, so a heartbeat costs no timer
+effect at all.
 
 Differences from Kafka
 ======================
 
-  - Storage is synchronous (L{IGroupStore} is called under the group lock);
-    Kafka appends to C{__consumer_offsets} and completes in a callback.
   - No group size limit (C{group.max.size}), no transactional offset
     commits, no C{requireStable}.
   - JoinGroup v9's C{skipAssignment} is never set: a static member that
@@ -34,41 +41,48 @@ Differences from Kafka
     v9, with the previous leader id, so it never runs the assignor.
   - A JoinGroup or SyncGroup parked for a member that sends another one is
     answered with REBALANCE_IN_PROGRESS (Kafka silently drops the older
-    callback) so no Deferred is left unfired.
+    callback) so no request is left unanswered.
+  - DeleteGroups answers once the tombstones are appended, with the append's
+    error if any (Kafka only logs it).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
+import functools
+import itertools
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 
-from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
-from kafkatwist.threaddefer import ThreadSafeDeferred
-from twisted.internet.error import AlreadyCalled, AlreadyCancelled
-
+from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
+from kafkatwist.coordinator.formats import (
+    APPEND_ERRORS_FOR_GROUP,
+    groupRecord,
+    groupTombstone,
+    offsetTombstones,
+    partitionFor,
+)
 from kafkatwist.coordinator.group import GroupMetadata, GroupState, MemberMetadata
+from kafkatwist.coordinator.offsetmanager import OffsetMetadataManager
 from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition
+from kafkatwist.coordinator.requests import CommitRequest, JoinRequest, SyncRequest
 from kafkatwist.coordinator.results import (
-    FetchedOffset,
     GroupDescription,
     GroupOverview,
     JoinGroupResult,
     LeaveGroupResult,
     LeaveMemberResult,
     ListGroupsResult,
-    OffsetDeleteResult,
-    OffsetFetchResult,
     SyncGroupResult,
 )
-from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.coordinator.store import GroupSnapshot
+from kafkatwist.errors import ErrorCode
 
-__all__ = ["GroupCoordinator", "ThreadSafeDeferred"]
+__all__ = ["GroupCoordinator", "PublishedGroup"]
 
-log = logging.getLogger(__name__)
+log = Logger()
 
 E = ErrorCode
 S = GroupState
@@ -78,15 +92,55 @@ S = GroupState
 # heartbeat while its first JoinGroup is parked, so it gets this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
+# Timer keys: (kind, group id[, member id]).
+HEARTBEAT = "heartbeat"
+PENDING_MEMBER = "pending-member"
+JOIN = "join"
+SYNC = "sync"
+
+
+class PublishedGroup:
+    """
+    What other threads (metrics) may read of one group: the owner replaces
+    C{offsets}, an immutable mapping C{(topic, partition)} -> committed
+    offset, whenever the group's offsets change; a reader reads the
+    attribute once and gets one consistent version.
+    """
+
+    __slots__ = ("groupId", "offsets")
+
+    def __init__(self, groupId: str) -> None:
+        self.groupId = groupId
+        self.offsets: Mapping[TopicPartition, int] = MappingProxyType({})
+
+
+def _entry(method):
+    """
+    An entry point: set the time, collect and return the effects, publish
+    what changed for other threads.
+    """
+
+    @functools.wraps(method)
+    def run(self, nowMs: int, *args, **kw):
+        self.nowMs = nowMs
+        self._fx = fx = []
+        try:
+            method(self, *args, **kw)
+        finally:
+            self._fx = None
+            self._publish()
+        return fx
+
+    return run
+
 
 class GroupCoordinator:
     """
-    Classic consumer group membership and committed offsets for every
-    group of this broker.
+    Classic consumer groups and their committed offsets for every group of
+    this broker, as a pure state machine (see the module docs).
 
-    @param clock: an L{kafkatwist.interfaces.IThreadSafeClock} (a
-        C{twisted.internet.task.Clock} in tests).
-    @param store: an L{kafkatwist.coordinator.store.IGroupStore}.
+    @param numPartitions: C{__consumer_offsets}' partition count, which
+        places each group's records.
     @param initialRebalanceDelayMs: C{group.initial.rebalance.delay.ms}.
     @param minSessionTimeoutMs: C{group.min.session.timeout.ms}.
     @param maxSessionTimeoutMs: C{group.max.session.timeout.ms}.
@@ -95,13 +149,15 @@ class GroupCoordinator:
         C{offsets.retention.check.interval.ms}; 0 disables the periodic
         check armed by L{load}.
     @param offsetMetadataMaxBytes: C{offset.metadata.max.bytes}.
+    @param newMemberId: makes the unique part of a new member id.
+
+    @ivar nowMs: the time of the current input.
     """
 
     def __init__(
         self,
-        clock,
-        store,
         *,
+        numPartitions: int = 1,
         initialRebalanceDelayMs: int = 3000,
         minSessionTimeoutMs: int = 6000,
         maxSessionTimeoutMs: int = 1800000,
@@ -109,79 +165,94 @@ class GroupCoordinator:
         offsetsRetentionCheckIntervalMs: int = 600000,
         offsetMetadataMaxBytes: int = 4096,
         newMemberJoinTimeoutMs: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
+        newMemberId: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
-        self._clock = clock
-        self._store = store
+        self._numPartitions = numPartitions
         self._initialRebalanceDelayMs = initialRebalanceDelayMs
         self._minSessionTimeoutMs = minSessionTimeoutMs
         self._maxSessionTimeoutMs = maxSessionTimeoutMs
-        self._offsetsRetentionMs = offsetsRetentionMinutes * 60 * 1000
-        self._offsetsRetentionCheckIntervalMs = offsetsRetentionCheckIntervalMs
-        self._offsetMetadataMaxBytes = offsetMetadataMaxBytes
         self._newMemberJoinTimeoutMs = newMemberJoinTimeoutMs
-        self._lock = threading.Lock()
+        self._newMemberId = newMemberId
         self._groups: dict[str, GroupMetadata] = {}
         self._active = True
-        self._expiryTimer = None
+        self.nowMs = 0
+        self._fx: list | None = None
+        self._continuations: dict[int, Callable[[ErrorCode], None]] = {}
+        self._tokens = itertools.count(1)
+        # Java's String.hashCode in Python is slow: once per group.
+        self._partitionOf: dict[str, int] = {}
+        self._changed: set[str] = set()
+        self._published: Mapping[str, PublishedGroup] = MappingProxyType({})
+        self.offsets = OffsetMetadataManager(
+            self,
+            retentionMs=offsetsRetentionMinutes * 60 * 1000,
+            checkIntervalMs=offsetsRetentionCheckIntervalMs,
+            metadataMaxBytes=offsetMetadataMaxBytes,
+        )
 
     # ------------------------------------------------------------------
-    # Plumbing
+    # Effects (also used by the offset manager)
 
-    def _nowMs(self) -> int:
-        return int(self._clock.seconds() * 1000)
+    def respond(self, replyTo, result) -> None:
+        if replyTo is not None:
+            self._fx.append(Respond(replyTo, result))
 
-    def _callLater(self, delayMs: int, f, *args):
-        return self._clock.callLater(max(delayMs, 0) / 1000.0, f, *args)
+    def setTimer(self, key, delayMs: int) -> None:
+        self._fx.append(SetTimer(key, max(int(delayMs), 0)))
+
+    def cancelTimer(self, key) -> None:
+        self._fx.append(CancelTimer(key))
+
+    def append(
+        self,
+        groupId: str,
+        records: Iterable[tuple[bytes, bytes | None]],
+        onDone: Callable[[ErrorCode], None] | None = None,
+    ) -> None:
+        """
+        Append C{records} to the partition of C{groupId}; C{onDone(error)}
+        runs when the append finished (error NONE on success).
+        """
+        token = next(self._tokens)
+        if onDone is None:
+            onDone = functools.partial(self._logAppendFailure, groupId)
+        self._continuations[token] = onDone
+        partition = self._partitionOf.get(groupId)
+        if partition is None:
+            if len(self._partitionOf) > 100_000:
+                self._partitionOf.clear()
+            partition = self._partitionOf[groupId] = partitionFor(groupId, self._numPartitions)
+        self._fx.append(Append(partition, tuple(records), token))
 
     @staticmethod
-    def _cancel(handle) -> None:
-        if handle is None:
-            return
-        try:
-            handle.cancel()
-        except (AlreadyCalled, AlreadyCancelled):
-            # task.Clock complains about cancelling a call that ran; the
-            # token check already made it harmless.
-            pass
+    def _logAppendFailure(groupId: str, error: ErrorCode) -> None:
+        if error != E.none:
+            log.warn("group {group}: a write to __consumer_offsets failed: {error}",
+                     group=groupId, error=error.name)
 
-    @contextmanager
-    def _locked(self, group: GroupMetadata) -> Iterator[None]:
+    # ------------------------------------------------------------------
+    # Groups (also used by the offset manager)
+
+    def group(self, groupId: str) -> GroupMetadata | None:
+        return self._groups.get(groupId)
+
+    def groupOrCreate(self, groupId: str) -> GroupMetadata:
+        group = self._groups.get(groupId)
+        if group is None:
+            group = self._groups[groupId] = GroupMetadata(groupId, S.EMPTY, self.nowMs)
+            self.changed(group)
+        return group
+
+    def groups(self) -> list[GroupMetadata]:
+        return list(self._groups.values())
+
+    def changed(self, group: GroupMetadata) -> None:
         """
-        Hold C{group}'s lock, then fire the results queued meanwhile once it
-        is released.
+        Note that C{group}'s published view (offsets, existence) is stale.
         """
-        group.lock.acquire()
-        try:
-            yield
-        finally:
-            outbox, group.outbox = group.outbox, []
-            group.lock.release()
-            for d, result in outbox:
-                # The caller may have cancelled (connection gone);
-                # ThreadSafeDeferred.callback then does nothing.
-                d.callback(result)
+        self._changed.add(group.groupId)
 
-    def _getGroup(self, groupId: str) -> GroupMetadata | None:
-        with self._lock:
-            return self._groups.get(groupId)
-
-    def _getOrMaybeCreateGroup(self, groupId: str, create: bool) -> GroupMetadata | None:
-        with self._lock:
-            group = self._groups.get(groupId)
-            if group is None and create:
-                group = GroupMetadata(groupId, S.EMPTY, self._nowMs())
-                self._groups[groupId] = group
-            return group
-
-    def _forgetGroup(self, group: GroupMetadata) -> None:
-        """
-        Drop a Dead group from the dictionary (group lock held).
-        """
-        with self._lock:
-            if self._groups.get(group.groupId) is group:
-                del self._groups[group.groupId]
-
-    def _groupStatusError(self, groupId: str | None, allowEmpty: bool) -> ErrorCode | None:
+    def statusError(self, groupId: str | None, allowEmpty: bool) -> ErrorCode | None:
         """
         Kafka's C{validateGroupStatus}: offset APIs, DescribeGroups and
         DeleteGroups accept the empty group id for compatibility; the
@@ -193,156 +264,7 @@ class GroupCoordinator:
             return E.coordinator_not_available
         return None
 
-    # ------------------------------------------------------------------
-    # JoinGroup
-
-    def joinGroup(
-        self,
-        groupId: str,
-        memberId: str,
-        groupInstanceId: str | None,
-        clientId: str,
-        clientHost: str,
-        rebalanceTimeoutMs: int,
-        sessionTimeoutMs: int,
-        protocolType: str,
-        protocols: list[tuple[str, bytes]],
-        requireKnownMemberId: bool,
-        reason: str | None = None,
-    ) -> Deferred:
-        """
-        Join (or rejoin) a group.
-
-        @param memberId: C{""} for a member without an id yet.
-        @param rebalanceTimeoutMs: JoinGroup v0 has none: pass the session
-            timeout (a negative value is taken to mean that too).
-        @param protocols: C{(name, metadata)} in order of preference.
-        @param requireKnownMemberId: C{True} for JoinGroup v4+ without a
-            group instance id: a new member is given an id with
-            MEMBER_ID_REQUIRED and must join again with it.
-        @return: a Deferred firing with a L{JoinGroupResult}, possibly much
-            later (when the rebalance completes), from any thread.
-        """
-        d: Deferred = ThreadSafeDeferred()
-        memberId = memberId or ""
-        if rebalanceTimeoutMs is None or rebalanceTimeoutMs < 0:
-            rebalanceTimeoutMs = sessionTimeoutMs
-        error = self._groupStatusError(groupId, allowEmpty=False)
-        if error is None and not (
-            self._minSessionTimeoutMs <= sessionTimeoutMs <= self._maxSessionTimeoutMs
-        ):
-            error = E.invalid_session_timeout
-        if error is not None:
-            d.callback(JoinGroupResult.failed(memberId, error))
-            return d
-        isUnknown = memberId == ""
-        # A group comes into being when a member without an id joins; a
-        # member id for a group we do not know is stale.
-        group = self._getOrMaybeCreateGroup(groupId, create=isUnknown)
-        if group is None:
-            d.callback(JoinGroupResult.failed(memberId, E.unknown_member_id))
-            return d
-        protocols = [(name, bytes(meta)) for name, meta in protocols]
-        with self._locked(group):
-            if group.state is S.DEAD:
-                # Deleted meanwhile; the client rediscovers and retries.
-                group.respond(d, JoinGroupResult.failed(memberId, E.coordinator_not_available))
-            elif not group.supportsProtocols(protocolType, (n for n, _ in protocols)):
-                group.respond(d, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
-            elif isUnknown:
-                self._doNewMemberJoin(
-                    group,
-                    d,
-                    groupInstanceId,
-                    requireKnownMemberId,
-                    clientId,
-                    clientHost,
-                    rebalanceTimeoutMs,
-                    sessionTimeoutMs,
-                    protocolType,
-                    protocols,
-                )
-            else:
-                self._doCurrentMemberJoin(
-                    group,
-                    d,
-                    memberId,
-                    groupInstanceId,
-                    clientId,
-                    clientHost,
-                    rebalanceTimeoutMs,
-                    sessionTimeoutMs,
-                    protocolType,
-                    protocols,
-                )
-            if group.state is S.PREPARING_REBALANCE:
-                self._tryCompleteJoin(group)
-        return d
-
-    def _doNewMemberJoin(
-        self,
-        group,
-        d,
-        groupInstanceId,
-        requireKnownMemberId,
-        clientId,
-        clientHost,
-        rebalanceTimeoutMs,
-        sessionTimeoutMs,
-        protocolType,
-        protocols,
-    ) -> None:
-        newMemberId = (
-            f"{groupInstanceId if groupInstanceId is not None else clientId}-{uuid.uuid4()}"
-        )
-        if groupInstanceId is not None:
-            oldMemberId = group.staticMembers.get(groupInstanceId)
-            if oldMemberId is not None:
-                self._updateStaticMemberAndRebalance(
-                    group,
-                    d,
-                    oldMemberId,
-                    newMemberId,
-                    groupInstanceId,
-                    protocols,
-                    rebalanceTimeoutMs,
-                    sessionTimeoutMs,
-                )
-            else:
-                self._addMemberAndRebalance(
-                    group,
-                    d,
-                    newMemberId,
-                    groupInstanceId,
-                    clientId,
-                    clientHost,
-                    rebalanceTimeoutMs,
-                    sessionTimeoutMs,
-                    protocolType,
-                    protocols,
-                )
-        elif requireKnownMemberId:
-            # KIP-394: remember the id we hand out; until it comes back (or
-            # its session timeout passes) the rebalance waits for it.
-            group.pendingMembers[newMemberId] = self._callLater(
-                sessionTimeoutMs, self._onPendingMemberExpired, group, newMemberId
-            )
-            group.respond(d, JoinGroupResult.failed(newMemberId, E.member_id_required))
-        else:
-            self._addMemberAndRebalance(
-                group,
-                d,
-                newMemberId,
-                None,
-                clientId,
-                clientHost,
-                rebalanceTimeoutMs,
-                sessionTimeoutMs,
-                protocolType,
-                protocols,
-            )
-
-    def _validateCurrentMember(
+    def validateCurrentMember(
         self, group: GroupMetadata, memberId: str, groupInstanceId: str | None
     ) -> ErrorCode | None:
         """
@@ -359,6 +281,145 @@ class GroupCoordinator:
         if not group.has(memberId):
             return E.unknown_member_id
         return None
+
+    def retire(self, group: GroupMetadata) -> None:
+        """
+        Mark a group Dead: stop its timers and forget it.
+        """
+        group.transitionTo(S.DEAD, self.nowMs)
+        self._cancelJoinTimer(group)
+        self._removeSyncExpiration(group)
+        for memberId in group.pendingMembers:
+            self.cancelTimer((PENDING_MEMBER, group.groupId, memberId))
+        group.pendingMembers.clear()
+        for member in group.allMembers():
+            self._cancelHeartbeat(group, member)
+        group.offsets.clear()
+        group.pendingOffsets.clear()
+        if self._groups.get(group.groupId) is group:
+            del self._groups[group.groupId]
+        self.changed(group)
+
+    # ------------------------------------------------------------------
+    # For other threads
+
+    def publishedGroups(self) -> Mapping[str, PublishedGroup]:
+        """
+        The live groups as other threads may read them: an immutable
+        mapping, replaced (never changed) by the owner when groups come and
+        go.  Safe to call from any thread.
+        """
+        return self._published
+
+    def _publish(self) -> None:
+        if not self._changed:
+            return
+        changed, self._changed = self._changed, set()
+        published = self._published
+        added: dict[str, PublishedGroup] = {}
+        removed = []
+        for groupId in changed:
+            group = self._groups.get(groupId)
+            if group is None:
+                if groupId in published:
+                    removed.append(groupId)
+                continue
+            cell = published.get(groupId) or added.setdefault(groupId, PublishedGroup(groupId))
+            cell.offsets = MappingProxyType({tp: om.offset for tp, om in group.offsets.items()})
+        if added or removed:
+            table = dict(published)
+            table.update(added)
+            for groupId in removed:
+                del table[groupId]
+            self._published = MappingProxyType(table)
+
+    # ------------------------------------------------------------------
+    # Inputs: the shell's
+
+    @_entry
+    def appendCompleted(self, token: int, error: ErrorCode) -> None:
+        """
+        An L{Append} finished.
+
+        @param error: NONE, or the code of the failure (a storage error is
+            KAFKA_STORAGE_ERROR).
+        """
+        onDone = self._continuations.pop(token, None)
+        if onDone is not None:
+            onDone(error)
+
+    @_entry
+    def timerFired(self, key) -> None:
+        """
+        The timer C{key} (of a L{SetTimer}) fired and was not cancelled
+        since it was set.
+        """
+        kind = key[0]
+        if kind == HEARTBEAT:
+            self._onHeartbeatTimer(key[1], key[2])
+        elif kind == PENDING_MEMBER:
+            self._onPendingMemberExpired(key[1], key[2])
+        elif kind == JOIN:
+            self._onJoinTimer(key[1])
+        elif kind == SYNC:
+            self._onSyncExpired(key[1])
+        else:
+            self.offsets.timerFired(key)
+
+    # ------------------------------------------------------------------
+    # JoinGroup
+
+    @_entry
+    def joinGroup(self, replyTo, request: JoinRequest) -> None:
+        """
+        Join (or rejoin) a group.  The answer, a L{JoinGroupResult}, may
+        come much later (when the rebalance completes).
+        """
+        memberId = request.memberId
+        error = self.statusError(request.groupId, allowEmpty=False)
+        if error is None and not (
+            self._minSessionTimeoutMs <= request.sessionTimeoutMs <= self._maxSessionTimeoutMs
+        ):
+            error = E.invalid_session_timeout
+        if error is not None:
+            self.respond(replyTo, JoinGroupResult.failed(memberId, error))
+            return
+        isUnknown = memberId == ""
+        # A group comes into being when a member without an id joins; a
+        # member id for a group we do not know is stale.
+        group = self.groupOrCreate(request.groupId) if isUnknown else self.group(request.groupId)
+        if group is None:
+            self.respond(replyTo, JoinGroupResult.failed(memberId, E.unknown_member_id))
+            return
+        if not group.supportsProtocols(request.protocolType, (n for n, _ in request.protocols)):
+            self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
+        elif isUnknown:
+            self._doNewMemberJoin(group, replyTo, request)
+        else:
+            self._doCurrentMemberJoin(group, replyTo, request)
+        if group.state is S.PREPARING_REBALANCE:
+            self._tryCompleteJoin(group)
+
+    def _doNewMemberJoin(self, group: GroupMetadata, replyTo, request: JoinRequest) -> None:
+        instanceId = request.groupInstanceId
+        prefix = instanceId if instanceId is not None else request.clientId
+        newMemberId = f"{prefix}-{self._newMemberId()}"
+        if instanceId is not None:
+            oldMemberId = group.staticMembers.get(instanceId)
+            if oldMemberId is not None:
+                self._updateStaticMemberAndRebalance(
+                    group, replyTo, oldMemberId, newMemberId, request
+                )
+            else:
+                self._addMemberAndRebalance(group, replyTo, newMemberId, request)
+        elif request.requireKnownMemberId:
+            # KIP-394: remember the id we hand out; until it comes back (or
+            # its session timeout passes) the rebalance waits for it.
+            group.pendingMembers.add(newMemberId)
+            self.setTimer((PENDING_MEMBER, group.groupId, newMemberId), request.sessionTimeoutMs)
+            self.respond(replyTo, JoinGroupResult.failed(newMemberId, E.member_id_required))
+        else:
+            self._addMemberAndRebalance(group, replyTo, newMemberId, request)
 
     def _currentGenerationResult(
         self,
@@ -386,151 +447,162 @@ class GroupCoordinator:
             members=group.currentMemberMetadata() if includeMembers else (),
         )
 
-    def _doCurrentMemberJoin(
-        self,
-        group,
-        d,
-        memberId,
-        groupInstanceId,
-        clientId,
-        clientHost,
-        rebalanceTimeoutMs,
-        sessionTimeoutMs,
-        protocolType,
-        protocols,
-    ) -> None:
+    def _doCurrentMemberJoin(self, group: GroupMetadata, replyTo, request: JoinRequest) -> None:
+        memberId = request.memberId
         if memberId in group.pendingMembers:
             # The second half of the MEMBER_ID_REQUIRED handshake.
-            self._cancel(group.pendingMembers[memberId])
-            self._addMemberAndRebalance(
-                group,
-                d,
-                memberId,
-                None,
-                clientId,
-                clientHost,
-                rebalanceTimeoutMs,
-                sessionTimeoutMs,
-                protocolType,
-                protocols,
-            )
+            self.cancelTimer((PENDING_MEMBER, group.groupId, memberId))
+            self._addMemberAndRebalance(group, replyTo, memberId, request, static=False)
             return
-        error = self._validateCurrentMember(group, memberId, groupInstanceId)
+        error = self.validateCurrentMember(group, memberId, request.groupInstanceId)
         if error is not None:
-            group.respond(d, JoinGroupResult.failed(memberId, error))
+            self.respond(replyTo, JoinGroupResult.failed(memberId, error))
             return
         member = group.members[memberId]
+        protocols = list(request.protocols)
         if group.state is S.PREPARING_REBALANCE:
-            self._updateMemberAndRebalance(
-                group, member, protocols, rebalanceTimeoutMs, sessionTimeoutMs, d
-            )
+            self._updateMemberAndRebalance(group, member, request, replyTo)
         elif group.state is S.COMPLETING_REBALANCE:
             if member.matches(protocols):
                 # Probably lost its JoinGroup response: answer it again.
-                group.respond(d, self._currentGenerationResult(group, member))
+                self.respond(replyTo, self._currentGenerationResult(group, member))
             else:
-                self._updateMemberAndRebalance(
-                    group, member, protocols, rebalanceTimeoutMs, sessionTimeoutMs, d
-                )
+                self._updateMemberAndRebalance(group, member, request, replyTo)
         elif group.state is S.STABLE:
             if group.isLeader(memberId) or not member.matches(protocols):
                 # The leader rejoining is how a consumer asks for a
                 # rebalance after a metadata change that its subscription
                 # bytes do not show (e.g. new partitions).
-                self._updateMemberAndRebalance(
-                    group, member, protocols, rebalanceTimeoutMs, sessionTimeoutMs, d
-                )
+                self._updateMemberAndRebalance(group, member, request, replyTo)
             else:
-                group.respond(d, self._currentGenerationResult(group, member, includeMembers=False))
+                self.respond(
+                    replyTo, self._currentGenerationResult(group, member, includeMembers=False)
+                )
         else:
-            group.respond(d, JoinGroupResult.failed(memberId, E.unknown_member_id))
+            self.respond(replyTo, JoinGroupResult.failed(memberId, E.unknown_member_id))
 
     def _addMemberAndRebalance(
-        self,
-        group,
-        d,
-        memberId,
-        groupInstanceId,
-        clientId,
-        clientHost,
-        rebalanceTimeoutMs,
-        sessionTimeoutMs,
-        protocolType,
-        protocols,
+        self, group: GroupMetadata, replyTo, memberId: str, request: JoinRequest, static=True
     ) -> None:
-        member = MemberMetadata(
-            memberId,
-            groupInstanceId,
-            clientId,
-            clientHost,
-            rebalanceTimeoutMs,
-            sessionTimeoutMs,
-            protocolType,
-            protocols,
+        member = MemberMetadata.fromJoin(
+            memberId, request.groupInstanceId if static else None, request
         )
         member.isNew = True
         if group.state is S.PREPARING_REBALANCE and group.generationId == 0:
             # Extends the initial rebalance delay (InitialDelayedJoin).
             group.newMemberAdded = True
-        group.add(member, d)
+        group.add(member, replyTo)
+        self.changed(group)
         self._scheduleHeartbeat(group, member, self._newMemberJoinTimeoutMs)
         self._maybePrepareRebalance(group)
 
+    def _invokeJoin(self, group: GroupMetadata, member: MemberMetadata, result) -> bool:
+        replyTo = group.takeJoin(member)
+        self.respond(replyTo, result)
+        return replyTo is not None
+
+    def _invokeSync(self, group: GroupMetadata, member: MemberMetadata, result) -> bool:
+        replyTo = group.takeSync(member)
+        self.respond(replyTo, result)
+        return replyTo is not None
+
     def _updateMemberAndRebalance(
-        self, group, member, protocols, rebalanceTimeoutMs, sessionTimeoutMs, d
+        self, group: GroupMetadata, member: MemberMetadata, request: JoinRequest, replyTo
     ) -> None:
-        group.maybeInvokeJoin(
-            member, JoinGroupResult.failed(member.memberId, E.rebalance_in_progress)
+        self._invokeJoin(
+            group, member, JoinGroupResult.failed(member.memberId, E.rebalance_in_progress)
         )
-        group.updateMember(member, protocols, rebalanceTimeoutMs, sessionTimeoutMs, d)
+        group.updateMember(
+            member,
+            list(request.protocols),
+            request.rebalanceTimeoutMs,
+            request.sessionTimeoutMs,
+            replyTo,
+        )
         self._maybePrepareRebalance(group)
+
+    def _replaceStaticMember(
+        self, group: GroupMetadata, instanceId: str, oldMemberId: str, newMemberId: str
+    ) -> MemberMetadata:
+        """
+        Move a static member to a new member id, fencing what still waits
+        under the old one, with a fresh session under the new one.
+        """
+        member = group.members[oldMemberId]
+        self._invokeJoin(group, member, JoinGroupResult.failed(oldMemberId, E.fenced_instance_id))
+        self._invokeSync(group, member, SyncGroupResult(E.fenced_instance_id))
+        self._cancelHeartbeat(group, member)
+        group.replaceStaticMember(instanceId, oldMemberId, newMemberId)
+        self._scheduleHeartbeat(group, member)
+        self.changed(group)
+        return member
 
     def _updateStaticMemberAndRebalance(
         self,
-        group,
-        d,
-        oldMemberId,
-        newMemberId,
-        groupInstanceId,
-        protocols,
-        rebalanceTimeoutMs,
-        sessionTimeoutMs,
+        group: GroupMetadata,
+        replyTo,
+        oldMemberId: str,
+        newMemberId: str,
+        request: JoinRequest,
     ) -> None:
+        instanceId = request.groupInstanceId
         currentLeader = group.leaderId or ""
-        member = group.replaceStaticMember(groupInstanceId, oldMemberId, newMemberId)
-        # The old id's session timer is void; the new id gets a fresh one.
-        self._scheduleHeartbeat(group, member)
+        member = self._replaceStaticMember(group, instanceId, oldMemberId, newMemberId)
         oldProtocols = member.supportedProtocols
         oldTimeouts = (member.rebalanceTimeoutMs, member.sessionTimeoutMs)
-        group.updateMember(member, protocols, rebalanceTimeoutMs, sessionTimeoutMs, d)
+        group.updateMember(
+            member,
+            list(request.protocols),
+            request.rebalanceTimeoutMs,
+            request.sessionTimeoutMs,
+            replyTo,
+        )
         if group.state is S.STABLE:
             if group.protocolName == group.selectProtocol():
                 # Same assignor next generation: no rebalance, just persist
                 # the new member id.
-                try:
-                    self._store.storeGroup(group.snapshot())
-                except KafkaError as e:
-                    log.warning("failed to persist group %s: %s", group.groupId, e)
-                    group.updateMember(member, oldProtocols, *oldTimeouts, None)
-                    group.replaceStaticMember(groupInstanceId, newMemberId, oldMemberId)
-                    self._scheduleHeartbeat(group, member)
-                    group.respond(
-                        d,
-                        JoinGroupResult(
-                            errorCode=e.code,
-                            generationId=group.generationId,
-                            protocolType=group.protocolType,
-                            protocolName=group.protocolName,
-                            leaderId=currentLeader,
-                            memberId="",
-                        ),
+                generation = group.generationId
+
+                def stored(error: ErrorCode) -> None:
+                    current = (
+                        group.state is S.STABLE
+                        and group.generationId == generation
+                        and group.members.get(newMemberId) is member
+                        and member.awaitingJoin is replyTo
                     )
-                else:
-                    # The previous leader id, so that a replaced leader does
-                    # not run the assignor in a Stable group (pre-v9).
-                    group.maybeInvokeJoin(
-                        member, self._currentGenerationResult(group, member, currentLeader, False)
-                    )
+                    if not current:
+                        # Replaced, removed or rebalancing meanwhile: that
+                        # path answered (or will answer) the request.
+                        return
+                    if error != E.none:
+                        log.warn(
+                            "group {group}: failed to persist static member {instance}'s"
+                            " new id: {error}",
+                            group=group.groupId, instance=instanceId, error=error.name,
+                        )
+                        group.updateMember(member, oldProtocols, *oldTimeouts, None)
+                        self._replaceStaticMember(group, instanceId, newMemberId, oldMemberId)
+                        self.respond(
+                            replyTo,
+                            JoinGroupResult(
+                                errorCode=APPEND_ERRORS_FOR_GROUP.get(error, error),
+                                generationId=group.generationId,
+                                protocolType=group.protocolType,
+                                protocolName=group.protocolName,
+                                leaderId=currentLeader,
+                                memberId="",
+                            ),
+                        )
+                    else:
+                        # The previous leader id, so that a replaced leader
+                        # does not run the assignor in a Stable group (pre-v9).
+                        self._invokeJoin(
+                            group,
+                            member,
+                            self._currentGenerationResult(group, member, currentLeader, False),
+                        )
+
+                self.append(group.groupId, [groupRecord(group.snapshot())], stored)
             else:
                 self._maybePrepareRebalance(group)
         elif group.state is S.COMPLETING_REBALANCE:
@@ -552,9 +624,10 @@ class GroupCoordinator:
         self._removeSyncExpiration(group)
         self._cancelJoinTimer(group)
         wasEmpty = group.state is S.EMPTY
-        group.transitionTo(S.PREPARING_REBALANCE, self._nowMs())
+        group.transitionTo(S.PREPARING_REBALANCE, self.nowMs)
         log.info(
-            "preparing to rebalance group %s (generation %d)", group.groupId, group.generationId
+            "group {group}: preparing to rebalance (generation {generation}, {members} members)",
+            group=group.groupId, generation=group.generationId, members=len(group.members),
         )
         if wasEmpty and self._initialRebalanceDelayMs > 0:
             # Give the other members of a starting application a moment to
@@ -568,31 +641,31 @@ class GroupCoordinator:
             self._tryCompleteJoin(group)
 
     def _armJoinTimer(self, group, delayMs, initial, initialDelayMs, remainingMs) -> None:
-        token = object()
-        group.joinToken = token
-        group.joinTimer = self._callLater(
-            delayMs, self._onJoinTimer, group, token, initial, initialDelayMs, remainingMs
-        )
+        group.joinTimer = (initial, initialDelayMs, remainingMs)
+        self.setTimer((JOIN, group.groupId), delayMs)
 
     def _cancelJoinTimer(self, group: GroupMetadata) -> None:
-        group.joinToken = None
-        self._cancel(group.joinTimer)
-        group.joinTimer = None
+        if group.joinTimer is not None:
+            group.joinTimer = None
+            self.cancelTimer((JOIN, group.groupId))
 
-    def _onJoinTimer(self, group, token, initial, delayMs, remainingMs) -> None:
-        with self._locked(group):
-            if group.joinToken is not token or group.state is not S.PREPARING_REBALANCE:
-                return
-            group.joinToken = group.joinTimer = None
-            if initial and group.newMemberAdded and remainingMs != 0:
-                # InitialDelayedJoin: someone new arrived, wait another
-                # delay, but never longer than the rebalance timeout overall.
-                group.newMemberAdded = False
-                nextDelay = min(self._initialRebalanceDelayMs, remainingMs)
-                self._armJoinTimer(group, nextDelay, True, nextDelay, max(remainingMs - delayMs, 0))
-            else:
-                group.initialDelayActive = False
-                self._onCompleteJoin(group)
+    def _onJoinTimer(self, groupId: str) -> None:
+        group = self.group(groupId)
+        if group is None or group.joinTimer is None:
+            return
+        initial, delayMs, remainingMs = group.joinTimer
+        group.joinTimer = None
+        if group.state is not S.PREPARING_REBALANCE:
+            return
+        if initial and group.newMemberAdded and remainingMs != 0:
+            # InitialDelayedJoin: someone new arrived, wait another delay,
+            # but never longer than the rebalance timeout overall.
+            group.newMemberAdded = False
+            nextDelay = min(self._initialRebalanceDelayMs, remainingMs)
+            self._armJoinTimer(group, nextDelay, True, nextDelay, max(remainingMs - delayMs, 0))
+        else:
+            group.initialDelayActive = False
+            self._onCompleteJoin(group)
 
     def _tryCompleteJoin(self, group: GroupMetadata) -> None:
         """
@@ -603,7 +676,7 @@ class GroupCoordinator:
         if (
             group.state is S.PREPARING_REBALANCE
             and not group.initialDelayActive
-            and group.joinToken is not None
+            and group.joinTimer is not None
             and group.hasAllMembersJoined()
         ):
             self._cancelJoinTimer(group)
@@ -619,39 +692,36 @@ class GroupCoordinator:
             # given the chance to sync (or time out) like the others.
             if not member.isStatic:
                 log.info(
-                    "group %s: removing member %s, which did not rejoin",
-                    group.groupId,
-                    member.memberId,
+                    "group {group}: removing member {member}, which did not rejoin in time",
+                    group=group.groupId, member=member.memberId,
                 )
-                self._cancelHeartbeat(member)
+                self._cancelHeartbeat(group, member)
                 group.remove(member.memberId)
-        if group.state is S.DEAD:
-            return
         if group.members and not group.maybeElectNewJoinedLeader():
             # Only static members that did not rejoin remain: wait another
             # round for them to rejoin or time out.
-            log.warning("group %s: no member rejoined, postponing the rebalance", group.groupId)
+            log.warn(
+                "group {group}: no member rejoined, postponing the rebalance", group=group.groupId
+            )
             self._armJoinTimer(group, group.rebalanceTimeoutMs, False, 0, 0)
             return
-        nowMs = self._nowMs()
-        group.initNextGeneration(nowMs)
+        group.initNextGeneration(self.nowMs)
+        self.changed(group)
         if group.state is S.EMPTY:
-            log.info("group %s is now empty (generation %d)", group.groupId, group.generationId)
-            try:
-                self._store.storeGroup(group.snapshot({}))
-            except KafkaError as e:
-                # No active members; the previous snapshot is harmless.
-                log.warning("failed to persist empty group %s: %s", group.groupId, e)
+            log.info(
+                "group {group} is now empty (generation {generation})",
+                group=group.groupId, generation=group.generationId,
+            )
+            # No active members: a failure only leaves the previous snapshot.
+            self.append(group.groupId, [groupRecord(group.snapshot({}))])
             return
         log.info(
-            "group %s stabilized generation %d with %d members (protocol %s)",
-            group.groupId,
-            group.generationId,
-            len(group.members),
-            group.protocolName,
+            "group {group}: generation {generation} with {members} members (protocol {protocol})",
+            group=group.groupId, generation=group.generationId,
+            members=len(group.members), protocol=group.protocolName,
         )
         for member in group.allMembers():
-            group.maybeInvokeJoin(member, self._currentGenerationResult(group, member))
+            self._invokeJoin(group, member, self._currentGenerationResult(group, member))
             self._scheduleHeartbeat(group, member)
             member.isNew = False
             group.pendingSyncMembers.add(member.memberId)
@@ -660,45 +730,44 @@ class GroupCoordinator:
     # -- pending sync (DelayedSync) ----------------------------------------
 
     def _schedulePendingSync(self, group: GroupMetadata) -> None:
-        self._removeSyncExpiration(group, clear=False)
-        token = object()
-        group.syncToken = token
-        group.syncTimer = self._callLater(
-            group.rebalanceTimeoutMs, self._onSyncExpired, group, token, group.generationId
-        )
+        group.syncTimerGeneration = group.generationId
+        self.setTimer((SYNC, group.groupId), group.rebalanceTimeoutMs)
 
     def _removeSyncExpiration(self, group: GroupMetadata, clear: bool = True) -> None:
         if clear:
             group.pendingSyncMembers.clear()
-        group.syncToken = None
-        self._cancel(group.syncTimer)
-        group.syncTimer = None
+        if group.syncTimerGeneration is not None:
+            group.syncTimerGeneration = None
+            self.cancelTimer((SYNC, group.groupId))
 
     def _removePendingSyncMember(self, group: GroupMetadata, memberId: str) -> None:
         group.pendingSyncMembers.discard(memberId)
         if not group.pendingSyncMembers:
             self._removeSyncExpiration(group)
 
-    def _onSyncExpired(self, group, token, generationId) -> None:
-        with self._locked(group):
-            if group.syncToken is not token or generationId != group.generationId:
-                return
-            group.syncToken = group.syncTimer = None
-            if (
-                group.state not in (S.COMPLETING_REBALANCE, S.STABLE)
-                or not group.pendingSyncMembers
-            ):
-                return
-            pending = sorted(group.pendingSyncMembers)
-            log.info(
-                "group %s: removing members that never sent SyncGroup: %s", group.groupId, pending
-            )
-            for memberId in pending:
-                member = group.members.get(memberId)
-                if member is not None:
-                    self._cancelHeartbeat(member)
-                group.remove(memberId)
-            self._prepareRebalance(group)
+    def _onSyncExpired(self, groupId: str) -> None:
+        group = self.group(groupId)
+        if group is None or group.syncTimerGeneration is None:
+            return
+        generation, group.syncTimerGeneration = group.syncTimerGeneration, None
+        if (
+            generation != group.generationId
+            or group.state not in (S.COMPLETING_REBALANCE, S.STABLE)
+            or not group.pendingSyncMembers
+        ):
+            return
+        pending = sorted(group.pendingSyncMembers)
+        log.info(
+            "group {group}: removing members that never sent SyncGroup: {members}",
+            group=group.groupId, members=pending,
+        )
+        for memberId in pending:
+            member = group.members.get(memberId)
+            if member is not None:
+                self._cancelHeartbeat(group, member)
+            group.remove(memberId)
+        self.changed(group)
+        self._prepareRebalance(group)
 
     # -- assignment ----------------------------------------------------------
 
@@ -711,7 +780,7 @@ class GroupCoordinator:
                 group.protocolName if ok else None,
                 member.assignment,
             )
-            if group.maybeInvokeSync(member, result):
+            if self._invokeSync(group, member, result):
                 # Its session may have lapsed while it waited for the
                 # leader; the timer ignored it then, so start a new one.
                 self._scheduleHeartbeat(group, member)
@@ -730,55 +799,62 @@ class GroupCoordinator:
         """
         Kafka's C{completeAndScheduleNextHeartbeatExpiration}: the member
         showed signs of life; it must do so again within its session
-        timeout (or C{timeoutMs}).
+        timeout (or C{timeoutMs}).  Only moves the deadline unless it comes
+        before the armed timer.
         """
-        self._cancel(member.heartbeatTimer)
-        token = object()
-        member.heartbeatToken = token
-        member.heartbeatTimer = self._callLater(
-            member.sessionTimeoutMs if timeoutMs is None else timeoutMs,
-            self._onHeartbeatExpired,
-            group,
-            member,
-            token,
+        deadline = self.nowMs + (member.sessionTimeoutMs if timeoutMs is None else timeoutMs)
+        member.heartbeatDeadlineMs = deadline
+        due = member.heartbeatTimerDueMs
+        if due is None or deadline < due:
+            member.heartbeatTimerDueMs = deadline
+            self.setTimer((HEARTBEAT, group.groupId, member.memberId), deadline - self.nowMs)
+
+    def _cancelHeartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        member.heartbeatDeadlineMs = None
+        if member.heartbeatTimerDueMs is not None:
+            member.heartbeatTimerDueMs = None
+            self.cancelTimer((HEARTBEAT, group.groupId, member.memberId))
+
+    def _onHeartbeatTimer(self, groupId: str, memberId: str) -> None:
+        group = self.group(groupId)
+        member = group.members.get(memberId) if group is not None else None
+        if member is None:
+            return
+        member.heartbeatTimerDueMs = None
+        deadline = member.heartbeatDeadlineMs
+        if deadline is None:
+            return
+        if self.nowMs < deadline:
+            # Heartbeats moved the deadline since the timer was armed.
+            member.heartbeatTimerDueMs = deadline
+            self.setTimer((HEARTBEAT, groupId, memberId), deadline - self.nowMs)
+            return
+        member.heartbeatDeadlineMs = None
+        if member.hasSatisfiedHeartbeat():
+            # Parked in JoinGroup/SyncGroup: alive.  The end of the
+            # rebalance starts a new session.
+            return
+        log.info("group {group}: member {member}'s session expired", group=groupId, member=memberId)
+        self._removeMemberAndUpdateGroup(group, member)
+
+    def _onPendingMemberExpired(self, groupId: str, memberId: str) -> None:
+        group = self.group(groupId)
+        if group is None or memberId not in group.pendingMembers:
+            return
+        log.info(
+            "group {group}: pending member {member} never joined", group=groupId, member=memberId
         )
-
-    def _cancelHeartbeat(self, member: MemberMetadata) -> None:
-        member.heartbeatToken = None
-        self._cancel(member.heartbeatTimer)
-        member.heartbeatTimer = None
-
-    def _onHeartbeatExpired(self, group, member, token) -> None:
-        with self._locked(group):
-            if (
-                group.state is S.DEAD
-                or member.heartbeatToken is not token
-                or group.members.get(member.memberId) is not member
-            ):
-                return
-            member.heartbeatToken = member.heartbeatTimer = None
-            if member.hasSatisfiedHeartbeat():
-                # Parked in JoinGroup/SyncGroup: alive.  The end of the
-                # rebalance arms a new timer.
-                return
-            log.info("group %s: member %s session expired", group.groupId, member.memberId)
-            self._removeMemberAndUpdateGroup(group, member)
-
-    def _onPendingMemberExpired(self, group, memberId) -> None:
-        with self._locked(group):
-            if group.state is S.DEAD or memberId not in group.pendingMembers:
-                return
-            log.info("group %s: pending member %s never joined", group.groupId, memberId)
-            del group.pendingMembers[memberId]
-            self._tryCompleteJoin(group)
+        group.pendingMembers.discard(memberId)
+        self._tryCompleteJoin(group)
 
     def _removeMemberAndUpdateGroup(self, group: GroupMetadata, member: MemberMetadata) -> None:
         # A parked request of the removed member must not hang: tell it to
         # start over.
-        group.maybeInvokeJoin(member, JoinGroupResult.failed("", E.unknown_member_id))
-        group.maybeInvokeSync(member, SyncGroupResult(E.unknown_member_id))
-        self._cancelHeartbeat(member)
+        self._invokeJoin(group, member, JoinGroupResult.failed("", E.unknown_member_id))
+        self._invokeSync(group, member, SyncGroupResult(E.unknown_member_id))
+        self._cancelHeartbeat(group, member)
         group.remove(member.memberId)
+        self.changed(group)
         if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
             self._maybePrepareRebalance(group)
         elif group.state is S.PREPARING_REBALANCE:
@@ -787,558 +863,397 @@ class GroupCoordinator:
     # ------------------------------------------------------------------
     # SyncGroup
 
-    def syncGroup(
-        self,
-        groupId: str,
-        generationId: int,
-        memberId: str,
-        groupInstanceId: str | None,
-        protocolType: str | None,
-        protocolName: str | None,
-        assignments: Mapping[str, bytes],
-    ) -> Deferred:
+    @_entry
+    def syncGroup(self, replyTo, request: SyncRequest) -> None:
         """
         Receive (and, for the leader, hand out) the assignment of the
-        current generation.
-
-        @param protocolType: SyncGroup v5+, else C{None} (not checked).
-        @param protocolName: SyncGroup v5+, else C{None} (not checked).
-        @param assignments: the leader's assignment, member id -> bytes;
-            empty for followers.
-        @return: a Deferred firing with a L{SyncGroupResult}; a follower's
-            fires when the leader's assignment arrives.
+        current generation.  The answer, a L{SyncGroupResult}, comes when
+        the leader's assignment is stored.
         """
-        d: Deferred = ThreadSafeDeferred()
-        error = self._groupStatusError(groupId, allowEmpty=False)
-        group = self._getGroup(groupId) if error is None else None
+        error = self.statusError(request.groupId, allowEmpty=False)
+        group = self.group(request.groupId) if error is None else None
         if error is None and group is None:
             error = E.unknown_member_id
+        if error is None:
+            error = self._validateSyncGroup(group, request)
         if error is not None:
-            d.callback(SyncGroupResult(error))
-            return d
-        with self._locked(group):
-            error = self._validateSyncGroup(
-                group, generationId, memberId, groupInstanceId, protocolType, protocolName
+            self.respond(replyTo, SyncGroupResult(error))
+            return
+        memberId = request.memberId
+        if group.state is S.EMPTY:
+            self.respond(replyTo, SyncGroupResult(E.unknown_member_id))
+        elif group.state is S.PREPARING_REBALANCE:
+            self.respond(replyTo, SyncGroupResult(E.rebalance_in_progress))
+        elif group.state is S.COMPLETING_REBALANCE:
+            member = group.members[memberId]
+            self._invokeSync(group, member, SyncGroupResult(E.rebalance_in_progress))
+            member.awaitingSync = replyTo
+            self._removePendingSyncMember(group, memberId)
+            if group.isLeader(memberId):
+                self._completeSyncWithAssignment(group, request.assignments)
+        elif group.state is S.STABLE:
+            # A follower that syncs after the leader, or a rejoin that
+            # changed nothing: hand out what it was assigned.
+            member = group.members[memberId]
+            self._removePendingSyncMember(group, memberId)
+            self.respond(
+                replyTo,
+                SyncGroupResult(E.none, group.protocolType, group.protocolName, member.assignment),
             )
-            if error is not None:
-                group.respond(d, SyncGroupResult(error))
-            elif group.state is S.EMPTY:
-                group.respond(d, SyncGroupResult(E.unknown_member_id))
-            elif group.state is S.PREPARING_REBALANCE:
-                group.respond(d, SyncGroupResult(E.rebalance_in_progress))
-            elif group.state is S.COMPLETING_REBALANCE:
-                member = group.members[memberId]
-                group.maybeInvokeSync(member, SyncGroupResult(E.rebalance_in_progress))
-                member.awaitingSync = d
-                self._removePendingSyncMember(group, memberId)
-                if group.isLeader(memberId):
-                    self._completeSyncWithAssignment(group, dict(assignments))
-            elif group.state is S.STABLE:
-                # A follower that syncs after the leader, or a rejoin that
-                # changed nothing: hand out what it was assigned.
-                member = group.members[memberId]
-                self._removePendingSyncMember(group, memberId)
-                group.respond(
-                    d,
-                    SyncGroupResult(
-                        E.none, group.protocolType, group.protocolName, member.assignment
-                    ),
-                )
-                self._scheduleHeartbeat(group, member)
-        return d
+            self._scheduleHeartbeat(group, member)
 
-    def _validateSyncGroup(
-        self, group, generationId, memberId, groupInstanceId, protocolType, protocolName
-    ):
-        if group.state is S.DEAD:
-            return E.coordinator_not_available
-        error = self._validateCurrentMember(group, memberId, groupInstanceId)
+    def _validateSyncGroup(self, group: GroupMetadata, request: SyncRequest) -> ErrorCode | None:
+        error = self.validateCurrentMember(group, request.memberId, request.groupInstanceId)
         if error is not None:
             return error
-        if generationId != group.generationId:
+        if request.generationId != group.generationId:
             return E.illegal_generation
-        if protocolType is not None and protocolType != group.protocolType:
+        if request.protocolType is not None and request.protocolType != group.protocolType:
             return E.inconsistent_group_protocol
-        if protocolName is not None and protocolName != group.protocolName:
+        if request.protocolName is not None and request.protocolName != group.protocolName:
             return E.inconsistent_group_protocol
         return None
 
     def _completeSyncWithAssignment(
-        self, group: GroupMetadata, assignments: dict[str, bytes]
+        self, group: GroupMetadata, assignments: Mapping[str, bytes]
     ) -> None:
         # Members the leader left out get an empty assignment; ids it
         # invented are ignored.
-        assignment = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
+        assignment = {mid: assignments.get(mid, b"") for mid in group.members}
         missing = [mid for mid in group.members if mid not in assignments]
         if missing:
-            log.warning("group %s: no assignment for %s, assigning nothing", group.groupId, missing)
-        try:
-            self._store.storeGroup(group.snapshot(assignment))
-        except KafkaError as e:
-            self._resetAndPropagateAssignmentError(group, e.code)
-            self._maybePrepareRebalance(group)
-            return
-        for member in group.allMembers():
-            member.assignment = assignment[member.memberId]
-        self._propagateAssignment(group, E.none)
-        group.transitionTo(S.STABLE, self._nowMs())
+            log.warn(
+                "group {group}: no assignment for {members}, assigning nothing",
+                group=group.groupId, members=missing,
+            )
+        generation = group.generationId
+
+        def stored(error: ErrorCode) -> None:
+            if group.state is not S.COMPLETING_REBALANCE or group.generationId != generation:
+                # Another rebalance (or a deletion) overtook this one.
+                return
+            if error != E.none:
+                log.warn(
+                    "group {group}: failed to store the assignment of generation"
+                    " {generation}: {error}",
+                    group=group.groupId, generation=generation, error=error.name,
+                )
+                self._resetAndPropagateAssignmentError(
+                    group, APPEND_ERRORS_FOR_GROUP.get(error, error)
+                )
+                self._maybePrepareRebalance(group)
+                return
+            for member in group.allMembers():
+                member.assignment = assignment.get(member.memberId, b"")
+            self._propagateAssignment(group, E.none)
+            group.transitionTo(S.STABLE, self.nowMs)
+            log.info(
+                "group {group}: generation {generation} is stable",
+                group=group.groupId,
+                generation=generation,
+            )
+
+        self.append(group.groupId, [groupRecord(group.snapshot(assignment))], stored)
 
     # ------------------------------------------------------------------
     # Heartbeat
 
+    @_entry
     def heartbeat(
-        self, groupId: str, generationId: int, memberId: str, groupInstanceId: str | None = None
-    ) -> ErrorCode:
+        self,
+        replyTo,
+        groupId: str,
+        generationId: int,
+        memberId: str,
+        groupInstanceId: str | None = None,
+    ) -> None:
         """
         Keep a member's session alive and tell it whether to rejoin.
 
-        @return: NONE, REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION,
-            UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ...
+        Answers an L{ErrorCode}: NONE, REBALANCE_IN_PROGRESS (rejoin),
+        ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ...
         """
-        error = self._groupStatusError(groupId, allowEmpty=False)
+        self.respond(replyTo, self._heartbeat(groupId, generationId, memberId, groupInstanceId))
+
+    def _heartbeat(self, groupId, generationId, memberId, groupInstanceId) -> ErrorCode:
+        error = self.statusError(groupId, allowEmpty=False)
         if error is not None:
             return error
-        group = self._getGroup(groupId)
+        group = self.group(groupId)
         if group is None:
             return E.unknown_member_id
-        with self._locked(group):
-            if group.state is S.DEAD:
-                return E.coordinator_not_available
-            error = self._validateCurrentMember(group, memberId, groupInstanceId)
-            if error is None and generationId != group.generationId:
-                error = E.illegal_generation
-            if error is not None:
-                return error
-            if group.state is S.EMPTY:
-                return E.unknown_member_id
-            self._scheduleHeartbeat(group, group.members[memberId])
-            if group.state is S.PREPARING_REBALANCE:
-                return E.rebalance_in_progress
-            # CompletingRebalance: heartbeats before SyncGroup are normal.
-            return E.none
+        error = self.validateCurrentMember(group, memberId, groupInstanceId)
+        if error is None and generationId != group.generationId:
+            error = E.illegal_generation
+        if error is not None:
+            return error
+        if group.state is S.EMPTY:
+            return E.unknown_member_id
+        self._scheduleHeartbeat(group, group.members[memberId])
+        if group.state is S.PREPARING_REBALANCE:
+            return E.rebalance_in_progress
+        # CompletingRebalance: heartbeats before SyncGroup are normal.
+        return E.none
+
+    def keepAlive(self, group: GroupMetadata, memberId: str) -> None:
+        """
+        A sign of life from a current member other than a heartbeat (an
+        offset commit).
+        """
+        self._scheduleHeartbeat(group, group.members[memberId])
 
     # ------------------------------------------------------------------
     # LeaveGroup
 
-    def leaveGroup(self, groupId: str, members: Iterable[tuple]) -> LeaveGroupResult:
+    @_entry
+    def leaveGroup(self, replyTo, groupId: str, members: Iterable[tuple]) -> None:
         """
         Remove members (LeaveGroup v3+ batches them; earlier versions send
-        one).
+        one).  Answers a L{LeaveGroupResult}.
 
         @param members: C{(memberId, groupInstanceId)} pairs (a third
             element, the reason, is accepted and ignored).  A C{memberId} of
             C{""} with an instance id removes the static member by instance
             id (administrative removal).
-        @return: L{LeaveGroupResult}.
         """
         members = [(m[0] or "", m[1]) for m in members]
-        error = self._groupStatusError(groupId, allowEmpty=False)
+        error = self.statusError(groupId, allowEmpty=False)
         if error is not None:
-            return LeaveGroupResult(error)
-        group = self._getGroup(groupId)
+            self.respond(replyTo, LeaveGroupResult(error))
+            return
+        group = self.group(groupId)
         if group is None:
-            return LeaveGroupResult(
-                E.none,
-                tuple(LeaveMemberResult(mid, iid, E.unknown_member_id) for mid, iid in members),
+            self.respond(
+                replyTo,
+                LeaveGroupResult(
+                    E.none,
+                    tuple(LeaveMemberResult(mid, iid, E.unknown_member_id) for mid, iid in members),
+                ),
             )
+            return
         results = []
-        with self._locked(group):
-            if group.state is S.DEAD:
-                return LeaveGroupResult(E.coordinator_not_available)
-            for memberId, instanceId in members:
-                if memberId == "":
-                    current = (
-                        group.staticMembers.get(instanceId) if instanceId is not None else None
-                    )
-                    if current is None:
-                        results.append(LeaveMemberResult(memberId, instanceId, E.unknown_member_id))
-                        continue
-                    self._removeMemberAndUpdateGroup(group, group.members[current])
-                    results.append(LeaveMemberResult(memberId, instanceId, E.none))
-                elif memberId in group.pendingMembers:
-                    self._cancel(group.pendingMembers.pop(memberId))
-                    self._tryCompleteJoin(group)
-                    results.append(LeaveMemberResult(memberId, instanceId, E.none))
-                else:
-                    error = self._validateCurrentMember(group, memberId, instanceId)
-                    if error is None:
-                        log.info("group %s: member %s left", groupId, memberId)
-                        self._removeMemberAndUpdateGroup(group, group.members[memberId])
-                    results.append(LeaveMemberResult(memberId, instanceId, error or E.none))
-        return LeaveGroupResult(E.none, tuple(results))
+        for memberId, instanceId in members:
+            if memberId == "":
+                current = group.staticMembers.get(instanceId) if instanceId is not None else None
+                if current is None:
+                    results.append(LeaveMemberResult(memberId, instanceId, E.unknown_member_id))
+                    continue
+                log.info(
+                    "group {group}: static member {instance} removed",
+                    group=groupId,
+                    instance=instanceId,
+                )
+                self._removeMemberAndUpdateGroup(group, group.members[current])
+                results.append(LeaveMemberResult(memberId, instanceId, E.none))
+            elif memberId in group.pendingMembers:
+                group.pendingMembers.discard(memberId)
+                self.cancelTimer((PENDING_MEMBER, groupId, memberId))
+                self._tryCompleteJoin(group)
+                results.append(LeaveMemberResult(memberId, instanceId, E.none))
+            else:
+                error = self.validateCurrentMember(group, memberId, instanceId)
+                if error is None:
+                    log.info("group {group}: member {member} left", group=groupId, member=memberId)
+                    self._removeMemberAndUpdateGroup(group, group.members[memberId])
+                results.append(LeaveMemberResult(memberId, instanceId, error or E.none))
+        self.respond(replyTo, LeaveGroupResult(E.none, tuple(results)))
 
     # ------------------------------------------------------------------
     # Describe / List / Delete
 
-    def describeGroups(self, groupIds: Iterable[str]) -> list[GroupDescription]:
+    @_entry
+    def describeGroups(self, replyTo, groupIds: Iterable[str]) -> None:
         """
-        @return: one L{GroupDescription} per id, in order; unknown groups
-            are state C{"Dead"} with no error (as Kafka before KIP-1043).
+        Answers one L{GroupDescription} per id, in order; unknown groups are
+        state C{"Dead"} with no error (as Kafka before KIP-1043).
         """
         out = []
         for groupId in groupIds:
-            error = self._groupStatusError(groupId, allowEmpty=True)
+            error = self.statusError(groupId, allowEmpty=True)
             if error is not None:
                 out.append(GroupDescription(error, groupId or "", "", "", ""))
                 continue
-            group = self._getGroup(groupId)
+            group = self.group(groupId)
             if group is None:
                 out.append(GroupDescription(E.none, groupId, S.DEAD.value, "", ""))
                 continue
-            with self._locked(group):
-                stable = group.state is S.STABLE
-                out.append(
-                    GroupDescription(
-                        E.none,
-                        groupId,
-                        group.state.value,
-                        group.protocolType or "",
-                        (group.protocolName or "") if stable else "",
-                        group.describeMembers(),
-                    )
+            stable = group.state is S.STABLE
+            out.append(
+                GroupDescription(
+                    E.none,
+                    groupId,
+                    group.state.value,
+                    group.protocolType or "",
+                    (group.protocolName or "") if stable else "",
+                    group.describeMembers(),
                 )
-        return out
+            )
+        self.respond(replyTo, out)
 
-    def listGroups(self, statesFilter: Iterable[str] | None = None) -> ListGroupsResult:
+    @_entry
+    def listGroups(self, replyTo, statesFilter: Iterable[str] | None = None) -> None:
         """
+        Answers a L{ListGroupsResult} of L{GroupOverview}s.
+
         @param statesFilter: state names (ListGroups v4+; compared without
             regard to case); empty or C{None} lists all.
-        @return: L{ListGroupsResult} of L{GroupOverview}s.
         """
         if not self._active:
-            return ListGroupsResult(E.coordinator_not_available)
+            self.respond(replyTo, ListGroupsResult(E.coordinator_not_available))
+            return
         wanted = {s.lower() for s in statesFilter or ()}
-        with self._lock:
-            groups = list(self._groups.values())
-        out = []
-        for group in groups:
-            with self._locked(group):
-                if group.state is S.DEAD:
-                    continue
-                if wanted and group.state.value.lower() not in wanted:
-                    continue
-                out.append(
-                    GroupOverview(group.groupId, group.protocolType or "", group.state.value)
-                )
-        return ListGroupsResult(E.none, tuple(out))
+        out = tuple(
+            GroupOverview(group.groupId, group.protocolType or "", group.state.value)
+            for group in self._groups.values()
+            if not wanted or group.state.value.lower() in wanted
+        )
+        self.respond(replyTo, ListGroupsResult(E.none, out))
 
-    def deleteGroups(self, groupIds: Iterable[str]) -> dict[str, ErrorCode]:
+    @_entry
+    def deleteGroups(self, replyTo, groupIds: Iterable[str]) -> None:
         """
-        Delete empty groups with their offsets.
-
-        @return: group id -> NONE, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...
+        Delete empty groups with their offsets.  Answers a C{dict} group id
+        -> NONE, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ... once the
+        tombstones are written.
         """
         out: dict[str, ErrorCode] = {}
+        deleting: list[GroupMetadata] = []
         for groupId in groupIds:
-            error = self._groupStatusError(groupId, allowEmpty=True)
-            if error is not None:
-                out[groupId] = error
-                continue
-            group = self._getGroup(groupId)
-            if group is None:
-                out[groupId] = E.group_id_not_found
-                continue
-            with self._locked(group):
-                if group.state is S.DEAD:
-                    out[groupId] = E.group_id_not_found
-                elif group.state is not S.EMPTY:
-                    out[groupId] = E.non_empty_group
-                else:
-                    try:
-                        self._store.deleteGroup(groupId)
-                    except KafkaError as e:
-                        out[groupId] = e.code
-                        continue
-                    self._markDead(group)
-                    out[groupId] = E.none
-        return out
+            error = self.statusError(groupId, allowEmpty=True)
+            group = self.group(groupId) if error is None else None
+            if error is None and group is None:
+                error = E.group_id_not_found
+            if error is None and group.state is not S.EMPTY:
+                error = E.non_empty_group
+            out[groupId] = error or E.none
+            if error is None:
+                deleting.append(group)
+        remaining = len(deleting)
 
-    def _markDead(self, group: GroupMetadata) -> None:
-        """
-        Retire a group (lock held): stop its timers and forget it.
-        """
-        group.transitionTo(S.DEAD, self._nowMs())
-        self._cancelJoinTimer(group)
-        self._removeSyncExpiration(group)
-        for handle in group.pendingMembers.values():
-            self._cancel(handle)
-        group.pendingMembers.clear()
-        for member in group.allMembers():
-            self._cancelHeartbeat(member)
-        group.offsets.clear()
-        self._forgetGroup(group)
+        def deleted(groupId: str, error: ErrorCode) -> None:
+            nonlocal remaining
+            if error != E.none:
+                out[groupId] = APPEND_ERRORS_FOR_GROUP.get(error, error)
+            remaining -= 1
+            if remaining == 0:
+                self.respond(replyTo, out)
+
+        if not deleting:
+            self.respond(replyTo, out)
+        for group in deleting:
+            records = offsetTombstones(
+                group.groupId, sorted(set(group.offsets) | set(group.pendingOffsets))
+            )
+            # The group's tombstone goes last, as Kafka's cleanupGroupMetadata
+            # writes it after the offsets' ones.
+            records.append(groupTombstone(group.groupId))
+            log.info("group {group} deleted", group=group.groupId)
+            self.retire(group)
+            self.append(group.groupId, records, functools.partial(deleted, group.groupId))
 
     # ------------------------------------------------------------------
-    # Offsets
+    # Offsets: see OffsetMetadataManager
 
-    def commitOffsets(
-        self,
-        groupId: str,
-        generationId: int,
-        memberId: str,
-        groupInstanceId: str | None,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        now_ms: int | None = None,
-    ) -> dict[TopicPartition, ErrorCode]:
+    @_entry
+    def commitOffsets(self, replyTo, request: CommitRequest) -> None:
         """
-        OffsetCommit.
-
-        A member of a group (generation >= 0, or a member id or instance id
-        given) must be current; a commit with generation -1 and no member id
-        comes from a consumer managing its own partitions and is only
-        accepted while the group has no members (it creates the group if
-        needed).
-
-        @param offsets: C{(topic, partition)} -> L{OffsetAndMetadata}; a
-            C{commitTimestampMs} of -1 is filled in with C{now_ms}.
-        @param now_ms: the commit time; by default the clock's.  Must be on
-            the same time line as the clock (both are wall time in the
-            broker) since expiry compares the two.
-        @return: C{(topic, partition)} -> L{ErrorCode}.
+        OffsetCommit; answers C{dict} C{(topic, partition)} -> L{ErrorCode}
+        once the commit is in the log.
         """
-        offsets = dict(offsets)
-        nowMs = self._nowMs() if now_ms is None else now_ms
+        self.offsets.commit(replyTo, request)
 
-        def everyone(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
-            return {tp: error for tp in offsets}
-
-        error = self._groupStatusError(groupId, allowEmpty=True)
-        if error is not None:
-            return everyone(error)
-        group = self._getGroup(groupId)
-        if group is None:
-            if generationId >= 0:
-                # A generation of a group we do not know: a stale member.
-                return everyone(E.illegal_generation)
-            group = self._getOrMaybeCreateGroup(groupId, create=True)
-        with self._locked(group):
-            error = self._validateOffsetCommit(group, generationId, memberId, groupInstanceId)
-            if error is not None:
-                return everyone(error)
-            if group.state is S.COMPLETING_REBALANCE:
-                # A valid member that has not received its assignment yet.
-                return everyone(E.rebalance_in_progress)
-            if group.state in (S.STABLE, S.PREPARING_REBALANCE):
-                # Committing is a sign of life; the rebalance is signalled
-                # by the next heartbeat.
-                self._scheduleHeartbeat(group, group.members[memberId])
-            return self._storeOffsets(group, offsets, nowMs)
-
-    def _validateOffsetCommit(self, group, generationId, memberId, groupInstanceId):
-        if group.state is S.DEAD:
-            return E.coordinator_not_available
-        if generationId >= 0 or memberId or groupInstanceId is not None:
-            error = self._validateCurrentMember(group, memberId or "", groupInstanceId)
-            if error is None and generationId != group.generationId:
-                error = E.illegal_generation
-            return error
-        if group.state is not S.EMPTY:
-            # Only members may commit for a group with members.
-            return E.unknown_member_id
-        return None
-
-    def _storeOffsets(self, group, offsets, nowMs) -> dict[TopicPartition, ErrorCode]:
-        results: dict[TopicPartition, ErrorCode] = {}
-        valid: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            metadata = om.metadata or ""
-            if len(metadata.encode("utf-8")) > self._offsetMetadataMaxBytes:
-                results[tp] = E.offset_metadata_too_large
-                continue
-            valid[tp] = OffsetAndMetadata(
-                offset=om.offset,
-                leaderEpoch=om.leaderEpoch,
-                metadata=metadata,
-                commitTimestampMs=nowMs if om.commitTimestampMs < 0 else om.commitTimestampMs,
-                expireTimestampMs=om.expireTimestampMs,
-            )
-        if valid:
-            try:
-                self._store.storeOffsets(group.groupId, valid)
-            except KafkaError as e:
-                results.update({tp: e.code for tp in valid})
-                return results
-            group.offsets.update(valid)
-            results.update({tp: E.none for tp in valid})
-        return results
-
+    @_entry
     def fetchOffsets(
-        self, groupId: str, partitions: Iterable[TopicPartition] | None = None
-    ) -> OffsetFetchResult:
+        self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
         """
-        OffsetFetch for one group, whatever its state (a group may use
-        Kafka only to store offsets).
+        OffsetFetch for one group; answers an L{OffsetFetchResult}.
 
         @param partitions: the partitions wanted, or C{None} for all
             committed ones.
-        @return: L{OffsetFetchResult}; partitions without a commit have
-            offset -1.
         """
-        error = self._groupStatusError(groupId, allowEmpty=True)
-        if error is not None:
-            return OffsetFetchResult(error)
-        group = self._getGroup(groupId)
-        stored: dict[TopicPartition, OffsetAndMetadata] = {}
-        if group is not None:
-            with self._locked(group):
-                if group.state is not S.DEAD:
-                    stored = dict(group.offsets)
-        wanted = sorted(stored) if partitions is None else [tuple(tp) for tp in partitions]
-        out = {}
-        for tp in wanted:
-            om = stored.get(tp)
-            out[tp] = (
-                FetchedOffset(-1, -1, "", E.none)
-                if om is None
-                else FetchedOffset(om.offset, om.leaderEpoch, om.metadata, E.none)
-            )
-        return OffsetFetchResult(E.none, out)
+        self.respond(replyTo, self.offsets.fetch(groupId, partitions))
 
-    def deleteOffsets(
-        self, groupId: str, partitions: Iterable[TopicPartition]
-    ) -> OffsetDeleteResult:
+    @_entry
+    def fetchOffsetsOfGroups(self, replyTo, wanted: Iterable[tuple]) -> None:
         """
-        OffsetDelete.  All offsets of an Empty group may go; a consumer
-        group with members keeps those of topics it is subscribed to
-        (GROUP_SUBSCRIBED_TO_TOPIC, decided by parsing the members'
-        subscriptions); any other group with members refuses
-        (NON_EMPTY_GROUP).
-
-        @return: L{OffsetDeleteResult}.
+        OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs; answers a
+        C{list} of L{OffsetFetchResult}, in order.
         """
-        partitions = [tuple(tp) for tp in partitions]
-        error = self._groupStatusError(groupId, allowEmpty=False)
-        if error is not None:
-            return OffsetDeleteResult(error)
-        group = self._getGroup(groupId)
-        if group is None:
-            return OffsetDeleteResult(E.group_id_not_found)
-        with self._locked(group):
-            if group.state is S.DEAD:
-                return OffsetDeleteResult(E.group_id_not_found)
-            results: dict[TopicPartition, ErrorCode] = {}
-            if group.state is S.EMPTY:
-                eligible = partitions
-            elif group.isConsumerGroup():
-                eligible = []
-                for tp in partitions:
-                    if group.isSubscribedToTopic(tp[0]):
-                        results[tp] = E.group_subscribed_to_topic
-                    else:
-                        eligible.append(tp)
-            else:
-                return OffsetDeleteResult(E.non_empty_group)
-            if eligible:
-                try:
-                    self._removeOffsets(group, eligible)
-                except KafkaError as e:
-                    return OffsetDeleteResult(e.code)
-                results.update({tp: E.none for tp in eligible})
-            return OffsetDeleteResult(E.none, results)
+        self.respond(
+            replyTo, [self.offsets.fetch(groupId, partitions) for groupId, partitions in wanted]
+        )
 
-    def _removeOffsets(self, group: GroupMetadata, partitions) -> int:
+    @_entry
+    def deleteOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition]) -> None:
         """
-        Kafka's C{cleanupGroupMetadata} for one group (lock held): remove
-        offsets, and retire the group if it is left empty with none.
-
-        @return: how many offsets were removed.
+        OffsetDelete; answers an L{OffsetDeleteResult}.
         """
-        present = [tp for tp in partitions if tp in group.offsets]
-        if present:
-            self._store.deleteOffsets(group.groupId, present)
-            for tp in present:
-                del group.offsets[tp]
-        if group.state is S.EMPTY and not group.offsets:
-            self._store.deleteGroup(group.groupId)
-            self._markDead(group)
-        return len(present)
+        self.offsets.delete(replyTo, groupId, partitions)
 
-    def expireOffsets(self, now_ms: int | None = None) -> int:
+    @_entry
+    def expireOffsets(self, replyTo=None) -> None:
         """
-        Remove expired offsets (C{offsets.retention.minutes}) and the empty
-        groups left without any.  Run every
-        C{offsets.retention.check.interval.ms} once L{load} was called.
-
-        @param now_ms: the time to expire against; by default the clock's.
-        @return: how many offsets were removed.
+        Remove expired offsets now (the periodic check does it every
+        C{offsets.retention.check.interval.ms}); answers how many went.
         """
-        nowMs = self._nowMs() if now_ms is None else now_ms
-        with self._lock:
-            groups = list(self._groups.values())
-        removed = 0
-        for group in groups:
-            with self._locked(group):
-                if group.state is S.DEAD:
-                    continue
-                expired = group.expiredOffsets(nowMs, self._offsetsRetentionMs)
-                try:
-                    removed += self._removeOffsets(group, expired)
-                except KafkaError as e:
-                    log.warning("group %s: failed to expire offsets: %s", group.groupId, e)
-        if removed:
-            log.info("removed %d expired offsets", removed)
-        return removed
-
-    def _periodicExpiry(self) -> None:
-        self._expiryTimer = None
-        if not self._active:
-            return
-        try:
-            self.expireOffsets()
-        finally:
-            self._scheduleExpiry()
-
-    def _scheduleExpiry(self) -> None:
-        if self._active and self._offsetsRetentionCheckIntervalMs > 0 and self._expiryTimer is None:
-            self._expiryTimer = self._callLater(
-                self._offsetsRetentionCheckIntervalMs, self._periodicExpiry
-            )
+        self.respond(replyTo, self.offsets.expire())
 
     # ------------------------------------------------------------------
     # Lifecycle
 
-    def load(self) -> None:
+    @_entry
+    def load(
+        self,
+        snapshots: Iterable[GroupSnapshot],
+        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+    ) -> None:
         """
-        Load groups and offsets from the store (at startup, before serving)
-        and start the periodic offset expiry.  Loaded groups are Stable (or
-        Empty); their members must heartbeat within their session timeout.
+        Take the groups and offsets read back from C{__consumer_offsets}
+        (before serving) and start the periodic offset expiry.  Loaded
+        groups are Stable (or Empty); their members must heartbeat within
+        their session timeout.
         """
-        snapshots, offsets = self._store.load()
-        nowMs = self._nowMs()
         loaded: dict[str, GroupMetadata] = {}
         for snap in snapshots:
-            loaded[snap.groupId] = GroupMetadata.fromSnapshot(snap, nowMs)
+            try:
+                loaded[snap.groupId] = GroupMetadata.fromSnapshot(snap, self.nowMs)
+            except Exception:
+                # One group's odd record must not stop start-up: it starts
+                # over empty (its offsets, if any, still load below).
+                log.failure("group {group}: cannot load its metadata, starting it empty",
+                            group=snap.groupId)
         for groupId, groupOffsets in offsets.items():
             group = loaded.get(groupId)
             if group is None:
                 # Offsets without group metadata: a simple consumer's group.
-                group = loaded[groupId] = GroupMetadata(groupId, S.EMPTY, nowMs)
+                group = loaded[groupId] = GroupMetadata(groupId, S.EMPTY, self.nowMs)
             group.offsets.update(groupOffsets)
-        with self._lock:
-            self._groups.update(loaded)
+        self._groups.update(loaded)
         for group in loaded.values():
-            with self._locked(group):
-                for member in group.allMembers():
-                    self._scheduleHeartbeat(group, member)
-        self._scheduleExpiry()
+            self.changed(group)
+            for member in group.allMembers():
+                self._scheduleHeartbeat(group, member)
+        log.info(
+            "loaded {groups} groups and {offsets} committed offsets",
+            groups=len(loaded), offsets=sum(len(g.offsets) for g in loaded.values()),
+        )
+        self.offsets.scheduleExpiry()
 
+    @_entry
     def shutdown(self) -> None:
         """
         Stop: cancel every timer, answer parked requests with
         NOT_COORDINATOR (as Kafka does when it unloads a group) and refuse
-        further requests with COORDINATOR_NOT_AVAILABLE.
+        further requests with COORDINATOR_NOT_AVAILABLE.  Appends already
+        emitted are still answered when they complete.
         """
         self._active = False
-        self._cancel(self._expiryTimer)
-        self._expiryTimer = None
-        with self._lock:
-            groups = list(self._groups.values())
-        for group in groups:
-            with self._locked(group):
-                for member in group.allMembers():
-                    group.maybeInvokeJoin(
-                        member, JoinGroupResult.failed(member.memberId, E.not_coordinator)
-                    )
-                    group.maybeInvokeSync(member, SyncGroupResult(E.not_coordinator))
-                if group.state is not S.DEAD:
-                    self._markDead(group)
+        self.offsets.cancelExpiry()
+        for group in list(self._groups.values()):
+            for member in group.allMembers():
+                self._invokeJoin(
+                    group, member, JoinGroupResult.failed(member.memberId, E.not_coordinator)
+                )
+                self._invokeSync(group, member, SyncGroupResult(E.not_coordinator))
+            self.retire(group)

@@ -3,32 +3,24 @@ Classic group state and member metadata (Kafka's C{GroupMetadata.scala} and
 C{MemberMetadata.scala}).
 
 These classes are bookkeeping only: they never arm timers, touch storage or
-fire Deferreds.  Completing a member's pending JoinGroup/SyncGroup only
-queues C{(deferred, result)} on L{GroupMetadata.outbox}; the coordinator
-fires the queue after releasing the group's lock, so a callback that calls
-back into the coordinator cannot deadlock.  Every method expects the
-caller to hold L{GroupMetadata.lock}.
+answer requests.  A member's parked JoinGroup/SyncGroup is kept as the
+opaque C{replyTo} the request came with; the coordinator takes it back
+(L{GroupMetadata.takeJoin}, L{GroupMetadata.takeSync}) to answer it.  They
+belong to the coordinator's owner (see L{kafkatwist.coordinator.runtime}):
+no locks.
 """
 
 from __future__ import annotations
 
 import enum
-import threading
 from collections import Counter
-from collections.abc import Iterable
-
-from twisted.internet.defer import Deferred
+from collections.abc import Callable, Iterable
 
 from kafkatwist.coordinator.consumerprotocol import CONSUMER_PROTOCOL_TYPE, parseSubscription
 from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition, selectExpired
-from kafkatwist.coordinator.results import (
-    JoinGroupMember,
-    JoinGroupResult,
-    MemberDescription,
-    SyncGroupResult,
-)
+from kafkatwist.coordinator.requests import JoinRequest
+from kafkatwist.coordinator.results import JoinGroupMember, MemberDescription
 from kafkatwist.coordinator.store import GroupSnapshot, MemberSnapshot
-from kafkatwist.errors import ErrorCode
 
 __all__ = ["GroupMetadata", "GroupState", "MemberMetadata"]
 
@@ -64,13 +56,16 @@ class MemberMetadata:
     @ivar supportedProtocols: C{list} of C{(name, metadata bytes)} in the
         member's order of preference.
     @ivar assignment: what the leader assigned it in the current generation.
-    @ivar awaitingJoin: the Deferred of its parked JoinGroup, or C{None}.
-    @ivar awaitingSync: the Deferred of its parked SyncGroup, or C{None}.
+    @ivar awaitingJoin: the C{replyTo} of its parked JoinGroup, or C{None}.
+    @ivar awaitingSync: the C{replyTo} of its parked SyncGroup, or C{None}.
     @ivar isNew: joined as a new member in the current rebalance; such a
         member cannot heartbeat yet, so it expires on the (long) new-member
         join timeout rather than being kept alive by waiting.
-    @ivar heartbeatToken: identifies the armed session timer; a timer whose
-        token is no longer current is stale and does nothing.
+    @ivar heartbeatDeadlineMs: when its session expires unless it shows
+        signs of life; C{None} when no session timer runs.
+    @ivar heartbeatTimerDueMs: when the armed session timer fires (it may
+        be earlier than the deadline: a heartbeat only moves the deadline,
+        and the timer re-arms itself for the rest), C{None} if unarmed.
     """
 
     def __init__(
@@ -93,11 +88,27 @@ class MemberMetadata:
         self.protocolType = protocolType
         self.supportedProtocols = list(supportedProtocols)
         self.assignment = b""
-        self.awaitingJoin: Deferred | None = None
-        self.awaitingSync: Deferred | None = None
+        self.awaitingJoin: Callable | None = None
+        self.awaitingSync: Callable | None = None
         self.isNew = False
-        self.heartbeatTimer = None
-        self.heartbeatToken: object | None = None
+        self.heartbeatDeadlineMs: int | None = None
+        self.heartbeatTimerDueMs: int | None = None
+
+    @classmethod
+    def fromJoin(cls, memberId: str, groupInstanceId: str | None, request: JoinRequest):
+        """
+        A new member as its JoinGroup describes it.
+        """
+        return cls(
+            memberId,
+            groupInstanceId,
+            request.clientId,
+            request.clientHost,
+            request.rebalanceTimeoutMs,
+            request.sessionTimeoutMs,
+            request.protocolType,
+            list(request.protocols),
+        )
 
     @property
     def isStatic(self) -> bool:
@@ -161,12 +172,8 @@ class GroupMetadata:
     """
     One group's state.
 
-    @ivar lock: guards everything here; held by the coordinator around each
-        operation on the group.
-    @ivar outbox: C{(deferred, result)} pairs to fire once the lock is
-        released.
     @ivar pendingMembers: member ids handed out with MEMBER_ID_REQUIRED that
-        have not joined yet -> their expiry timer handle.
+        have not joined yet (each has a timer).
     @ivar pendingSyncMembers: members of the new generation that have not
         sent SyncGroup yet.
     @ivar newMemberAdded: a new member joined during the initial rebalance
@@ -175,12 +182,18 @@ class GroupMetadata:
         unknown (not a consumer group, or unparseable metadata).
     @ivar offsets: committed offsets, C{(topic, partition)} ->
         L{OffsetAndMetadata}.
+    @ivar pendingOffsets: commits being appended, C{(topic, partition)} ->
+        the latest L{OffsetAndMetadata} staged (Kafka's
+        C{pendingOffsetCommits}).
+    @ivar joinTimer: C{(initial, delayMs, remainingMs)} of the armed
+        rebalance timer (Kafka's DelayedJoin / InitialDelayedJoin), or
+        C{None}.
+    @ivar syncTimerGeneration: the generation whose pending-sync timer is
+        armed, or C{None}.
     """
 
     def __init__(self, groupId: str, state: GroupState, nowMs: int) -> None:
         self.groupId = groupId
-        self.lock = threading.Lock()
-        self.outbox: list[tuple[Deferred, object]] = []
         self.state = state
         self.currentStateTimestampMs: int | None = nowMs
         self.protocolType: str | None = None
@@ -189,19 +202,17 @@ class GroupMetadata:
         self.leaderId: str | None = None
         self.members: dict[str, MemberMetadata] = {}
         self.staticMembers: dict[str, str] = {}
-        self.pendingMembers: dict[str, object] = {}
+        self.pendingMembers: set[str] = set()
         self.pendingSyncMembers: set[str] = set()
         self._supportedProtocols: Counter[str] = Counter()
         self._numMembersAwaitingJoin = 0
         self.newMemberAdded = False
         self.subscribedTopics: set[str] | None = None
         self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        # Timers owned by the coordinator; tokens make stale firings no-ops.
-        self.joinTimer = None
-        self.joinToken: object | None = None
+        self.pendingOffsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        self.joinTimer: tuple[bool, int, int] | None = None
         self.initialDelayActive = False
-        self.syncTimer = None
-        self.syncToken: object | None = None
+        self.syncTimerGeneration: int | None = None
 
     # -- state ---------------------------------------------------------------
 
@@ -219,28 +230,25 @@ class GroupMetadata:
     def isConsumerGroup(self) -> bool:
         return self.protocolType == CONSUMER_PROTOCOL_TYPE
 
-    # -- deferred results ----------------------------------------------------
+    # -- parked requests -----------------------------------------------------
 
-    def respond(self, d: Deferred, result: object) -> None:
+    def takeJoin(self, member: MemberMetadata) -> Callable | None:
         """
-        Queue C{result} for C{d}; fired after the lock is released.
+        @return: the C{replyTo} of the member's parked JoinGroup (now no
+            longer parked), or C{None}.
         """
-        self.outbox.append((d, result))
+        replyTo = member.awaitingJoin
+        if replyTo is not None:
+            member.awaitingJoin = None
+            self._numMembersAwaitingJoin -= 1
+        return replyTo
 
-    def maybeInvokeJoin(self, member: MemberMetadata, result: JoinGroupResult) -> bool:
-        if member.awaitingJoin is None:
-            return False
-        self.respond(member.awaitingJoin, result)
-        member.awaitingJoin = None
-        self._numMembersAwaitingJoin -= 1
-        return True
-
-    def maybeInvokeSync(self, member: MemberMetadata, result: SyncGroupResult) -> bool:
-        if member.awaitingSync is None:
-            return False
-        self.respond(member.awaitingSync, result)
-        member.awaitingSync = None
-        return True
+    def takeSync(self, member: MemberMetadata) -> Callable | None:
+        """
+        @return: the C{replyTo} of the member's parked SyncGroup, or C{None}.
+        """
+        replyTo, member.awaitingSync = member.awaitingSync, None
+        return replyTo
 
     # -- membership ----------------------------------------------------------
 
@@ -271,7 +279,7 @@ class GroupMetadata:
             self._supportedProtocols[p] == len(self.members) for p in protocols
         )
 
-    def add(self, member: MemberMetadata, d: Deferred | None) -> None:
+    def add(self, member: MemberMetadata, replyTo: Callable | None) -> None:
         if not self.members:
             self.protocolType = member.protocolType
         if self.leaderId is None:
@@ -282,10 +290,10 @@ class GroupMetadata:
         if member.groupInstanceId is not None:
             self.staticMembers[member.groupInstanceId] = member.memberId
         self._supportedProtocols.update(member.protocols())
-        member.awaitingJoin = d
-        if d is not None:
+        member.awaitingJoin = replyTo
+        if replyTo is not None:
             self._numMembersAwaitingJoin += 1
-        self.pendingMembers.pop(member.memberId, None)
+        self.pendingMembers.discard(member.memberId)
 
     def updateMember(
         self,
@@ -293,18 +301,18 @@ class GroupMetadata:
         protocols: list[tuple[str, bytes]],
         rebalanceTimeoutMs: int,
         sessionTimeoutMs: int,
-        d: Deferred | None,
+        replyTo: Callable | None,
     ) -> None:
         self._supportedProtocols.subtract(member.protocols())
         member.supportedProtocols = list(protocols)
         self._supportedProtocols.update(member.protocols())
         member.rebalanceTimeoutMs = rebalanceTimeoutMs
         member.sessionTimeoutMs = sessionTimeoutMs
-        if d is not None and member.awaitingJoin is None:
+        if replyTo is not None and member.awaitingJoin is None:
             self._numMembersAwaitingJoin += 1
-        elif d is None and member.awaitingJoin is not None:
+        elif replyTo is None and member.awaitingJoin is not None:
             self._numMembersAwaitingJoin -= 1
-        member.awaitingJoin = d
+        member.awaitingJoin = replyTo
 
     def remove(self, memberId: str) -> MemberMetadata | None:
         member = self.members.pop(memberId, None)
@@ -317,7 +325,7 @@ class GroupMetadata:
             if self.isLeader(memberId):
                 # Kafka picks the next member in join order.
                 self.leaderId = next(iter(self.members), None)
-        self.pendingMembers.pop(memberId, None)
+        self.pendingMembers.discard(memberId)
         self.pendingSyncMembers.discard(memberId)
         return member
 
@@ -325,14 +333,10 @@ class GroupMetadata:
         self, groupInstanceId: str, oldMemberId: str, newMemberId: str
     ) -> MemberMetadata:
         """
-        Give a static member a new member id, fencing whoever still waits
-        under the old one with FENCED_INSTANCE_ID.
+        Give a static member a new member id.  Whoever still waits under
+        the old id must have been answered (fenced) by the caller.
         """
         member = self.members.pop(oldMemberId)
-        self.maybeInvokeJoin(
-            member, JoinGroupResult.failed(oldMemberId, ErrorCode.fenced_instance_id)
-        )
-        self.maybeInvokeSync(member, SyncGroupResult(ErrorCode.fenced_instance_id))
         member.memberId = newMemberId
         self.members[newMemberId] = member
         if self.isLeader(oldMemberId):

@@ -8,50 +8,67 @@ before closing the log.
 
 from __future__ import annotations
 
-import logging
+from twisted.logger import Logger
 
-from kafkatwist.coordinator.coordinator import GroupCoordinator
-from kafkatwist.coordinator.logstore import LogGroupStore
-from kafkatwist.coordinator.store import InMemoryGroupStore
+from kafkatwist.config import KEYS
+from kafkatwist.coordinator.logstore import OffsetsTopicLog
+from kafkatwist.coordinator.runtime import TimerThread
+from kafkatwist.coordinator.service import GroupCoordinatorService
 
 __all__ = ["makeGroupCoordinator", "stopGroupCoordinator"]
 
-log = logging.getLogger(__name__)
+log = Logger()
 
 
-def _setting(config, key: str, default):
+def _setting(config, key: str):
+    """
+    C{key} from C{config} (a L{kafkatwist.config.BrokerConfig}, or a plain
+    mapping in tests), else its default from L{kafkatwist.config.KEYS}.
+    """
     value = config.get(key, None) if hasattr(config, "get") else None
-    return default if value is None else value
+    return KEYS[key].defaultValue() if value is None else value
 
 
-def makeGroupCoordinator(broker, config, logManager) -> GroupCoordinator:
+def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordinatorService:
     """
     Build the coordinator, load its groups and offsets, and start its
     periodic offset expiry.
 
-    @param broker: the L{kafkatwist.interfaces.IBroker}; its C{clock} (the
-        main reactor's, thread-safe) runs the coordinator's timers.  Its
-        wall-clock seconds are also the commit and expiry timestamps.
+    @param broker: the L{kafkatwist.interfaces.IBroker} (unused: the
+        coordinator keeps its own clock, off the reactors).
     @param config: the L{kafkatwist.config.BrokerConfig}
         (C{group.initial.rebalance.delay.ms}, C{group.min.session.timeout.ms},
         C{group.max.session.timeout.ms}, C{offsets.retention.minutes},
-        C{offsets.topic.num.partitions}).
+        C{offsets.retention.check.interval.ms}, C{offset.metadata.max.bytes},
+        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes}).
     @param logManager: the L{kafkatwist.interfaces.ILogManager} holding
         C{__consumer_offsets}; C{None} keeps groups in memory only.
-    @return: the loaded L{GroupCoordinator}; the caller sets it as
+    @param clock: the coordinator's clock; by default a started
+        L{TimerThread}, which L{stopGroupCoordinator} stops.
+    @return: the loaded L{GroupCoordinatorService}; the caller sets it as
         C{broker.groupCoordinator}.
     """
     if logManager is None:
-        store = InMemoryGroupStore()
-    else:
-        store = LogGroupStore(logManager, _setting(config, "offsets.topic.num.partitions", 50))
-    coordinator = GroupCoordinator(
-        broker.clock,
-        store,
-        initialRebalanceDelayMs=_setting(config, "group.initial.rebalance.delay.ms", 3000),
-        minSessionTimeoutMs=_setting(config, "group.min.session.timeout.ms", 6000),
-        maxSessionTimeoutMs=_setting(config, "group.max.session.timeout.ms", 1800000),
-        offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes", 10080),
+        from kafkatwist.log import MemoryLogManager
+
+        logManager = MemoryLogManager()
+    coordinatorLog = OffsetsTopicLog(
+        logManager,
+        _setting(config, "offsets.topic.num.partitions"),
+        segmentBytes=_setting(config, "offsets.topic.segment.bytes"),
+    )
+    if clock is None:
+        clock = TimerThread("group-coordinator")
+        clock.start()
+    coordinator = GroupCoordinatorService(
+        clock,
+        coordinatorLog,
+        initialRebalanceDelayMs=_setting(config, "group.initial.rebalance.delay.ms"),
+        minSessionTimeoutMs=_setting(config, "group.min.session.timeout.ms"),
+        maxSessionTimeoutMs=_setting(config, "group.max.session.timeout.ms"),
+        offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes"),
+        offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms"),
+        offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes"),
     )
     coordinator.load()
     return coordinator
@@ -59,9 +76,9 @@ def makeGroupCoordinator(broker, config, logManager) -> GroupCoordinator:
 
 def stopGroupCoordinator(coordinator) -> None:
     """
-    Shut the coordinator down: cancel its timers and answer parked
-    JoinGroup/SyncGroup requests with NOT_COORDINATOR.  Harmless with
-    C{None} and when called twice.
+    Shut the coordinator down: answer parked JoinGroup/SyncGroup requests
+    with NOT_COORDINATOR, wait for its appends, stop its clock.  Harmless
+    with C{None} and when called twice.
     """
     if coordinator is None:
         return
@@ -69,4 +86,7 @@ def stopGroupCoordinator(coordinator) -> None:
         coordinator.shutdown()
     except Exception:
         # Stopping must go on (the log still has to be closed).
-        log.exception("group coordinator shutdown failed")
+        log.failure("group coordinator shutdown failed")
+    stop = getattr(coordinator.clock, "stop", None)
+    if stop is not None:
+        stop()

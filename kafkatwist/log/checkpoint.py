@@ -33,11 +33,12 @@ def readCheckpoint(path: str) -> dict[tuple[str, int], int]:
         malformed (which only costs a longer recovery).
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return {}
     try:
+        lines = raw.decode("ascii").splitlines()
         if int(lines[0]) != _VERSION:
             raise ValueError(f"unknown version {lines[0]!r}")
         count = int(lines[1])
@@ -49,7 +50,15 @@ def readCheckpoint(path: str) -> dict[tuple[str, int], int]:
             raise ValueError(f"expected {count} entries, found {len(entries)}")
         return entries
     except (ValueError, IndexError) as e:
-        log.warn("Ignoring malformed checkpoint {path}: {error}", path=path, error=e)
+        # Kafka's answer too: recover from the start of every log, and keep
+        # every segment's data (log start offsets fall back to the first
+        # segment's base).
+        log.warn(
+            "Ignoring malformed checkpoint {path}: {error}; recovering from the start of "
+            "every log in it",
+            path=path,
+            error=e,
+        )
         return {}
 
 

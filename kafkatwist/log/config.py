@@ -16,11 +16,11 @@ producer sent.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kafkatwist.config import KEYS, TOPIC_KEYS, ConfigError, ConfigSource, ConfigType, TopicKey
 from kafkatwist.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -39,35 +39,6 @@ __all__ = [
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
-DEFAULT_MAX_BROKER_PARTITIONS = 10000
-
-
-class ConfigSource(enum.IntEnum):
-    """
-    DescribeConfigs' C{config_source} values.
-    """
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-
-
-class ConfigType(enum.IntEnum):
-    """
-    DescribeConfigs' C{config_type} values (v3+).
-    """
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,222 +64,100 @@ def _invalid(key: str, why: str) -> KafkaError:
     return KafkaError(ErrorCode.invalid_config, f"{key}: {why}")
 
 
-def _number(low: int, high: int) -> Callable[[str, Any], int]:
-    def parse(key: str, value: Any) -> int:
-        if isinstance(value, bool):
-            raise _invalid(key, f"expected an integer, got {value!r}")
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise _invalid(key, f"expected an integer, got {value!r}") from None
-        if not low <= number <= high:
-            raise _invalid(key, f"{number} is outside [{low}, {high}]")
-        return number
-
-    return parse
-
-
-def _ratio(key: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise _invalid(key, f"expected a number, got {value!r}")
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise _invalid(key, f"expected a number, got {value!r}") from None
-    if not 0.0 <= number <= 1.0:
-        raise _invalid(key, f"{number} is outside [0, 1]")
-    return number
-
-
-def _choice(*allowed: str) -> Callable[[str, Any], str]:
-    def parse(key: str, value: Any) -> str:
-        text = str(value).strip()
-        if text not in allowed:
-            raise _invalid(key, f"{text!r} is not one of {', '.join(allowed)}")
-        return text
-
-    return parse
-
-
-def _listOf(*allowed: str) -> Callable[[str, Any], tuple[str, ...]]:
-    def parse(key: str, value: Any) -> tuple[str, ...]:
-        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-        items = tuple(str(item).strip().lower() for item in items if str(item).strip())
-        if not items:
-            raise _invalid(key, "must not be empty")
-        for item in items:
-            if item not in allowed:
-                raise _invalid(key, f"{item!r} is not one of {', '.join(allowed)}")
-        return tuple(dict.fromkeys(items))
-
-    return parse
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    """
-    A topic config key: its broker-level synonym, type, Kafka's default and
-    parser (which validates).
-    """
-
-    name: str
-    brokerKey: str
-    configType: ConfigType
-    default: Any
-    parse: Callable[[str, Any], Any]
-
-
-def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
-    return {d.name: d for d in defs}
-
-
-TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
-    ConfigDef(
-        "retention.ms",
-        "log.retention.ms",
-        ConfigType.LONG,
-        7 * 24 * 3600 * 1000,
-        _number(-1, INT64_MAX),
-    ),
-    ConfigDef(
-        "retention.bytes", "log.retention.bytes", ConfigType.LONG, -1, _number(-1, INT64_MAX)
-    ),
-    ConfigDef(
-        "segment.bytes", "log.segment.bytes", ConfigType.INT, 1024**3, _number(14, INT32_MAX)
-    ),
-    ConfigDef(
-        "segment.ms", "log.roll.ms", ConfigType.LONG, 7 * 24 * 3600 * 1000, _number(1, INT64_MAX)
-    ),
-    ConfigDef(
-        "segment.index.bytes",
-        "log.index.size.max.bytes",
-        ConfigType.INT,
-        10 * 1024 * 1024,
-        _number(4, INT32_MAX),
-    ),
-    ConfigDef(
-        "index.interval.bytes",
-        "log.index.interval.bytes",
-        ConfigType.INT,
-        4096,
-        _number(0, INT32_MAX),
-    ),
-    ConfigDef(
-        "cleanup.policy",
-        "log.cleanup.policy",
-        ConfigType.LIST,
-        ("delete",),
-        _listOf("delete", "compact"),
-    ),
-    ConfigDef(
-        "delete.retention.ms",
-        "log.cleaner.delete.retention.ms",
-        ConfigType.LONG,
-        24 * 3600 * 1000,
-        _number(0, INT64_MAX),
-    ),
-    ConfigDef(
-        "min.compaction.lag.ms",
-        "log.cleaner.min.compaction.lag.ms",
-        ConfigType.LONG,
-        0,
-        _number(0, INT64_MAX),
-    ),
-    ConfigDef(
-        "max.compaction.lag.ms",
-        "log.cleaner.max.compaction.lag.ms",
-        ConfigType.LONG,
-        INT64_MAX,
-        _number(1, INT64_MAX),
-    ),
-    ConfigDef(
-        "min.cleanable.dirty.ratio",
-        "log.cleaner.min.cleanable.ratio",
-        ConfigType.DOUBLE,
-        0.5,
-        _ratio,
-    ),
-    ConfigDef(
-        "message.timestamp.type",
-        "log.message.timestamp.type",
-        ConfigType.STRING,
-        "CreateTime",
-        _choice("CreateTime", "LogAppendTime"),
-    ),
-    ConfigDef(
-        "max.message.bytes", "message.max.bytes", ConfigType.INT, 1048588, _number(0, INT32_MAX)
-    ),
-    ConfigDef(
-        "flush.messages",
-        "log.flush.interval.messages",
-        ConfigType.LONG,
-        INT64_MAX,
-        _number(1, INT64_MAX),
-    ),
-    ConfigDef(
-        "flush.ms", "log.flush.interval.ms", ConfigType.LONG, INT64_MAX, _number(0, INT64_MAX)
-    ),
-    ConfigDef(
-        "min.insync.replicas", "min.insync.replicas", ConfigType.INT, 1, _number(1, INT32_MAX)
-    ),
-    ConfigDef(
-        "compression.type",
-        "compression.type",
-        ConfigType.STRING,
-        "producer",
-        _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
-    ),
-)
-
-_BY_BROKER_KEY = {d.brokerKey: d for d in TOPIC_CONFIGS.values()}
-
-# Kafka's coarser broker synonyms, lowest precedence first.
-_COARSE_SYNONYMS = {
-    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
-    "log.retention.minutes": ("log.retention.ms", 60 * 1000),
-    "log.roll.hours": ("log.roll.ms", 3600 * 1000),
-}
-
-
 def _text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return str(value)
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    """
+    A topic config key as the log uses it, derived from the registry's
+    L{TopicKey} (L{kafkatwist.config.TOPIC_KEYS}): its broker-level
+    synonym, type, Kafka's default and validator.
+    """
+
+    name: str
+    brokerKey: str
+    configType: ConfigType
+    default: Any
+    topicKey: TopicKey
+
+    def parse(self, key: str, value: Any) -> Any:
+        """
+        Validate C{value} (text, or a typed value as the broker's settings
+        hold it).
+
+        @raise KafkaError: INVALID_CONFIG naming C{key}.
+        """
+        if value is None:
+            raise _invalid(key, "a value is required")
+        if isinstance(value, bool):
+            raise _invalid(key, f"expected a {self.configType.name.lower()}, got {value!r}")
+        try:
+            return self.topicKey.parse(key, _text(value))
+        except ConfigError as e:
+            raise _invalid(key, e.why) from None
+
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    k.name: ConfigDef(k.name, k.synonyms[0][0], k.type, k.default, k) for k in TOPIC_KEYS.values()
+}
+
+
+def _brokerValue(settings: Mapping[str, Any], name: str) -> Any:
+    """
+    Broker key C{name} from C{settings} (text or typed), validated; its
+    registry default when absent.
+
+    @raise KafkaError: INVALID_CONFIG.
+    """
+    key = KEYS[name]
+    value = settings.get(name)
+    if value is None:
+        return key.defaultValue()
+    if isinstance(value, bool) and key.type != ConfigType.BOOLEAN:
+        raise _invalid(name, f"expected a {key.type.name.lower()}, got {value!r}")
+    try:
+        return key.parse(name, _text(value))
+    except ConfigError as e:
+        raise _invalid(name, e.why) from None
+
+
 class BrokerLogDefaults:
     """
     The broker-level half of log configuration: the C{log.*} settings a
-    topic inherits.
+    topic inherits, resolved through each topic key's synonyms.
 
+    @param settings: broker key -> value (text or typed); the keys of the
+        registry's topic keys and C{num.partitions},
+        C{max.broker.partitions} are read, others ignored.
     @ivar values: topic key -> typed value.
     @ivar sources: topic key -> L{ConfigSource} (STATIC_BROKER_CONFIG when
-        the broker set it, DEFAULT_CONFIG otherwise).
+        the broker set one of its synonyms, DEFAULT_CONFIG otherwise).
     @ivar numPartitions: C{num.partitions}, for CreateTopics with -1.
+    @ivar maxBrokerPartitions: C{max.broker.partitions}.
     """
 
     def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
         settings = dict(settings or {})
-        self.values: dict[str, Any] = {d.name: d.default for d in TOPIC_CONFIGS.values()}
-        self.sources: dict[str, ConfigSource] = {
-            d.name: ConfigSource.DEFAULT_CONFIG for d in TOPIC_CONFIGS.values()
-        }
-        for coarse, (fine, factor) in _COARSE_SYNONYMS.items():
-            if coarse in settings and fine not in settings:
-                settings[fine] = _number(-1, INT64_MAX)(coarse, settings[coarse]) * factor
-        for brokerKey, value in settings.items():
-            definition = _BY_BROKER_KEY.get(brokerKey)
-            if definition is None:
-                continue
-            self.values[definition.name] = definition.parse(brokerKey, value)
-            self.sources[definition.name] = ConfigSource.STATIC_BROKER_CONFIG
-        self.numPartitions = _number(1, INT32_MAX)(
-            "num.partitions", settings.get("num.partitions", 1)
-        )
-        self.maxBrokerPartitions = _number(1, INT32_MAX)(
-            "max.broker.partitions",
-            settings.get("max.broker.partitions", DEFAULT_MAX_BROKER_PARTITIONS),
-        )
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, ConfigSource] = {}
+        for name, topicKey in TOPIC_KEYS.items():
+            given = {
+                synonym: _brokerValue(settings, synonym)
+                for synonym, _ in topicKey.synonyms
+                if settings.get(synonym) is not None
+            }
+            self.values[name] = topicKey.inherit(
+                lambda synonym: given[synonym] if synonym in given else KEYS[synonym].defaultValue()
+            )
+            self.sources[name] = (
+                ConfigSource.STATIC_BROKER_CONFIG if given else ConfigSource.DEFAULT_CONFIG
+            )
+        self.numPartitions = _brokerValue(settings, "num.partitions")
+        self.maxBrokerPartitions = _brokerValue(settings, "max.broker.partitions")
 
 
 def validateTopicConfigs(configs: Mapping[str, Any]) -> dict[str, str]:

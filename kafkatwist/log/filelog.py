@@ -28,6 +28,7 @@ import re
 
 from twisted.logger import Logger
 
+from kafkatwist.log import swap
 from kafkatwist.log.partition import PartitionLog
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -35,13 +36,20 @@ from kafkatwist.log.producerstate import (
     CorruptSnapshot,
     ProducerStateManager,
 )
-from kafkatwist.log.segment import SEGMENT_FILE, FileSegment, _ScanError, segmentFileName
+from kafkatwist.log.segment import (
+    INDEX_CHECKSUMS,
+    SEGMENT_FILE,
+    FileSegment,
+    _ScanError,
+    segmentFileName,
+)
 
 __all__ = ["FilePartitionLog"]
 
 log = Logger()
 
-# Kafka's leftovers of interrupted operations, safe to delete at load.
+# Kafka's leftovers of interrupted operations, safe to delete at load
+# (once kafkatwist.log.swap has finished any committed swap).
 _STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 
@@ -116,6 +124,7 @@ class FilePartitionLog(PartitionLog):
         Open an existing partition directory, recovering it if C{clean} is
         false.
         """
+        swap.recover(directory, config.indexIntervalBytes)
         bases = []
         for name in os.listdir(directory):
             path = os.path.join(directory, name)
@@ -128,7 +137,11 @@ class FilePartitionLog(PartitionLog):
         bases.sort()
         for name in os.listdir(directory):
             stem, _, suffix = name.partition(".")
-            if suffix in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+            if (
+                suffix in ("index", "timeindex", INDEX_CHECKSUMS[1:])
+                and stem.isdigit()
+                and int(stem) not in bases
+            ):
                 os.unlink(os.path.join(directory, name))
         segments = [FileSegment.open(directory, base, cache) for base in bases]
         if not segments:
@@ -149,9 +162,24 @@ class FilePartitionLog(PartitionLog):
                 clean = False
         if not clean:
             segments = cls._recover(directory, segments, recoveryPoint, config.indexIntervalBytes)
-            recoveryPoint = segments[-1].nextOffset
-        else:
-            recoveryPoint = segments[-1].nextOffset
+        end = segments[-1].nextOffset
+        for what, checkpointed in (("recovery point", recoveryPoint),
+                                   ("log start offset", logStartOffset)):
+            if checkpointed > end:
+                # Below the recovery point everything was on disk: something
+                # other than a crash removed it.
+                log.error(
+                    "{dir}: the log ends at offset {end}, below its checkpointed {what} "
+                    "{checkpointed} (in {segment}): offsets {end} to {last} are lost",
+                    dir=directory,
+                    end=end,
+                    what=what,
+                    checkpointed=checkpointed,
+                    segment=segments[-1].logPath,
+                    last=checkpointed - 1,
+                )
+                break
+        recoveryPoint = end
         producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
         cls._loadProducerState(directory, segments, producerState, nowMs)
         return cls(
@@ -298,8 +326,18 @@ class FilePartitionLog(PartitionLog):
         self.cache.pin(segment)
         return segment
 
+    def _installCleaned(self, baseOffset: int, old: list) -> FileSegment:
+        # The cleaner wrote <baseOffset>.*.cleaned; see kafkatwist.log.swap.
+        swap.commit(self.directory, baseOffset)
+        for segment in old:
+            segment.delete()
+        swap.complete(self.directory, baseOffset)
+        segment = FileSegment.open(self.directory, baseOffset, self.cache)
+        segment.indexIntervalBytes = self.config.indexIntervalBytes
+        return segment
+
     def _deactivate(self, segment) -> None:
-        segment.persistIndexes()
+        segment.persistIndexesOrWarn("at roll")
         self.cache.unpin(segment)
 
     def abandon(self) -> None:

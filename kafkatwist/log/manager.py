@@ -50,6 +50,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from crc32c import crc32c
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -65,10 +66,12 @@ from kafkatwist.log.checkpoint import (
 )
 from kafkatwist.log.atomic import replaceFile, syncDirectory
 from kafkatwist.log.config import LogConfig, validateTopicConfigs
+from kafkatwist.log.errors import StorageError
 from kafkatwist.log.filelog import FilePartitionLog
 from kafkatwist.log.handles import HandleCache
 from kafkatwist.log.producerstate import producerIdExpirationMs
 from kafkatwist.log.segment import FileSegment
+from kafkatwist.log.throttle import storageLog
 from kafkatwist.log.topics import BaseLogManager, TopicState, validateTopicName
 
 __all__ = ["TOPIC_METADATA", "LogManager"]
@@ -140,7 +143,9 @@ class LogManager(BaseLogManager):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise RuntimeError(f"log directory {logDir} is in use by another process") from None
+            raise StorageError(
+                logDir, "is in use by another process", "stop the other broker first"
+            ) from None
         self._lockFds.append(fd)
 
     def _releaseDirs(self) -> None:
@@ -154,8 +159,8 @@ class LogManager(BaseLogManager):
         metadata: dict[str, list[dict]] = {}
         state: dict[str, tuple[bool, dict, dict]] = {}
         staged: list[str] = []
-        # partition directory -> its readable metadata copy
-        copies: dict[str, dict] = {}
+        # partition directory -> its metadata copy, or why it is unreadable
+        copies: dict[str, dict | str] = {}
         for logDir in self.logDirs:
             clean = os.path.exists(os.path.join(logDir, CLEAN_SHUTDOWN))
             state[logDir] = (
@@ -194,10 +199,14 @@ class LogManager(BaseLogManager):
                 found.setdefault(topic, {})[partition] = path
                 meta = _readMetadata(path)
                 if meta is not None:
-                    metadata.setdefault(topic, []).append(meta)
                     copies[path] = meta
+                if isinstance(meta, dict):
+                    metadata.setdefault(topic, []).append(meta)
         for path in staged:
             self._resolveStaged(path, found, metadata, copies)
+        for name, partitions in sorted(found.items()):
+            if name not in metadata:
+                _refuseWithoutMetadata(name, partitions, copies)
         for name, partitions in sorted(found.items()):
             self._loadTopic(name, partitions, metadata.get(name, []), copies, state, now)
         for logDir in self.logDirs:
@@ -211,23 +220,25 @@ class LogManager(BaseLogManager):
         name: str,
         partitions: dict[int, str],
         metas: list[dict],
-        copies: dict[str, dict],
+        copies: dict[str, dict | str],
         state,
         now: int,
     ) -> None:
-        meta = max(metas, key=lambda m: m.get("epoch", 0), default=None)
+        meta = max(metas, key=lambda m: m.get("epoch", 0))
         overrides = {}
-        if meta is not None:
-            for key, value in meta.get("configs", {}).items():
-                try:
-                    overrides.update(validateTopicConfigs({key: value}))
-                except KafkaError as e:
-                    log.warn("Topic {topic}: dropping stored config {error}", topic=name, error=e)
-        topicId = uuid.UUID(meta["topicId"]) if meta and "topicId" in meta else uuid.uuid4()
+        for key, value in meta.get("configs", {}).items():
+            try:
+                overrides.update(validateTopicConfigs({key: value}))
+            except KafkaError as e:
+                log.warn("Topic {topic}: dropping stored config {error}", topic=name, error=e)
         config = LogConfig.resolve(overrides, self.brokerDefaults)
-        count = max(max(partitions) + 1, meta.get("partitions", 0) if meta else 0)
+        count = max(max(partitions) + 1, meta.get("partitions", 0))
         topic = TopicState(
-            name, topicId, count, overrides, config, epoch=meta.get("epoch", 0) if meta else 0
+            name, uuid.UUID(meta["topicId"]), count, overrides, config, epoch=meta.get("epoch", 0)
+        )
+        source = next(
+            path for path, copy in sorted(copies.items())
+            if copy is meta
         )
         for partition in range(count):
             path = partitions.get(partition)
@@ -265,14 +276,27 @@ class LogManager(BaseLogManager):
                 continue
             path = self._partitionPath(logDir, name, partition)
             copy = copies.get(path)
-            if copy is None or {k: copy.get(k) for k in current} != current:
-                _writeMetadata(path, topic)
+            if isinstance(copy, dict):
+                if "crc" in copy and {k: copy.get(k) for k in current} == current:
+                    continue
+                # Older (a change that did not reach every copy), or written
+                # before checksums: brought up to date quietly.
+            elif partitions.get(partition) is not None:
+                log.warn(
+                    "Repaired {path} ({problem}) from {source}",
+                    path=os.path.join(path, TOPIC_METADATA),
+                    problem="missing" if copy is None else copy,
+                    source=os.path.join(source, TOPIC_METADATA),
+                )
+            _writeMetadata(path, topic)
 
     def _resolveStaged(self, path: str, found: dict, metadata: dict, copies: dict) -> None:
         """
         Finish or undo the creation that left staging directory C{path}.
         """
         meta = _readMetadata(path)
+        if not isinstance(meta, dict):
+            meta = None
         topic = meta.get("topic") if meta else None
         partition = meta.get("partition") if meta else None
         committed = max(metadata.get(topic, []), key=lambda m: m.get("epoch", 0), default=None)
@@ -430,11 +454,14 @@ class LogManager(BaseLogManager):
 
     # -- periodic work and shutdown ------------------------------------------------
 
-    def writeCheckpoints(self) -> None:
+    def writeCheckpoints(self) -> bool:
         """
         Write the recovery point and log start offset checkpoints of every
         log directory.
+
+        @return: whether every one was written.
         """
+        ok = True
         recovery: dict[str, dict] = {d: {} for d in self.logDirs}
         starts: dict[str, dict] = {d: {} for d in self.logDirs}
         for key, logDir in list(self._dirOf.items()):
@@ -445,8 +472,24 @@ class LogManager(BaseLogManager):
             starts[logDir][key] = partitionLog.logStartOffset
         with self._checkpointLock:
             for logDir in self.logDirs:
-                writeCheckpoint(os.path.join(logDir, RECOVERY_POINT), recovery[logDir])
-                writeCheckpoint(os.path.join(logDir, LOG_START_OFFSET), starts[logDir])
+                for name, entries in ((RECOVERY_POINT, recovery), (LOG_START_OFFSET, starts)):
+                    path = os.path.join(logDir, name)
+                    try:
+                        writeCheckpoint(path, entries[logDir])
+                    except OSError as e:
+                        # A full disk: the previous checkpoint stands (it
+                        # only makes recovery longer); say so once a minute.
+                        ok = False
+                        storageLog.warn(
+                            ("checkpoint", path),
+                            "Could not write {path}: {error}",
+                            path=path,
+                            error=e,
+                        )
+                    else:
+                        if storageLog.clear(("checkpoint", path)):
+                            log.info("Wrote {path} again", path=path)
+        return ok
 
     def runRetention(self, now_ms: int) -> int:
         deleted = super().runRetention(now_ms)
@@ -470,11 +513,16 @@ class LogManager(BaseLogManager):
             self._closed = True
             for partitionLog in self.logs():
                 partitionLog.close(flush=True)
-            self.writeCheckpoints()
-            for logDir in self.logDirs:
-                with open(os.path.join(logDir, CLEAN_SHUTDOWN), "w") as f:
-                    f.flush()
-                    os.fsync(f.fileno())
+            clean = self.writeCheckpoints() and all(p.closedClean for p in self.logs())
+            if clean:
+                for logDir in self.logDirs:
+                    try:
+                        replaceFile(os.path.join(logDir, CLEAN_SHUTDOWN), b"")
+                    except OSError as e:
+                        log.warn("Could not mark {dir} as cleanly shut down: {error}",
+                                 dir=logDir, error=e)
+            else:
+                log.warn("Not everything could be flushed: the next start recovers the logs")
             self._releaseDirs()
 
     def abandon(self) -> None:
@@ -489,18 +537,57 @@ class LogManager(BaseLogManager):
             self._releaseDirs()
 
 
-def _readMetadata(path: str) -> dict | None:
+def _readMetadata(path: str) -> dict | str | None:
+    """
+    @return: the metadata in partition directory C{path}; why it is
+        unusable; or C{None} if it is missing.
+    """
     try:
-        with open(os.path.join(path, TOPIC_METADATA), encoding="utf-8") as f:
-            meta = json.load(f)
-        return meta if isinstance(meta, dict) else None
+        with open(os.path.join(path, TOPIC_METADATA), "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        log.warn(
-            "Ignoring unreadable {path}: {error}", path=os.path.join(path, TOPIC_METADATA), error=e
-        )
-        return None
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:
+        return f"not valid JSON: {e}"
+    if not isinstance(meta, dict):
+        return "not a JSON object"
+    if "crc" in meta and meta["crc"] != _checksum(
+        {key: value for key, value in meta.items() if key != "crc"}
+    ):
+        return "checksum mismatch"
+    try:
+        uuid.UUID(meta["topicId"])
+        if not isinstance(meta.get("configs", {}), dict):
+            raise ValueError("configs")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "no valid topicId or configs"
+    return meta
+
+
+def _checksum(meta: dict) -> int:
+    return crc32c(json.dumps(meta, sort_keys=True).encode("utf-8"))
+
+
+def _refuseWithoutMetadata(topic: str, partitions: dict[int, str], copies: dict) -> None:
+    """
+    No partition directory of C{topic} has usable metadata: starting would
+    give the topic a new id and drop its configs (retention among them).
+    """
+    paths = [os.path.join(partitions[p], TOPIC_METADATA) for p in sorted(partitions)]
+    problems = [(path, copies.get(os.path.dirname(path))) for path in paths]
+    damaged = [(path, problem) for path, problem in problems if problem is not None]
+    path, problem = damaged[0] if damaged else (paths[0], None)
+    raise StorageError(
+        path,
+        f"topic metadata {'is ' + problem if problem else 'is missing'}, and no other "
+        f"partition directory of topic {topic} has a usable copy",
+        "restore it from a backup, or remove the topic's directories to drop the topic "
+        "(the broker will not give it a new id and default configs)",
+    )
 
 
 def _markedName(topic: str, partition: int, token: str, suffix: str) -> str:
@@ -541,5 +628,6 @@ def _writeMetadata(path: str, topic: TopicState, partition: int | None = None) -
     meta = _metadata(topic)
     if partition is not None:
         meta["partition"] = partition
+    meta["crc"] = _checksum(meta)
     data = json.dumps(meta, sort_keys=True).encode("utf-8")
     replaceFile(os.path.join(path, TOPIC_METADATA), data)

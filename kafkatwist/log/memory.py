@@ -68,6 +68,15 @@ class MemorySegment(Segment):
     def close(self) -> None:
         pass
 
+    # As a log cleaner's output (see kafkatwist.log.cleaning).
+
+    def finish(self, mtimeMs: int) -> None:
+        self.onBecomeInactive()
+        self.createdMs = mtimeMs
+
+    def abort(self) -> None:
+        self.deleted = True
+
 
 class MemoryPartitionLog(PartitionLog):
     """
@@ -79,6 +88,11 @@ class MemoryPartitionLog(PartitionLog):
 
     def _newSegment(self, baseOffset: int, nowMs: int) -> MemorySegment:
         return MemorySegment(baseOffset, nowMs)
+
+    def _installCleaned(self, cleaned: MemorySegment, old: list) -> MemorySegment:
+        for segment in old:
+            segment.delete()
+        return cleaned
 
 
 @implementer(ILogManager)

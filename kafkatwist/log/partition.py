@@ -36,6 +36,7 @@ from zope.interface import implementer
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
+from kafkatwist.log.compaction import requireKeys
 from kafkatwist.log.config import LogConfig
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -43,6 +44,7 @@ from kafkatwist.log.producerstate import (
     ProducerStateManager,
 )
 from kafkatwist.log.records import AppendInfo, ReadInfo
+from kafkatwist.log.throttle import storageLog
 from kafkatwist.protocol.batch import assignOffsets, validateRecordSet
 
 __all__ = ["PartitionLog"]
@@ -152,6 +154,8 @@ class PartitionLog:
         batches = validateRecordSet(
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
+        if isFromClient and config.compacts:
+            requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -198,7 +202,12 @@ class PartitionLog:
                 self._dirtySinceMs = now_ms
             self._unflushedRecords += numRecords
             if self._unflushedRecords >= config.flushMessages:
-                self._flushLocked()
+                try:
+                    self._flushLocked()
+                except OSError as e:
+                    # Written but not durable: the producer retries (an
+                    # idempotent one is deduplicated).
+                    raise self._storageError("fsync", e) from None
             return AppendInfo(
                 firstOffset=firstOffset,
                 lastOffset=last.lastOffset,
@@ -209,6 +218,9 @@ class PartitionLog:
                 numRecords=numRecords,
                 validBytes=len(data),
             )
+
+    #: whether L{close} flushed everything (a full disk may stop it)
+    closedClean = True
 
     def _duplicate(self, batch: BatchMetadata) -> AppendInfo:
         # Kafka answers a retried batch with the offsets it got the first time.
@@ -242,6 +254,17 @@ class PartitionLog:
         with self._lock:
             return self.producerState.removeExpired(nowMs)
 
+    def _storageError(self, what: str, error: OSError) -> KafkaError:
+        name = f"{self.topic}-{self.partition}"
+        storageLog.warn(
+            (what, name),
+            "{partition}: {what} failed: {error}",
+            partition=name,
+            what=what,
+            error=error,
+        )
+        return KafkaError(ErrorCode.kafka_storage_error, f"{name}: {what} failed: {error}")
+
     def _checkOpen(self) -> None:
         if self._closed:
             raise KafkaError(
@@ -264,7 +287,12 @@ class PartitionLog:
         old = self.activeSegment
         if old.size == 0:
             return old
-        new = self._newSegment(self._end[0], nowMs)
+        try:
+            new = self._newSegment(self._end[0], nowMs)
+        except OSError as e:
+            # A full disk, say: the active segment stays active, and the
+            # next append tries again.
+            raise self._storageError("roll", e) from None
         old.onBecomeInactive()
         self._deactivate(old)
         self._rolledUnflushed.append(old)
@@ -497,6 +525,61 @@ class PartitionLog:
         self._onSegmentsDeleted(remaining[0].baseOffset)
         return len(doomed)
 
+    # -- compaction ----------------------------------------------------------
+
+    def replaceSegments(self, replacedBases: list[int], cleaned) -> bool:
+        """
+        Swap a cleaned segment in for the consecutive segments whose base
+        offsets are C{replacedBases}: the log cleaner's last step, a few
+        renames under the lock (the segment was written aside).
+
+        @param cleaned: the cleaned segment as the storage has it (see
+            C{_installCleaned}).
+        @return: C{False}, with nothing changed, if the log is closed or
+            those segments are no longer all there (retention deleted
+            some, or one of them became active); the caller then discards
+            the cleaned segment.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            bases, segments = self._view
+            first = bisect_right(bases, replacedBases[0]) - 1
+            old = segments[first : first + len(replacedBases)]
+            if first < 0 or [s.baseOffset for s in old] != list(replacedBases):
+                return False
+            if first + len(old) >= len(segments):
+                return False
+            try:
+                new = self._installCleaned(cleaned, old)
+            except OSError:
+                # Half swapped on disk: the next start's recovery finishes
+                # the swap; until then the partition is offline.
+                self._closed = True
+                raise
+            self._setSegments(segments[:first] + [new] + segments[first + len(old) :])
+            self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in old]
+            return True
+
+    def producerLastOffsets(self) -> dict[int, int]:
+        """
+        Producer id -> last offset of its last batch, for every producer
+        the partition knows: the batches the cleaner must keep.
+        """
+        with self._lock:
+            return {
+                producerId: entry.batches[-1].lastOffset
+                for producerId, entry in self.producerState.producers.items()
+                if entry.batches
+            }
+
+    def _installCleaned(self, cleaned, old: list):
+        """
+        Replace the segments C{old} by C{cleaned} in storage, under the
+        lock; the log publishes the returned segment.
+        """
+        raise NotImplementedError
+
     # -- flush ---------------------------------------------------------------
 
     def flush(self) -> None:
@@ -508,10 +591,13 @@ class PartitionLog:
             self._flushLocked()
 
     def _flushLocked(self) -> None:
-        for segment in self._rolledUnflushed:
+        # Forget a rolled segment only once it is synced: a failure (a full
+        # disk) leaves the rest for the next flush.
+        while self._rolledUnflushed:
+            segment = self._rolledUnflushed[0]
             if not segment.deleted:
                 segment.sync(indexes=True)
-        self._rolledUnflushed = []
+            del self._rolledUnflushed[0]
         self.activeSegment.sync()
         self.recoveryPoint = self._end[0]
         self._unflushedRecords = 0
@@ -566,10 +652,16 @@ class PartitionLog:
             if self._closed:
                 return
             if flush:
-                self.activeSegment.onBecomeInactive()
-                self._flushLocked()
-                self.activeSegment.persistIndexes(sync=True)
-                self._onCleanClose()
+                try:
+                    self.activeSegment.onBecomeInactive()
+                    self._flushLocked()
+                    self.activeSegment.persistIndexes(sync=True)
+                    self._onCleanClose()
+                except OSError as e:
+                    # The next start must recover this log: no clean
+                    # shutdown marker (see the log manager).
+                    self.closedClean = False
+                    self._storageError("flush at close", e)
             self._closed = True
             for segment in self._view[1]:
                 segment.close()

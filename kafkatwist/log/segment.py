@@ -30,24 +30,34 @@ import threading
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.log.atomic import replaceFile
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
 from kafkatwist.log.throttle import storageLog
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, batchError
+from kafkatwist.protocol.batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_AT as _MAX_TIMESTAMP_AT,
+    SCAN_HEADER as _SCAN,
+    BatchHeader,
+    batchError,
+)
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
 
 log = Logger()
 
 SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+#: the suffix of the file recording both index files' checksums
+INDEX_CHECKSUMS = ".indexcrc"
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp: what scans need.
-_SCAN = struct.Struct(">qiibIhiqq")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-_MAX_TIMESTAMP_AT = 35
 _CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
+_TAIL_CHECK_BYTES = 1024 * 1024
 _INT32_MAX = 2**31 - 1
 
 
@@ -58,7 +68,13 @@ def segmentFileName(baseOffset: int, suffix: str) -> str:
 class _ScanError(Exception):
     """
     Batch headers that do not parse where a batch should start.
+
+    @ivar position: where.
     """
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class Segment:
@@ -75,6 +91,7 @@ class Segment:
     """
 
     pinned = False
+    indexIntervalBytes = 4096
     #: the partition's lock while the segment is active (see
     #: L{kafkatwist.log.handles})
     writeLock = None
@@ -94,6 +111,9 @@ class Segment:
         self._maxTimestamp: int | None = None
         self._offsetOfMaxTimestamp = -1
         self._rollingBasedTimestamp: int | None = None
+        #: the byte position of the first batch that cannot be read, once
+        #: a read or an index rebuild found one
+        self.damagedAt: int | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} base={self.baseOffset} size={self.size}>"
@@ -157,6 +177,13 @@ class Segment:
         if first is not None and first >= 0:
             return maxTimestampInMessages - first
         return nowMs - self.createdMs
+
+    def firstBatchTimestamp(self) -> int:
+        """
+        The first batch's max timestamp (what C{max.compaction.lag.ms}
+        measures a segment by), or -1 for an empty segment.
+        """
+        return self._firstBatchMaxTimestamp() if self.size > 0 else -1
 
     def _firstBatchMaxTimestamp(self) -> int:
         reader = self._openReader()
@@ -223,28 +250,54 @@ class Segment:
         """
         reader = self._openReader()
         try:
-            try:
-                start = self._findBatch(reader, offset, end)
-            except _ScanError:
-                # An index entry pointing inside a batch: do not trust it.
-                # (The active segment's index is built by appends, never
-                # loaded, so only an inactive one can be wrong that way.)
-                if self.pinned:
-                    raise
-                self._rebuildIndexes(getattr(self, "indexIntervalBytes", 4096))
-                start = self._findBatch(reader, offset, end)
-            if start is None:
-                return None
-            length = self._extent(reader, start, maxBytes, minOneBatch, end)
+            for retry in (False, True):
+                readable = self._readableEnd(end)
+                try:
+                    start = self._findBatch(reader, offset, readable)
+                    if start is None:
+                        if readable < end or (self.damagedAt is not None and not self.pinned):
+                            raise self._damageError(offset)
+                        return None
+                    length = self._extent(reader, start, maxBytes, minOneBatch, readable)
+                    break
+                except _ScanError as e:
+                    if retry:
+                        raise self._damageError(offset) from None
+                    # An index entry that is wrong, or a damaged batch:
+                    # rebuild the indexes, which finds and records damage.
+                    self._repairIndexes(e)
             if length == 0:
                 return b""
             return reader.region(start, length)
-        except _ScanError as e:
-            # Damage after the recovery point was validated: refuse rather
-            # than serve garbage.
-            raise KafkaError(ErrorCode.kafka_storage_error, f"unreadable batch: {e}") from None
         finally:
             reader.close()
+
+    def _readableEnd(self, end: int) -> int:
+        damagedAt = self.damagedAt
+        return end if damagedAt is None else min(end, damagedAt)
+
+    def _damageError(self, offset: int) -> KafkaError:
+        # Refuse rather than serve garbage (or skip to the next segment,
+        # which would silently lose the offsets in between).
+        return KafkaError(
+            ErrorCode.kafka_storage_error,
+            f"offset {offset} is in a damaged part of {self!r} (unreadable from byte "
+            f"{self.damagedAt})",
+        )
+
+    def _repairIndexes(self, error: _ScanError) -> None:
+        log.warn(
+            "Rebuilding the indexes of {path}: {error}",
+            path=getattr(self, "logPath", repr(self)),
+            error=error,
+        )
+        lock = self.writeLock if self.pinned else None
+        if lock is None:
+            self._rebuildIndexes(self.indexIntervalBytes)
+        else:
+            # The active segment: not under an append.
+            with lock:
+                self._rebuildIndexes(self.indexIntervalBytes)
 
     def _headers(self, reader, position: int, end: int):
         """
@@ -260,11 +313,11 @@ class Segment:
                 chunkStart, at = position, 0
                 chunk = reader.pread(min(_CHUNK, end - position), position)
                 if len(chunk) < _SCAN.size:
-                    raise _ScanError(f"short header at {position}")
+                    raise _ScanError(f"short header at {position}", position)
             baseOffset, length, _, magic, _, _, lastDelta, _, maxTimestamp = unpack(chunk, at)
             size = LOG_OVERHEAD + length
             if magic != 2 or size < HEADER_SIZE or position + size > end:
-                raise _ScanError(f"no batch header at {position} of {self!r}")
+                raise _ScanError(f"no batch header at {position} of {self!r}", position)
             yield position, baseOffset, size, baseOffset + lastDelta, maxTimestamp
             position += size
 
@@ -289,11 +342,11 @@ class Segment:
                     chunkStart, at = position, 0
                     chunk = reader.pread(min(_CHUNK, end - position), position)
                     if len(chunk) < HEADER_SIZE:
-                        raise _ScanError(f"short header at {position}")
+                        raise _ScanError(f"short header at {position}", position)
                 header = make(unpack(chunk, at))
                 size = LOG_OVERHEAD + header.batchLength
                 if header.magic != 2 or size < HEADER_SIZE or position + size > end:
-                    raise _ScanError(f"no batch header at {position} of {self!r}")
+                    raise _ScanError(f"no batch header at {position} of {self!r}", position)
                 if header.baseOffset >= fromOffset:
                     yield header
                 position += size
@@ -302,8 +355,16 @@ class Segment:
 
     def _findBatch(self, reader, offset: int, end: int) -> int | None:
         offsetIndex, _ = self.indexes()
-        start = min(offsetIndex.lookup(offset), end)
-        for position, _, _, lastOffset, _ in self._headers(reader, start, end):
+        indexed, start = offsetIndex.lookupEntry(offset)
+        start = min(start, end)
+        first = True
+        for position, baseOffset, _, lastOffset, _ in self._headers(reader, start, end):
+            if first and start and baseOffset != indexed:
+                # The entry is a batch start, but not the batch it names.
+                raise _ScanError(
+                    f"index entry for offset {indexed} points at offset {baseOffset}", position
+                )
+            first = False
             if lastOffset >= offset:
                 return position
         return None
@@ -329,15 +390,29 @@ class Segment:
         @return: C{(baseOffset, maxTimestamp)} of the first batch whose max
             timestamp is at or after C{timestamp}, or C{None}.
         """
-        offsetIndex, timeIndex = self.indexes()
-        start = min(offsetIndex.lookup(timeIndex.lookup(timestamp)), end)
         reader = self._openReader()
         try:
-            for _, baseOffset, _, _, maxTimestamp in self._headers(reader, start, end):
-                if maxTimestamp >= timestamp:
-                    return baseOffset, maxTimestamp
-        except _ScanError as e:
-            raise KafkaError(ErrorCode.kafka_storage_error, f"unreadable batch: {e}") from None
+            for retry in (False, True):
+                readable = self._readableEnd(end)
+                offsetIndex, timeIndex = self.indexes()
+                start = min(offsetIndex.lookup(timeIndex.lookup(timestamp)), readable)
+                try:
+                    for _, baseOffset, _, _, maxTimestamp in self._headers(
+                        reader, start, readable
+                    ):
+                        if maxTimestamp >= timestamp:
+                            return baseOffset, maxTimestamp
+                    break
+                except _ScanError as e:
+                    if retry:
+                        raise self._damageError(-1) from None
+                    self._repairIndexes(e)
+            if readable < end:
+                # The answer may be in the part that cannot be read.
+                raise KafkaError(
+                    ErrorCode.kafka_storage_error,
+                    f"timestamp {timestamp} may be in the damaged part of {self!r}",
+                )
         finally:
             reader.close()
         return None
@@ -352,6 +427,7 @@ class Segment:
         offsetIndex, timeIndex = OffsetIndex(self.baseOffset), TimeIndex(self.baseOffset)
         maxTimestamp, offsetOfMax, since = -1, -1, 0
         nextOffset = self.baseOffset
+        damage = None
         reader = self._openReader()
         try:
             for position, baseOffset, size, lastOffset, batchMax in self._headers(
@@ -365,18 +441,38 @@ class Segment:
                     since = 0
                 since += size
                 nextOffset = lastOffset + 1
+        except _ScanError as e:
+            # Data damaged below the recovery point (recovery truncates what
+            # is above it): index what can be read, and refuse the rest.
+            damage = e
         finally:
             reader.close()
         timeIndex.maybeAppend(maxTimestamp, offsetOfMax)
         with self._indexLock:
             self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
-            self._bytesSinceLastIndexEntry = since
             self._maxTimestamp, self._offsetOfMaxTimestamp = maxTimestamp, offsetOfMax
-            self.nextOffset = nextOffset
-        self.persistIndexes()
+            if damage is None:
+                self._bytesSinceLastIndexEntry = since
+                self.nextOffset = nextOffset
+            else:
+                self._markDamaged(damage, nextOffset)
+        self.persistIndexes(rewrite=True)
         return offsetIndex, timeIndex
 
-    def persistIndexes(self, sync: bool = False) -> None:
+    def _markDamaged(self, error: _ScanError, offset: int) -> None:
+        if self.damagedAt is None or error.position < self.damagedAt:
+            self.damagedAt = error.position
+        storageLog.once(
+            ("damaged", repr(self), getattr(self, "logPath", None)),
+            "{path}: unreadable data from byte {position} (offset {offset} on): {error}; "
+            "fetches and lookups there answer KAFKA_STORAGE_ERROR",
+            path=getattr(self, "logPath", repr(self)),
+            position=error.position,
+            offset=offset,
+            error=error,
+        )
+
+    def persistIndexes(self, sync: bool = False, *, rewrite: bool = False) -> None:
         pass
 
     def recomputeNextOffset(self) -> None:
@@ -385,7 +481,7 @@ class Segment:
         entry (a clean load of the active segment).
         """
         offsetIndex, _ = self.indexes()
-        position = offsetIndex.positions[-1] if len(offsetIndex) else 0
+        position = offsetIndex.lastPosition()
         nextOffset = self.baseOffset
         since = 0
         reader = self._openReader()
@@ -393,10 +489,39 @@ class Segment:
             for _, _, size, lastOffset, _ in self._headers(reader, position, self.size):
                 nextOffset = lastOffset + 1
                 since += size
+            if since <= _TAIL_CHECK_BYTES:
+                self._checkTail(reader, position, since)
         finally:
             reader.close()
         self.nextOffset = nextOffset
         self._bytesSinceLastIndexEntry = since
+
+
+    def _checkTail(self, reader, position: int, length: int) -> None:
+        """
+        CRC-check the last batches (cheap: a few KiB), which a clean start
+        does not otherwise read.  Their headers chain correctly, so a
+        failure is damage inside one batch, not a torn write: the batches
+        after it are sound and acknowledged, and are not truncated away.
+        The damaged one is served as stored (its CRC fails in every client,
+        as Kafka would serve it) and logged here.
+        """
+        tail = memoryview(reader.pread(length, position))
+        at = 0
+        while at < length:
+            header, error = batchError(tail, at, length - at)
+            if error is not None:
+                log.error(
+                    "{path}: the batch at offset {offset} (byte {position}) is damaged "
+                    "({error}); it is served as stored and clients will reject it",
+                    path=getattr(self, "logPath", repr(self)),
+                    offset=header.baseOffset if header is not None else "?",
+                    position=position + at,
+                    error=error.message,
+                )
+            if header is None or header.size < HEADER_SIZE:
+                return
+            at += header.size
 
 
 class _FileReader:
@@ -436,6 +561,7 @@ class FileSegment(Segment):
         self.logPath = os.path.join(directory, segmentFileName(baseOffset, ".log"))
         self.indexPath = os.path.join(directory, segmentFileName(baseOffset, ".index"))
         self.timeIndexPath = os.path.join(directory, segmentFileName(baseOffset, ".timeindex"))
+        self.checksumPath = os.path.join(directory, segmentFileName(baseOffset, INDEX_CHECKSUMS))
         self._fd: int | None = None
         self.released = False
         self.indexIntervalBytes = 4096
@@ -457,7 +583,7 @@ class FileSegment(Segment):
 
         @return: the open descriptor if C{keepOpen}.
         """
-        for suffix in (".index", ".timeindex"):
+        for suffix in (".index", ".timeindex", INDEX_CHECKSUMS):
             _unlinkQuietly(os.path.join(directory, segmentFileName(baseOffset, suffix)))
         path = os.path.join(directory, segmentFileName(baseOffset, ".log"))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -499,18 +625,29 @@ class FileSegment(Segment):
         with self._indexLock:
             if self.pinned or self._offsetIndex is None:
                 return
-            try:
-                self.persistIndexes()
-            except OSError as e:
-                # Keep them in memory; the next eviction tries again.
-                storageLog.warn(
-                    (self.indexPath, "persist"),
-                    "Could not write the indexes of {path}: {error}",
-                    path=self.logPath,
-                    error=e,
-                )
-                return
-            self._offsetIndex = self._timeIndex = None
+            if self.persistIndexesOrWarn("at eviction"):
+                self._offsetIndex = self._timeIndex = None
+
+    def persistIndexesOrWarn(self, when: str) -> bool:
+        """
+        L{persistIndexes}, where failing (a full disk) only delays the
+        write: the entries stay in memory for the next flush, eviction or
+        close, and the failure is logged once a minute.
+
+        @return: whether they were written.
+        """
+        try:
+            self.persistIndexes()
+        except OSError as e:
+            storageLog.warn(
+                ("index-persist", self.directory),
+                "Could not write the indexes of {path} {when}: {error}",
+                path=self.logPath,
+                when=when,
+                error=e,
+            )
+            return False
+        return True
 
     def _touch(self) -> None:
         self.cache.touch(self)
@@ -537,6 +674,12 @@ class FileSegment(Segment):
                 os.ftruncate(fd, position)
             except OSError:
                 pass
+            storageLog.warn(
+                ("write", self.directory),
+                "Write to {path} failed: {error}",
+                path=self.logPath,
+                error=e,
+            )
             raise KafkaError(
                 ErrorCode.kafka_storage_error, f"write to {self.logPath} failed: {e}"
             ) from e
@@ -549,27 +692,82 @@ class FileSegment(Segment):
 
     def _loadIndexes(self) -> tuple[OffsetIndex, TimeIndex]:
         try:
+            expected = self._readChecksums()
+            if expected is not None:
+                self._checkLogSize(expected[2])
             with open(self.indexPath, "rb") as f:
                 offsetIndex = OffsetIndex.decode(self.baseOffset, f.read(), self.size)
             with open(self.timeIndexPath, "rb") as f:
                 timeIndex = TimeIndex.decode(self.baseOffset, f.read())
+            if expected is not None and expected[:2] != (
+                offsetIndex.checksum,
+                timeIndex.checksum,
+            ):
+                raise CorruptIndex(f"contents differ from {self.checksumPath}")
             return offsetIndex, timeIndex
         except (OSError, CorruptIndex) as e:
             reason = "missing" if isinstance(e, FileNotFoundError) else f"corrupt ({e})"
-        log.warn("Rebuilding {reason} indexes of {path}", reason=reason, path=self.logPath)
+        log.warn(
+            "Rebuilding {reason} indexes {index} and {timeindex} from the log",
+            reason=reason,
+            index=self.indexPath,
+            timeindex=self.timeIndexPath,
+        )
         return self._rebuildIndexes(self.indexIntervalBytes)
 
-    def persistIndexes(self, sync: bool = False) -> None:
+    def _readChecksums(self):
+        """
+        @return: what L{persistIndexes} recorded of both index files, or
+            C{None} if nothing was (a log written before checksums).
+        @raise CorruptIndex: the record is unreadable.
+        """
+        try:
+            with open(self.checksumPath, "rb") as f:
+                fields = f.read().split()
+        except FileNotFoundError:
+            return None
+        try:
+            count, crc, timeCount, timeCrc, logSize = (int(field, 16) for field in fields)
+        except ValueError:
+            raise CorruptIndex(f"{self.checksumPath} is unreadable") from None
+        return (count, crc), (timeCount, timeCrc), logSize
+
+    def _checkLogSize(self, recorded: int) -> None:
+        """
+        A log file shorter than when its indexes were written lost data
+        (truncated by something other than recovery, which rewrites the
+        record): say so, and refuse the offsets it held.
+        """
+        if self.size >= recorded:
+            return
+        log.error(
+            "{path} is {size} bytes, but was {recorded} when its indexes were written: "
+            "the data after byte {size} is lost",
+            path=self.logPath,
+            size=self.size,
+            recorded=recorded,
+        )
+        if not self.pinned:
+            # An old segment's offsets answer KAFKA_STORAGE_ERROR rather
+            # than skip to the next segment.
+            self.damagedAt = self.size
+
+    def persistIndexes(self, sync: bool = False, *, rewrite: bool = False) -> None:
         """
         Write index entries not yet in the files.
+
+        @param sync: fsync them.
+        @param rewrite: the indexes were rebuilt: write both files whatever
+            they hold.
         """
         if self.deleted:
             return
-        for index, path in (
-            (self._offsetIndex, self.indexPath),
-            (self._timeIndex, self.timeIndexPath),
-        ):
-            if index is None or (index.written == len(index) and not sync):
+        offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
+        if offsetIndex is None or timeIndex is None:
+            return
+        changed = False
+        for index, path in ((offsetIndex, self.indexPath), (timeIndex, self.timeIndexPath)):
+            if index.written == len(index) and not (sync or rewrite):
                 continue
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
@@ -579,8 +777,19 @@ class FileSegment(Segment):
                 if sync:
                     os.fsync(fd)
                 index.written = len(index)
+                changed = True
             finally:
                 os.close(fd)
+        if changed:
+            # Kafka's index formats have no checksum: record one beside
+            # them, so a damaged index is rebuilt instead of trusted.  Not
+            # fsynced: a stale record only costs a rebuild after a crash.
+            (count, crc), (timeCount, timeCrc) = offsetIndex.checksum, timeIndex.checksum
+            replaceFile(
+                self.checksumPath,
+                f"{count:x} {crc:08x} {timeCount:x} {timeCrc:08x} {self.size:x}\n".encode(),
+                sync=False,
+            )
 
     def sync(self, indexes: bool = False) -> None:
         """
@@ -605,7 +814,7 @@ class FileSegment(Segment):
     def delete(self) -> None:
         self.deleted = True
         self.cache.forget(self)
-        for path in (self.logPath, self.indexPath, self.timeIndexPath):
+        for path in (self.logPath, self.indexPath, self.timeIndexPath, self.checksumPath):
             _unlinkQuietly(path)
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "StoredBatchError",
     "decodeStoredBatches",
     "decompressedLimit",
+    "inflate",
     "reportCorrupt",
 ]
 
@@ -142,6 +143,17 @@ class _TooLarge(CorruptRecordError):
 
 def _tooLarge(limit: int) -> _TooLarge:
     return _TooLarge(f"records inflate past {limit} bytes")
+
+
+def inflate(codec: int, data, limit: int) -> bytes:
+    """
+    Decompress a batch's records (C{codec} 1-4) into at most C{limit}
+    bytes.
+
+    @raise CorruptRecordError: they do not decompress, or inflate past
+        C{limit}.
+    """
+    return _decompress(codec, data, limit)
 
 
 def _decompress(codec: int, data, limit: int) -> bytes:

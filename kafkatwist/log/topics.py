@@ -28,6 +28,7 @@ from kafkatwist.log.config import (
     validateTopicConfigs,
 )
 from kafkatwist.log.records import TopicInfo
+from kafkatwist.log.throttle import storageLog
 
 __all__ = ["MAX_TOPIC_NAME_LENGTH", "BaseLogManager", "TopicState", "validateTopicName"]
 
@@ -111,6 +112,9 @@ class BaseLogManager:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicState] = {}
         self._logs: dict[tuple[str, int], Any] = {}
+        #: called with the topic name after a topic's logs are deleted
+        #: (the log cleaner forgets their checkpoints)
+        self.deletionListeners: list[Callable[[str], None]] = []
 
     # -- queries ---------------------------------------------------------------
 
@@ -203,6 +207,8 @@ class BaseLogManager:
                 if (name, p) in self._logs
             ]
         self._deleteLogs(topic, logs)
+        for listener in list(self.deletionListeners):
+            listener(name)
         _log.info("Deleted topic {topic} ({topicId})", topic=name, topicId=str(topic.topicId))
 
     def createPartitions(
@@ -258,7 +264,7 @@ class BaseLogManager:
 
         @return: segments deleted.
         """
-        return sum(log.deleteOldSegments(now_ms) for log in self.logs())
+        return sum(self._each("retention", lambda log: log.deleteOldSegments(now_ms)))
 
     def flushDirty(self, now_ms: int) -> int:
         """
@@ -267,7 +273,23 @@ class BaseLogManager:
 
         @return: partitions whose active segment was flushed.
         """
-        return sum(1 for log in self.logs() if log.maybeFlush(now_ms))
+        return sum(self._each("periodic flush", lambda log: log.maybeFlush(now_ms)))
+
+    def _each(self, what: str, work):
+        """
+        Yield C{work(log)} for every partition log; one that fails on its
+        storage (a full disk) is logged once a minute and skipped, the
+        others carry on.
+        """
+        for log in self.logs():
+            try:
+                yield work(log)
+            except (OSError, KafkaError) as e:
+                name = f"{log.topic}-{log.partition}"
+                storageLog.warn(
+                    (what, name), "{partition}: {what} failed: {error}",
+                    partition=name, what=what, error=e,
+                )
 
     def _checkBrokerPartitions(self, adding: int) -> None:
         """

@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IReadDescriptor
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.network.transport import tuneSocket
 
 log = Logger()
@@ -138,7 +139,8 @@ class Acceptor:
             host = address[0]
             refused = self.quotas.tryAcquire(host)
             if refused is not None:
-                log.info(
+                connectionLogs.emit(
+                    log.info, ("refused", host, refused),
                     "Refused connection from {host} on {listener}: {why}",
                     host=host,
                     listener=self.listener,

@@ -77,11 +77,11 @@ class MemoryPool:
     As Kafka's C{SimpleMemoryPool}, an allocation succeeds while any memory
     is left, so a request never waits for more than the pool holds.
     (Connections refuse frames larger than the whole pool before asking.)
-    A capacity of -1 never refuses.
+    A capacity of 0 or less never refuses (Kafka's C{MemoryPool.NONE}).
     """
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
+        self.capacity = capacity if capacity > 0 else -1
         self._available = capacity
         self._lock = threading.Lock()
         self._waiters: list = []

@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.network.channel import Request
 from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.transport import (
@@ -48,6 +49,7 @@ from kafkatwist.protocol.codec import BYTES_TYPES, closeRegions
 from kafkatwist.protocol.header import MIN_HEADER_SIZE, MalformedHeader, parseRequestHeader
 from kafkatwist.security.checks import authorize
 from kafkatwist.security.session import SASL_MAX_RECEIVE_SIZE, rawTokenRequestFrame, rawTokenResponse
+from kafkatwist.security.sslprincipal import NoMatchingRule
 
 log = Logger()
 
@@ -178,7 +180,7 @@ class KafkaConnection(Protocol):
     def connectionMade(self) -> None:
         transport = self.transport
         if ISSLTransport.providedBy(transport):
-            self.layer = SslTransportLayer(transport, self.owner.offload)
+            self.layer = SslTransportLayer(transport, self.owner.offload, self.owner.sslPrincipalBuilder)
             # TLS buffers what we write: stop reading while it is backed up.
             transport.registerProducer(self, True)
         elif isinstance(transport, tcp.Connection):
@@ -217,7 +219,11 @@ class KafkaConnection(Protocol):
         return not (self.closed or self._closing)
 
     def handshakeCompleted(self) -> None:
-        self.layer.handshakeCompleted()
+        try:
+            self.layer.handshakeCompleted()
+        except NoMatchingRule as e:
+            # Kafka fails authentication when no mapping rule applies.
+            self.close(str(e))
 
     def connectionLost(self, reason) -> None:
         self.closed = True
@@ -238,7 +244,8 @@ class KafkaConnection(Protocol):
             return
         self._closing = True
         self.closeReason = reason
-        log.info(
+        connectionLogs.emit(
+            log.info, ("closing", self.clientAddress[0], reason),
             "Closing connection {connectionId} on {listener}: {reason}",
             connectionId=self.connectionId,
             listener=self.listenerName,

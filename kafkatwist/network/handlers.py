@@ -20,11 +20,19 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kafkatwist.config import TLS_PROTOCOLS
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
 from kafkatwist.purgatory import DelayedActions
 from kafkatwist.protocol.apis import API_VERSIONS, apiName
-from kafkatwist.protocol.codec import MalformedRequest, decodeRequest, encodeResponseFrame
+from kafkatwist.network.transport import TLS_READ_CHUNK
+from kafkatwist.protocol.codec import (
+    BYTES_TYPES,
+    EncodedResponse,
+    MalformedRequest,
+    decodeRequest,
+    encodeResponseFrame,
+)
 from kafkatwist.protocol.versions import unsupportedApiVersionsBody
 
 log = Logger()
@@ -143,7 +151,10 @@ class HandlerPool:
                 result.addCallbacks(self._later, self._laterFailed, (request,), None, (request,))
             return None
         self._abandon(request)
-        return self._done(request, self._encode(request, result))
+        response = self._encode(request, result)
+        if isinstance(result, EncodedResponse) and request.context.securityProtocol in TLS_PROTOCOLS:
+            response.chunks = _readSmallRegions(response.chunks, TLS_READ_CHUNK)
+        return self._done(request, response)
 
     def _done(self, request: Request, response: Response) -> Response:
         self._release(request)
@@ -214,3 +225,30 @@ class HandlerPool:
     def _laterFailed(self, failure: Failure, request: Request) -> None:
         request.completedAt = time.monotonic()
         request.processor.sendResponse(self._failed(failure, request))
+
+
+def _readSmallRegions(chunks, budget: int):
+    """
+    For TLS, which must encrypt record data in memory: read up to C{budget}
+    bytes of file regions here, on the handler thread, so a typical fetch
+    response needs no trip to a handler thread and back from its Processor
+    (which may not touch the disk).  Larger regions stay regions and are
+    streamed in chunks read by handler threads.
+    """
+    if not chunks:
+        return chunks
+    out = []
+    for chunk in chunks:
+        if not isinstance(chunk, BYTES_TYPES) and chunk.length <= budget:
+            try:
+                data = chunk.read()
+            except OSError:
+                # Left to the streaming path, which ends the connection.
+                out.append(chunk)
+                budget = 0
+                continue
+            chunk.close()
+            budget -= len(data)
+            chunk = data
+        out.append(chunk)
+    return out

@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.logthrottle import connectionLogs
 from kafkatwist.metrics import IdleClock, RequestStats
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
@@ -65,6 +66,7 @@ class Processor:
     def __init__(self, index: int, server, reactor=None) -> None:
         self.index = index
         self.server = server
+        self.sslPrincipalBuilder = server.sslPrincipalBuilder
         if reactor is None:
             reactor = ProcessorReactor()
             # Otherwise run() in our thread would make *this* thread Twisted's
@@ -215,7 +217,8 @@ class Processor:
     def connectionOpened(self, connection: KafkaConnection) -> None:
         self.connections.add(connection)
         self.server.connectionOpened(connection)
-        log.info(
+        connectionLogs.emit(
+            log.info, ("opened", connection.clientAddress[0], connection.listenerName),
             "Connection {connectionId} opened on {listener} (processor {index})",
             connectionId=connection.connectionId,
             listener=connection.listenerName,
@@ -227,7 +230,8 @@ class Processor:
         if connection.quotaHost is not None:
             self.server.quotas.release(connection.quotaHost)
         self.server.connectionClosed(connection)
-        log.info(
+        connectionLogs.emit(
+            log.info, ("closed", connection.clientAddress[0], connection.closeReason),
             "Connection {connectionId} closed: {reason}",
             connectionId=connection.connectionId,
             reason=connection.closeReason,

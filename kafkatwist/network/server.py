@@ -19,6 +19,7 @@ from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ServerContextFactory
+from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 log = Logger()
 
@@ -51,6 +52,8 @@ class SocketServer:
         self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
         self.quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
         self.tlsContextFactory = None
+        #: client certificate -> principal (ssl.principal.mapping.rules)
+        self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
         if any(l.tls for l in self.listeners):
             self.tlsContextFactory = ServerContextFactory(
                 config["ssl.keystore.location"],

@@ -24,6 +24,8 @@ from twisted.internet.interfaces import IPullProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from kafkatwist.security.sslprincipal import defaultSslPrincipal
+
 log = Logger()
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -193,6 +195,8 @@ class SslTransportLayer(BufferedTransportLayer):
     none is written while the transport has asked to pause (its socket is
     backed up).
 
+    @param principalBuilder: client certificate -> C{User:...}
+        (L{kafkatwist.security.sslprincipal.SslPrincipalBuilder}).
     @param offload: C{offload(f, args, then)} runs C{f(*args)} on a thread
         that may touch the disk, then C{then(result or exception)} on this
         connection's thread.
@@ -200,9 +204,10 @@ class SslTransportLayer(BufferedTransportLayer):
 
     securityProtocol = "SSL"
 
-    def __init__(self, transport, offload) -> None:
+    def __init__(self, transport, offload, principalBuilder=defaultSslPrincipal) -> None:
         super().__init__(transport)
         self._offload = offload
+        self._principalBuilder = principalBuilder
         self._writePaused = False
         self._onFlushed = None
         self._reading = False
@@ -279,8 +284,9 @@ class SslTransportLayer(BufferedTransportLayer):
     def handshakeCompleted(self) -> None:
         certificate = self.transport.getPeerCertificate()
         if certificate is not None:
-            subject = certificate.to_cryptography().subject.rfc4514_string()
-            self.principal = f"User:{subject}"
+            # Kafka's name for it; raises NoMatchingRule when no
+            # ssl.principal.mapping.rules rule applies.
+            self.principal = self._principalBuilder(certificate)
 
 
 def tuneSocket(sock: socket.socket, sendBuffer: int, receiveBuffer: int) -> None:

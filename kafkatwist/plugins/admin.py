@@ -25,13 +25,21 @@ from collections import Counter
 
 from twisted.logger import Logger
 
+from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    responseType,
+)
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import clusterOperations, filterAuthorized
@@ -46,19 +54,12 @@ __all__ = [
 
 log = Logger()
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DELETE_RECORDS = 21
-CREATE_PARTITIONS = 37
-DESCRIBE_CLUSTER = 60
 
 ZERO_UUID = uuid.UUID(int=0)
 #: the KRaft metadata log's name: Kafka refuses to create it as a topic
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 #: DeleteRecords' "up to the high watermark"
 HIGH_WATERMARK = -1
-#: Kafka's controller's MAX_PARTITIONS_PER_BATCH
-DEFAULT_MAX_PARTITIONS_PER_REQUEST = 10_000
 #: DescribeCluster endpoint types
 _BROKERS, _CONTROLLERS = 1, 2
 
@@ -88,7 +89,7 @@ def _requestLimitError(broker, requested: int) -> KafkaError | None:
     config = getattr(broker, "config", None)
     limit = config.get("max.partitions.per.request") if hasattr(config, "get") else None
     if limit is None:
-        limit = DEFAULT_MAX_PARTITIONS_PER_REQUEST
+        limit = KEYS["max.partitions.per.request"].defaultValue()
     if requested <= limit:
         return None
     return KafkaError(
@@ -292,15 +293,8 @@ class CreateTopicsHandler(Handler):
             )
         elif replicationFactor > 1:
             raise _singleBrokerRF(replicationFactor)
-        info = logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
-        if not validateOnly:
-            log.info(
-                "Created topic {topic} ({partitions} partitions, configs {configs})",
-                topic=name,
-                partitions=info.numPartitions,
-                configs=configs,
-            )
-        return info
+        # The log manager logs the creation (with the topic id), once.
+        return logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
 
     def _success(self, Result, Config, info, validateOnly: bool, mayDescribeConfigs: bool = True):
         configs = None
@@ -462,7 +456,6 @@ class DeleteTopicsHandler(Handler):
             except KafkaError as e:
                 answer(name, info.topicId, *_failure(e))
                 continue
-            log.info("Deleted topic {topic} ({id})", topic=name, id=info.topicId)
             self._wakeFetches(name, info.numPartitions)
             answer(name, info.topicId, ErrorCode.none)
         return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))

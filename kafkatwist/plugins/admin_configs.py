@@ -28,11 +28,17 @@ from dataclasses import dataclass, field
 from itertools import dropwhile
 
 from kafkatwist.config import KEYS as BROKER_KEYS
+from kafkatwist.config import TOPIC_KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType
 from kafkatwist.log.topics import validateTopicName
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    ALTER_CONFIGS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    responseType,
+)
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -49,9 +55,6 @@ __all__ = [
     "describeTopicEntries",
 ]
 
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-INCREMENTAL_ALTER_CONFIGS = 44
 
 #: resource types (Kafka's C{ConfigResource.Type})
 TOPIC = 2
@@ -65,118 +68,19 @@ _RESOURCE_TYPE_NAMES = {
     32: "GROUP",
 }
 
-#: DescribeConfigs' config_type ids beyond L{ConfigType} (Kafka's CLASS and PASSWORD)
-_CLASS = 8
-_PASSWORD = 9
-
 #: IncrementalAlterConfigs' config_operation ids
 _OPERATIONS = {0: "SET", 1: "DELETE", 2: "APPEND", 3: "SUBTRACT"}
 
 #: Kafka's broker synonym groups, highest precedence first
-#: (C{DynamicBrokerConfig.brokerConfigSynonyms}).
-_SYNONYM_GROUPS = (
-    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    ("log.roll.ms", "log.roll.hours"),
-)
-_GROUP_OF = {name: group for group in _SYNONYM_GROUPS for name in group}
-
-#: Kafka's types for the broker keys kafkatwist knows; the rest are STRING.
-_BROKER_TYPES = {
-    **dict.fromkeys(
-        (
-            "node.id",
-            "broker.id",
-            "num.network.threads",
-            "num.io.threads",
-            "queued.max.requests",
-            "socket.request.max.bytes",
-            "socket.send.buffer.bytes",
-            "socket.receive.buffer.bytes",
-            "max.connections",
-            "max.connections.per.ip",
-            "num.partitions",
-            "default.replication.factor",
-            "message.max.bytes",
-            "log.segment.bytes",
-            "log.roll.hours",
-            "log.retention.minutes",
-            "log.retention.hours",
-            "log.index.interval.bytes",
-            "group.initial.rebalance.delay.ms",
-            "group.min.session.timeout.ms",
-            "group.max.session.timeout.ms",
-            "offsets.retention.minutes",
-            "offsets.topic.num.partitions",
-            "offsets.topic.segment.bytes",
-            "log.cleaner.threads",
-            "log.cleaner.io.buffer.size",
-        ),
-        ConfigType.INT,
-    ),
-    **dict.fromkeys(
-        (
-            "queued.max.request.bytes",
-            "connections.max.idle.ms",
-            "log.roll.ms",
-            "log.retention.ms",
-            "log.retention.bytes",
-            "log.retention.check.interval.ms",
-            "log.flush.interval.messages",
-            "log.flush.interval.ms",
-            "log.flush.scheduler.interval.ms",
-            "log.cleaner.dedupe.buffer.size",
-            "log.cleaner.backoff.ms",
-            "log.cleaner.delete.retention.ms",
-            "log.cleaner.min.compaction.lag.ms",
-            "log.cleaner.max.compaction.lag.ms",
-        ),
-        ConfigType.LONG,
-    ),
-    **dict.fromkeys(
-        (
-            "log.cleaner.io.buffer.load.factor",
-            "log.cleaner.io.max.bytes.per.second",
-            "log.cleaner.min.cleanable.ratio",
-        ),
-        ConfigType.DOUBLE,
-    ),
-    "log.cleaner.enable": ConfigType.BOOLEAN,
-    "auto.create.topics.enable": ConfigType.BOOLEAN,
-    "delete.topic.enable": ConfigType.BOOLEAN,
-    "log.cleanup.policy": ConfigType.LIST,
-    "plugin.paths": ConfigType.LIST,
-    "ssl.key.password": _PASSWORD,
-}
-
-#: Kafka's documentation of the topic configs (C{TopicConfig}), shortened.
-_TOPIC_DOCS = {
-    "retention.ms": "How long a log segment is kept before it is deleted, in milliseconds "
-    "(-1: no time limit). Applies with the \"delete\" cleanup policy.",
-    "retention.bytes": "Largest size a partition may grow to before old segments are "
-    "deleted (-1: no size limit).",
-    "segment.bytes": "Size of a log segment file; a new segment is rolled when it is full.",
-    "segment.ms": "Time after which a segment is rolled even if it is not full, so "
-    "retention can delete or compact old data.",
-    "segment.index.bytes": "Size of the index that maps offsets to file positions.",
-    "index.interval.bytes": "How often an entry is added to the offset index, in bytes.",
-    "cleanup.policy": "\"delete\" (discard old segments past the retention limits) and/or "
-    "\"compact\" (the log cleaner keeps the latest value per key).",
-    "delete.retention.ms": "How long a tombstone of a compacted topic is kept after the "
-    "cleaner first rewrites it, so consumers reading from the start see the delete.",
-    "min.compaction.lag.ms": "Minimum time a record stays uncompacted.",
-    "max.compaction.lag.ms": "Maximum time a record can stay uncompacted (the active segment "
-    "rolls sooner if needed).",
-    "min.cleanable.dirty.ratio": "Share of the log that must be uncleaned before the cleaner "
-    "compacts it.",
-    "message.timestamp.type": "Whether record timestamps are the producer's (CreateTime) "
-    "or the broker's append time (LogAppendTime).",
-    "max.message.bytes": "Largest record batch size the broker accepts for this topic.",
-    "flush.messages": "Fsync the log after this many records (1: before acknowledging).",
-    "flush.ms": "Fsync data older than this many milliseconds.",
-    "min.insync.replicas": "Replicas that must acknowledge an acks=all produce; one broker "
-    "always has exactly one.",
-    "compression.type": "Final compression of the topic's data; kafkatwist stores batches "
-    "as the producer compressed them.",
+#: (C{DynamicBrokerConfig.brokerConfigSynonyms}): the registry's topic keys
+#: inheriting from more than one broker key.
+_GROUP_OF = {
+    name: group
+    for group in (
+        tuple(name for name, _ in topicKey.synonyms) for topicKey in TOPIC_KEYS.values()
+    )
+    if len(group) > 1
+    for name in group
 }
 
 
@@ -251,10 +155,6 @@ def describeTopicEntries(broker, entries) -> list[ConfigDescription]:
                 synonyms.append((synonym, raw[synonym], int(ConfigSource.STATIC_BROKER_CONFIG)))
         for synonym in group:
             default = _brokerDefault(synonym)
-            if default is None and synonym not in BROKER_KEYS and definition is not None:
-                # A broker key kafkatwist does not read (log.index.size.max.bytes,
-                # min.insync.replicas...): Kafka's default stands.
-                default = _defaultText(definition.default)
             if default is not None:
                 synonyms.append((synonym, default, int(ConfigSource.DEFAULT_CONFIG)))
         source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
@@ -266,17 +166,11 @@ def describeTopicEntries(broker, entries) -> list[ConfigDescription]:
                 configType=int(entry.configType),
                 readOnly=False,
                 isSensitive=False,
-                documentation=_TOPIC_DOCS.get(key),
+                documentation=TOPIC_KEYS[key].doc if key in TOPIC_KEYS else None,
                 synonyms=tuple(synonyms),
             )
         )
     return result
-
-
-def _defaultText(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def describeBroker(broker) -> list[ConfigDescription]:
@@ -292,7 +186,8 @@ def describeBroker(broker) -> list[ConfigDescription]:
     explicit, raw = _explicit(config)
     result = []
     for name, text, isExplicit in config.describe():
-        sensitive = _BROKER_TYPES.get(name) == _PASSWORD
+        spec = BROKER_KEYS.get(name)
+        sensitive = spec is not None and spec.sensitive
         group = _GROUP_OF.get(name, (name,))
         full = [
             (s, raw.get(s), int(ConfigSource.STATIC_BROKER_CONFIG)) for s in group if s in explicit
@@ -315,10 +210,10 @@ def describeBroker(broker) -> list[ConfigDescription]:
                 name=name,
                 value=None if sensitive else text,
                 source=source,
-                configType=int(_BROKER_TYPES.get(name, ConfigType.STRING)),
+                configType=int(spec.type if spec is not None else ConfigType.STRING),
                 readOnly=True,
                 isSensitive=sensitive,
-                documentation=BROKER_KEYS[name].doc if name in BROKER_KEYS else None,
+                documentation=spec.doc if spec is not None else None,
                 synonyms=synonyms,
             )
         )

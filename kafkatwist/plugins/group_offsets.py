@@ -3,8 +3,8 @@ Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete.
 
 The handlers check what only the broker knows (whether a topic-partition
 exists in the log, as Kafka checks its metadata cache) and leave group
-rules to L{kafkatwist.coordinator.GroupCoordinator}; the coordinator
-persists through its store (C{__consumer_offsets} in a real broker).
+rules to the group coordinator, which answers through a L{Reply} once the
+commit (or the tombstones) are in C{__consumer_offsets}.
 
 With an authorizer (Kafka's checks): committing needs READ on the group and
 on each topic, fetching DESCRIBE on the group and on each topic, deleting
@@ -16,10 +16,17 @@ topic's partitions.
 from __future__ import annotations
 
 from kafkatwist.coordinator.offsets import OffsetAndMetadata
+from kafkatwist.coordinator.reply import Reply
+from kafkatwist.coordinator.requests import CommitRequest
 from kafkatwist.coordinator.results import FetchedOffset, OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    responseType,
+)
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, has, make, nested
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import filterAuthorized
@@ -31,9 +38,6 @@ E = ErrorCode
 READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-OFFSET_DELETE = 47
 
 #: OffsetCommit v2-4's "use the broker's retention" (Kafka's
 #: C{OffsetCommitRequest.DEFAULT_RETENTION_TIME})
@@ -132,24 +136,32 @@ class OffsetCommitHandler(Handler):
                         commitTimestampMs=nowMs,
                         expireTimestampMs=expireMs,
                     )
-        if offsets:
-            errors.update(
-                coordinator.commitOffsets(
-                    request.group_id,
-                    request.generation_id_or_member_epoch,
-                    request.member_id or "",
-                    getattr(request, "group_instance_id", None),
-                    offsets,
-                    now_ms=nowMs,
-                )
-            )
         # One answer per partition even if the request repeated one.
         unique = dict.fromkeys(order)
-        return make(
-            cls,
-            throttle_time=NO_THROTTLE,
-            topics=_errorTopics(Topic, Partition, ((tp, errors[tp]) for tp in unique)),
-        )
+
+        def response(committed):
+            errors.update(committed)
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                topics=_errorTopics(Topic, Partition, ((tp, errors[tp]) for tp in unique)),
+            )
+
+        reply = Reply(context, response)
+        if offsets:
+            coordinator.commitOffsets(
+                reply,
+                CommitRequest(
+                    groupId=request.group_id,
+                    generationId=request.generation_id_or_member_epoch,
+                    memberId=request.member_id or "",
+                    groupInstanceId=getattr(request, "group_instance_id", None),
+                    offsets=offsets,
+                ),
+            )
+        else:
+            reply({})
+        return reply.response()
 
 
 class OffsetFetchHandler(Handler):
@@ -157,8 +169,9 @@ class OffsetFetchHandler(Handler):
     OffsetFetch v1-9: v2+ may ask for all of a group's offsets (topics
     null) and report group errors at the top level; v8+ fetch several
     groups at once (KIP-709).  v1 reports a group error in every partition.
-    C{require_stable} needs no waiting here: without transactions no offset
-    is ever pending.
+    C{require_stable} needs no waiting here: without transactions no
+    transactional offset is ever pending (a plain commit is answered once
+    it is visible).
     """
 
     apiKey = OFFSET_FETCH
@@ -168,30 +181,65 @@ class OffsetFetchHandler(Handler):
     def handle(self, context, request):
         version = context.apiVersion
         cls = responseType(OFFSET_FETCH, version)
+        coordinator = self.broker.groupCoordinator
         if has(cls, "groups"):
-            Group = nested(cls, "OffsetFetchResponseGroup")
-            Topic = nested(cls, "OffsetFetchResponseTopics")
-            Partition = nested(cls, "OffsetFetchResponsePartitions")
-            groups = []
-            for g in request.groups:
-                result = self._fetch(context, g.group_id, g.topics)
-                groups.append(
-                    make(
-                        Group,
-                        group_id=g.group_id,
-                        topics=(
-                            self._topics(Topic, Partition, result)
-                            if result.errorCode == E.none
-                            else ()
-                        ),
-                        error_code=result.errorCode,
-                    )
-                )
-            return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+            wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
+            access = [_FetchAccess(self, context, groupId, partitions) for groupId, partitions in wanted]
+            asked = [(groupId, a.partitions) for (groupId, _), a in zip(wanted, access) if a.allowed]
 
+            def respond(results):
+                results = iter(results)
+                return self._groupsResponse(cls, wanted, [a.finish(next(results) if a.allowed else None) for a in access])
+
+            reply = Reply(context, respond)
+            if coordinator is None:
+                reply([OffsetFetchResult(E.coordinator_not_available)] * len(asked))
+            elif asked:
+                coordinator.fetchOffsetsOfGroups(reply, asked)
+            else:
+                reply([])
+            return reply.response()
+        access = _FetchAccess(self, context, request.group_id, self._partitions(request.topics))
+        reply = Reply(context, lambda result: self._response(cls, request, access.finish(result)))
+        if not access.allowed:
+            reply(None)
+        elif coordinator is None:
+            reply(OffsetFetchResult(E.coordinator_not_available))
+        else:
+            coordinator.fetchOffsets(reply, request.group_id, access.partitions)
+        return reply.response()
+
+    @staticmethod
+    def _partitions(topics):
+        if topics is None:
+            return None
+        return list(dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes))
+
+    def _groupsResponse(self, cls, wanted, results):
+        Group = nested(cls, "OffsetFetchResponseGroup")
+        Topic = nested(cls, "OffsetFetchResponseTopics")
+        Partition = nested(cls, "OffsetFetchResponsePartitions")
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            groups=tuple(
+                make(
+                    Group,
+                    group_id=groupId,
+                    topics=(
+                        self._topics(Topic, Partition, result)
+                        if result.errorCode == E.none
+                        else ()
+                    ),
+                    error_code=result.errorCode,
+                )
+                for (groupId, _), result in zip(wanted, results)
+            ),
+        )
+
+    def _response(self, cls, request, result: OffsetFetchResult):
         Topic = nested(cls, "OffsetFetchResponseTopic")
         Partition = nested(cls, "OffsetFetchResponsePartition")
-        result = self._fetch(context, request.group_id, request.topics)
         if result.errorCode != E.none:
             if not has(cls, "error_code"):
                 # v0-1 (Kafka's getErrorResponse): the group error in each
@@ -225,37 +273,6 @@ class OffsetFetchHandler(Handler):
             topics=self._topics(Topic, Partition, result),
         )
 
-    def _fetch(self, context, groupId, topics) -> OffsetFetchResult:
-        """
-        Kafka's checks: DESCRIBE on the group; offsets of topics the
-        principal may not DESCRIBE are left out of an all-topics answer and
-        refused with TOPIC_AUTHORIZATION_FAILED when asked for by name.
-        """
-        if not self.allowed(context, DESCRIBE, GROUP, groupId):
-            return OffsetFetchResult(E.group_authorization_failed)
-        coordinator = self.broker.groupCoordinator
-        if coordinator is None:
-            return OffsetFetchResult(E.coordinator_not_available)
-        authorizer = self.authorizer
-        if topics is None:
-            result = coordinator.fetchOffsets(groupId, None)
-            if authorizer is None or result.errorCode != E.none:
-                return result
-            visible = filterAuthorized(
-                authorizer, context, DESCRIBE, TOPIC, {t for t, _ in result.offsets}, logIfDenied=False
-            )
-            return OffsetFetchResult(
-                result.errorCode, {tp: o for tp, o in result.offsets.items() if tp[0] in visible}
-            )
-        partitions = list(dict.fromkeys((t.name, i) for t in topics for i in t.partition_indexes))
-        names = {t for t, _ in partitions}
-        describable = filterAuthorized(authorizer, context, DESCRIBE, TOPIC, names)
-        result = coordinator.fetchOffsets(groupId, [tp for tp in partitions if tp[0] in describable])
-        if result.errorCode != E.none or len(describable) == len(names):
-            return result
-        refused = FetchedOffset(-1, -1, "", E.topic_authorization_failed)
-        return OffsetFetchResult(result.errorCode, {tp: result.offsets.get(tp, refused) for tp in partitions})
-
     @staticmethod
     def _topics(Topic, Partition, result: OffsetFetchResult):
         return tuple(
@@ -275,6 +292,47 @@ class OffsetFetchHandler(Handler):
             )
             for name, parts in _groupByTopic(result.offsets.items())
         )
+
+
+class _FetchAccess:
+    """
+    What OffsetFetch may show of one group (Kafka's checks): nothing without
+    DESCRIBE on the group; offsets of topics the principal may not DESCRIBE
+    are left out of an all-topics answer, and refused with
+    TOPIC_AUTHORIZATION_FAILED when asked for by name.
+
+    @ivar allowed: whether the coordinator is to be asked at all.
+    @ivar partitions: what to ask it for (C{None}: every committed one).
+    """
+
+    def __init__(self, handler, context, groupId: str, partitions) -> None:
+        self.authorizer = handler.authorizer
+        self.context = context
+        self.requested = partitions
+        self.partitions = partitions
+        self.allowed = handler.allowed(context, DESCRIBE, GROUP, groupId)
+        if self.allowed and self.authorizer is not None and partitions is not None:
+            names = {topic for topic, _ in partitions}
+            describable = filterAuthorized(self.authorizer, context, DESCRIBE, TOPIC, names)
+            self.partitions = [tp for tp in partitions if tp[0] in describable]
+
+    def finish(self, result: OffsetFetchResult | None) -> OffsetFetchResult:
+        """
+        @param result: the coordinator's answer, C{None} if not asked.
+        """
+        if not self.allowed:
+            return OffsetFetchResult(E.group_authorization_failed)
+        if self.authorizer is None or result.errorCode != E.none:
+            return result
+        if self.requested is None:
+            visible = filterAuthorized(
+                self.authorizer, self.context, DESCRIBE, TOPIC, {t for t, _ in result.offsets}, logIfDenied=False
+            )
+            return OffsetFetchResult(E.none, {tp: o for tp, o in result.offsets.items() if tp[0] in visible})
+        if len(self.partitions) == len(self.requested):
+            return result
+        refused = FetchedOffset(-1, -1, "", E.topic_authorization_failed)
+        return OffsetFetchResult(E.none, {tp: result.offsets.get(tp, refused) for tp in self.requested})
 
 
 class OffsetDeleteHandler(Handler):
@@ -311,22 +369,27 @@ class OffsetDeleteHandler(Handler):
                     known.append(tp)
                 else:
                     errors[tp] = E.unknown_topic_or_partition
+
+        def response(result: OffsetDeleteResult):
+            if result.errorCode != E.none:
+                return make(cls, error_code=result.errorCode, throttle_time=NO_THROTTLE, topics=())
+            errors.update(result.partitions)
+            return make(
+                cls,
+                error_code=E.none,
+                throttle_time=NO_THROTTLE,
+                topics=_errorTopics(
+                    Topic, Partition, ((tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order))
+                ),
+            )
+
+        reply = Reply(context, response)
         if coordinator is None:
-            result = OffsetDeleteResult(E.coordinator_not_available)
+            reply(OffsetDeleteResult(E.coordinator_not_available))
         else:
             # Called even with nothing known, so group errors still show.
-            result = coordinator.deleteOffsets(request.group_id, list(dict.fromkeys(known)))
-        if result.errorCode != E.none:
-            return make(cls, error_code=result.errorCode, throttle_time=NO_THROTTLE, topics=())
-        errors.update(result.partitions)
-        return make(
-            cls,
-            error_code=E.none,
-            throttle_time=NO_THROTTLE,
-            topics=_errorTopics(
-                Topic, Partition, ((tp, errors.get(tp, E.none)) for tp in dict.fromkeys(order))
-            ),
-        )
+            coordinator.deleteOffsets(reply, request.group_id, list(dict.fromkeys(known)))
+        return reply.response()
 
 
 offsetCommit = HandlerPlugin("builtin.offset_commit", OFFSET_COMMIT, OffsetCommitHandler, priority=0)

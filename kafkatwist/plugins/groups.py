@@ -3,11 +3,12 @@ The classic group membership APIs: FindCoordinator, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, DescribeGroups, ListGroups and DeleteGroups.
 
 Each handler translates its C{kio} request into the plain arguments of
-L{kafkatwist.coordinator.GroupCoordinator} (found as
+the group coordinator (L{kafkatwist.coordinator.service}, found as
 C{broker.groupCoordinator}) and the coordinator's result back into the
-response entity of the request's version.  JoinGroup and SyncGroup answer
-with the coordinator's Deferred, so a member waiting for a rebalance holds
-no handler thread.
+response entity of the request's version.  The coordinator answers through
+a L{Reply}: at once when the handler thread could decide (nearly always),
+else later through the request's pending response -- a member parked in
+JoinGroup or SyncGroup holds no handler thread.
 
 Before the broker has a coordinator (or after it was shut down) every API
 answers COORDINATOR_NOT_AVAILABLE, which clients treat as "look the
@@ -28,10 +29,28 @@ Version ranges cover librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
 from __future__ import annotations
 
 
-from kafkatwist.coordinator.results import JoinGroupResult, LeaveGroupResult, SyncGroupResult
+from kafkatwist.coordinator.reply import Reply
+from kafkatwist.coordinator.requests import JoinRequest, SyncRequest
+from kafkatwist.coordinator.results import (
+    GroupDescription,
+    JoinGroupResult,
+    LeaveGroupResult,
+    ListGroupsResult,
+    SyncGroupResult,
+)
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    SYNC_GROUP,
+    responseType,
+)
 from kafkatwist.protocol.entities import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
@@ -62,14 +81,6 @@ __all__ = [
 
 E = ErrorCode
 
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
 
 #: FindCoordinator key types (Kafka's C{CoordinatorType})
 KEY_TYPE_GROUP = 0
@@ -209,21 +220,24 @@ class JoinGroupHandler(_GroupHandler):
         rebalance = getattr(request, "rebalance_timeout", None)
         rebalanceTimeoutMs = sessionTimeoutMs if rebalance is None else durationMs(rebalance)
         groupInstanceId = getattr(request, "group_instance_id", None)
-        d = coordinator.joinGroup(
-            request.group_id,
-            memberId,
-            groupInstanceId,
-            context.clientId or "",
-            clientHost(context),
-            rebalanceTimeoutMs,
-            sessionTimeoutMs,
-            request.protocol_type,
-            [(p.name, p.metadata) for p in request.protocols],
-            version >= 4 and groupInstanceId is None,
-            getattr(request, "reason", None),
+        reply = Reply(context, lambda result: self.response(cls, version, result))
+        coordinator.joinGroup(
+            reply,
+            JoinRequest(
+                groupId=request.group_id,
+                memberId=memberId,
+                groupInstanceId=groupInstanceId,
+                clientId=context.clientId or "",
+                clientHost=clientHost(context),
+                rebalanceTimeoutMs=rebalanceTimeoutMs,
+                sessionTimeoutMs=sessionTimeoutMs,
+                protocolType=request.protocol_type,
+                protocols=tuple((p.name, p.metadata) for p in request.protocols),
+                requireKnownMemberId=version >= 4 and groupInstanceId is None,
+                reason=getattr(request, "reason", None),
+            ),
         )
-        d.addCallback(lambda result: self.response(cls, version, result))
-        return d
+        return reply.response()
 
     @staticmethod
     def response(cls, version: int, result: JoinGroupResult):
@@ -280,17 +294,20 @@ class SyncGroupHandler(_GroupHandler):
         protocolName = getattr(request, "protocol_name", None)
         if version >= 5 and (protocolType is None or protocolName is None):
             return self.response(cls, SyncGroupResult(E.inconsistent_group_protocol))
-        d = coordinator.syncGroup(
-            request.group_id,
-            request.generation_id,
-            request.member_id,
-            getattr(request, "group_instance_id", None),
-            protocolType,
-            protocolName,
-            {a.member_id: a.assignment for a in request.assignments},
+        reply = Reply(context, lambda result: self.response(cls, result))
+        coordinator.syncGroup(
+            reply,
+            SyncRequest(
+                groupId=request.group_id,
+                generationId=request.generation_id,
+                memberId=request.member_id,
+                groupInstanceId=getattr(request, "group_instance_id", None),
+                protocolType=protocolType,
+                protocolName=protocolName,
+                assignments={a.member_id: a.assignment for a in request.assignments},
+            ),
         )
-        d.addCallback(lambda result: self.response(cls, result))
-        return d
+        return reply.response()
 
     @staticmethod
     def response(cls, result: SyncGroupResult):
@@ -315,19 +332,21 @@ class HeartbeatHandler(_GroupHandler):
 
     def handle(self, context, request):
         cls = responseType(HEARTBEAT, context.apiVersion)
+        reply = Reply(context, lambda code: make(cls, throttle_time=NO_THROTTLE, error_code=code))
         coordinator = self.coordinator
         if not self.allowed(context, READ, GROUP, request.group_id):
-            code = E.group_authorization_failed
+            reply(E.group_authorization_failed)
         elif coordinator is None:
-            code = E.coordinator_not_available
+            reply(E.coordinator_not_available)
         else:
-            code = coordinator.heartbeat(
+            coordinator.heartbeat(
+                reply,
                 request.group_id,
                 request.generation_id,
                 request.member_id,
                 getattr(request, "group_instance_id", None),
             )
-        return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+        return reply.response()
 
 
 class LeaveGroupHandler(_GroupHandler):
@@ -350,13 +369,18 @@ class LeaveGroupHandler(_GroupHandler):
             ]
         else:
             members = [(request.member_id, None)]
+        reply = Reply(context, lambda result: self.response(cls, result))
         coordinator = self.coordinator
         if not self.allowed(context, READ, GROUP, request.group_id):
-            result = LeaveGroupResult(E.group_authorization_failed)
+            reply(LeaveGroupResult(E.group_authorization_failed))
         elif coordinator is None:
-            result = LeaveGroupResult(E.coordinator_not_available)
+            reply(LeaveGroupResult(E.coordinator_not_available))
         else:
-            result = coordinator.leaveGroup(request.group_id, members)
+            coordinator.leaveGroup(reply, request.group_id, members)
+        return reply.response()
+
+    @staticmethod
+    def response(cls, result: LeaveGroupResult):
         if not has(cls, "members"):
             # Kafka's LeaveGroupResponse for v0-2: the top-level error, or
             # the first member error.
@@ -393,62 +417,67 @@ class DescribeGroupsHandler(_GroupHandler):
 
     def handle(self, context, request):
         cls = responseType(DESCRIBE_GROUPS, context.apiVersion)
-        Group = nested(cls, "DescribedGroup")
-        Member = nested(cls, "DescribedGroupMember")
         includeOps = getattr(request, "include_authorized_operations", False)
         authorizer = self.authorizer
-        # Kafka answers the groups it may describe first, then the refused.
+        # Kafka answers the groups the principal may describe, then the
+        # refused ones.
         describable = filterAuthorized(authorizer, context, DESCRIBE, GROUP, request.groups)
         wanted = [g for g in request.groups if g in describable]
-        refused = [g for g in request.groups if g not in describable]
+        refused = [
+            GroupDescription(E.group_authorization_failed, groupId, "", "", "")
+            for groupId in request.groups
+            if groupId not in describable
+        ]
 
-        def errorGroup(groupId, code):
-            return make(
-                Group,
-                error_code=code,
-                group_id=groupId,
-                group_state="",
-                protocol_type="",
-                protocol_data="",
-                members=(),
-                authorized_operations=OPERATIONS_OMITTED,
-            )
+        def operations(groupId):
+            if not includeOps:
+                return OPERATIONS_OMITTED
+            return authorizedOperations(authorizer, context, GROUP, groupId)
 
+        reply = Reply(context, lambda descriptions: self.response(cls, operations, [*descriptions, *refused]))
         coordinator = self.coordinator
-        groups = []
         if coordinator is None:
-            groups.extend(errorGroup(groupId, E.coordinator_not_available) for groupId in wanted)
+            reply([GroupDescription(E.coordinator_not_available, groupId, "", "", "") for groupId in wanted])
         elif wanted:
-            for desc in coordinator.describeGroups(wanted):
-                groups.append(
-                    make(
-                        Group,
-                        error_code=desc.errorCode,
-                        group_id=desc.groupId,
-                        group_state=desc.state,
-                        protocol_type=desc.protocolType,
-                        protocol_data=desc.protocolData,
-                        members=tuple(
-                            make(
-                                Member,
-                                member_id=m.memberId,
-                                group_instance_id=m.groupInstanceId,
-                                client_id=m.clientId,
-                                client_host=m.clientHost,
-                                member_metadata=m.metadata,
-                                member_assignment=m.assignment,
-                            )
-                            for m in desc.members
-                        ),
-                        authorized_operations=(
-                            authorizedOperations(authorizer, context, GROUP, desc.groupId)
-                            if includeOps and desc.errorCode == E.none
-                            else OPERATIONS_OMITTED
-                        ),
-                    )
+            coordinator.describeGroups(reply, wanted)
+        else:
+            reply([])
+        return reply.response()
+
+    @staticmethod
+    def response(cls, operations, descriptions):
+        Group = nested(cls, "DescribedGroup")
+        Member = nested(cls, "DescribedGroupMember")
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            groups=tuple(
+                make(
+                    Group,
+                    error_code=desc.errorCode,
+                    group_id=desc.groupId,
+                    group_state=desc.state,
+                    protocol_type=desc.protocolType,
+                    protocol_data=desc.protocolData,
+                    members=tuple(
+                        make(
+                            Member,
+                            member_id=m.memberId,
+                            group_instance_id=m.groupInstanceId,
+                            client_id=m.clientId,
+                            client_host=m.clientHost,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in desc.members
+                    ),
+                    authorized_operations=(
+                        operations(desc.groupId) if desc.errorCode == E.none else OPERATIONS_OMITTED
+                    ),
                 )
-        groups.extend(errorGroup(groupId, E.group_authorization_failed) for groupId in refused)
-        return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+                for desc in descriptions
+            ),
+        )
 
 
 class ListGroupsHandler(_GroupHandler):
@@ -463,21 +492,31 @@ class ListGroupsHandler(_GroupHandler):
 
     def handle(self, context, request):
         cls = responseType(LIST_GROUPS, context.apiVersion)
-        Listed = nested(cls, "ListedGroup")
-        coordinator = self.coordinator
-        if coordinator is None:
-            return make(
-                cls, throttle_time=NO_THROTTLE, error_code=E.coordinator_not_available, groups=()
-            )
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
-        result = coordinator.listGroups(tuple(getattr(request, "states_filter", ()) or ()))
-        overviews = result.groups if not types or CLASSIC_GROUP_TYPE in types else ()
+        classic = not types or CLASSIC_GROUP_TYPE in types
+        visible = None
         if not self.allowed(context, DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
             # Only the groups the principal may describe, silently.
-            visible = filterAuthorized(
-                self.authorizer, context, DESCRIBE, GROUP, (g.groupId for g in overviews), logIfDenied=False
-            )
-            overviews = [g for g in overviews if g.groupId in visible]
+            authorizer = self.authorizer
+
+            def visible(groupIds):
+                return filterAuthorized(authorizer, context, DESCRIBE, GROUP, groupIds, logIfDenied=False)
+
+        reply = Reply(context, lambda result: self.response(cls, result, classic, visible))
+        coordinator = self.coordinator
+        if coordinator is None:
+            reply(ListGroupsResult(E.coordinator_not_available))
+        else:
+            coordinator.listGroups(reply, tuple(getattr(request, "states_filter", ()) or ()))
+        return reply.response()
+
+    @staticmethod
+    def response(cls, result: ListGroupsResult, classic: bool, visible=None):
+        Listed = nested(cls, "ListedGroup")
+        groups = result.groups if classic else ()
+        if visible is not None:
+            allowed = visible([g.groupId for g in groups])
+            groups = [g for g in groups if g.groupId in allowed]
         return make(
             cls,
             throttle_time=NO_THROTTLE,
@@ -490,7 +529,7 @@ class ListGroupsHandler(_GroupHandler):
                     group_state=g.state,
                     group_type=CLASSIC_GROUP_TYPE,
                 )
-                for g in overviews
+                for g in groups
             ),
         )
 
@@ -507,18 +546,25 @@ class DeleteGroupsHandler(_GroupHandler):
 
     def handle(self, context, request):
         cls = responseType(DELETE_GROUPS, context.apiVersion)
-        Result = nested(cls, "DeletableGroupResult")
         # Kafka answers from a map keyed by group: a repeated name is
         # deleted (and reported) once.
         names = list(dict.fromkeys(request.groups_names))
         deletable = filterAuthorized(self.authorizer, context, DELETE, GROUP, names)
-        codes = {name: E.group_authorization_failed for name in names if name not in deletable}
+        refused = {name: E.group_authorization_failed for name in names if name not in deletable}
         allowed = [name for name in names if name in deletable]
+        reply = Reply(context, lambda codes: self.response(cls, names, {**codes, **refused}))
         coordinator = self.coordinator
         if coordinator is None:
-            codes.update({name: E.coordinator_not_available for name in allowed})
+            reply({name: E.coordinator_not_available for name in allowed})
         elif allowed:
-            codes.update(coordinator.deleteGroups(allowed))
+            coordinator.deleteGroups(reply, allowed)
+        else:
+            reply({})
+        return reply.response()
+
+    @staticmethod
+    def response(cls, names, codes):
+        Result = nested(cls, "DeletableGroupResult")
         return make(
             cls,
             throttle_time=NO_THROTTLE,

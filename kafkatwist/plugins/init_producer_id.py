@@ -22,10 +22,12 @@ import threading
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.entities import NO_THROTTLE, make
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import (
+    INIT_PRODUCER_ID,
+    responseType,
+)
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
-INIT_PRODUCER_ID = 22
 BLOCK_SIZE = 1000
 
 

@@ -42,6 +42,7 @@ class MetadataHandler(Handler):
         logManager = broker.logManager
         known = logManager.topics() if logManager is not None else {}
         requested = request.topics
+        invalid = []
         if requested is None or (version == 0 and not requested):
             wanted = [(name, None) for name in sorted(known)]
         else:
@@ -50,6 +51,11 @@ class MetadataHandler(Handler):
             for topic in requested:
                 name = topic.name
                 topicId = getattr(topic, "topic_id", None)
+                if name is None and version < 12:
+                    # v10-11 have a nullable name but can neither answer a
+                    # null one nor look topics up by id: Kafka refuses them.
+                    invalid.append(self._errorTopic(Topic, "", topicId, ErrorCode.invalid_request))
+                    continue
                 if name is None and topicId is not None:
                     name = byId.get(topicId)
                     if name is None:
@@ -69,7 +75,7 @@ class MetadataHandler(Handler):
         describable = filterAuthorized(
             authorizer, context, DESCRIBE, TOPIC, (n for n, _ in wanted if n is not None), logIfDenied=not allTopics
         )
-        topics = []
+        topics = invalid
         for name, unknownId in wanted:
             if name is None:
                 topics.append(self._errorTopic(Topic, None, unknownId, ErrorCode.unknown_topic_id))

@@ -3,6 +3,10 @@ Produce: append each partition's record set to its log, opaque (the log
 checks headers and CRCs and assigns offsets; records are never decoded
 here), then wake long-poll fetches waiting on those partitions.
 
+Clients may not append to the broker's internal topics
+(C{__consumer_offsets}, C{__transaction_state}): INVALID_TOPIC_EXCEPTION,
+as Kafka answers.
+
 With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise); without one the check is a single comparison.
 
@@ -17,6 +21,7 @@ import time
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
@@ -63,9 +68,18 @@ class ProduceHandler(Handler):
                     (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
                     for data in topic.partition_data
                 ]
+            elif name in INTERNAL_TOPICS:
+                # The broker's own state (committed offsets, transactions):
+                # only the broker appends there, as in Kafka.
+                partitions = [
+                    (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
+                     f"clients may not write to the internal topic {name}")
+                    for data in topic.partition_data
+                ]
             else:
                 partitions = [
-                    self._append(logManager, name, data, nowMs, wake, account) for data in topic.partition_data
+                    self._append(logManager, name, data, nowMs, wake, account)
+                    for data in topic.partition_data
                 ]
             results.append((name, partitions))
         if request.acks == 0:

@@ -13,11 +13,33 @@ from kafkatwist.protocol.legacy import PRODUCE_REQUESTS, PRODUCE_RESPONSES
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 
+# The ApiKeys the project speaks: the one place they are spelled out
+# (checked against kio's table by the tests).
 PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
 API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+INIT_PRODUCER_ID = 22
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+DELETE_GROUPS = 42
+INCREMENTAL_ALTER_CONFIGS = 44
+OFFSET_DELETE = 47
+DESCRIBE_CLUSTER = 60
 
 
 #: schemas of APIs Kafka does not define, registered by plugins

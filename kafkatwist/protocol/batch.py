@@ -2,9 +2,11 @@
 Record batch (magic 2) headers, handled without decoding records.
 
 The broker keeps produced batches opaque: it checks the 61-byte header and
-the CRC-32C, assigns offsets by rewriting C{baseOffset}, and for
-C{LogAppendTime} topics stamps C{maxTimestamp}.  Nothing here looks inside the
-records, so compressed and uncompressed batches cost the same.
+the CRC-32C, walks the records' length prefixes to check that the batch
+holds the records its header declares (decompressing, within a bound, when
+compressed), assigns offsets by rewriting C{baseOffset}, and for
+C{LogAppendTime} topics stamps C{maxTimestamp}.  Keys, values and headers
+are never decoded.
 
 Header layout (big-endian)::
 
@@ -28,6 +30,12 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.protocol.compression import (
+    CorruptRecordError,
+    decompress,
+    decompressionLimit,
+)
+from kafkatwist.protocol.varint import readVarint
 
 __all__ = [
     "COMPRESSION_GZIP",
@@ -50,27 +58,35 @@ __all__ = [
     "isTransactional",
     "iterBatchHeaders",
     "readHeader",
+    "recordsError",
     "timestampType",
     "validateRecordSet",
 ]
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
+# The one definition of the layout: everything that reads or writes batch
+# headers (records.py, the log's segments) takes it from here.
+_FORMAT = ">qiibIhiqqqhii"
+HEADER = struct.Struct(_FORMAT)
 HEADER_SIZE = HEADER.size  # 61
+#: the header up to maxTimestamp: what a scan of offsets and times reads
+SCAN_HEADER = struct.Struct(_FORMAT[:10])
 #: baseOffset + batchLength: the part not counted by batchLength.
 LOG_OVERHEAD = 12
-_PREFIX = struct.Struct(">qi")
+#: baseOffset + batchLength, read together
+PREFIX = struct.Struct(_FORMAT[:3])
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 
 # Field positions inside a batch.
-_BASE_OFFSET_AT = 0
-_LEADER_EPOCH_AT = 12
-_MAGIC_AT = 16
-_CRC_AT = 17
-_ATTRIBUTES_AT = 21
-_MAX_TIMESTAMP_AT = 35
+BASE_OFFSET_AT = 0
+LEADER_EPOCH_AT = 12
+MAGIC_AT = 16
+CRC_AT = 17
+#: where the CRC-covered part begins
+ATTRIBUTES_AT = 21
+MAX_TIMESTAMP_AT = 35
 
 NO_TIMESTAMP = -1
 
@@ -83,10 +99,10 @@ COMPRESSION_ZSTD = 4
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
 
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
 
 
 class BatchHeader(NamedTuple):
@@ -133,22 +149,22 @@ def compressionCodec(attributes: int) -> int:
     """
     @return: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
     """
-    return attributes & _CODEC_MASK
+    return attributes & CODEC_MASK
 
 
 def timestampType(attributes: int) -> int:
     """
     @return: L{TIMESTAMP_CREATE_TIME} or L{TIMESTAMP_LOG_APPEND_TIME}.
     """
-    return 1 if attributes & _TIMESTAMP_TYPE_BIT else 0
+    return 1 if attributes & TIMESTAMP_TYPE_BIT else 0
 
 
 def isTransactional(attributes: int) -> bool:
-    return bool(attributes & _TRANSACTIONAL_BIT)
+    return bool(attributes & TRANSACTIONAL_BIT)
 
 
 def isControl(attributes: int) -> bool:
-    return bool(attributes & _CONTROL_BIT)
+    return bool(attributes & CONTROL_BIT)
 
 
 def readHeader(buf, position: int = 0) -> BatchHeader:
@@ -198,6 +214,18 @@ def batchError(
         return None, KafkaError(
             ErrorCode.corrupt_message, f"{available} trailing bytes at {position}"
         )
+    # The magic first: a v0/v1 message sits where a batch would, with its
+    # magic at the same place, but is shorter than a v2 header; it is
+    # refused as the old format it is, not as a damaged batch.
+    if available > MAGIC_AT:
+        magic = view[position + MAGIC_AT]
+        if magic != 2:
+            code = (
+                ErrorCode.unsupported_for_message_format
+                if magic in (0, 1)
+                else ErrorCode.corrupt_message
+            )
+            return None, KafkaError(code, f"magic {magic} at {position}, only 2 is supported")
     if available < HEADER_SIZE:
         return None, KafkaError(ErrorCode.corrupt_message, f"truncated batch header at {position}")
     header = BatchHeader._make(HEADER.unpack_from(view, position))
@@ -211,14 +239,7 @@ def batchError(
             ErrorCode.corrupt_message,
             f"batch at {position} claims {size} bytes, {available} available",
         )
-    if header.magic != 2:
-        code = (
-            ErrorCode.unsupported_for_message_format
-            if header.magic in (0, 1)
-            else ErrorCode.corrupt_message
-        )
-        return header, KafkaError(code, f"magic {header.magic} at {position}, only 2 is supported")
-    actual = crc32c(view[position + _ATTRIBUTES_AT : position + size])
+    actual = crc32c(view[position + ATTRIBUTES_AT : position + size])
     if actual != header.crc:
         return header, KafkaError(
             ErrorCode.corrupt_message,
@@ -235,10 +256,10 @@ def batchError(
             f"recordsCount {header.recordsCount} does not match lastOffsetDelta "
             f"{header.lastOffsetDelta} at {position}",
         )
-    if header.attributes & _CODEC_MASK > COMPRESSION_ZSTD:
+    if header.attributes & CODEC_MASK > COMPRESSION_ZSTD:
         return header, KafkaError(
             ErrorCode.corrupt_message,
-            f"unknown compression codec {header.attributes & _CODEC_MASK}",
+            f"unknown compression codec {header.attributes & CODEC_MASK}",
         )
     return header, None
 
@@ -256,13 +277,16 @@ def validateRecordSet(
         broker itself writes them; clients may not).
     @return: the batches, in order.
     @raise KafkaError: CORRUPT_MESSAGE (lengths, CRC, unknown magic or
-        codec), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1), INVALID_RECORD
-        (count, empty set, control batch from a client), MESSAGE_TOO_LARGE.
+        codec, a payload that does not decompress or inflates past
+        L{decompressionLimit}), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0/1),
+        INVALID_RECORD (count, records that do not add up to it, empty set,
+        control batch from a client), MESSAGE_TOO_LARGE.
     """
     view = memoryview(buf).cast("B")
     end = len(view)
     if end == 0:
         raise KafkaError(ErrorCode.invalid_record, "empty record set")
+    limit = decompressionLimit(maxBatchBytes)
     batches = []
     position = 0
     while position < end:
@@ -274,11 +298,91 @@ def validateRecordSet(
                 ErrorCode.message_too_large,
                 f"batch of {header.size} bytes exceeds max.message.bytes {maxBatchBytes}",
             )
-        if not allowControl and header.attributes & _CONTROL_BIT:
+        if not allowControl and header.attributes & CONTROL_BIT:
             raise KafkaError(ErrorCode.invalid_record, "clients may not write control batches")
+        error = recordsError(view, position, header, limit)
+        if error is not None:
+            raise error
         batches.append(ValidBatch(position, header))
         position += header.size
     return batches
+
+
+#: the smallest record: its length, then attributes, timestamp delta,
+#: offset delta, key length, value length and header count, a byte each
+MIN_RECORD_SIZE = 7
+
+
+def recordsError(view, position: int, header: BatchHeader, limit: int) -> KafkaError | None:
+    """
+    Check that the batch at C{position} holds what its header says: exactly
+    C{recordsCount} records filling its payload (decompressed, at most
+    C{limit} bytes), the last of them at offset delta C{lastOffsetDelta}.
+    Consumers iterate C{recordsCount} records and trust the deltas, so a
+    batch that lies is refused here (Kafka's log validator does the same)
+    rather than stored and served.
+
+    Records are walked by their length prefixes only; keys, values and
+    headers are not looked at.
+
+    @return: INVALID_RECORD for records that do not add up, CORRUPT_MESSAGE
+        for a payload that does not decompress (or inflates past C{limit}),
+        else C{None}.
+    """
+    start = position + HEADER_SIZE
+    end = position + header.size
+    codec = header.attributes & CODEC_MASK
+    if codec:
+        try:
+            data = decompress(codec, view[start:end], limit)
+        except CorruptRecordError as e:
+            return KafkaError(ErrorCode.corrupt_message, f"batch at {position}: {e}")
+        start, end = 0, len(data)
+    else:
+        data = view
+    count = header.recordsCount
+    if count * MIN_RECORD_SIZE > end - start:
+        return KafkaError(
+            ErrorCode.invalid_record,
+            f"batch at {position} declares {count} records in {end - start} bytes",
+        )
+    pos = start
+    last = pos
+    try:
+        # The one loop run per record on the produce path: kept to the bone.
+        for _ in range(count):
+            last = pos
+            v = data[pos]
+            if v < 0x80:
+                if v & 1 or v < 12:  # negative, or shorter than a record can be
+                    raise CorruptRecordError(f"record length {(v >> 1) ^ -(v & 1)}")
+                pos += 1 + (v >> 1)
+            else:
+                v, pos = readVarint(data, pos)
+                if v & 1:
+                    raise CorruptRecordError("negative record length")
+                pos += v >> 1
+        if pos != end:
+            raise CorruptRecordError(
+                f"{count} records end at {pos - start} of {end - start} bytes"
+            )
+        # The last record's offset delta: after its length, attributes and
+        # timestamp delta.
+        _, at = readVarint(data, last)
+        _, at = readVarint(data, at + 1)
+        delta, _ = readVarint(data, at)
+        delta = (delta >> 1) ^ -(delta & 1)
+        if delta != header.lastOffsetDelta:
+            raise CorruptRecordError(
+                f"last record has offset delta {delta}, the header {header.lastOffsetDelta}"
+            )
+    except IndexError:
+        return KafkaError(
+            ErrorCode.invalid_record, f"batch at {position}: records run past its end"
+        )
+    except CorruptRecordError as e:
+        return KafkaError(ErrorCode.invalid_record, f"batch at {position}: {e}")
+    return None
 
 
 class AssignedBatch(NamedTuple):
@@ -320,18 +424,18 @@ def assignOffsets(
     assigned = []
     nextOffset = baseOffset
     for position, header in batches:
-        pack_into_q(view, position + _BASE_OFFSET_AT, nextOffset)
+        pack_into_q(view, position + BASE_OFFSET_AT, nextOffset)
         if leaderEpoch is not None:
-            _INT32.pack_into(view, position + _LEADER_EPOCH_AT, leaderEpoch)
+            _INT32.pack_into(view, position + LEADER_EPOCH_AT, leaderEpoch)
         size = LOG_OVERHEAD + header.batchLength
         lastOffset = nextOffset + header.lastOffsetDelta
         if logAppendTime is not None:
             _INT16.pack_into(
-                view, position + _ATTRIBUTES_AT, header.attributes | _TIMESTAMP_TYPE_BIT
+                view, position + ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_BIT
             )
-            pack_into_q(view, position + _MAX_TIMESTAMP_AT, logAppendTime)
+            pack_into_q(view, position + MAX_TIMESTAMP_AT, logAppendTime)
             _UINT32.pack_into(
-                view, position + _CRC_AT, crc32c(view[position + _ATTRIBUTES_AT : position + size])
+                view, position + CRC_AT, crc32c(view[position + ATTRIBUTES_AT : position + size])
             )
             maxTimestamp = logAppendTime
         else:

@@ -80,12 +80,13 @@ _FIXED = {
     "uuid": 16,
 }
 
-# Opcodes.  Every op is a tuple whose first item is one of these.
-_SKIP = 0  # (_SKIP, n)
-_STRING = 1  # (_STRING, flexible, nullable, name): int16 or compact length
-_BYTES = 2  # (_BYTES, flexible, nullable, name): int32 or compact length
-_STRUCT = 3  # (_STRUCT, program, nullable, name)
-_ARRAY = 4  # (_ARRAY, flexible, nullable, name, element ops, element min size, element fixed size or None)
+# Opcodes (public for tools that walk programs, e.g. the fuzzer).  Every op
+# is a tuple whose first item is one of these.
+SKIP = 0  # (SKIP, n)
+STRING = 1  # (STRING, flexible, nullable, name): int16 or compact length
+BYTES = 2  # (BYTES, flexible, nullable, name): int32 or compact length
+STRUCT = 3  # (STRUCT, program, nullable, name)
+ARRAY = 4  # (ARRAY, flexible, nullable, name, element ops, element min size, element fixed size or None)
 
 # A compiled entity: (ops, tagged {tag: ops} or None if not flexible, min size,
 # fixed size or None).
@@ -102,17 +103,17 @@ def _fieldOps(field, flexible: bool, tagged: bool) -> list:
         nullable = is_optional(field) and not tagged
         return [_primitive(kafkaType, flexible, nullable, name)]
     if isinstance(kind, EntityField):
-        return [(_STRUCT, program(kind.type_), is_optional(field), name)]
+        return [(STRUCT, program(kind.type_), is_optional(field), name)]
     if isinstance(kind, PrimitiveTupleField):
         element = [_primitive(get_schema_field_type(field), flexible, False, name)]
     elif isinstance(kind, EntityTupleField):
-        element = [(_STRUCT, program(kind.type_), False, name)]
+        element = [(STRUCT, program(kind.type_), False, name)]
     else:  # pragma: no cover - classify_field knows only those four
         raise TypeError(f"cannot classify field {name}")
     element = _coalesce(element)
     return [
         (
-            _ARRAY,
+            ARRAY,
             flexible,
             is_optional(field),
             name,
@@ -126,23 +127,23 @@ def _fieldOps(field, flexible: bool, tagged: bool) -> list:
 def _primitive(kafkaType: str, flexible: bool, nullable: bool, name: str):
     size = _FIXED.get(kafkaType)
     if size is not None:
-        return (_SKIP, size)
+        return (SKIP, size)
     if kafkaType == "string":
-        return (_STRING, flexible, nullable, name)
+        return (STRING, flexible, nullable, name)
     if kafkaType in ("bytes", "records"):
-        return (_BYTES, flexible, nullable, name)
+        return (BYTES, flexible, nullable, name)
     raise TypeError(f"unknown kafka_type {kafkaType!r} of field {name}")
 
 
 def _opMinSize(op) -> int:
     code = op[0]
-    if code == _SKIP:
+    if code == SKIP:
         return op[1]
-    if code == _STRING:
+    if code == STRING:
         return 1 if op[1] else 2
-    if code == _BYTES:
+    if code == BYTES:
         return 1 if op[1] else 4
-    if code == _STRUCT:
+    if code == STRUCT:
         return 1 if op[2] else op[1][2]
     return 1 if op[1] else 4
 
@@ -157,9 +158,9 @@ def _fixedSize(ops) -> int | None:
     """
     total = 0
     for op in ops:
-        if op[0] == _SKIP:
+        if op[0] == SKIP:
             total += op[1]
-        elif op[0] == _STRUCT and not op[2] and op[1][3] is not None:
+        elif op[0] == STRUCT and not op[2] and op[1][3] is not None:
             total += op[1][3]
         else:
             return None
@@ -172,10 +173,10 @@ def _coalesce(ops) -> list:
     """
     out: list = []
     for op in ops:
-        if op[0] == _STRUCT and not op[2] and op[1][3] is not None:
-            op = (_SKIP, op[1][3])
-        if op[0] == _SKIP and out and out[-1][0] == _SKIP:
-            out[-1] = (_SKIP, out[-1][1] + op[1])
+        if op[0] == STRUCT and not op[2] and op[1][3] is not None:
+            op = (SKIP, op[1][3])
+        if op[0] == SKIP and out and out[-1][0] == SKIP:
+            out[-1] = (SKIP, out[-1][1] + op[1])
         else:
             out.append(op)
     return out
@@ -232,7 +233,7 @@ def _walk(program, buf, pos: int, end: int) -> int:
             raise BoundsError("struct runs past the end of the frame")
         return pos
     for op in ops:
-        if op[0] == _SKIP:
+        if op[0] == SKIP:
             pos += op[1]
         else:
             pos = _step(op, buf, pos, end)
@@ -248,13 +249,13 @@ def _walk(program, buf, pos: int, end: int) -> int:
 
 def _step(op, buf, pos: int, end: int) -> int:
     code = op[0]
-    if code == _SKIP:
+    if code == SKIP:
         pos += op[1]
         if pos > end:
             raise BoundsError("field runs past the end of the frame")
         return pos
-    if code == _STRING or code == _BYTES:
-        n, pos = readLength(buf, pos, op[1], INT16 if code == _STRING else INT32)
+    if code == STRING or code == BYTES:
+        n, pos = readLength(buf, pos, op[1], INT16 if code == STRING else INT32)
         if n < 0:
             if n == -1 and op[2]:
                 return pos
@@ -263,7 +264,7 @@ def _step(op, buf, pos: int, end: int) -> int:
         if pos > end:
             raise BoundsError(f"{op[3]}: length {n} runs past the end of the frame")
         return pos
-    if code == _STRUCT:
+    if code == STRUCT:
         if op[2]:
             if pos >= end:
                 raise BoundsError(f"{op[3]}: truncated")
@@ -272,7 +273,7 @@ def _step(op, buf, pos: int, end: int) -> int:
             if marker == 0xFF:  # int8 -1: null
                 return pos
         return _walk(op[1], buf, pos, end)
-    # _ARRAY
+    # ARRAY
     n, pos = readLength(buf, pos, op[1], INT32)
     if n < 0:
         if n == -1 and op[2]:
@@ -288,10 +289,10 @@ def _step(op, buf, pos: int, end: int) -> int:
     element = op[4]
     if len(element) == 1:
         single = element[0]
-        if single[0] == _STRUCT and not single[2]:
+        if single[0] == STRUCT and not single[2]:
             program = single[1]
             ops, tagged = program[0], program[1]
-            if tagged is not None and len(ops) == 1 and ops[0][0] == _SKIP:
+            if tagged is not None and len(ops) == 1 and ops[0][0] == SKIP:
                 # Fixed fields then tagged fields (Fetch partitions, offset
                 # commits...): the hot loop of large requests, inlined.
                 skip = ops[0][1]

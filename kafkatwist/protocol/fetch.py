@@ -20,6 +20,7 @@ from kafkatwist.protocol.header import INT32, writeLength, writeString
 _PARTITION_HEAD = struct.Struct(">ihqq")
 _I64 = struct.Struct(">q")
 _I16_I32 = struct.Struct(">hi")
+_ZERO_ID = bytes(16)
 
 MIN_VERSION = 4
 MAX_VERSION = 16
@@ -55,7 +56,8 @@ def encodeFetchResponse(
     throttleMs: int = 0,
 ) -> EncodedResponse:
     """
-    @param topics: (topic name, or C{uuid.UUID} from v13, partitions).
+    @param topics: (topic name, or C{uuid.UUID} -- C{None} for the zero
+        id -- from v13, partitions).
     @return: the body; C{chunks} alternate bytes and file regions.
     """
     flexible = version >= FLEXIBLE_FROM
@@ -66,7 +68,9 @@ def encodeFetchResponse(
     writeLength(out, len(topics), flexible, INT32)
     for topic, partitions in topics:
         if version >= TOPIC_IDS_FROM:
-            out += topic.bytes
+            # kio reads the zero UUID as None: a request naming it gets
+            # UNKNOWN_TOPIC_ID under the id it sent.
+            out += _ZERO_ID if topic is None else topic.bytes
         else:
             writeString(out, topic, flexible)
         writeLength(out, len(partitions), flexible, INT32)

@@ -28,11 +28,12 @@ and of one record (varints are zigzag-encoded)::
     keyLength varint, key, valueLength varint, value,
     headerCount varint, [keyLength varint, key (UTF-8), valueLength varint, value]
 
-Compression follows the Java client byte for byte where it matters for
-interoperability: gzip streams, xerial-framed snappy (raw snappy is accepted
-on decode, as librdkafka and the Java client both do), LZ4 frames with
-independent 64 KiB blocks, and zstd frames (decoded by streaming, because a
-zstd frame need not carry its content size).
+Compression lives in L{kafkatwist.protocol.compression}, the header layout
+in L{kafkatwist.protocol.batch}: one definition of each.  Decoding is
+bounded: a payload may not decompress past a limit (by default
+L{DEFAULT_DECOMPRESSION_LIMIT}; L{decompressionLimit} of the topic's
+C{message.max.bytes} for stored batches), and anything that does not decode
+raises L{CorruptRecordError}, which the broker answers as CORRUPT_MESSAGE.
 
 Pure Python, no I/O.  Decoding is written as one tight loop per batch, with
 the one-byte varint case inlined, because that loop is what a consumer runs a
@@ -43,20 +44,44 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-import cramjam
-import lz4.frame
-import zstandard
 from crc32c import crc32c
+
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT,
+    CRC_AT,
+    CODEC_MASK,
+    CONTROL_BIT,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    PREFIX,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+)
+from kafkatwist.protocol.compression import (
+    COMPRESSION_CODECS,
+    DEFAULT_DECOMPRESSION_LIMIT,
+    CorruptRecordError,
+    DecompressionLimitExceeded,
+    UnsupportedCompression,
+    codecId,
+    compress,
+    decompress,
+    decompressionLimit,
+)
+from kafkatwist.protocol.varint import readVarint, zigzagVarint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
     "COMPRESSION_CODECS",
+    "DEFAULT_DECOMPRESSION_LIMIT",
     "CorruptRecordError",
     "CrcMismatchError",
+    "DecompressionLimitExceeded",
     "Record",
     "RecordBatch",
     "UnsupportedCompression",
@@ -64,41 +89,16 @@ __all__ = [
     "compress",
     "controlRecord",
     "decodeBatches",
+    "decodeHeaders",
     "decompress",
+    "decompressionLimit",
     "readVarint",
     "zigzagVarint",
 ]
 
-#: batch attributes: compression type, by id and by name
-COMPRESSION_CODECS: dict[int, str] = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_CODEC_IDS = {name: codecId for codecId, name in COMPRESSION_CODECS.items()}
-
-_COMPRESSION_MASK = 0x07
-_TIMESTAMP_TYPE_MASK = 0x08
-_TRANSACTIONAL_MASK = 0x10
-_CONTROL_MASK = 0x20
-
-#: offset of the batch length field's end: baseOffset + batchLength
-_LOG_OVERHEAD = 12
 #: baseOffset .. recordCount
-BATCH_HEADER_SIZE = 61
-#: where the CRC-covered part (attributes onward) starts
-_CRC_START = 21
-_MAGIC_OFFSET = 16
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_INT32 = struct.Struct(">i")
-_INT16 = struct.Struct(">h")
+BATCH_HEADER_SIZE = HEADER_SIZE
 _CRC = struct.Struct(">I")
-
-assert _HEADER.size == BATCH_HEADER_SIZE
-
-
-class CorruptRecordError(ValueError):
-    """
-    The bytes are not a well-formed magic 2 record batch.
-    """
 
 
 class CrcMismatchError(CorruptRecordError):
@@ -118,12 +118,6 @@ class CrcMismatchError(CorruptRecordError):
             f"CRC mismatch in batch at offset {baseOffset}: "
             f"stored 0x{expected:08x}, computed 0x{actual:08x}"
         )
-
-
-class UnsupportedCompression(CorruptRecordError):
-    """
-    A compression codec id or name this module does not know.
-    """
 
 
 @dataclass(slots=True)
@@ -179,7 +173,7 @@ class RecordBatch:
         """
         The codec name: C{'none'}, C{'gzip'}, C{'snappy'}, C{'lz4'} or C{'zstd'}.
         """
-        codecId = self.attributes & _COMPRESSION_MASK
+        codecId = self.attributes & CODEC_MASK
         return COMPRESSION_CODECS.get(codecId, f"unknown({codecId})")
 
     @property
@@ -187,15 +181,15 @@ class RecordBatch:
         """
         0 for create time, 1 for log-append time.
         """
-        return (self.attributes & _TIMESTAMP_TYPE_MASK) >> 3
+        return (self.attributes & TIMESTAMP_TYPE_BIT) >> 3
 
     @property
     def isTransactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_MASK)
+        return bool(self.attributes & TRANSACTIONAL_BIT)
 
     @property
     def isControl(self) -> bool:
-        return bool(self.attributes & _CONTROL_MASK)
+        return bool(self.attributes & CONTROL_BIT)
 
     @property
     def lastOffset(self) -> int:
@@ -207,186 +201,6 @@ class RecordBatch:
         The offset a consumer fetches after this batch.
         """
         return self.baseOffset + self.lastOffsetDelta + 1
-
-
-# -- compression -------------------------------------------------------------
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-# magic, then version 1 and minimum compatible version 1, as the Java client
-# (xerial snappy-java's SnappyOutputStream) writes them
-_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
-# SnappyOutputStream's default block size, which Kafka's SnappyFactory uses
-_XERIAL_BLOCK = 32 * 1024
-
-
-def _codecId(compression: str | int) -> int:
-    if isinstance(compression, int):
-        if compression not in COMPRESSION_CODECS:
-            raise UnsupportedCompression(f"compression type {compression}")
-        return compression
-    try:
-        return _CODEC_IDS[compression.lower()]
-    except KeyError:
-        raise UnsupportedCompression(f"compression {compression!r}") from None
-
-
-def compress(compression: str | int, data: bytes) -> bytes:
-    """
-    Compress a batch's record section the way the Java client does.
-
-    @param compression: a codec name or id.
-    """
-    codec = _codecId(compression)
-    if codec == 0:
-        return bytes(data)
-    if codec == 1:
-        # GZIPOutputStream: gzip container, deflate level 6 (the default)
-        compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-        return compressor.compress(data) + compressor.flush()
-    if codec == 2:
-        return _snappyXerialEncode(data)
-    if codec == 3:
-        # Kafka's LZ4 reader needs independent blocks; 64 KiB blocks, no
-        # content size and no content checksum is what KafkaLZ4BlockOutputStream
-        # writes.
-        return lz4.frame.compress(
-            data,
-            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-            block_linked=False,
-            content_checksum=False,
-            store_size=False,
-        )
-    return zstandard.ZstdCompressor(level=3).compress(data)
-
-
-def decompress(compression: str | int, data) -> bytes:
-    """
-    Undo L{compress}, and also accept what other clients write: raw snappy,
-    zlib-wrapped or multi-member gzip, zstd frames without a content size.
-
-    @raise CorruptRecordError: if the data does not decompress.
-    """
-    codec = _codecId(compression)
-    try:
-        if codec == 0:
-            return bytes(data)
-        if codec == 1:
-            return _gunzip(data)
-        if codec == 2:
-            return _snappyDecode(data)
-        if codec == 3:
-            return lz4.frame.decompress(data)
-        return _unzstd(data)
-    except CorruptRecordError:
-        raise
-    except Exception as e:
-        name = COMPRESSION_CODECS[codec]
-        raise CorruptRecordError(f"cannot decompress {name} records: {e}") from e
-
-
-def _gunzip(data) -> bytes:
-    # 47 = 32 + 15: accept both gzip and zlib headers.  Loop over members: a
-    # concatenation of gzip members is one valid gzip stream.
-    out = []
-    data = bytes(data)
-    while data:
-        d = zlib.decompressobj(47)
-        out.append(d.decompress(data))
-        out.append(d.flush())
-        if not d.eof:
-            raise CorruptRecordError("truncated gzip stream")
-        data = d.unused_data
-    return b"".join(out)
-
-
-def _snappyXerialEncode(data) -> bytes:
-    view = memoryview(data)
-    parts = [_XERIAL_HEADER]
-    for start in range(0, len(view), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK]))
-        parts.append(_INT32.pack(len(block)))
-        parts.append(block)
-    return b"".join(parts)
-
-
-def _snappyDecode(data) -> bytes:
-    data = bytes(data)
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    # xerial framing: 16-byte header, then (int32 length, raw snappy block)*
-    pos = len(_XERIAL_HEADER)
-    end = len(data)
-    out = []
-    while pos < end:
-        if pos + 4 > end:
-            raise CorruptRecordError("truncated xerial snappy block length")
-        (size,) = _INT32.unpack_from(data, pos)
-        pos += 4
-        if size < 0 or pos + size > end:
-            raise CorruptRecordError("truncated xerial snappy block")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
-        pos += size
-    return b"".join(out)
-
-
-def _unzstd(data) -> bytes:
-    # ZstdDecompressor.decompress() needs the content size in the frame
-    # header, which streaming producers (librdkafka, zstd-jni streams) omit;
-    # a decompression object does not, and tells truncation (no eof) apart
-    # from the end.  Loop for writers that emit several frames.
-    out = []
-    data = bytes(data)
-    dctx = zstandard.ZstdDecompressor()
-    while data:
-        d = dctx.decompressobj()
-        out.append(d.decompress(data))
-        if not d.eof:
-            raise CorruptRecordError("truncated zstd frame")
-        data = d.unused_data
-    return b"".join(out)
-
-
-# -- varints -----------------------------------------------------------------
-
-_ONE_BYTE = [bytes((i,)) for i in range(128)]
-
-
-def zigzagVarint(value: int) -> bytes:
-    """
-    The zigzag varint encoding of a signed 64-bit C{value}.
-    """
-    z = (value << 1) ^ (value >> 63)
-    if z < 0x80:
-        return _ONE_BYTE[z]
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def readVarint(buf, pos: int) -> tuple[int, int]:
-    """
-    Read an unsigned varint (callers unzigzag).  The decode loop inlines the
-    one-byte case and only calls this for longer ones.
-
-    @return: (raw value, position after it).
-    """
-    value = 0
-    shift = 0
-    try:
-        while True:
-            b = buf[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value, pos
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varint longer than 10 bytes")
-    except IndexError:
-        raise CorruptRecordError("truncated varint") from None
 
 
 # -- encoding ----------------------------------------------------------------
@@ -470,7 +284,7 @@ def buildBatch(
     records = list(records)
     if not records:
         raise ValueError("a record batch needs at least one record")
-    codec = _codecId(compression)
+    codec = codecId(compression)
     now = int(time.time() * 1000)
     timestamps = [now if r.timestamp is None else r.timestamp for r in records]
     baseTimestamp = timestamps[0]
@@ -488,13 +302,13 @@ def buildBatch(
         payload = compress(codec, payload)
     attributes = codec | ((timestampType & 1) << 3)
     if isTransactional:
-        attributes |= _TRANSACTIONAL_MASK
+        attributes |= TRANSACTIONAL_BIT
     if isControl:
-        attributes |= _CONTROL_MASK
+        attributes |= CONTROL_BIT
     header = bytearray(
-        _HEADER.pack(
+        HEADER.pack(
             baseOffset,
-            BATCH_HEADER_SIZE - _LOG_OVERHEAD + len(payload),
+            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
             partitionLeaderEpoch,
             2,
             0,  # CRC, filled in below
@@ -508,8 +322,8 @@ def buildBatch(
             len(records),
         )
     )
-    crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
-    _CRC.pack_into(header, _CRC_START - 4, crc)
+    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_AT:]))
+    _CRC.pack_into(header, CRC_AT, crc)
     return bytes(header) + payload
 
 
@@ -530,7 +344,10 @@ def controlRecord(commit: bool, coordinatorEpoch: int = 0, timestamp: int | None
 
 
 def decodeBatches(
-    buf, checkCrc: bool = True, decodeRecords: bool = True
+    buf,
+    checkCrc: bool = True,
+    decodeRecords: bool = True,
+    maxDecompressedBytes: int = DEFAULT_DECOMPRESSION_LIMIT,
 ) -> Iterator[RecordBatch]:
     """
     Decode the record batches in C{buf} (the C{records} field of a Fetch
@@ -542,29 +359,34 @@ def decodeBatches(
     @param checkCrc: verify each batch's CRC-32C (cheap: hardware CRC).
     @param decodeRecords: decompress and decode records; if false, only the
         headers are read and C{records} is empty.
+    @param maxDecompressedBytes: the most one batch's records may inflate
+        to (stored batches: L{decompressionLimit} of the topic's
+        C{message.max.bytes}).
     @raise CrcMismatchError: if C{checkCrc} and a batch's CRC is wrong.
+    @raise DecompressionLimitExceeded: for a batch inflating past the limit.
     @raise CorruptRecordError: for a batch that cannot be decoded (a magic
-        other than 2, lengths that do not add up, bad compression).
+        other than 2, lengths or a record count that do not add up, bad
+        compression).  Nothing else escapes, whatever the bytes.
     """
     view = memoryview(buf)
     if view.ndim != 1 or view.format != "B":
         view = view.cast("B")
     end = len(view)
     pos = 0
-    unpackHeader = _HEADER.unpack_from
-    while end - pos >= _LOG_OVERHEAD:
-        baseOffset, batchLength = _OFFSET_AND_LENGTH.unpack_from(view, pos)
-        batchEnd = pos + _LOG_OVERHEAD + batchLength
+    unpackHeader = HEADER.unpack_from
+    while end - pos >= LOG_OVERHEAD:
+        baseOffset, batchLength = PREFIX.unpack_from(view, pos)
+        batchEnd = pos + LOG_OVERHEAD + batchLength
         if batchEnd > end:
             return  # partial batch: the fetch size cut it off
-        if batchLength < _MAGIC_OFFSET + 1 - _LOG_OVERHEAD:
+        if batchLength < MAGIC_AT + 1 - LOG_OVERHEAD:
             raise CorruptRecordError(f"batch at offset {baseOffset} has length {batchLength}")
-        magic = view[pos + _MAGIC_OFFSET]
+        magic = view[pos + MAGIC_AT]
         if magic != 2:
             raise CorruptRecordError(
                 f"batch at offset {baseOffset} has magic {magic}; only magic 2 is supported"
             )
-        if batchLength < BATCH_HEADER_SIZE - _LOG_OVERHEAD:
+        if batchLength < BATCH_HEADER_SIZE - LOG_OVERHEAD:
             raise CorruptRecordError(
                 f"batch at offset {baseOffset} has length {batchLength}, "
                 f"shorter than a batch header"
@@ -585,20 +407,25 @@ def decodeBatches(
             recordCount,
         ) = unpackHeader(view, pos)
         if checkCrc:
-            actual = crc32c(view[pos + _CRC_START : batchEnd])
+            actual = crc32c(view[pos + ATTRIBUTES_AT : batchEnd])
             if actual != storedCrc:
                 raise CrcMismatchError(baseOffset, storedCrc, actual)
         if recordCount < 0:
             raise CorruptRecordError(f"batch at offset {baseOffset} has {recordCount} records")
         records: list[Record] = []
         if decodeRecords and recordCount:
-            codec = attributes & _COMPRESSION_MASK
+            codec = attributes & CODEC_MASK
             payload = view[pos + BATCH_HEADER_SIZE : batchEnd]
             if codec:
-                data = decompress(codec, payload)
+                data = decompress(codec, payload, maxDecompressedBytes)
             else:
                 data = payload.tobytes()
-            timestampOverride = maxTimestamp if attributes & _TIMESTAMP_TYPE_MASK else None
+            if recordCount * 7 > len(data):
+                raise CorruptRecordError(
+                    f"batch at offset {baseOffset} declares {recordCount} records "
+                    f"in {len(data)} bytes"
+                )
+            timestampOverride = maxTimestamp if attributes & TIMESTAMP_TYPE_BIT else None
             records = _decodeRecords(
                 data, recordCount, baseOffset, baseTimestamp, timestampOverride
             )

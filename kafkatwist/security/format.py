@@ -134,10 +134,16 @@ def formatDirectory(directory: str, nodeId: int, clusterId: str | None, scram: l
             "this directory and format the others."
         )
     os.makedirs(directory, exist_ok=True)
-    # Credentials first: a directory with meta.properties counts as formatted.
-    if credentials:
-        CredentialStore.inDirectory(directory).alter(credentials)
+    # meta.properties first (on a directory that holds data it refuses, as
+    # the broker does); if the users then cannot be written, it is taken
+    # back, so the directory does not count as formatted without them.
     clusterId = loadOrCreateClusterId(directory, nodeId, clusterId)
+    if credentials:
+        try:
+            CredentialStore.inDirectory(directory).alter(credentials)
+        except BaseException:
+            os.unlink(os.path.join(directory, META_PROPERTIES))
+            raise
     users = ", ".join(f"{user} ({mechanism})" for user, mechanism, _ in credentials) or "none"
     return f"Formatted {directory} for cluster {clusterId} with SCRAM users: {users}"
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -148,9 +149,24 @@ class JobProgress:
                 last = line
 
 
+def plainDoc(doc: str) -> str:
+    """
+    The module docstring as --help shows it: epytext markup (C{...}) removed.
+    """
+    return re.sub(r"\b[BCILU]\{([^}]*)\}", r"\1", doc).strip()
+
+
+def defaultOutput() -> str:
+    """
+    Under the user's cache directory, so a run leaves nothing in the checkout.
+    """
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "kafkatwist", "spark-demo")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="run_demo.py", description=__doc__.split("\n\n")[0],
+        prog="run_demo.py", description=plainDoc(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--bootstrap", default="127.0.0.1:9092",
@@ -161,8 +177,9 @@ def main(argv=None) -> int:
                         help="events to produce into an empty topic (default %(default)s)")
     parser.add_argument("--more", type=int, default=2_000,
                         help="events added on every run, for the stream to pick up")
-    parser.add_argument("--output", default="demo-output",
-                        help="directory for Parquet output and the stream checkpoint")
+    parser.add_argument("--output", default=defaultOutput(),
+                        help="directory for Parquet output and the stream checkpoint, kept between "
+                             "runs; outside the checkout (default %(default)s)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=10_000)
     args = parser.parse_args(argv)
 

@@ -1,19 +1,27 @@
 """
-Helpers for the group coordinator tests: a coordinator on a C{task.Clock}
-with an in-memory store, and small functions to drive it.
+Helpers for the group coordinator tests: the coordinator service on a
+C{task.Clock} over an in-memory C{__consumer_offsets}, a synchronous view
+of it, and small functions to drive it.
 """
 
 from __future__ import annotations
 
 from twisted.internet import task
+from zope.interface import implementer
 
 from kafkatwist.coordinator import (
-    GroupCoordinator,
-    InMemoryGroupStore,
+    GroupCoordinatorService,
+    JoinRequest,
     OffsetAndMetadata,
+    SyncRequest,
     encodeSubscription,
 )
-from kafkatwist.errors import ErrorCode
+from kafkatwist.coordinator.logstore import OffsetsTopicLog
+from kafkatwist.coordinator.replay import loadGroups
+from kafkatwist.coordinator.requests import CommitRequest
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.interfaces import ICoordinatorLog
+from kafkatwist.log import MemoryLogManager
 
 E = ErrorCode
 
@@ -24,12 +32,16 @@ def sub(*topics: str) -> bytes:
 
 class Pending:
     """
-    The outcome of a Deferred, for asserting whether and how it fired.
+    A C{replyTo} that keeps the answer, for asserting whether and how the
+    coordinator answered.
     """
 
-    def __init__(self, d) -> None:
+    def __init__(self) -> None:
         self.results: list = []
-        d.addBoth(self.results.append)
+
+    def __call__(self, result) -> None:
+        assert not self.results, f"answered twice: {self.results[0]!r}, then {result!r}"
+        self.results.append(result)
 
     @property
     def fired(self) -> bool:
@@ -37,8 +49,59 @@ class Pending:
 
     @property
     def value(self):
-        assert self.results, "deferred has not fired"
+        assert self.results, "not answered"
         return self.results[0]
+
+
+class Synchronous:
+    """
+    The service's request methods without the C{replyTo}: each returns the
+    answer, which must come at once (everything runs on the test's thread).
+    Other attributes pass through.
+    """
+
+    def __init__(self, service) -> None:
+        self._service = service
+
+    def __getattr__(self, name):
+        method = getattr(self._service, name)
+        if name in ("load", "shutdown", "publishedGroups"):
+            return method
+
+        def call(*args, **kw):
+            pending = Pending()
+            method(pending, *args, **kw)
+            return pending.value
+
+        return call
+
+
+@implementer(ICoordinatorLog)
+class FailingLog:
+    """
+    An L{ICoordinatorLog} that refuses appends C{failOn(records)} picks,
+    with C{error}.
+    """
+
+    def __init__(self, inner, failOn, error=E.not_coordinator) -> None:
+        self._inner = inner
+        self._failOn = failOn
+        self._error = error
+        self.topic = inner.topic
+        self.numPartitions = inner.numPartitions
+
+    def append(self, partition, records):
+        records = list(records)
+        if self._failOn(records):
+            raise KafkaError(self._error)
+        self._inner.append(partition, records)
+
+    def replay(self, partition):
+        return self._inner.replay(partition)
+
+
+def memoryLog(numPartitions: int = 3) -> OffsetsTopicLog:
+    return OffsetsTopicLog(MemoryLogManager(), numPartitions, clock=lambda: 0)
 
 
 class Harness:
@@ -49,11 +112,20 @@ class Harness:
     def __init__(self, **kw) -> None:
         kw.setdefault("initialRebalanceDelayMs", 0)
         self.clock = task.Clock()
-        self.store = kw.pop("store", None) or InMemoryGroupStore()
-        self.coord = GroupCoordinator(self.clock, self.store, **kw)
+        self.log = kw.pop("log", None) or memoryLog()
+        self.service = GroupCoordinatorService(self.clock, self.log, **kw)
+        self.coord = Synchronous(self.service)
 
     def advance(self, ms: float) -> None:
         self.clock.advance(ms / 1000.0)
+
+    def stored(self):
+        """
+        @return: C{(groups, offsets)} as a restart would read them back:
+            group id -> L{GroupSnapshot}, group id -> offsets.
+        """
+        groups, offsets = loadGroups(self.log)
+        return {g.groupId: g for g in groups}, offsets
 
     def join(
         self,
@@ -69,45 +141,42 @@ class Harness:
     ) -> Pending:
         if protocols is None:
             protocols = [("range", sub("t1"))]
-        return Pending(
-            self.coord.joinGroup(
-                group,
-                member,
-                instance,
-                clientId,
-                "/127.0.0.1",
-                rebalance,
-                session,
-                ptype,
-                protocols,
-                requireKnown,
-                None,
-            )
+        pending = Pending()
+        self.service.joinGroup(
+            pending,
+            JoinRequest(
+                group, member, instance, clientId, "/127.0.0.1", rebalance, session, ptype,
+                tuple(protocols), requireKnown,
+            ),
         )
+        return pending
 
     def sync(
         self, member, generation, assignments=None, group="g", instance=None, ptype=None, pname=None
     ) -> Pending:
-        return Pending(
-            self.coord.syncGroup(
-                group, generation, member, instance, ptype, pname, assignments or {}
-            )
+        pending = Pending()
+        self.service.syncGroup(
+            pending, SyncRequest(group, generation, member, instance, ptype, pname, assignments or {})
         )
+        return pending
 
     def heartbeat(self, member, generation, group="g", instance=None):
         return self.coord.heartbeat(group, generation, member, instance)
 
     def commit(self, offsets, member="", generation=-1, group="g", instance=None, now=None):
         return self.coord.commitOffsets(
-            group,
-            generation,
-            member,
-            instance,
-            {
-                tp: (om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om))
-                for tp, om in offsets.items()
-            },
-            now,
+            CommitRequest(
+                group,
+                generation,
+                member,
+                instance,
+                {
+                    tp: _withTimestamp(
+                        om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om), now
+                    )
+                    for tp, om in offsets.items()
+                },
+            )
         )
 
     def state(self, group="g") -> str:
@@ -138,3 +207,9 @@ class Harness:
         assert all(s.value.errorCode == E.none for s in syncs), [s.value for s in syncs]
         assert self.state(group) == "Stable"
         return sorted(ids, key=lambda m: m != leader), gen
+
+
+def _withTimestamp(om: OffsetAndMetadata, now):
+    if now is None:
+        return om
+    return OffsetAndMetadata(om.offset, om.leaderEpoch, om.metadata, now, om.expireTimestampMs)

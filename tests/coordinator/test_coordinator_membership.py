@@ -5,7 +5,7 @@ fake clock.
 
 from __future__ import annotations
 
-from kafkatwist.coordinator import JoinGroupMember
+from kafkatwist.coordinator import JoinGroupMember, JoinRequest, SyncRequest
 
 from .helpers import E, sub
 
@@ -303,8 +303,8 @@ def test_last_member_leaving_empties_group(h):
     (a,), gen = h.stableGroup(1)
     h.coord.leaveGroup("g", [(a, None)])
     assert h.state() == "Empty"
-    assert h.store.groups["g"].members == ()
-    assert h.store.groups["g"].generationId == gen + 1
+    assert h.stored()[0]["g"].members == ()
+    assert h.stored()[0]["g"].generationId == gen + 1
 
 
 def test_batched_leave_by_member_and_instance_id(h):
@@ -414,7 +414,7 @@ def test_static_member_replacement_fences_old_id(h):
     s = h.sync(new, gen, instance="i-1").value
     assert s.errorCode == E.none and s.assignment == old.encode()
     assert h.heartbeat(new, gen, instance="i-1") == E.none
-    assert h.store.groups["g"].members[0].memberId == new
+    assert h.stored()[0]["g"].members[0].memberId == new
 
 
 def test_static_replacement_fences_parked_join(h):
@@ -453,32 +453,19 @@ def test_static_member_not_rejoining_is_kept(h):
 # -- re-entrancy ------------------------------------------------------------------------
 
 
-def test_deferred_callbacks_may_reenter_coordinator(h):
+def test_answers_may_reenter_coordinator(h):
     """
-    Results fire outside the group lock: a callback that syncs straight
-    away must not deadlock.
+    Answers are given after the coordinator's turn: a C{replyTo} that
+    syncs straight away is served after it, not inside it.
     """
     seen = []
-    d = h.coord.joinGroup(
-        "g", "", None, "c", "h", 30000, 10000, "consumer", [("range", b"")], False, None
-    )
 
     def onJoin(r):
-        return h.coord.syncGroup(
-            "g", r.generationId, r.memberId, None, None, None, {r.memberId: b"a"}
+        h.service.syncGroup(
+            seen.append, SyncRequest("g", r.generationId, r.memberId, assignments={r.memberId: b"a"})
         )
 
-    d.addCallback(onJoin)
-    d.addCallback(seen.append)
-    assert seen[0].errorCode == E.none and seen[0].assignment == b"a"
-
-
-def test_cancelled_deferred_is_not_fired_again(h):
-    (a, b), _gen = h.stableGroup(2)
-    ra = h.coord.joinGroup(
-        "g", a, None, "c", "h", 30000, 10000, "consumer", [("range", sub("t1"))], False, None
+    h.service.joinGroup(
+        onJoin, JoinRequest("g", "", None, "c", "h", 30000, 10000, "consumer", (("range", b""),))
     )
-    ra.addErrback(lambda f: None)
-    ra.cancel()  # the client went away
-    rb = h.join(member=b)
-    assert rb.value.errorCode == E.none
+    assert seen[0].errorCode == E.none and seen[0].assignment == b"a"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatwist.coordinator import FetchedOffset, InMemoryGroupStore, OffsetAndMetadata
-from kafkatwist.errors import KafkaError
+from kafkatwist.coordinator import FetchedOffset, OffsetAndMetadata
+from kafkatwist.coordinator.formats import decodeKey
 
-from .helpers import E, Harness, sub
+from .helpers import E, FailingLog, Harness, memoryLog, sub
 
 DAY = 24 * 3600 * 1000
 
@@ -33,7 +33,7 @@ def test_member_commit_and_fetch_round_trips_metadata(h):
         ("t1", 2): FetchedOffset(-1, -1, ""),
     }
     assert set(h.coord.fetchOffsets("g", None).offsets) == {("t1", 0), ("t1", 1)}
-    stored = h.store.offsets["g"][("t1", 0)]
+    stored = h.stored()[1]["g"][("t1", 0)]
     assert stored.metadata == "hello \u00e9" and stored.commitTimestampMs == 0
 
 
@@ -42,7 +42,7 @@ def test_simple_commit_creates_empty_group(h):
     assert h.coord.fetchOffsets("simple").offsets[("t", 0)].offset == 10
     d = h.coord.describeGroups(["simple"])[0]
     assert (d.state, d.protocolType) == ("Empty", "")
-    assert h.store.offsets["simple"][("t", 0)].commitTimestampMs == 1234
+    assert h.stored()[1]["simple"][("t", 0)].commitTimestampMs == 1234
 
 
 def test_commit_with_generation_for_unknown_group(h):
@@ -81,13 +81,16 @@ def test_commit_metadata_too_large(harness):
 
 
 def test_commit_store_failure_is_reported(harness):
-    class Failing(InMemoryGroupStore):
-        def storeOffsets(self, groupId, offsets):
-            raise KafkaError(E.request_timed_out)
-
-    h = harness(store=Failing())
+    h = harness(log=FailingLog(memoryLog(), lambda records: True, E.request_timed_out))
     assert h.commit({("t", 0): 1}) == {("t", 0): E.request_timed_out}
     assert h.coord.fetchOffsets("g").offsets == {}
+
+
+def test_storage_errors_are_mapped_as_kafka_does(harness):
+    h = harness(log=FailingLog(memoryLog(), lambda records: True, E.kafka_storage_error))
+    assert h.commit({("t", 0): 1}) == {("t", 0): E.not_coordinator}
+    h = harness(log=FailingLog(memoryLog(), lambda records: True, E.message_too_large))
+    assert h.commit({("t", 0): 1}) == {("t", 0): E.invalid_commit_offset_size}
 
 
 def test_fetch_unknown_group(h):
@@ -100,20 +103,22 @@ def test_fetch_unknown_group(h):
 
 
 def test_offsets_of_empty_group_expire_after_retention(harness):
-    h = harness(offsetsRetentionMinutes=60 * 24)
-    (a,), gen = h.stableGroup(1)
+    h = harness(offsetsRetentionMinutes=60 * 24, maxSessionTimeoutMs=3 * DAY)
+    (a,), gen = h.stableGroup(1, session=3 * DAY)
     h.commit({("t1", 0): 5}, member=a, generation=gen)
     h.advance(2 * DAY)  # old commit, but the group is active: kept
-    h.heartbeat(a, gen)
+    assert h.heartbeat(a, gen) == E.none
     assert h.coord.expireOffsets() == 0
     h.coord.leaveGroup("g", [(a, None)])
     assert h.state() == "Empty"
-    emptiedAt = h.clock.seconds() * 1000
-    assert h.coord.expireOffsets(emptiedAt + DAY - 1) == 0
-    assert h.coord.expireOffsets(emptiedAt + DAY) == 1
+    h.advance(DAY - 1)
+    assert h.coord.expireOffsets() == 0
+    h.advance(1)
+    assert h.coord.expireOffsets() == 1
     # Nothing left: the group goes too.
     assert h.state() == "Dead"
-    assert "g" not in h.store.groups and "g" not in h.store.offsets
+    groups, offsets = h.stored()
+    assert "g" not in groups and "g" not in offsets
     assert h.coord.listGroups().groups == ()
 
 
@@ -121,23 +126,29 @@ def test_simple_consumer_offsets_expire_by_commit_time(harness):
     h = harness(offsetsRetentionMinutes=1)
     h.commit({("t", 0): 1}, group="s", now=0)
     h.commit({("t", 1): 1}, group="s", now=30000)
-    assert h.coord.expireOffsets(60000) == 1
+    h.advance(60000)
+    assert h.coord.expireOffsets() == 1
     assert set(h.coord.fetchOffsets("s").offsets) == {("t", 1)}
-    assert h.coord.expireOffsets(90000) == 1
+    h.advance(30000)
+    assert h.coord.expireOffsets() == 1
     assert h.coord.describeGroups(["s"])[0].state == "Dead"
 
 
 def test_explicit_expire_timestamp_wins(harness):
     h = harness(offsetsRetentionMinutes=60)
     h.commit({("t", 0): OffsetAndMetadata(1, expireTimestampMs=1000)}, group="s", now=0)
-    assert h.coord.expireOffsets(1000) == 1
+    h.advance(999)
+    assert h.coord.expireOffsets() == 0
+    h.advance(1)
+    assert h.coord.expireOffsets() == 1
 
 
 def test_stable_group_expires_only_unsubscribed_topics(harness):
     h = harness(offsetsRetentionMinutes=1)
-    (a,), gen = h.stableGroup(1, protocols=[("range", sub("t1"))])
+    (a,), gen = h.stableGroup(1, protocols=[("range", sub("t1"))], session=120000)
     h.commit({("t1", 0): 1, ("gone", 0): 1}, member=a, generation=gen, now=0)
-    assert h.coord.expireOffsets(60000) == 1
+    h.advance(60000)
+    assert h.coord.expireOffsets() == 1
     assert set(h.coord.fetchOffsets("g").offsets) == {("t1", 0)}
 
 
@@ -161,7 +172,7 @@ def test_delete_offsets_subscribed_topic_refused(h):
     assert res.errorCode == E.none
     assert res.partitions == {("t1", 0): E.group_subscribed_to_topic, ("t2", 0): E.none}
     assert set(h.coord.fetchOffsets("g").offsets) == {("t1", 0)}
-    assert set(h.store.offsets["g"]) == {("t1", 0)}
+    assert set(h.stored()[1]["g"]) == {("t1", 0)}
 
 
 def test_delete_offsets_unparseable_subscription_is_conservative(h):
@@ -230,12 +241,12 @@ def test_delete_groups(h):
     h.commit({("t", 0): 1}, group="simple")
     res = h.coord.deleteGroups(["g", "simple", "missing"])
     assert res == {"g": E.non_empty_group, "simple": E.none, "missing": E.group_id_not_found}
-    assert "simple" not in h.store.offsets
+    assert "simple" not in h.stored()[1]
     assert h.coord.fetchOffsets("simple").offsets == {}
     assert h.coord.deleteGroups(["simple"]) == {"simple": E.group_id_not_found}
     h.coord.leaveGroup("g", [(a, None)])
     assert h.coord.deleteGroups(["g"]) == {"g": E.none}
-    assert "g" not in h.store.groups
+    assert "g" not in h.stored()[0]
     # A deleted group can be used again from scratch.
     assert h.join().value.generationId == 1
 
@@ -250,7 +261,7 @@ def test_load_restores_stable_group_and_offsets():
     first.commit({("t", 0): 3}, group="simple")
     first.coord.shutdown()
 
-    second = Harness(store=first.store)
+    second = Harness(log=first.log)
     second.coord.load()
     d = second.coord.describeGroups(["g"])[0]
     assert d.state == "Stable" and [m.memberId for m in d.members] == [a, b]
@@ -271,12 +282,10 @@ def test_load_restores_stable_group_and_offsets():
 
 
 def test_leader_sync_store_failure_restarts_rebalance(harness):
-    class Failing(InMemoryGroupStore):
-        def storeGroup(self, snapshot):
-            if snapshot.members:
-                raise KafkaError(E.not_coordinator)
+    def groupRecord(records):
+        return any(value is not None and decodeKey(key)[0] == "group" for key, value in records)
 
-    h = harness(store=Failing())
+    h = harness(log=FailingLog(memoryLog(), groupRecord))
     a = h.join()
     b = h.join()
     ra = h.join(member=a.value.memberId)

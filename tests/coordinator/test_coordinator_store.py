@@ -8,24 +8,21 @@ import dataclasses
 
 from zope.interface.verify import verifyObject
 
-from kafkatwist.coordinator import (
-    GroupSnapshot,
-    IGroupStore,
-    InMemoryGroupStore,
-    MemberSnapshot,
-    OffsetAndMetadata,
-)
+from kafkatwist.coordinator import GroupSnapshot, MemberSnapshot, OffsetAndMetadata
+from kafkatwist.coordinator.formats import groupRecord, groupTombstone, offsetRecords, offsetTombstones
+from kafkatwist.coordinator.replay import loadGroups
+from kafkatwist.interfaces import ICoordinatorLog
 
-from .helpers import E, sub
+from .helpers import E, memoryLog, sub
 
 
-def test_in_memory_store_provides_interface():
-    assert verifyObject(IGroupStore, InMemoryGroupStore())
+def test_offsets_topic_log_provides_interface():
+    assert verifyObject(ICoordinatorLog, memoryLog())
 
 
 def test_snapshot_after_leader_sync_is_plain_data(h):
     (a, b), gen = h.stableGroup(2)
-    snap = h.store.groups["g"]
+    snap = h.stored()[0]["g"]
     assert (snap.protocolType, snap.generationId, snap.protocolName, snap.leaderId) == (
         "consumer",
         gen,
@@ -39,16 +36,16 @@ def test_snapshot_after_leader_sync_is_plain_data(h):
     assert dataclasses.asdict(snap)["members"][1]["assignment"] == b.encode()
 
 
-def test_store_load_round_trip_and_deletes():
-    store = InMemoryGroupStore()
-    store.storeGroup(GroupSnapshot("g", "consumer", 3, None, None, 5, ()))
-    store.storeOffsets("g", {("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)})
-    store.deleteOffsets("g", [("t", 0)])
-    groups, offsets = store.load()
+def test_replay_round_trip_and_deletes():
+    log = memoryLog(numPartitions=1)
+    log.append(0, [groupRecord(GroupSnapshot("g", "consumer", 3, None, None, 5, ()))])
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)}))
+    log.append(0, offsetTombstones("g", [("t", 0)]))
+    groups, offsets = loadGroups(log)
     assert [g.groupId for g in groups] == ["g"]
     assert offsets == {"g": {("t", 1): OffsetAndMetadata(2)}}
-    store.deleteGroup("g")
-    assert store.load() == ([], {})
+    log.append(0, [*offsetTombstones("g", [("t", 1)]), groupTombstone("g")])
+    assert loadGroups(log) == ([], {})
 
 
 def test_offset_delete_requires_group_id(h):

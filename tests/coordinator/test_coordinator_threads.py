@@ -1,7 +1,8 @@
 """
-Concurrency smoke test: members in several threads join, sync, heartbeat,
-commit and leave at once while another thread drives a thread-safe fake
-clock (timers fire on that thread, as they would on the reactor's).
+Concurrency: members in several threads join, sync, heartbeat, commit and
+leave at once while another thread drives a thread-safe fake clock (timers
+fire on that thread, as they do on the coordinator's timer thread); and the
+runtime's ownership rules, deterministically.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ import itertools
 import threading
 import time
 
-from kafkatwist.coordinator import GroupCoordinator, InMemoryGroupStore, OffsetAndMetadata
-from kafkatwist.threaddefer import ThreadSafeDeferred
+from kafkatwist.coordinator import (
+    CommitRequest,
+    GroupCoordinatorService,
+    JoinRequest,
+    OffsetAndMetadata,
+    SyncRequest,
+)
+from kafkatwist.coordinator.replay import loadGroups
 
-from .helpers import E, sub
+from .helpers import E, memoryLog, sub
 
 
 class _Call:
@@ -64,23 +71,27 @@ class ThreadSafeFakeClock:
             call.f(*call.args, **call.kw)
 
 
-def _wait(d, timeout=20.0):
+def _call(method, *args, timeout=20.0):
+    """
+    Call a coordinator method and wait for its answer (from any thread).
+    """
     done = threading.Event()
     box = []
 
-    def got(r):
-        box.append(r)
+    def replyTo(result):
+        box.append(result)
         done.set()
 
-    d.addBoth(got)
-    assert done.wait(timeout), "deferred never fired"
+    method(replyTo, *args)
+    assert done.wait(timeout), "never answered"
+    assert len(box) == 1
     return box[0]
 
 
 def test_threads_join_sync_heartbeat_commit_leave():
     clock = ThreadSafeFakeClock()
-    store = InMemoryGroupStore()
-    coord = GroupCoordinator(clock, store, initialRebalanceDelayMs=500)
+    log = memoryLog()
+    coord = GroupCoordinatorService(clock, log, initialRebalanceDelayMs=500)
     stop = threading.Event()
     errors: list[BaseException] = []
     codes: dict[str, set] = {"join": set(), "sync": set(), "hb": set(), "commit": set()}
@@ -102,20 +113,12 @@ def test_threads_join_sync_heartbeat_commit_leave():
             memberId, rounds = "", 0
             while rounds < 5:
                 # A changing subscription forces a rebalance per round.
-                r = _wait(
-                    coord.joinGroup(
-                        "g",
-                        memberId,
-                        None,
-                        f"c{i}",
-                        "h",
-                        30000,
-                        30000,
-                        "consumer",
-                        [("range", sub("t", f"r{rounds}"))],
-                        True,
-                        None,
-                    )
+                r = _call(
+                    coord.joinGroup,
+                    JoinRequest(
+                        "g", memberId, None, f"c{i}", "h", 30000, 30000, "consumer",
+                        (("range", sub("t", f"r{rounds}")),), True,
+                    ),
                 )
                 codes["join"].add(r.errorCode)
                 if r.errorCode == E.member_id_required:
@@ -128,25 +131,29 @@ def test_threads_join_sync_heartbeat_commit_leave():
                     continue
                 memberId, gen = r.memberId, r.generationId
                 assignments = {m.memberId: m.memberId.encode() for m in r.members}
-                s = _wait(
-                    coord.syncGroup("g", gen, memberId, None, "consumer", "range", assignments)
+                s = _call(
+                    coord.syncGroup,
+                    SyncRequest("g", gen, memberId, None, "consumer", "range", assignments),
                 )
                 codes["sync"].add(s.errorCode)
                 if s.errorCode != E.none:
                     continue
                 assert s.assignment in (memberId.encode(), b"")
                 for n in range(3):
-                    hb = coord.heartbeat("g", gen, memberId, None)
+                    hb = _call(coord.heartbeat, "g", gen, memberId, None)
                     codes["hb"].add(hb)
-                    c = coord.commitOffsets(
-                        "g", gen, memberId, None, {("t", i): OffsetAndMetadata(n, metadata=str(i))}
+                    c = _call(
+                        coord.commitOffsets,
+                        CommitRequest(
+                            "g", gen, memberId, None, {("t", i): OffsetAndMetadata(n, metadata=str(i))}
+                        ),
                     )
                     codes["commit"].add(c[("t", i)])
                     if hb != E.none:
                         break
                     time.sleep(0.001)
                 rounds += 1
-            coord.leaveGroup("g", [(memberId, None)])
+            _call(coord.leaveGroup, "g", [(memberId, None)])
         except BaseException as e:  # noqa: BLE001 - report anything from the thread
             errors.append(e)
 
@@ -165,16 +172,11 @@ def test_threads_join_sync_heartbeat_commit_leave():
         assert seen <= allowed[api], (api, seen)
     assert E.none in codes["sync"] and E.none in codes["commit"]
     # Everyone left: the group is empty (or already expired) and consistent.
-    desc = coord.describeGroups(["g"])[0]
+    desc = _call(coord.describeGroups, ["g"])[0]
     assert desc.state in ("Empty", "Dead") and desc.members == ()
-    assert all(om.metadata == str(p) for (t, p), om in store.offsets.get("g", {}).items())
+    stored = loadGroups(log)[1].get("g", {})
+    assert all(om.metadata == str(p) for (t, p), om in stored.items())
+    assert {p: om.offset for (t, p), om in stored.items()} == {
+        p: om.offset for (t, p), om in _call(coord.fetchOffsets, "g", None).offsets.items()
+    }
     coord.shutdown()
-
-
-def test_thread_safe_deferred_fires_once_and_late_callbacks_run():
-    d = ThreadSafeDeferred()
-    d.callback(1)
-    d.callback(2)  # ignored, like a result for a cancelled request
-    seen = []
-    d.addCallback(seen.append)
-    assert seen == [1]

@@ -19,7 +19,8 @@ from twisted.internet.defer import Deferred
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.config import Listener
-from kafkatwist.coordinator import GroupCoordinator, InMemoryGroupStore, encodeSubscription
+from kafkatwist.coordinator import GroupCoordinatorService, encodeSubscription
+from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.plugins import group_offsets, groups
@@ -32,6 +33,8 @@ from kafkatwist.protocol.codec import (
 )
 from kafkatwist.protocol.entities import OPERATIONS_OMITTED, make, nested
 from kafkatwist.protocol.header import parseRequestHeader
+
+from .helpers import memoryLog
 
 E = ErrorCode
 MS = datetime.timedelta(milliseconds=1)
@@ -65,9 +68,8 @@ class FakeBroker:
         self.logManager = MemoryLogManager()
         self.logManager.createTopic("t1", 3, {})
         self.logManager.createTopic("t2", 1, {})
-        self.store = InMemoryGroupStore()
         self.groupCoordinator = (
-            GroupCoordinator(self.clock, self.store, initialRebalanceDelayMs=0)
+            GroupCoordinatorService(self.fakeClock, memoryLog(), initialRebalanceDelayMs=0)
             if coordinator
             else None
         )
@@ -100,6 +102,7 @@ class FakeBroker:
             clientId=clientId,
             clientAddress=("127.0.0.9", 40000),
             correlationId=1,
+            respondLater=PendingResponse,
         )
         handler = self.handlers[apiKey]
         assert handler.minVersion <= version <= handler.maxVersion
@@ -107,6 +110,22 @@ class FakeBroker:
         if isinstance(result, Deferred):
             return result.addCallback(lambda r: wire(apiKey, version, r))
         return wire(apiKey, version, result)
+
+
+class PendingResponse:
+    """
+    L{IPendingResponse} for a test without threads: C{complete} fires the
+    Deferred at once.
+    """
+
+    def __init__(self) -> None:
+        self.deferred = Deferred()
+        self.completed = False
+
+    def complete(self, result) -> None:
+        assert not self.completed
+        self.completed = True
+        self.deferred.callback(result)
 
 
 def wire(apiKey, version, response):
@@ -239,7 +258,8 @@ def test_find_coordinator_without_coordinator():
 @pytest.mark.parametrize("version", knownVersions(11))
 def test_join_sync_every_join_version(broker, version):
     d = join(broker, version)
-    assert isinstance(d, Deferred)
+    # Decided on the handler's thread: answered at once, no Deferred.
+    assert not isinstance(d, Deferred)
     r = result(d)
     if version >= 4:
         # KIP-394: a member without an id is given one first.
@@ -263,7 +283,7 @@ def test_join_sync_every_join_version(broker, version):
 
 def test_join_v0_uses_session_timeout_as_rebalance_timeout(broker):
     r = result(join(broker, 0, session=7000))
-    member = broker.groupCoordinator._groups["g"].members[r.member_id]
+    member = broker.groupCoordinator.machine.group("g").members[r.member_id]
     assert member.rebalanceTimeoutMs == member.sessionTimeoutMs == 7000
     assert member.clientId == "cli" and member.clientHost == "/127.0.0.9"
 
@@ -520,7 +540,7 @@ def test_offset_commit_and_fetch_every_commit_version(broker, version):
 def test_offset_commit_retention_time_sets_expiry(broker):
     commit(broker, 2, [("t1", 0, 10, "")], retention=60000)
     commit(broker, 2, [("t1", 1, 10, "")])
-    stored = broker.store.offsets["g"]
+    stored = loadGroups(broker.groupCoordinator.log)[1]["g"]
     now = int(broker.fakeClock.seconds() * 1000)
     assert stored[("t1", 0)].expireTimestampMs == now + 60000
     assert stored[("t1", 0)].commitTimestampMs == now

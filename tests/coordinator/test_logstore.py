@@ -1,24 +1,32 @@
 """
-The C{__consumer_offsets} group store (L{kafkatwist.coordinator.logstore})
-on a real L{LogManager}: Kafka's record formats, partitioning, tombstones,
-and restarts (a new LogManager on the same directory, then C{load()}).
+C{__consumer_offsets} (L{kafkatwist.coordinator.formats},
+L{kafkatwist.coordinator.logstore}, L{kafkatwist.coordinator.replay}) on a
+real L{LogManager}: Kafka's record formats, partitioning, tombstones,
+restarts (a new LogManager on the same directory, then a replay), and
+loading that survives damaged or foreign records.
 """
 
 from __future__ import annotations
 
-import pytest
-from twisted.internet import task
+import os
+import struct
 
-from kafkatwist.clock import ThreadSafeClock
+import pytest
+from crc32c import crc32c
+from twisted.internet import task
+from twisted.logger import globalLogPublisher
+
 from kafkatwist.coordinator import (
+    CommitRequest,
     GroupSnapshot,
+    JoinRequest,
     MemberSnapshot,
     OffsetAndMetadata,
+    SyncRequest,
     encodeSubscription,
 )
-from kafkatwist.coordinator.logstore import (
+from kafkatwist.coordinator.formats import (
     OFFSETS_TOPIC,
-    LogGroupStore,
     decodeGroupValue,
     decodeKey,
     decodeOffsetValue,
@@ -27,12 +35,25 @@ from kafkatwist.coordinator.logstore import (
     encodeOffsetKey,
     encodeOffsetValue,
     javaStringHashCode,
+    groupRecord,
+    groupTombstone,
+    offsetRecords,
+    offsetTombstones,
     partitionFor,
 )
+from kafkatwist.coordinator.logstore import OffsetsTopicLog
+from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import LogManager
-from kafkatwist.protocol.records import decodeBatches
+from kafkatwist.protocol.batch import ATTRIBUTES_AT, CRC_AT, HEADER_SIZE
+from kafkatwist.protocol.records import (
+    Record,
+    buildBatch,
+    decodeBatches,
+    readVarint,
+    zigzagVarint,
+)
 
 E = ErrorCode
 NOW = 1_700_000_000_000
@@ -136,42 +157,48 @@ def test_group_value_round_trip_and_layout():
     assert decodeGroupValue("g", encodeGroupValue(empty)) == empty
 
 
-# -- the store on a real log -------------------------------------------------------------
+# -- the log ------------------------------------------------------------------------------
 
 
 def test_creates_compacted_topic(dirs):
     manager = dirs.open()
-    store = LogGroupStore(manager, numPartitions=5)
+    log = OffsetsTopicLog(manager, numPartitions=5, segmentBytes=65536)
     info = manager.topics()[OFFSETS_TOPIC]
-    assert info.numPartitions == 5 == store.numPartitions
+    assert info.numPartitions == 5 == log.numPartitions
     assert info.configs.get("cleanup.policy") == "compact"
+    assert str(info.configs.get("segment.bytes")) == "65536"
     # An existing topic keeps its partition count.
-    assert LogGroupStore(dirs.restart(), numPartitions=50).numPartitions == 5
+    assert OffsetsTopicLog(dirs.restart(), numPartitions=50).numPartitions == 5
 
 
 def test_round_trip_across_restart(dirs):
     manager = dirs.open()
-    store = LogGroupStore(manager, numPartitions=4, clock=lambda: NOW)
+    log = OffsetsTopicLog(manager, numPartitions=4, clock=lambda: NOW)
     snap = GroupSnapshot("g1", "consumer", 3, "range", "m1", NOW, (member("m1"), member("m2", "inst")))
-    store.storeGroup(snap)
-    store.storeOffsets(
-        "g1",
-        {
-            ("t", 0): OffsetAndMetadata(10, 1, "ünïcødé metadata ✓", NOW),
-            ("t", 1): OffsetAndMetadata(11, -1, "", NOW),
-        },
+    g1 = partitionFor("g1", 4)
+    log.append(g1, [groupRecord(snap)])
+    log.append(
+        g1,
+        offsetRecords(
+            "g1",
+            {
+                ("t", 0): OffsetAndMetadata(10, 1, "ünïcødé metadata ✓", NOW),
+                ("t", 1): OffsetAndMetadata(11, -1, "", NOW),
+            },
+        ),
     )
-    store.storeOffsets("g1", {("t", 0): OffsetAndMetadata(12, 2, "newer", NOW + 1)})
-    store.storeOffsets("simple", {("u", 3): OffsetAndMetadata(7, -1, "x" * 4096, NOW, NOW + 99)})
-    # Records are where Kafka puts them.
+    log.append(g1, offsetRecords("g1", {("t", 0): OffsetAndMetadata(12, 2, "newer", NOW + 1)}))
+    log.append(
+        partitionFor("simple", 4),
+        offsetRecords("simple", {("u", 3): OffsetAndMetadata(7, -1, "x" * 4096, NOW, NOW + 99)}),
+    )
     ends = {p: manager.getLog(OFFSETS_TOPIC, p).logEndOffset for p in range(4)}
-    extra = 1 if partitionFor("simple", 4) == partitionFor("g1", 4) else 0
+    extra = 1 if partitionFor("simple", 4) == g1 else 0
     # 1 group record + 2 + 1 offset records
-    assert ends[partitionFor("g1", 4)] == 4 + extra
+    assert ends[g1] == 4 + extra
     assert sum(ends.values()) == 5
 
-    store2 = LogGroupStore(dirs.restart(), numPartitions=4)
-    groups, offsets = store2.load()
+    groups, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=4))
     assert groups == [snap]
     assert offsets == {
         "g1": {
@@ -183,40 +210,49 @@ def test_round_trip_across_restart(dirs):
 
 
 def test_tombstones(dirs):
-    store = LogGroupStore(dirs.open(), numPartitions=3)
-    store.storeGroup(GroupSnapshot("g", "consumer", 1, None, None, NOW))
-    store.storeOffsets("g", {("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)})
-    store.storeOffsets("h", {("t", 0): OffsetAndMetadata(5)})
-    store.deleteOffsets("g", [("t", 0)])
-    groups, offsets = LogGroupStore(dirs.restart(), numPartitions=3).load()
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1)
+    log.append(0, [groupRecord(GroupSnapshot("g", "consumer", 1, None, None, NOW))])
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(2)}))
+    log.append(0, offsetRecords("h", {("t", 0): OffsetAndMetadata(5)}))
+    log.append(0, offsetTombstones("g", [("t", 0)]))
+    groups, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
     assert [g.groupId for g in groups] == ["g"]
     assert set(offsets["g"]) == {("t", 1)}
-
-    store = LogGroupStore(dirs.manager, numPartitions=3)
-    store.load()
-    # Deleting a group after a restart still tombstones the offsets it had
-    # before: the store learned them from the log.
-    store.deleteGroup("g")
-    partitionLog = dirs.manager.getLog(OFFSETS_TOPIC, store.partitionFor("g"))
-    data = partitionLog.read(partitionLog.logEndOffset - 1, 1 << 20).records
-    raw = data if isinstance(data, bytes) else data.read()
-    if not isinstance(data, bytes):
-        data.close()
-    last = list(decodeBatches(raw))[-1]
-    assert [(decodeKey(r.key), r.value) for r in last.records] == [
-        (("offset", "g", ("t", 1)), None),
-        (("group", "g"), None),
-    ]
-    groups, offsets = LogGroupStore(dirs.restart(), numPartitions=3).load()
+    log = OffsetsTopicLog(dirs.manager, numPartitions=1)
+    log.append(0, [*offsetTombstones("g", [("t", 1)]), groupTombstone("g")])
+    groups, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
     assert groups == [] and offsets == {"h": {("t", 0): OffsetAndMetadata(5)}}
 
 
-def test_unreadable_records_are_skipped(dirs):
-    from kafkatwist.protocol.records import Record, buildBatch
+class LogLines:
+    """
+    The twisted.logger events emitted meanwhile, as formatted text.
+    """
 
+    def __init__(self) -> None:
+        from twisted.logger import formatEvent
+
+        self._format = formatEvent
+        self.lines: list[str] = []
+
+    def __enter__(self):
+        globalLogPublisher.addObserver(self._observe)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        globalLogPublisher.removeObserver(self._observe)
+
+    def _observe(self, event) -> None:
+        self.lines.append(self._format(event))
+
+    def matching(self, text: str) -> list[str]:
+        return [line for line in self.lines if text in line]
+
+
+def test_unreadable_records_are_skipped(dirs):
     manager = dirs.open()
-    store = LogGroupStore(manager, numPartitions=1)
-    store.storeOffsets("g", {("t", 0): OffsetAndMetadata(1)})
+    log = OffsetsTopicLog(manager, numPartitions=1)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
     manager.getLog(OFFSETS_TOPIC, 0).append(
         buildBatch(
             [
@@ -228,102 +264,326 @@ def test_unreadable_records_are_skipped(dirs):
         NOW,
         isFromClient=False,
     )
-    store.storeOffsets("g", {("t", 2): OffsetAndMetadata(3)})
-    _, offsets = LogGroupStore(dirs.restart(), numPartitions=1).load()
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
     assert offsets == {"g": {("t", 0): OffsetAndMetadata(1), ("t", 2): OffsetAndMetadata(3)}}
+    # One line per unreadable record, naming topic, partition and offset.
+    assert len(logged.matching("__consumer_offsets-0 offset 1: skipping unreadable record")) == 1
+    assert len(logged.matching("__consumer_offsets-0 offset 3: skipping unreadable record")) == 1
+    assert len(logged.matching("skipped 1 records of other coordinators' types (the first at offset 2)")) == 1
 
 
-# -- the coordinator over the store ----------------------------------------------------------
+#: small enough that each batch of these tests gets a segment of its own:
+#: the damage is then in an older segment, which the log does not check
+#: again at start-up (it checks the active one's tail and truncates there)
+ONE_BATCH_SEGMENTS = 200
 
 
-class Broker:
-    def __init__(self) -> None:
-        self.fakeClock = task.Clock()
-        self.fakeClock.advance(NOW / 1000)
-        self.clock = ThreadSafeClock(self.fakeClock)
+def _segments(dirs) -> list[str]:
+    return sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(dirs.path)
+        for name in names
+        if name.endswith(".log") and OFFSETS_TOPIC in root
+    )
+
+
+def _damageOnDisk(dirs, segment: int, damage) -> None:
+    """
+    Close the log, let C{damage(bytearray)} change the bytes of its
+    C{segment}th segment in place, reopen.  (The log refuses such batches at
+    append now; this is what a forged append or a bad disk left before.)
+    """
+    dirs.close()
+    with open(_segments(dirs)[segment], "r+b") as f:
+        data = bytearray(f.read())
+        damage(data)
+        f.seek(0)
+        f.write(data)
+    dirs.open()
+
+
+def _truncateLastRecord(data: bytearray, batch: int) -> None:
+    """
+    Make the last record of the batch at C{batch} claim more bytes than are
+    left, and give the batch a valid CRC again: a CRC-valid batch holding a
+    truncated record, the input that stopped start-up in issue 11.
+    """
+    size = 12 + int.from_bytes(data[batch + 8 : batch + 12], "big")
+    position = batch + HEADER_SIZE
+    while True:
+        value, after = readVarint(bytes(data[position : position + 5]), 0)
+        length = (value >> 1) ^ -(value & 1)
+        if after + length >= batch + size - position:
+            break
+        position += after + length
+    assert after == 1 and length < 63
+    data[position : position + 1] = zigzagVarint(63)
+    struct.pack_into(">I", data, batch + CRC_AT, crc32c(bytes(data[batch + ATTRIBUTES_AT : batch + size])))
+
+
+def test_batch_with_truncated_record_is_skipped_with_one_line(dirs):
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1, segmentBytes=ONE_BATCH_SEGMENTS)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(0, offsetRecords("g", {("t", 5): OffsetAndMetadata(50), ("t", 6): OffsetAndMetadata(60)}))
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    assert len(_segments(dirs)) == 3
+    _damageOnDisk(dirs, 1, lambda data: _truncateLastRecord(data, 0))
+    with open(_segments(dirs)[1], "rb") as f:
+        damaged = f.read()
+    with pytest.raises(Exception, match="overruns|past the end|varint"):
+        list(decodeBatches(damaged))
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.manager, numPartitions=1))
+    assert offsets == {"g": {("t", 0): OffsetAndMetadata(1), ("t", 2): OffsetAndMetadata(3)}}
+    lines = logged.matching("skipping unreadable")
+    assert len(lines) == 1
+    assert "__consumer_offsets-0: skipping unreadable batch at offsets 1-2" in lines[0]
+
+
+def test_crc_flip_is_skipped_and_start_up_goes_on(dirs):
+    config = {"offsets.topic.num.partitions": 1}
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1, segmentBytes=ONE_BATCH_SEGMENTS)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(0, offsetRecords("g", {("t", 1): OffsetAndMetadata(2)}))
+    log.append(0, offsetRecords("g", {("t", 2): OffsetAndMetadata(3)}))
+    assert len(_segments(dirs)) == 3
+
+    def flip(data):
+        data[70] ^= 0x01  # inside the records of the segment's one batch
+
+    _damageOnDisk(dirs, 1, flip)
+    with LogLines() as logged:
+        coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=task.Clock())
+    try:
+        fetched = call(coordinator.fetchOffsets, "g", None).offsets
+        assert {tp: f.offset for tp, f in fetched.items()} == {("t", 0): 1, ("t", 2): 3}
+        lines = logged.matching("skipping unreadable batch at offsets 1-1")
+        assert len(lines) == 1 and "crc" in lines[0].lower()
+    finally:
+        stopGroupCoordinator(coordinator)
+
+
+def test_batches_written_by_producers_are_not_trusted(dirs):
+    manager = dirs.open()
+    log = OffsetsTopicLog(manager, numPartitions=1)
+    log.append(0, offsetRecords("g", {("t", 0): OffsetAndMetadata(1)}))
+    forged = buildBatch(
+        [Record(key=k, value=v) for k, v in offsetRecords("g", {("t", 0): OffsetAndMetadata(999)})],
+        producerId=7,
+        producerEpoch=0,
+        baseSequence=0,
+    )
+    manager.getLog(OFFSETS_TOPIC, 0).append(forged, NOW, isFromClient=False)
+    with LogLines() as logged:
+        _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
+    assert offsets == {"g": {("t", 0): OffsetAndMetadata(1)}}
+    assert len(logged.matching("written by producer 7, not by the broker")) == 1
+
+
+def test_batch_larger_than_the_load_buffer(dirs, monkeypatch):
+    from kafkatwist.coordinator import logstore
+
+    monkeypatch.setattr(logstore, "LOAD_BUFFER_BYTES", 100)
+    log = OffsetsTopicLog(dirs.open(), numPartitions=1)
+    big = {("t", p): OffsetAndMetadata(p, metadata="m" * 50) for p in range(20)}
+    log.append(0, offsetRecords("g", big))
+    log.append(0, offsetRecords("g", {("u", 0): OffsetAndMetadata(1)}))
+    _, offsets = loadGroups(OffsetsTopicLog(dirs.restart(), numPartitions=1))
+    assert offsets["g"] == {**big, ("u", 0): OffsetAndMetadata(1)}
+
+
+# -- the coordinator over the log ---------------------------------------------------------
+
+
+def call(method, *args):
+    box = []
+    method(box.append, *args)
+    (result,) = box
+    return result
 
 
 def joinAndSync(coordinator, clock, groupId="g"):
-    d = coordinator.joinGroup(
-        groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
-        [("roundrobin", encodeSubscription(["t"]))], False,
+    joined = call(
+        coordinator.joinGroup,
+        JoinRequest(
+            groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
+            (("roundrobin", encodeSubscription(["t"])),),
+        ),
     )
-    clock.advance(0)
-    out = []
-    d.addCallback(out.append)
-    (joined,) = out
-    d = coordinator.syncGroup(groupId, joined.generationId, joined.memberId, None, None, None, {joined.memberId: b"assignment"})
-    out = []
-    d.addCallback(out.append)
-    assert out[0].errorCode == E.none
+    synced = call(
+        coordinator.syncGroup,
+        SyncRequest(groupId, joined.generationId, joined.memberId, assignments={joined.memberId: b"assignment"}),
+    )
+    assert synced.errorCode == E.none
     return joined
+
+
+def fakeClock():
+    clock = task.Clock()
+    clock.advance(NOW / 1000)
+    return clock
+
+
+def commit(coordinator, group, offsets, member="", generation=-1):
+    return call(coordinator.commitOffsets, CommitRequest(group, generation, member, None, offsets))
 
 
 def test_coordinator_restart_keeps_groups_and_offsets(dirs):
     dirs.open()
-    broker = Broker()
     config = {"offsets.topic.num.partitions": 3, "group.initial.rebalance.delay.ms": 0}
-    coordinator = makeGroupCoordinator(broker, config, dirs.manager)
-    joined = joinAndSync(coordinator, broker.fakeClock)
-    assert coordinator.commitOffsets(
-        "g", joined.generationId, joined.memberId, None, {("t", 0): OffsetAndMetadata(100, 4, "md ✓")}
+    clock = fakeClock()
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=clock)
+    joined = joinAndSync(coordinator, clock)
+    assert commit(
+        coordinator, "g", {("t", 0): OffsetAndMetadata(100, 4, "md ✓")}, joined.memberId, joined.generationId
     ) == {("t", 0): E.none}
-    assert coordinator.commitOffsets("solo", -1, "", None, {("t", 1): OffsetAndMetadata(5)}) == {
-        ("t", 1): E.none
-    }
+    assert commit(coordinator, "solo", {("t", 1): OffsetAndMetadata(5)}) == {("t", 1): E.none}
     stopGroupCoordinator(coordinator)
     stopGroupCoordinator(coordinator)  # idempotent
 
     dirs.restart()
-    broker = Broker()
-    coordinator = makeGroupCoordinator(broker, config, dirs.manager)
-    (desc,) = coordinator.describeGroups(["g"])
+    clock = fakeClock()
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=clock)
+    (desc,) = call(coordinator.describeGroups, ["g"])
     assert (desc.state, desc.protocolType, desc.protocolData) == ("Stable", "consumer", "roundrobin")
     assert [(m.memberId, m.clientHost, m.assignment) for m in desc.members] == [
         (joined.memberId, "/1.2.3.4", b"assignment")
     ]
-    fetched = coordinator.fetchOffsets("g").offsets[("t", 0)]
+    fetched = call(coordinator.fetchOffsets, "g", None).offsets[("t", 0)]
     assert (fetched.offset, fetched.leaderEpoch, fetched.metadata) == (100, 4, "md ✓")
-    assert coordinator.fetchOffsets("solo").offsets[("t", 1)].offset == 5
+    assert call(coordinator.fetchOffsets, "solo", None).offsets[("t", 1)].offset == 5
     # The loaded member keeps its generation and must heartbeat within its
     # session timeout, else it is removed and the group empties.
-    assert coordinator.heartbeat("g", joined.generationId, joined.memberId) == E.none
-    broker.fakeClock.advance(10.001)
-    assert coordinator.describeGroups(["g"])[0].state == "Empty"
+    assert call(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
+    clock.advance(10.001)
+    assert call(coordinator.describeGroups, ["g"])[0].state == "Empty"
     stopGroupCoordinator(coordinator)
 
     # The emptied group was stored too.
     dirs.restart()
-    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
-    assert coordinator.describeGroups(["g"])[0].state == "Empty"
-    assert coordinator.fetchOffsets("g").offsets[("t", 0)].offset == 100
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=fakeClock())
+    assert call(coordinator.describeGroups, ["g"])[0].state == "Empty"
+    assert call(coordinator.fetchOffsets, "g", None).offsets[("t", 0)].offset == 100
     stopGroupCoordinator(coordinator)
 
 
 def test_expiry_and_deletion_survive_restart(dirs):
     dirs.open()
     config = {"offsets.topic.num.partitions": 2, "offsets.retention.minutes": 1}
-    broker = Broker()
-    coordinator = makeGroupCoordinator(broker, config, dirs.manager)
-    coordinator.commitOffsets("old", -1, "", None, {("t", 0): OffsetAndMetadata(1)})
-    coordinator.commitOffsets("gone", -1, "", None, {("t", 0): OffsetAndMetadata(1)})
-    assert coordinator.deleteGroups(["gone"]) == {"gone": E.none}
-    broker.fakeClock.advance(61)
-    assert coordinator.expireOffsets() == 1
-    coordinator.commitOffsets("new", -1, "", None, {("t", 0): OffsetAndMetadata(2)})
+    clock = fakeClock()
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=clock)
+    commit(coordinator, "old", {("t", 0): OffsetAndMetadata(1)})
+    commit(coordinator, "gone", {("t", 0): OffsetAndMetadata(1)})
+    assert call(coordinator.deleteGroups, ["gone"]) == {"gone": E.none}
+    clock.advance(61)
+    assert call(coordinator.expireOffsets) == 1
+    commit(coordinator, "new", {("t", 0): OffsetAndMetadata(2)})
     stopGroupCoordinator(coordinator)
 
     dirs.restart()
-    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
-    assert [g.groupId for g in coordinator.listGroups().groups] == ["new"]
-    assert coordinator.fetchOffsets("old").offsets == {}
+    coordinator = makeGroupCoordinator(None, config, dirs.manager, clock=fakeClock())
+    assert [g.groupId for g in call(coordinator.listGroups, ()).groups] == ["new"]
+    assert call(coordinator.fetchOffsets, "old", None).offsets == {}
     stopGroupCoordinator(coordinator)
 
 
 def test_without_log_manager_groups_stay_in_memory():
-    coordinator = makeGroupCoordinator(Broker(), {}, None)
-    assert coordinator.commitOffsets("g", -1, "", None, {("t", 0): OffsetAndMetadata(1)}) == {
-        ("t", 0): E.none
-    }
+    coordinator = makeGroupCoordinator(None, {}, None)
+    assert commit(coordinator, "g", {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): E.none}
     stopGroupCoordinator(coordinator)
     stopGroupCoordinator(None)
+
+
+def test_the_broker_clock_is_not_used(dirs):
+    """
+    The main reactor does nothing for groups: the coordinator keeps its own
+    timer thread, and never touches the broker's (main reactor) clock.
+    """
+
+    class Broker:
+        @property
+        def clock(self):
+            raise AssertionError("the coordinator used the main reactor's clock")
+
+    dirs.open()
+    config = {"offsets.topic.num.partitions": 1, "group.initial.rebalance.delay.ms": 0}
+    coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
+    try:
+        assert coordinator.clock.name == "kafkatwist-group-coordinator"
+        joined = call_(coordinator.joinGroup, joinRequestFor("g"))
+        assert joined.errorCode == E.none
+        synced = call_(
+            coordinator.syncGroup,
+            SyncRequest("g", joined.generationId, joined.memberId, assignments={joined.memberId: b"a"}),
+        )
+        assert synced.errorCode == E.none
+        assert call_(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
+    finally:
+        stopGroupCoordinator(coordinator)
+
+
+def joinRequestFor(groupId):
+    return JoinRequest(
+        groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
+        (("roundrobin", encodeSubscription(["t"])),),
+    )
+
+
+def call_(method, *args, timeout=10.0):
+    """
+    Call and wait: answers may come from the coordinator's timer thread.
+    """
+    import threading
+
+    done = threading.Event()
+    box = []
+
+    def replyTo(result):
+        box.append(result)
+        done.set()
+
+    method(replyTo, *args)
+    assert done.wait(timeout)
+    return box[0]
+
+
+def test_a_partition_that_fails_to_replay_does_not_stop_loading(dirs):
+    log = OffsetsTopicLog(dirs.open(), numPartitions=2)
+    log.append(0, offsetRecords("a", {("t", 0): OffsetAndMetadata(1)}))
+    log.append(1, offsetRecords("b", {("t", 0): OffsetAndMetadata(2)}))
+    replay = log.replay
+
+    def broken(partition):
+        if partition == 0:
+            raise OSError("the disk is on fire")
+        return replay(partition)
+
+    log.replay = broken
+    with LogLines() as logged:
+        _, offsets = loadGroups(log)
+    assert offsets == {"b": {("t", 0): OffsetAndMetadata(2)}}
+    assert len(logged.matching("__consumer_offsets-0: loading stopped after offset None")) == 1
+
+
+def test_a_group_that_cannot_be_rebuilt_starts_empty(monkeypatch):
+    from kafkatwist.coordinator.coordinator import GroupCoordinator
+    from kafkatwist.coordinator.group import GroupMetadata
+
+    real = GroupMetadata.fromSnapshot
+
+    def fromSnapshot(snap, nowMs):
+        if snap.groupId == "bad":
+            raise ValueError("odd")
+        return real(snap, nowMs)
+
+    monkeypatch.setattr(GroupMetadata, "fromSnapshot", staticmethod(fromSnapshot))
+    machine = GroupCoordinator()
+    machine.load(
+        0,
+        [GroupSnapshot("bad", "consumer", 1, None, None, 0), GroupSnapshot("ok", "consumer", 2, None, None, 0)],
+        {"bad": {("t", 0): OffsetAndMetadata(5)}},
+    )
+    assert sorted(machine.publishedGroups()) == ["bad", "ok"]
+    assert dict(machine.publishedGroups()["bad"].offsets) == {("t", 0): 5}

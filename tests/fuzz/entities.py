@@ -64,13 +64,26 @@ def _primitive(kafkaType: str, rng: random.Random):
     raise TypeError(kafkaType)
 
 
-def randomEntity(cls: type, rng: random.Random, depth: int = 0):
+def randomEntity(cls: type, rng: random.Random, depth: int = 0, names: dict | None = None):
     """
+    @param names: field name -> strings to pick from (most of the time)
+        for string fields of that name, or their elements: e.g. existing
+        topics, so that requests reach past "unknown topic".
     @return: an instance of C{cls} with every field set at random, arrays of
         0-3 elements, nullable fields sometimes null.
     """
     values = {}
+    names = names or {}
     for field in fields(cls):
+        choices = names.get(field.name)
+        if choices and rng.random() < 0.8:
+            kind = classify_field(field)
+            if isinstance(kind, PrimitiveField) and get_schema_field_type(field) == "string":
+                values[field.name] = rng.choice(choices)
+                continue
+            if isinstance(kind, PrimitiveTupleField) and get_schema_field_type(field) == "string":
+                values[field.name] = tuple(rng.choice(choices) for _ in range(rng.randint(1, 2)))
+                continue
         tagged = get_field_tag(field) is not None
         kind = classify_field(field)
         optional = is_optional(field)
@@ -84,7 +97,7 @@ def randomEntity(cls: type, rng: random.Random, depth: int = 0):
             else:
                 values[field.name] = _primitive(kafkaType, rng)
         elif isinstance(kind, EntityField):
-            values[field.name] = randomEntity(kind.type_, rng, depth + 1)
+            values[field.name] = randomEntity(kind.type_, rng, depth + 1, names)
         elif isinstance(kind, PrimitiveTupleField):
             kafkaType = get_schema_field_type(field)
             values[field.name] = tuple(
@@ -93,6 +106,6 @@ def randomEntity(cls: type, rng: random.Random, depth: int = 0):
         elif isinstance(kind, EntityTupleField):
             count = rng.randint(0, 3 if depth < 3 else 1)
             values[field.name] = tuple(
-                randomEntity(kind.type_, rng, depth + 1) for _ in range(count)
+                randomEntity(kind.type_, rng, depth + 1, names) for _ in range(count)
             )
     return cls(**values)

@@ -284,3 +284,82 @@ def test_plugin_failure_policy_skip_starts_without_it(tmp_path, brokerFactory):
     assert "my-plugin.py is not loaded: 'my-plugin' is not a Python module name" in output
     assert "Traceback" not in output
     assert RawConnection(b.port).apiVersions().error_code == 0
+
+
+def test_refused_tls_client_does_not_flood_the_log(brokerFactory, pki):
+    """
+    A client without a certificate on ssl.client.auth=required reconnects at
+    once, forever; the log shows a few of its attempts and says the rest
+    were not logged (it was ~310 lines in 8 s).
+    """
+    from confluent_kafka import Producer
+
+    b = brokerFactory(
+        {"ssl.keystore.location": pki.serverKeystore, "ssl.truststore.location": pki.caFile,
+         "ssl.client.auth": "required"},
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ).start()
+    before = len(b.output().splitlines())
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{b.ports['SSL']}", "security.protocol": "SSL",
+                         "ssl.ca.location": pki.caFile, "log_level": 0})
+    producer.produce("t", b"x")
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        producer.poll(0.2)
+    lines = b.output().splitlines()[before:]
+    closed = [l for l in lines if " closed: " in l]
+    assert 1 <= len(closed) <= 5, "\n".join(lines)
+    assert "(more like this in the next 10 s are not logged)" in closed[-1] or len(closed) < 5
+    assert len(lines) <= 12, "\n".join(lines)
+
+
+def test_describe_config_prints_and_exits(tmp_path):
+    result = runTwistd(tmp_path, "--override", "num.io.threads=4", "--override", f"log.dir={tmp_path}/d",
+                       "--describe-config")
+    assert result.returncode == 0, result.stderr
+    assert "  num.io.threads=4 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.io.threads=4}" in result.stdout
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_systemd_notify(brokerFactory, tmp_path):
+    """
+    Type=notify: READY=1 once serving, WATCHDOG=1 while alive, STOPPING=1 on
+    SIGTERM, all on the datagram socket systemd passes in NOTIFY_SOCKET.
+    """
+    import socket
+
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10)
+    with sock:
+        b = brokerFactory(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}).start()
+        messages = []
+        while not any(m.startswith("READY=1") for m in messages):
+            messages.append(sock.recv(4096).decode())
+        ready = next(m for m in messages if m.startswith("READY=1")).split("\n")
+        assert f"MAINPID={b.process.pid}" in ready
+        assert any(l.startswith("STATUS=serving node 1 of cluster ") for l in ready)
+        assert RawConnection(b.port).apiVersions().error_code == 0
+        assert sock.recv(4096) == b"WATCHDOG=1"
+        b.stop(signal.SIGTERM)
+        rest = []
+        while b"STOPPING=1" not in rest:
+            rest.append(sock.recv(4096).split(b"\n")[0])
+
+
+def test_topic_creation_and_deletion_are_logged_once(brokerFactory):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = brokerFactory().start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("logged-once", 3)])["logged-once"].result(15)
+    deadline = time.monotonic() + 5
+    while "Created topic logged-once" not in b.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b.output().count("Created topic logged-once") == 1, b.output()
+    admin.delete_topics(["logged-once"])["logged-once"].result(15)
+    deadline = time.monotonic() + 5
+    while "Deleted topic logged-once" not in b.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b.output().count("Deleted topic logged-once") == 1, b.output()

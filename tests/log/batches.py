@@ -55,15 +55,16 @@ def makeBatch(
     baseSequence: int = -1,
     attributes: int = 0,
     magic: int = 2,
+    key: bytes | None = None,
 ) -> bytes:
     """
     A batch of C{count} records (or one per C{values}), timestamps
-    C{baseTimestamp}, C{+timestampStep}, ...
+    C{baseTimestamp}, C{+timestampStep}, ..., all with C{key}.
     """
     if values is None:
         values = [bytes([65 + i % 26]) * valueSize for i in range(count)]
     count = len(values)
-    body = b"".join(_record(i, i * timestampStep, None, v) for i, v in enumerate(values))
+    body = b"".join(_record(i, i * timestampStep, key, v) for i, v in enumerate(values))
     maxTimestamp = baseTimestamp + (count - 1) * timestampStep
     header = bytearray(
         HEADER.pack(

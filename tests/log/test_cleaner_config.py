@@ -78,8 +78,8 @@ def test_maxCompactionLagRollsActiveSegment():
     manager.createTopic("d", 1, {"max.compaction.lag.ms": "1000"})
     for name in ("c", "d"):
         log = manager.getLog(name, 0)
-        log.append(makeBatch(baseTimestamp=10_000), 10_000)
-        log.append(makeBatch(baseTimestamp=11_001), 11_001)
+        log.append(makeBatch(baseTimestamp=10_000, key=b"k"), 10_000)
+        log.append(makeBatch(baseTimestamp=11_001, key=b"k"), 11_001)
     assert len(manager.getLog("c", 0).segments) == 2
     assert len(manager.getLog("d", 0).segments) == 1
 

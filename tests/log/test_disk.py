@@ -12,6 +12,7 @@ import pytest
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log import LogManager
 from kafkatwist.log.checkpoint import CLEAN_SHUTDOWN, RECOVERY_POINT, readCheckpoint
+from kafkatwist.log.errors import StorageError
 from kafkatwist.protocol.batch import iterBatchHeaders, validateRecordSet
 
 from .batches import makeBatch, records
@@ -252,7 +253,7 @@ def test_manyPartitionsBoundedDescriptors(disk):
 
 def test_logDirLocked(disk):
     disk.make()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(StorageError):
         LogManager([disk.directory])
 
 

@@ -267,7 +267,8 @@ def test_retentionOnlyWithDeletePolicy(harness):
     manager, log = newLog(
         harness, {"segment.bytes": "200", "retention.ms": "1", "cleanup.policy": "compact"}
     )
-    fill(log, 10)
+    for i in range(10):
+        log.append(makeBatch(key=b"k", baseTimestamp=NOW + i), NOW)
     assert manager.runRetention(NOW + 10**9) == 0
     assert log.logStartOffset == 0
 

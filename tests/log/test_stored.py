@@ -18,6 +18,7 @@ from kafkatwist.log import MemoryLogManager
 from kafkatwist.log import stored as stored_module
 from kafkatwist.log.stored import StoredBatchError, decodeStoredBatches
 from kafkatwist.plugins.list_offsets import ListOffsetsHandler
+from kafkatwist.protocol import batch as batch_module
 from kafkatwist.protocol.batch import HEADER
 from kafkatwist.protocol.records import Record, buildBatch, compress
 from tests.unit.test_admin_handlers import FakeBroker, call, req
@@ -118,7 +119,10 @@ def test_listOffsetsAnswersCorruptMessage(stored, capturedLog, monkeypatch):
     broker.logManager.createTopic("t", 1)
     log = broker.logManager.getLog("t", 0)
     log.append(makeBatch(2, baseTimestamp=NOW - 100), NOW)
-    log.append(stored, NOW)
+    # Append refuses such batches now; store it as damage on disk would.
+    with monkeypatch.context() as patched:
+        patched.setattr(batch_module, "recordsError", lambda *args: None)
+        log.append(stored, NOW)
     for _ in range(3):
         answer = listOffsets(broker, NOW - 1)
         assert answer.error_code == ErrorCode.corrupt_message

@@ -15,6 +15,7 @@ from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.channel import MemoryPool, Response
 from kafkatwist.network.connection import KafkaConnection
 from kafkatwist.protocol.codec import encodeRequestFrame
+from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 
 class FakeOwner:
@@ -24,6 +25,7 @@ class FakeOwner:
         self.maxRequestSize = maxRequestSize
         self.supportedVersions = supported or {3: (0, 12), 18: (0, 3)}
         self.submitted = []
+        self.sslPrincipalBuilder = SslPrincipalBuilder()
         self.opened = []
         self.closed = []
 
@@ -140,3 +142,18 @@ def handleLikeThePool(handler, context, request):
         else:
             pending.abandon()
     return result
+
+
+class OneHandlerBroker:
+    """
+    The part of an L{IBroker} the handler pool uses, serving one handler.
+    """
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def handlerFor(self, apiKey):
+        return self.handler
+
+    def supportedVersions(self):
+        return {self.handler.apiKey: (self.handler.minVersion, self.handler.maxVersion)}

@@ -304,3 +304,16 @@ def test_produce_stays_on_its_own_fast_decoder():
 def test_produce_counts_beyond_the_frame(version, body):
     with pytest.raises(MalformedRequest, match="cannot fit"):
         decodeProduceRequest(version, body, 0)
+
+
+def test_api_key_constants_are_kafkas():
+    from kafkatwist.protocol import apis
+
+    constants = {
+        name: value
+        for name, value in vars(apis).items()
+        if name.isupper() and isinstance(value, int) and name != "API_NAMES"
+    }
+    assert len(constants) >= 25
+    for name, value in constants.items():
+        assert apis.API_NAMES[value] == name.lower(), name

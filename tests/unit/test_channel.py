@@ -69,6 +69,12 @@ def test_memory_pool_admits_while_anything_left():
     assert pool.used == 90
 
 
+def test_zero_capacity_is_unbounded_as_in_kafka():
+    pool = MemoryPool(0)
+    assert pool.capacity == -1
+    assert pool.tryAllocate(1 << 30)
+
+
 def test_unbounded_pool():
     pool = MemoryPool(-1)
     assert pool.tryAllocate(10**12)

@@ -47,3 +47,13 @@ def test_file_regions_pass_through():
     body = encodeFetchResponse(12, [("t", [PartitionData(0, 0, 1, 1, 0, region)])])
     assert region in body.chunks
     assert body.size == sum(len(c) if isinstance(c, bytes) else 5 for c in body.chunks)
+
+
+@pytest.mark.parametrize("version", [13, 16])
+def test_zero_topic_id_answered_under_the_zero_id(version):
+    # Found by the fuzzer: a Fetch naming topic id 0 (kio reads it as None)
+    # made the encoder raise AttributeError; it is UNKNOWN_TOPIC_ID (100).
+    body = encodeFetchResponse(version, [(None, [PartitionData(0, 100)])])
+    response, _ = entity_reader(responseType(1, version))(b"".join(body.chunks), 0)
+    [t] = response.responses
+    assert t.topic_id is None and t.partitions[0].error_code == 100

@@ -13,7 +13,13 @@ from zope.interface.verify import verifyObject
 from kafkatwist.interfaces import IPendingResponse, IRequestContext
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.protocol.codec import EncodedResponse
-from tests.unit.fakes import FakeOwner, FakeRegion, apiVersionsFrame, connect
+from tests.unit.fakes import (
+    FakeOwner,
+    FakeRegion,
+    OneHandlerBroker,
+    apiVersionsFrame,
+    connect,
+)
 
 
 class PostingOwner(FakeOwner):
@@ -172,22 +178,11 @@ class LaterHandler:
         return pending.deferred
 
 
-class Broker:
-    def __init__(self, handler):
-        self.handler = handler
-
-    def handlerFor(self, apiKey):
-        return self.handler
-
-    def supportedVersions(self):
-        return {18: (0, 3)}
-
-
 def test_pool_sends_a_later_answer_from_the_processor_thread():
     owner = PostingOwner()
     connection, transport, request = contextOf(owner)
     handler = LaterHandler()
-    pool = HandlerPool(None, Broker(handler), 1)
+    pool = HandlerPool(None, OneHandlerBroker(handler), 1)
     assert pool.handle(request) is None
     [pending] = handler.pendings
     inThread(pending.complete, EncodedResponse([b"BODY"]))
@@ -205,7 +200,7 @@ def test_pool_closes_the_connection_on_a_failed_answer():
     owner = PostingOwner()
     connection, transport, request = contextOf(owner)
     handler = LaterHandler()
-    pool = HandlerPool(None, Broker(handler), 1)
+    pool = HandlerPool(None, OneHandlerBroker(handler), 1)
     pool.handle(request)
     handler.pendings[0].complete(Failure(RuntimeError("coordinator broke")))
     owner.runPosted()
@@ -218,7 +213,7 @@ def test_pool_abandons_a_claim_answered_at_once():
     _, _, request = contextOf(owner)
     handler = LaterHandler()
     handler.answerNow = True
-    pool = HandlerPool(None, Broker(handler), 1)
+    pool = HandlerPool(None, OneHandlerBroker(handler), 1)
     response = pool.handle(request)
     assert response is not None and response.chunks is None
     region = FakeRegion(b"late")

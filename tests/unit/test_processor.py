@@ -10,6 +10,7 @@ from kafkatwist.config import Listener
 from kafkatwist.network.acceptor import ConnectionQuotas
 from kafkatwist.network.channel import MemoryPool, RequestChannel, Response
 from kafkatwist.network.processor import Processor
+from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 from tests.unit.fakes import apiVersionsFrame
 
 
@@ -20,6 +21,7 @@ class FakeServer:
         self.supportedVersions = {18: (0, 3)}
         self.listeners = [Listener("PLAINTEXT", "127.0.0.1", 0, "PLAINTEXT")]
         self.tlsContextFactory = None
+        self.sslPrincipalBuilder = SslPrincipalBuilder()
         self.idleTimeout = idleSeconds
         self.quotas = ConnectionQuotas(100, 100)
         self.channel = RequestChannel(queue)

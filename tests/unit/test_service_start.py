@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from twisted.logger import globalLogPublisher
 
 from kafkatwist.config import BrokerConfig
+from kafkatwist.sdnotify import Notifier
 from kafkatwist.service import BrokerService
 
 
@@ -20,11 +21,12 @@ class RecordingReactor:
 
 def preparedService(reactor):
     config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0"})
-    service = BrokerService(config, reactor, logManagerFactory=None)
+    service = BrokerService(config, reactor, logManagerFactory=None, notifier=Notifier({}))
     service.server = SimpleNamespace(start=lambda: None, boundPorts=lambda: {"PLAINTEXT": 1234})
     service.broker = SimpleNamespace(
         nodeId=1, clusterId="c", registry=SimpleNamespace(describe=lambda: []),
         advertisedListenerFor=lambda name: config.advertisedListeners[0],
+        logCleaner=None,
     )
     return service
 

@@ -10,7 +10,7 @@ from zope.interface import implementer
 from kafkatwist.network.channel import Response
 from kafkatwist.network.connection import KafkaConnection
 from kafkatwist.network.transport import TLS_READ_CHUNK, SslTransportLayer
-from tests.unit.fakes import FakeOwner, FakeRegion, apiVersionsFrame
+from tests.unit.fakes import FakeOwner, FakeRegion, OneHandlerBroker, apiVersionsFrame
 
 
 @implementer(ISSLTransport)
@@ -118,3 +118,36 @@ def test_read_finishing_after_the_connection_closed_is_ignored():
     # The read had its own descriptor; finishing it sends nothing.
     owner.runRead()
     assert transport.value() == b""
+
+
+class Answering:
+    apiKey, minVersion, maxVersion = 18, 0, 3
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def handle(self, context, request):
+        return self.answer
+
+
+def test_small_regions_are_read_on_the_handler_thread():
+    """
+    A typical TLS fetch response is read where it is handled, so its
+    Processor neither reads the disk nor waits for a read.
+    """
+    from kafkatwist.network.handlers import HandlerPool
+    from kafkatwist.protocol.codec import EncodedResponse
+
+    owner = OffloadingOwner()
+    connection, transport = tlsConnection(owner)
+    small, large = FakeRegion(b"s" * 1000), FakeRegion(b"L" * (TLS_READ_CHUNK + 1))
+    answer = EncodedResponse([b"<", small, large, b">"])
+    pool = HandlerPool(None, OneHandlerBroker(Answering(answer)), 1)
+    response = pool.handle(owner.submitted[0])
+    assert b"s" * 1000 in response.chunks
+    assert small.closed
+    assert large in response.chunks and not large.closed
+    connection.sendResponse(response)
+    while owner.reads:
+        owner.runRead()
+    assert transport.value().endswith(b"<" + b"s" * 1000 + b"L" * (TLS_READ_CHUNK + 1) + b">")

@@ -1,0 +1,587 @@
+"""
+Compaction at the level of one record batch: which records a cleaning pass
+keeps, and the batch it writes in place of the original (Kafka's
+C{MemoryRecords.filterTo} with the log cleaner's record filter).  Also the
+produce-time rule that a compacted topic takes only records with a key.
+
+Rules, as Kafka's cleaner applies them:
+
+  - a record at or below the map's latest offset is kept only if it is the
+    latest for its key (the map holds a hash of every key of the dirty
+    section); records above it were not mapped and are all kept;
+  - a record without a key is dropped (the produce path refuses them, but a
+    topic may have been switched to compaction);
+  - a tombstone (null value) that is kept marks its batch with a delete
+    horizon, C{now + delete.retention.ms}, the first time the cleaner
+    rewrites it (KIP-534: attribute bit 6 set, the horizon stored as the
+    batch's base timestamp, record timestamp deltas rebased on it so every
+    record keeps its timestamp); a later pass after the horizon drops it;
+  - a batch keeps its base offset and last offset delta however many records
+    it loses, so offsets never move and the producer's sequence range is
+    intact;
+  - a batch that loses every record is dropped, unless it is the last batch
+    of its producer (kept as an empty header: the idempotent producer's
+    state survives a restart that rebuilds it from the log) or the last
+    batch of the cleaned range;
+  - a batch that keeps every record and needs no horizon is copied
+    byte for byte; control batches are kept as they are (this broker has no
+    transactions).
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from crc32c import crc32c
+
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.log.offsetmap import keyHash
+from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
+from kafkatwist.log.stored import decompressedLimit, inflate
+from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint, zigzagVarint
+
+__all__ = [
+    "DELETE_HORIZON_BIT",
+    "BatchFilter",
+    "Retained",
+    "batchPayload",
+    "deleteHorizon",
+    "mapRecords",
+    "recordsOf",
+    "requireKeys",
+]
+
+#: KIP-534: the batch's base timestamp is its delete horizon
+DELETE_HORIZON_BIT = 0x40
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_CRC = struct.Struct(">I")
+_EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def deleteHorizon(attributes: int, baseTimestamp: int) -> int | None:
+    """
+    @return: the batch's delete horizon, or C{None} if it has none.
+    """
+    return baseTimestamp if attributes & DELETE_HORIZON_BIT else None
+
+
+def batchPayload(view, position: int, size: int, attributes: int, limit: int):
+    """
+    The records of the batch at C{position} (C{size} bytes), decompressed
+    into at most C{limit} bytes.
+
+    @raise CorruptRecordError: the records do not decompress, or inflate
+        past C{limit}.
+    """
+    payload = view[position + HEADER_SIZE : position + size]
+    codec = attributes & _CODEC_MASK
+    return inflate(codec, payload, limit) if codec else payload
+
+
+def _varint(data, pos: int) -> tuple[int, int]:
+    v = data[pos]
+    if v < 0x80:
+        return v, pos + 1
+    return readVarint(data, pos)
+
+
+def recordsOf(data, count: int, lastOffsetDelta: int) -> list[tuple]:
+    """
+    Walk C{count} records in C{data} (a batch's decompressed records).
+
+    @return: per record C{(start, end, timestampDelta, offsetDelta, key,
+        isTombstone, deltaEnd)}: its byte range, deltas, key (C{None} if
+        absent) and where its timestamp delta ends (to rebase it).
+    @raise CorruptRecordError: a record overruns the data, offset deltas do
+        not increase within C{[0, lastOffsetDelta]}, or the data has bytes
+        after the last record.
+    """
+    out = []
+    append = out.append
+    n = len(data)
+    pos = 0
+    previous = -1
+    try:
+        for _ in range(count):
+            start = pos
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = readVarint(data, pos)
+            end = pos + ((v >> 1) ^ -(v & 1))
+            if end <= pos or end > n:
+                raise CorruptRecordError(f"record at byte {start} overruns its batch")
+            v, pos = _varint(data, pos + 1)
+            timestampDelta = (v >> 1) ^ -(v & 1)
+            deltaEnd = pos
+            v, pos = _varint(data, pos)
+            offsetDelta = (v >> 1) ^ -(v & 1)
+            if offsetDelta <= previous or offsetDelta > lastOffsetDelta:
+                raise CorruptRecordError(f"record offset delta {offsetDelta} out of order")
+            previous = offsetDelta
+            v, pos = _varint(data, pos)
+            if v & 1:
+                key = None
+            else:
+                key = bytes(data[pos : pos + (v >> 1)])
+                pos += v >> 1
+            v, pos = _varint(data, pos)
+            if pos > end:
+                raise CorruptRecordError(f"record at byte {start} overruns its length")
+            append((start, end, timestampDelta, offsetDelta, key, v == 1, deltaEnd))
+            pos = end
+    except IndexError:
+        raise CorruptRecordError("record runs past the end of its batch") from None
+    if pos != n:
+        raise CorruptRecordError(f"{n - pos} bytes after the batch's {count} records")
+    return out
+
+
+def mapRecords(
+    data,
+    count: int,
+    baseOffset: int,
+    lastOffsetDelta: int,
+    fromOffset: int,
+    entries: dict,
+    capacity: int,
+) -> bool:
+    """
+    Put the keys of a batch's records at or after C{fromOffset} into the
+    dedupe map C{entries} (key hash -> offset), stopping when it holds
+    C{capacity} entries.
+
+    This is the cleaner's hottest loop (every record of the dirty section
+    goes through it once), hence the inlined one-byte varints.  It also
+    checks what the filter relies on: offset deltas increase and stay
+    within the batch.
+
+    @return: whether the map filled up before the batch was done.
+    @raise CorruptRecordError: malformed records.
+    """
+    pos = 0
+    n = len(data)
+    previous = -1
+    try:
+        for _ in range(count):
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = readVarint(data, pos)
+            end = pos + (v >> 1)
+            if v & 1 or end > n:
+                raise CorruptRecordError("record length overruns its batch")
+            pos += 1
+            if data[pos] < 0x80:
+                pos += 1
+            else:
+                _, pos = readVarint(data, pos)
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = readVarint(data, pos)
+            delta = v >> 1
+            if v & 1 or delta <= previous or delta > lastOffsetDelta:
+                raise CorruptRecordError(f"record offset delta {(v >> 1) ^ -(v & 1)} out of order")
+            previous = delta
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = readVarint(data, pos)
+            if not v & 1 and baseOffset + delta >= fromOffset:
+                if pos + (v >> 1) > end:
+                    raise CorruptRecordError("record key overruns its record")
+                if len(entries) >= capacity:
+                    return True
+                key = bytes(data[pos : pos + (v >> 1)])
+                entries[(hash(key) << 32) ^ crc32c(key)] = baseOffset + delta
+            pos = end
+    except IndexError:
+        raise CorruptRecordError("record runs past the end of its batch") from None
+    if pos != n:
+        raise CorruptRecordError(f"{n - pos} bytes after the batch's {count} records")
+    return False
+
+
+class Retained:
+    """
+    What the filter made of one batch.
+
+    @ivar data: the bytes to write (the original batch, a rewritten one, an
+        empty header), or C{None} if the batch is dropped.
+    @ivar records: records kept.
+    @ivar maxTimestamp: the written batch's max timestamp.
+    @ivar horizon: the written batch's delete horizon, or C{None}.
+    """
+
+    __slots__ = ("data", "horizon", "maxTimestamp", "records")
+
+    def __init__(self, data, records: int, maxTimestamp: int, horizon: int | None) -> None:
+        self.data = data
+        self.records = records
+        self.maxTimestamp = maxTimestamp
+        self.horizon = horizon
+
+
+_DROPPED = Retained(None, 0, -1, None)
+
+
+class BatchFilter:
+    """
+    The record filter of one cleaning pass.
+
+    @param entries: the dedupe map (key hash -> latest offset).
+    @param latestOffset: the map's latest offset; records above are kept.
+    @param firstDirty: where the dirty section starts: a record at or after
+        it was mapped, so it is live exactly if the map points at it.
+    @param nowMs: the pass's time, for delete horizons.
+    @param deleteRetentionMs: C{delete.retention.ms}.
+    @param producerLastOffsets: producer id -> last offset of its last
+        batch, for the producers the partition knows.
+    @param upperBound: the end of the cleanable range; the batch ending
+        there is kept even if empty.
+    @param maxDecompressedBytes: how far a batch may inflate.
+    """
+
+    def __init__(
+        self,
+        entries: dict,
+        latestOffset: int,
+        firstDirty: int,
+        nowMs: int,
+        deleteRetentionMs: int,
+        producerLastOffsets: dict,
+        upperBound: int,
+        maxDecompressedBytes: int,
+    ) -> None:
+        self.entries = entries
+        self.latestOffset = latestOffset
+        self.firstDirty = firstDirty
+        self.nowMs = nowMs
+        self.deleteRetentionMs = deleteRetentionMs
+        self.producerLastOffsets = producerLastOffsets
+        self.upperBound = upperBound
+        self.maxDecompressedBytes = maxDecompressedBytes
+        # Offsets the map points at: a dirty record is live if its offset
+        # is one of them, which spares hashing its key.
+        self.live = set(entries.values())
+
+    def filter(self, view, position: int, header: tuple) -> Retained:
+        """
+        Filter the batch at C{position} of C{view}, whose unpacked
+        L{HEADER} is C{header}.
+
+        @raise CorruptRecordError: the batch's records are malformed.
+        """
+        baseOffset = header[0]
+        if (
+            not header[6]
+            and baseOffset not in self.live
+            and self.firstDirty <= baseOffset <= self.latestOffset
+            and header[12] == 1
+            and not header[5] & (_CONTROL_BIT | DELETE_HORIZON_BIT)
+        ):
+            # The commonest batch of all (one record, superseded): quickly.
+            return self._empty(header, baseOffset)
+        (
+            baseOffset,
+            batchLength,
+            _,
+            _,
+            _,
+            attributes,
+            lastOffsetDelta,
+            baseTimestamp,
+            maxTimestamp,
+            producerId,
+            _,
+            _,
+            count,
+        ) = header
+        size = LOG_OVERHEAD + batchLength
+        original = view[position : position + size]
+        if attributes & _CONTROL_BIT:
+            return Retained(original, count, maxTimestamp, deleteHorizon(attributes, baseTimestamp))
+        lastOffset = baseOffset + lastOffsetDelta
+        horizon = deleteHorizon(attributes, baseTimestamp)
+        data = None
+        if (
+            baseOffset >= self.firstDirty
+            and lastOffset <= self.latestOffset
+            and count == lastOffsetDelta + 1
+            and horizon is None
+        ):
+            # A batch as produced, wholly mapped: dead unless the map
+            # points into it.
+            live = self.live
+            if lastOffsetDelta == 0:
+                if baseOffset not in live:
+                    return self._empty(header, lastOffset)
+            elif not any(offset in live for offset in range(baseOffset, lastOffset + 1)):
+                return self._empty(header, lastOffset)
+            else:
+                data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
+                kept = self._denseLive(header, original, data)
+                if kept is not None:
+                    return kept
+        if data is None:
+            data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
+        records = recordsOf(data, count, lastOffsetDelta)
+        kept = []
+        tombstones = False
+        latestOffset, firstDirty = self.latestOffset, self.firstDirty
+        live, entries = self.live, self.entries
+        nowMs = self.nowMs
+        for record in records:
+            offset = baseOffset + record[3]
+            key = record[4]
+            if offset > latestOffset:
+                keep = True
+            elif key is None:
+                keep = False
+            elif offset >= firstDirty:
+                keep = offset in live
+            else:
+                keep = keyHash(key) not in entries
+            if keep and record[5]:
+                if horizon is not None and nowMs >= horizon:
+                    keep = False
+                else:
+                    tombstones = True
+            if keep:
+                kept.append(record)
+        if not kept:
+            return self._empty(header, lastOffset)
+        if len(kept) == count and (horizon is not None or not tombstones):
+            return Retained(original, count, maxTimestamp, horizon)
+        if horizon is None and tombstones:
+            horizon = self.nowMs + self.deleteRetentionMs
+        return self._rewrite(header, data, kept, horizon)
+
+    def _denseLive(self, header: tuple, original, data) -> Retained | None:
+        """
+        Filter a wholly mapped batch as it was produced by the live offsets
+        alone: its record offset deltas are 0, 1, 2... (mapping checked
+        they increase within the batch, and there are as many records as
+        offsets), so a record is kept if its offset is live, and only kept
+        records are parsed beyond their length.
+
+        @return: what is kept, or C{None} if a kept record is a tombstone
+            (the general path then gives the batch its delete horizon).
+        """
+        baseOffset, count = header[0], header[12]
+        live = self.live
+        kept = []
+        pos = 0
+        try:
+            for delta in range(count):
+                start = pos
+                v = data[pos]
+                if v < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    v = (v & 0x7F) | (data[pos + 1] << 7)
+                    pos += 2
+                else:
+                    v, pos = readVarint(data, pos)
+                end = pos + (v >> 1)
+                if baseOffset + delta in live:
+                    v, pos = _varint(data, pos + 1)
+                    timestampDelta = (v >> 1) ^ -(v & 1)
+                    deltaEnd = pos
+                    # The offset delta (known), then the key.
+                    if data[pos] < 0x80:
+                        pos += 1
+                    elif data[pos + 1] < 0x80:
+                        pos += 2
+                    else:
+                        _, pos = readVarint(data, pos)
+                    v = data[pos]
+                    if v < 0x80:
+                        pos += 1
+                    else:
+                        v, pos = readVarint(data, pos)
+                    if not v & 1:
+                        pos += v >> 1
+                    if data[pos] == 1:  # a null value: -1, one byte
+                        return None
+                    kept.append((start, end, timestampDelta, delta, None, False, deltaEnd))
+                pos = end
+        except IndexError:
+            raise CorruptRecordError("record runs past the end of its batch") from None
+        if len(kept) == count:
+            return Retained(original, count, header[8], None)
+        return self._rewrite(header, data, kept, None)
+
+    def _empty(self, header: tuple, lastOffset: int) -> Retained:
+        producerId = header[9]
+        if lastOffset + 1 == self.upperBound or (
+            producerId >= 0 and self.producerLastOffsets.get(producerId) == lastOffset
+        ):
+            return Retained(emptyBatch(header), 0, header[8], None)
+        return _DROPPED
+
+    @staticmethod
+    def _rewrite(header: tuple, data, kept: list, horizon: int | None) -> Retained:
+        (
+            baseOffset,
+            _,
+            leaderEpoch,
+            magic,
+            _,
+            attributes,
+            lastOffsetDelta,
+            baseTimestamp,
+            maxTimestamp,
+            producerId,
+            producerEpoch,
+            baseSequence,
+            _,
+        ) = header
+        newBase = baseTimestamp if horizon is None else horizon
+        parts = []
+        largest = -1
+        if newBase == baseTimestamp:
+            for start, end, timestampDelta, *_ in kept:
+                parts.append(data[start:end])
+                if timestampDelta > largest:
+                    largest = timestampDelta
+        else:
+            # The base timestamp becomes the horizon: rebase every delta so
+            # that each record keeps its own timestamp.
+            shift = baseTimestamp - newBase
+            for start, end, timestampDelta, _, _, _, deltaEnd in kept:
+                lengthEnd = start + 1
+                while data[lengthEnd - 1] & 0x80:
+                    lengthEnd += 1
+                body = b"".join(
+                    (
+                        data[lengthEnd : lengthEnd + 1],
+                        zigzagVarint(timestampDelta + shift),
+                        data[deltaEnd:end],
+                    )
+                )
+                parts.append(zigzagVarint(len(body)))
+                parts.append(body)
+                if timestampDelta > largest:
+                    largest = timestampDelta
+        records = b"".join(parts)
+        codec = attributes & _CODEC_MASK
+        if codec:
+            records = compress(codec, records)
+        if not attributes & _TIMESTAMP_TYPE_BIT:
+            maxTimestamp = baseTimestamp + largest
+        if horizon is not None:
+            attributes |= DELETE_HORIZON_BIT
+        batch = bytearray(
+            HEADER.pack(
+                baseOffset,
+                HEADER_SIZE - LOG_OVERHEAD + len(records),
+                leaderEpoch,
+                magic,
+                0,
+                attributes,
+                lastOffsetDelta,
+                newBase,
+                maxTimestamp,
+                producerId,
+                producerEpoch,
+                baseSequence,
+                len(kept),
+            )
+        )
+        batch += records
+        _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+        return Retained(batch, len(kept), maxTimestamp, horizon)
+
+
+def emptyBatch(header: tuple) -> bytearray:
+    """
+    The header-only batch Kafka keeps for a batch that lost every record
+    but must stay (C{DefaultRecordBatch.writeEmptyHeader}): same offsets and
+    producer fields, no records, no compression, base timestamp -1, the
+    original max timestamp.
+    """
+    (
+        baseOffset,
+        _,
+        leaderEpoch,
+        magic,
+        _,
+        attributes,
+        lastOffsetDelta,
+        _,
+        maxTimestamp,
+        producerId,
+        producerEpoch,
+        baseSequence,
+        _,
+    ) = header
+    attributes &= _TIMESTAMP_TYPE_BIT | _TRANSACTIONAL_BIT | _CONTROL_BIT
+    batch = bytearray(
+        HEADER.pack(
+            baseOffset,
+            _EMPTY_BATCH_LENGTH,
+            leaderEpoch,
+            magic,
+            0,
+            attributes,
+            lastOffsetDelta,
+            -1,
+            maxTimestamp,
+            producerId,
+            producerEpoch,
+            baseSequence,
+            0,
+        )
+    )
+    _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+    return batch
+
+
+def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None:
+    """
+    Refuse records without a key, as Kafka does for a compacted topic
+    (C{LogValidator}: a keyless record could never be compacted away).
+
+    @param batches: the L{kafkatwist.protocol.batch.ValidBatch}es of
+        C{buf}, already validated.
+    @param maxMessageBytes: the topic's C{max.message.bytes}, which bounds
+        how far a batch may inflate.
+    @raise KafkaError: INVALID_RECORD, or CORRUPT_MESSAGE for records that
+        do not decode.
+    """
+    view = memoryview(buf).cast("B")
+    limit = decompressedLimit(maxMessageBytes)
+    for batchIndex, (position, header) in enumerate(batches):
+        if header.attributes & _CONTROL_BIT:
+            continue
+        try:
+            data = batchPayload(view, position, header.size, header.attributes, limit)
+            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
+        except CorruptRecordError as e:
+            raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
+        for record in records:
+            if record[4] is None:
+                raise KafkaError(
+                    ErrorCode.invalid_record,
+                    f"Compacted topic cannot accept message without key in topic partition "
+                    f"{topicPartition}.",
+                )
