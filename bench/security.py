@@ -5,6 +5,9 @@ Security costs (issue 13):
     SaslHandshake v1, SaslAuthenticate until done, close; several client
     threads at once.  The client's own PBKDF2 is done once per user and
     reused, so the broker is what is measured, with its CPU per handshake.
+  - One authorization check (Produce's WRITE on a topic) in process, with
+    10,000 ACLs: answered from the cache, computed, and without an
+    authorizer -- figures a loaded machine does not blur.
   - Produce CPU per record with the built-in authorizer holding 10,000 ACLs,
     against the same broker without an authorizer (both on SASL_PLAINTEXT,
     so only authorization differs): small requests (one record each, where
@@ -212,6 +215,31 @@ def produceCpu(broker, records: int, small: bool, mechanism: str = "SCRAM-SHA-25
     return (broker.cpuSeconds() - cpu) / records * 1e6
 
 
+def checkCost(data: str, checks: int = 100_000) -> tuple[float, float, float]:
+    """
+    @return: microseconds per check: cached, computed, no authorizer.
+    """
+    from types import SimpleNamespace
+
+    from kafkatwist.security.checks import authorize
+
+    authorizer = StandardAuthorizer(os.path.join(data, ACLS_FILE), superUsers={"User:admin"})
+    context = SimpleNamespace(principal=f"User:{USER}", clientAddress=("127.0.0.1", 1), apiKey=0)
+    write, topic = AclOperation.WRITE, ResourceType.TOPIC
+
+    def timed(n, before=None, target=authorizer):
+        started = time.perf_counter()
+        for _ in range(n):
+            if before:
+                before()
+            authorize(target, context, write, topic, TOPIC)
+        return (time.perf_counter() - started) / n * 1e6
+
+    cached = timed(checks)
+    computed = timed(checks // 10, authorizer._snapshot.cache.clear)
+    return cached, computed, timed(checks, target=None)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench security", description=__doc__.split("\n\n")[0])
     parser.add_argument("--handshakes", type=int, default=2000, help="handshakes per mechanism")
@@ -227,6 +255,10 @@ def main(argv=None) -> int:
              "super.users": "User:admin"}
     with tempfile.TemporaryDirectory() as plain, tempfile.TemporaryDirectory() as guarded:
         plainData, guardedData = prepare(plain, 0), prepare(guarded, args.acls)
+        cached, computed, none = checkCost(guardedData)
+        print(f"one authorization check with {args.acls:,} ACLs: {cached:.2f} us cached, "
+              f"{computed:.2f} us computed; {none:.2f} us without an authorizer")
+        print()
         with startBroker("kafkatwist", plain, {**sasl, "log.dir": plainData}) as open_, \
                 startBroker("kafkatwist", guarded, {**sasl, **authz, "log.dir": guardedData}) as secured:
             print(f"{'mechanism':<14} {'handshakes/s':>13} {'broker CPU ms each':>19}")
