@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import (
     AclBinding,
@@ -25,10 +25,6 @@ from kafkatwist.security.acl import (
     ResourceType,
 )
 from kafkatwist.security.checks import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, authorizeCluster
-
-DESCRIBE_ACLS = 29
-CREATE_ACLS = 30
-DELETE_ACLS = 31
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 _UNKNOWN_FILTER = "Filters contain UNKNOWN elements"

@@ -15,16 +15,13 @@ from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import AclOperation
 from kafkatwist.security.checks import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, authorizeCluster
 from kafkatwist.security.scram import BY_TYPE, credentialFromSaltedPassword
 
 log = Logger()
-
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
 
 _DUPLICATE_DESCRIBE = "Cannot describe SCRAM credentials for the same user twice in a single request: "
 _MISSING_DESCRIBE = "Attempt to describe a user credential that does not exist: "

@@ -17,7 +17,7 @@ from twisted.internet.task import Clock
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.config import BrokerConfig, Listener
-from kafkatwist.coordinator import GroupCoordinator, InMemoryGroupStore
+from kafkatwist.coordinator import GroupCoordinatorService
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.metrics import TopicBytes
@@ -44,6 +44,7 @@ from kafkatwist.security.acl import (
 )
 from kafkatwist.security.authorizer import StandardAuthorizer
 from kafkatwist.security.credentials import CredentialStore
+from tests.coordinator.helpers import memoryLog
 from tests.log.batches import makeBatch
 
 E = ErrorCode
@@ -64,7 +65,7 @@ class FakePurgatory:
 class Broker:
     config: BrokerConfig
     logManager: MemoryLogManager
-    groupCoordinator: GroupCoordinator
+    groupCoordinator: GroupCoordinatorService
     authorizer: StandardAuthorizer
     nodeId: int = 1
     clusterId: str = "cluster"
@@ -89,14 +90,15 @@ def broker(tmp_path):
     from kafkatwist.service import brokerLogDefaults
 
     config = BrokerConfig({"log.dir": str(tmp_path), "group.initial.rebalance.delay.ms": "0"})
-    clock = ThreadSafeClock(Clock())
+    fakeClock = Clock()
+    clock = ThreadSafeClock(fakeClock)
     logManager = MemoryLogManager(brokerLogDefaults(config))
     for name in (TOPIC_OK, "other"):
         logManager.createTopic(name, 1, {})
     broker = Broker(
         config,
         logManager,
-        GroupCoordinator(clock, InMemoryGroupStore(), initialRebalanceDelayMs=0),
+        GroupCoordinatorService(fakeClock, memoryLog(), initialRebalanceDelayMs=0),
         StandardAuthorizer(None, superUsers={"User:admin"}),
         clock=clock,
     )
@@ -104,6 +106,16 @@ def broker(tmp_path):
     registry.build(broker)
     broker.handlers = registry.handlers
     return broker
+
+
+class PendingResponse:
+    def __init__(self):
+        from twisted.internet.defer import Deferred
+
+        self.deferred = Deferred()
+
+    def complete(self, result):
+        self.deferred.callback(result)
 
 
 def grant(broker, *acls):
@@ -121,6 +133,7 @@ def call(broker, apiKey, version, fields, principal=BOB):
     context = SimpleNamespace(
         apiKey=apiKey, apiVersion=version, principal=principal, clientAddress=("10.0.0.1", 5000),
         listenerName="PLAINTEXT", clientId="test", correlationId=1, clock=broker.clock,
+        respondLater=PendingResponse,
     )
     response = broker.handlers[apiKey].handle(context, request)
     if hasattr(response, "addCallback"):
@@ -364,15 +377,16 @@ def test_describe_cluster_operations(broker):
 
 
 def test_list_groups_shows_only_describable_groups(broker):
-    coordinator = broker.groupCoordinator
     for group in ("g1", "g2"):
-        coordinator.commitOffsets(group, -1, "", None, {}, now_ms=0)
+        commit = dict(next(c for c in CASES if c.name == "OffsetCommit").fields, group_id=group)
+        assert call(broker, 8, 8, commit, principal="User:admin").topics[0].partitions[0].error_code == E.none
     fields = dict(states_filter=())
+    assert {g.group_id for g in call(broker, 16, 4, fields, principal="User:admin").groups} == {"g1", "g2"}
+    assert {g.group_id for g in call(broker, 16, 4, fields).groups} == set()
     grant(broker, (G, "g1", Op.READ))
-    assert {g.group_id for g in call(broker, 16, 4, fields).groups} <= {"g1"}
+    assert {g.group_id for g in call(broker, 16, 4, fields).groups} == {"g1"}
     grant(broker, (C, CLUSTER_NAME, Op.DESCRIBE))
-    visible = {g.group_id for g in call(broker, 16, 4, fields).groups}
-    assert visible == {g.group_id for g in call(broker, 16, 4, fields, principal="User:admin").groups}
+    assert {g.group_id for g in call(broker, 16, 4, fields).groups} == {"g1", "g2"}
 
 
 def test_describe_groups_computes_authorized_operations(broker):
