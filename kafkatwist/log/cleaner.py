@@ -475,6 +475,8 @@ class LogCleaner:
                 return None
             task = self._task(ltc, nowMs)
             stats = runner.clean(partitionLog, task, onGroup)
+            # Before the checkpoint moves: whoever watches it finds the line.
+            self._report(threadId, name, stats, len(swapped))
         except CorruptRecordError as e:
             log.error(
                 "Log cleaner: {name} has a damaged batch, it will not be cleaned again until "
@@ -500,29 +502,31 @@ class LogCleaner:
             log.failure("Log cleaner: cleaning {name} failed", name=name)
         finally:
             self._done(ltc, stats, threadId, complete=stats is not None)
-        if stats is not None:
-            log.info(
-                "Log cleaner thread {thread} cleaned {name} up to offset {end}: "
-                "{dirty:,} dirty bytes mapped in {mapSecs:.2f} s, {read:,} bytes read, "
-                "{written:,} written, {messagesRead:,} -> {messagesWritten:,} records, "
-                "{segments} segment(s) swapped, {secs:.2f} s ({rate:.1f} MB/s of dirty log; "
-                "{cpu:.2f} CPU-s), buffer {utilization:.1%} used",
-                thread=threadId,
-                name=name,
-                end=stats.endOffset,
-                dirty=stats.mapBytesRead,
-                mapSecs=stats.mapDoneTime - stats.startTime,
-                read=stats.bytesRead,
-                written=stats.bytesWritten,
-                messagesRead=stats.messagesRead,
-                messagesWritten=stats.messagesWritten,
-                segments=len(swapped),
-                secs=stats.elapsedSecs,
-                rate=stats.mapBytesRead / stats.elapsedSecs / 1e6,
-                cpu=stats.cpuSecs,
-                utilization=stats.bufferUtilization,
-            )
         return stats
+
+    @staticmethod
+    def _report(threadId: int, name: str, stats: CleaningStats, swapped: int) -> None:
+        log.info(
+            "Log cleaner thread {thread} cleaned {name} up to offset {end}: "
+            "{dirty:,} dirty bytes mapped in {mapSecs:.2f} s, {read:,} bytes read, "
+            "{written:,} written, {messagesRead:,} -> {messagesWritten:,} records, "
+            "{segments} segment(s) swapped, {secs:.2f} s ({rate:.1f} MB/s of dirty log; "
+            "{cpu:.2f} CPU-s), buffer {utilization:.1%} used",
+            thread=threadId,
+            name=name,
+            end=stats.endOffset,
+            dirty=stats.mapBytesRead,
+            mapSecs=stats.mapDoneTime - stats.startTime,
+            read=stats.bytesRead,
+            written=stats.bytesWritten,
+            messagesRead=stats.messagesRead,
+            messagesWritten=stats.messagesWritten,
+            segments=swapped,
+            secs=stats.elapsedSecs,
+            rate=stats.mapBytesRead / stats.elapsedSecs / 1e6,
+            cpu=stats.cpuSecs,
+            utilization=stats.bufferUtilization,
+        )
 
     def _done(self, ltc: LogToClean, stats, threadId: int, complete: bool) -> None:
         logDir = self._logDirOf(ltc.log)
