@@ -454,8 +454,10 @@ KEYS: dict[str, Key] = {
         Key("offsets.retention.minutes", _int(1), "10080", "Committed offsets of empty groups expire after this."),
         Key("producer.id.expiration.ms", _int(1), "86400000", "Idle idempotent producer state is dropped after this."),
         Key("offsets.topic.num.partitions", _int(1), "50", "Partitions of __consumer_offsets."),
-        Key("offsets.topic.segment.bytes", _int(1), "104857600",
-            "segment.bytes of __consumer_offsets when it is created: small segments compact sooner."),
+        Key("offsets.topic.segment.bytes", _int(1), "65536",
+            "segment.bytes of __consumer_offsets when it is created. Kafka's default is 100 MiB; "
+            "here 64 KiB, because the cleaner never touches an active segment and loading the "
+            "groups replays it: 50 partitions of small segments keep start-up and disk use bounded."),
         Key("offsets.retention.check.interval.ms", _long(1), "600000",
             "How often expired committed offsets are removed."),
         Key("offset.metadata.max.bytes", _int(0), "4096",
