@@ -56,6 +56,7 @@ from types import MappingProxyType
 
 from twisted.logger import Logger
 
+from kafkatwist.coordinator.consumer_group import ConsumerGroupManager, HeartbeatRequest
 from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
 from kafkatwist.coordinator.formats import (
     APPEND_ERRORS_FOR_GROUP,
@@ -166,6 +167,7 @@ class GroupCoordinator:
         offsetMetadataMaxBytes: int = 4096,
         newMemberJoinTimeoutMs: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
         newMemberId: Callable[[], str] = lambda: str(uuid.uuid4()),
+        consumerGroups: Mapping | None = None,
     ) -> None:
         self._numPartitions = numPartitions
         self._initialRebalanceDelayMs = initialRebalanceDelayMs
@@ -189,6 +191,8 @@ class GroupCoordinator:
             checkIntervalMs=offsetsRetentionCheckIntervalMs,
             metadataMaxBytes=offsetMetadataMaxBytes,
         )
+        # KIP-848 groups, sharing the id namespace, offsets and effects.
+        self.consumerGroups = ConsumerGroupManager(self, **(consumerGroups or {}))
 
     # ------------------------------------------------------------------
     # Effects (also used by the offset manager)
@@ -363,6 +367,8 @@ class GroupCoordinator:
             self._onJoinTimer(key[1])
         elif kind == SYNC:
             self._onSyncExpired(key[1])
+        elif self.consumerGroups.timerFired(key):
+            pass
         else:
             self.offsets.timerFired(key)
 
@@ -391,7 +397,10 @@ class GroupCoordinator:
         if group is None:
             self.respond(replyTo, JoinGroupResult.failed(memberId, E.unknown_member_id))
             return
-        if not group.supportsProtocols(request.protocolType, (n for n, _ in request.protocols)):
+        if self.consumerGroups.isNonEmpty(request.groupId):
+            # The id is a consumer-protocol group's (no online migration).
+            self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
+        elif not group.supportsProtocols(request.protocolType, (n for n, _ in request.protocols)):
             self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
         elif isUnknown:
             self._doNewMemberJoin(group, replyTo, request)
@@ -1152,6 +1161,24 @@ class GroupCoordinator:
             self.append(group.groupId, records, functools.partial(deleted, group.groupId))
 
     # ------------------------------------------------------------------
+    # KIP-848 consumer groups: see ConsumerGroupManager
+
+    @_entry
+    def consumerGroupHeartbeat(self, replyTo, request: HeartbeatRequest) -> None:
+        """
+        ConsumerGroupHeartbeat; answers a L{HeartbeatResult}.
+        """
+        self.respond(replyTo, self.consumerGroups.heartbeat(request))
+
+    @_entry
+    def consumerGroupDescribe(self, replyTo, groupIds: Iterable[str]) -> None:
+        """
+        ConsumerGroupDescribe; answers a C{list} of
+        L{DescribedConsumerGroup}, in order.
+        """
+        self.respond(replyTo, [self.consumerGroups.describe(g) for g in groupIds])
+
+    # ------------------------------------------------------------------
     # Offsets: see OffsetMetadataManager
 
     @_entry
@@ -1250,6 +1277,7 @@ class GroupCoordinator:
         """
         self._active = False
         self.offsets.cancelExpiry()
+        self.consumerGroups.cancelTimers()
         for group in list(self._groups.values()):
             for member in group.allMembers():
                 self._invokeJoin(

@@ -74,6 +74,14 @@ class OffsetMetadataManager:
         error = c.statusError(request.groupId, allowEmpty=True)
         if error is not None:
             return everyone(error)
+        consumer = c.consumerGroups.validateCommit(
+            request.groupId, request.memberId, request.generationId
+        )
+        if consumer is not None:
+            # A KIP-848 group: its offsets are kept as any group's.
+            if consumer != E.none:
+                return everyone(consumer)
+            return self._store(replyTo, c.groupOrCreate(request.groupId), offsets)
         group = c.group(request.groupId)
         if group is None:
             if request.generationId >= 0:

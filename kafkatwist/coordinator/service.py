@@ -78,6 +78,14 @@ class GroupCoordinatorService:
     def leaveGroup(self, replyTo, groupId: str, members: Iterable[tuple]) -> None:
         self.runtime.request(self.machine.leaveGroup, replyTo, groupId, list(members))
 
+    # -- KIP-848 consumer groups -------------------------------------------
+
+    def consumerGroupHeartbeat(self, replyTo, request) -> None:
+        self.runtime.request(self.machine.consumerGroupHeartbeat, replyTo, request)
+
+    def consumerGroupDescribe(self, replyTo, groupIds: Iterable[str]) -> None:
+        self.runtime.request(self.machine.consumerGroupDescribe, replyTo, list(groupIds))
+
     # -- administration ----------------------------------------------------------
 
     def describeGroups(self, replyTo, groupIds: Iterable[str]) -> None:

@@ -1,0 +1,131 @@
+"""
+KIP-848 consumer groups through a real broker with librdkafka
+(confluent-kafka, C{group.protocol=consumer}): two consumers split the
+partitions, one leaves and the other gets them all, and committed offsets
+survive a broker restart.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+PARTITIONS = 6
+TOPIC = "kip848"
+GROUP = "kip848-group"
+
+
+@pytest.fixture
+def broker(brokerFactory):
+    b = brokerFactory(
+        {
+            "num.partitions": str(PARTITIONS),
+            "offsets.topic.num.partitions": "3",
+        }
+    )
+
+    def start():
+        if os.path.exists(b.logPath):
+            os.replace(b.logPath, b.logPath + f".{time.monotonic_ns()}")
+        b.start()
+        return b
+
+    b.restart = start
+    return start()
+
+
+def _consumer(bootstrap, assignor="uniform", **extra):
+    from confluent_kafka import Consumer
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": GROUP,
+        "group.protocol": "consumer",
+        "group.remote.assignor": assignor,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    conf.update(extra)
+    c = Consumer(conf)
+    c.subscribe([TOPIC])
+    return c
+
+
+def _produce(bootstrap, count):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        p.produce(TOPIC, value=b"v%d" % i, partition=i % PARTITIONS)
+    assert p.flush(20) == 0
+
+
+#: records consumed, by id(consumer)
+SEEN: dict[int, int] = {}
+
+
+def _pollUntil(consumers, predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            msg = c.poll(0.1)
+            if msg is not None and msg.error() is None:
+                SEEN[id(c)] = SEEN.get(id(c), 0) + 1
+        if predicate():
+            return
+    raise AssertionError(f"timed out waiting for {what}: {[_owned(c) for c in consumers]}")
+
+
+def _owned(c) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def test_two_consumers_split_then_one_takes_all(broker):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(20)
+    _produce(broker.bootstrap, 60)
+    a = _consumer(broker.bootstrap)
+    b = _consumer(broker.bootstrap)
+    try:
+        _pollUntil([a, b], lambda: len(_owned(a)) == 3 and len(_owned(b)) == 3, 60, "a 3/3 split")
+        assert _owned(a).isdisjoint(_owned(b))
+        b.close()
+        _pollUntil([a], lambda: _owned(a) == set(range(PARTITIONS)), 60, "one member with all")
+    finally:
+        a.close()
+
+
+def test_commits_survive_restart(broker):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(20)
+    _produce(broker.bootstrap, 60)
+    c = _consumer(broker.bootstrap)
+    try:
+        _pollUntil([c], lambda: len(_owned(c)) == PARTITIONS, 60, "all partitions")
+        c.commit(
+            offsets=[TopicPartition(TOPIC, p, 5) for p in range(PARTITIONS)], asynchronous=False
+        )
+    finally:
+        c.close()
+    broker.stop()
+    broker.restart()
+    c = _consumer(broker.bootstrap)
+    try:
+        _pollUntil([c], lambda: len(_owned(c)) == PARTITIONS, 60, "all partitions after restart")
+        committed = c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=20)
+        assert [tp.offset for tp in committed] == [5] * PARTITIONS
+        # Fetching resumes at the committed offsets: 10 per partition, 5 left each.
+        _pollUntil([c], lambda: SEEN.get(id(c), 0) >= 30, 30, "the rest of the records")
+    finally:
+        c.close()
