@@ -97,6 +97,14 @@ def test_two_consumers_split_then_one_takes_all(broker):
     try:
         _pollUntil([a, b], lambda: len(_owned(a)) == 3 and len(_owned(b)) == 3, 60, "a 3/3 split")
         assert _owned(a).isdisjoint(_owned(b))
+        described = admin.describe_consumer_groups([GROUP])[GROUP].result(20)
+        from confluent_kafka import ConsumerGroupType
+
+        assert described.type == ConsumerGroupType.CONSUMER
+        assert len(described.members) == 2
+        assert sorted(
+            tp.partition for m in described.members for tp in m.assignment.topic_partitions
+        ) == list(range(PARTITIONS))
         b.close()
         _pollUntil([a], lambda: _owned(a) == set(range(PARTITIONS)), 60, "one member with all")
     finally:

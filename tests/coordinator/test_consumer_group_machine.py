@@ -1,0 +1,255 @@
+"""
+KIP-848 consumer groups in the sans-io coordinator, by their effects, and
+the server-side assignors as pure functions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+from kafkatwist.coordinator import CommitRequest, GroupCoordinator, JoinRequest, OffsetAndMetadata
+from kafkatwist.coordinator.assignors import AssignmentMember, rangeAssign, uniformAssign
+from kafkatwist.coordinator.consumer_group import HeartbeatRequest, TopicImage
+from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
+
+from .helpers import E, sub
+
+T = uuid.uuid4()
+U = uuid.uuid4()
+IMAGE = TopicImage({"t": (T, 6), "u": (U, 3), "other": (uuid.uuid4(), 2)})
+
+
+def machine(**kw):
+    ids = iter(range(1000))
+    return GroupCoordinator(
+        numPartitions=5,
+        newMemberId=lambda: str(next(ids)),
+        consumerGroups={"sessionTimeoutMs": 45000, "heartbeatIntervalMs": 5000},
+        **kw,
+    )
+
+
+def answer(effects):
+    (respond,) = [e for e in effects if isinstance(e, Respond)]
+    return respond.result
+
+
+def hb(m, now, member, epoch, owned=(), topics=("t",), full=True, group="g", **kw):
+    request = HeartbeatRequest(
+        groupId=group,
+        memberId=member,
+        memberEpoch=epoch,
+        rebalanceTimeoutMs=30000 if full else -1,
+        subscribedTopicNames=tuple(topics) if full else None,
+        owned=None if owned is None else frozenset(owned),
+        image=kw.pop("image", IMAGE),
+        **kw,
+    )
+    fx = m.consumerGroupHeartbeat(now, "r", request)
+    return answer(fx), fx
+
+
+def tps(assignment):
+    return {(t, p) for t, ps in (assignment or {}).items() for p in ps}
+
+
+# -- assignors ---------------------------------------------------------------------
+
+
+def test_uniform_balances_and_is_sticky():
+    members = [AssignmentMember(m, None, frozenset({"t", "u"})) for m in "abc"]
+    first = uniformAssign(members, {"t": 6, "u": 3})
+    sizes = sorted(len(tps(a)) for a in first.values())
+    assert sizes == [3, 3, 3]
+    assert set().union(*(tps(a) for a in first.values())) == {("t", p) for p in range(6)} | {
+        ("u", p) for p in range(3)
+    }
+    # A fourth member takes from the others without moving anything else.
+    members = [AssignmentMember(m, None, frozenset({"t", "u"}), first[m]) for m in "abc"]
+    members.append(AssignmentMember("d", None, frozenset({"t", "u"})))
+    second = uniformAssign(members, {"t": 6, "u": 3})
+    assert sorted(len(tps(a)) for a in second.values()) == [2, 2, 2, 3]
+    for m in "abc":
+        assert tps(second[m]) <= tps(first[m])
+
+
+def test_uniform_heterogeneous_only_assigns_subscribed_topics():
+    members = [
+        AssignmentMember("a", None, frozenset({"t"})),
+        AssignmentMember("b", None, frozenset({"t", "u"})),
+    ]
+    result = uniformAssign(members, {"t": 6, "u": 3})
+    assert {t for t, _ in tps(result["a"])} == {"t"}
+    assert {("u", p) for p in range(3)} <= tps(result["b"])
+    assert len(tps(result["a"]) | tps(result["b"])) == 9
+
+
+def test_range_copartitions_by_member_id():
+    members = [AssignmentMember(m, None, frozenset({"t", "u"})) for m in ("b", "a")]
+    result = rangeAssign(members, {"t": 4, "u": 4})
+    assert result["a"] == {"t": frozenset({0, 1}), "u": frozenset({0, 1})}
+    assert result["b"] == {"t": frozenset({2, 3}), "u": frozenset({2, 3})}
+    # Static members first.
+    members = [AssignmentMember("a", None, frozenset({"t"})), AssignmentMember("b", "i", frozenset({"t"}))]
+    assert rangeAssign(members, {"t": 3})["b"] == {"t": frozenset({0, 1})}
+
+
+# -- the machine ---------------------------------------------------------------------
+
+
+def test_join_gets_everything_and_session_timer():
+    m = machine()
+    r, fx = hb(m, 0, "m1", 0)
+    assert r.errorCode == E.none and r.memberId == "m1" and r.memberEpoch == 1
+    assert tps(r.assignment) == {("t", p) for p in range(6)}
+    assert r.heartbeatIntervalMs == 5000
+    assert SetTimer(("cg-session", "g", "m1"), 45000) in fx
+    # Nothing new: no assignment in a light heartbeat.
+    r, _ = hb(m, 1, "m1", 1, owned=None, full=False)
+    assert (r.errorCode, r.memberEpoch, r.assignment) == (E.none, 1, None)
+
+
+def test_second_member_waits_for_revocation_never_two_owners():
+    m = machine()
+    hb(m, 0, "m1", 0)
+    r2, _ = hb(m, 1, "m2", 0)
+    # m1 still holds everything: m2 gets nothing yet, at the new epoch.
+    assert r2.memberEpoch == 2 and tps(r2.assignment) == set()
+    all6 = {("t", p) for p in range(6)}
+    r1, fx = hb(m, 2, "m1", 1, owned=all6)
+    # Revocation first: epoch unchanged, a smaller assignment, a rebalance timer.
+    assert r1.memberEpoch == 1 and len(tps(r1.assignment)) == 3
+    assert SetTimer(("cg-rebalance", "g", "m1", 1), 30000) in fx
+    kept = tps(r1.assignment)
+    # m2 still gets nothing while m1 owns the revoked ones.
+    r2, _ = hb(m, 3, "m2", 2, owned=set())
+    assert tps(r2.assignment) == set()
+    # m1 acknowledges: it moves to epoch 2.
+    r1, fx = hb(m, 4, "m1", 1, owned=kept)
+    assert r1.memberEpoch == 2 and tps(r1.assignment) == kept
+    assert CancelTimer(("cg-rebalance", "g", "m1", 1)) in fx
+    r2, _ = hb(m, 5, "m2", 2, owned=set())
+    assert tps(r2.assignment) == all6 - kept
+    d = answer(m.consumerGroupDescribe(6, "d", ["g"]))[0]
+    assert (d.state, d.groupEpoch, d.assignmentEpoch, d.assignorName) == ("Stable", 2, 2, "uniform")
+
+
+def test_leave_and_session_timeout_give_partitions_back():
+    m = machine()
+    hb(m, 0, "m1", 0)
+    hb(m, 0, "m2", 0)
+    r1, _ = hb(m, 1, "m1", 1, owned={("t", p) for p in range(6)})
+    hb(m, 2, "m1", 1, owned=tps(r1.assignment))
+    r2, _ = hb(m, 3, "m2", 2, owned=set())
+    assert len(tps(r2.assignment)) == 3
+    r, fx = hb(m, 4, "m2", -1, owned=None, full=False)
+    assert r.memberEpoch == -1 and CancelTimer(("cg-session", "g", "m2")) in fx
+    r1, _ = hb(m, 5, "m1", 2, owned=None, full=False)
+    assert len(tps(r1.assignment)) == 6 and r1.memberEpoch == 3
+    # m1 goes silent: its session ends, the group is empty.
+    m.timerFired(50000, ("cg-session", "g", "m1"))
+    d = answer(m.consumerGroupDescribe(50001, "d", ["g"]))[0]
+    assert (d.state, d.members) == ("Empty", ())
+
+
+def test_epoch_errors():
+    m = machine()
+    r, _ = hb(m, 0, "m1", 0)
+    assert hb(m, 1, "m1", 5, owned=None, full=False)[0].errorCode == E.fenced_member_epoch
+    assert hb(m, 1, "nobody", 1, owned=None, full=False)[0].errorCode == E.unknown_member_id
+    assert hb(m, 1, "x", 3, owned=None, full=False, group="unknown")[0].errorCode == E.unknown_member_id
+    # Bad requests.
+    assert hb(m, 1, "", 0)[0].errorCode == E.invalid_request
+    assert hb(m, 1, "m9", 0, owned={("t", 0)})[0].errorCode == E.invalid_request
+    assert hb(m, 1, "m9", 0, serverAssignor="sticky")[0].errorCode == E.unsupported_assignor
+    r, _ = hb(m, 1, "m9", 0, topics=(), subscribedTopicRegex="(")
+    assert r.errorCode == E.invalid_regular_expression
+
+
+def test_regex_subscription_full_match():
+    m = machine()
+    r, _ = hb(m, 0, "m1", 0, topics=(), subscribedTopicRegex="t|u")
+    assert {t for t, _ in tps(r.assignment)} == {"t", "u"}
+    # A new topic the regex does not match changes nothing.
+    image = TopicImage(dict(IMAGE.topics, tt=(uuid.uuid4(), 1)))
+    r, _ = hb(m, 1, "m1", 1, owned=None, full=False, image=image)
+    assert r.assignment is None and r.memberEpoch == 1
+    # A new regex: u is revoked first, then tt comes at the next epoch.
+    r, _ = hb(m, 1, "m1", 1, owned=None, full=False, subscribedTopicRegex="t.*", image=image)
+    assert {t for t, _ in tps(r.assignment)} == {"t"} and r.memberEpoch == 1
+    r, _ = hb(m, 2, "m1", 1, owned=tps(r.assignment), full=False, image=image)
+    assert {t for t, _ in tps(r.assignment)} == {"t", "tt"} and r.memberEpoch == 2
+    # Full match only: "t" alone does not match "tt".
+    r, _ = hb(m, 3, "m1", 2, owned=tps(r.assignment), full=False, subscribedTopicRegex="t", image=image)
+    assert {t for t, _ in tps(r.assignment)} == {"t"}
+
+
+def test_classic_and_consumer_groups_share_ids():
+    m = machine()
+    m.joinGroup(0, "join", JoinRequest("classic", "", None, "c", "/h", 30000, 10000, "consumer", (("range", sub("t")),)))
+    r, _ = hb(m, 0, "m1", 0, group="classic")
+    assert r.errorCode == E.group_id_not_found
+    hb(m, 0, "m1", 0, group="new")
+    fx = m.joinGroup(0, "join2", JoinRequest("new", "", None, "c", "/h", 30000, 10000, "consumer", (("range", sub("t")),)))
+    assert answer(fx).errorCode == E.inconsistent_group_protocol
+    d = answer(m.consumerGroupDescribe(1, "d", ["classic", "nope"]))
+    assert [x.errorCode for x in d] == [E.group_id_not_found, E.group_id_not_found]
+
+
+def test_commit_checks_member_epoch():
+    m = machine()
+    hb(m, 0, "m1", 0)
+    offsets = {("t", 0): OffsetAndMetadata(offset=5)}
+
+    def commit(member, epoch):
+        fx = m.commitOffsets(1, "c", CommitRequest("g", epoch, member, None, offsets))
+        responds = [e for e in fx if isinstance(e, Respond)]
+        if responds:
+            return responds[0].result[("t", 0)]
+        (append,) = [e for e in fx if isinstance(e, Append)]
+        return answer(m.appendCompleted(2, append.token, E.none))[("t", 0)]
+
+    assert commit("m1", 0) == E.stale_member_epoch
+    assert commit("zz", 1) == E.unknown_member_id
+    assert commit("", -1) == E.unknown_member_id
+    assert commit("m1", 1) == E.none
+    fetched = answer(m.fetchOffsets(3, "f", "g", [("t", 0)]))
+    assert fetched.offsets[("t", 0)].offset == 5
+
+
+def test_unique_owner_under_churn():
+    """
+    Random joins, leaves and acknowledgements: no partition is ever in two
+    members' answered assignments at once.
+    """
+    import random
+
+    rnd = random.Random(7)
+    m = machine()
+    owned: dict[str, set] = {}
+    epochs: dict[str, int] = {}
+    ids = itertools.count()
+    for step in range(400):
+        action = rnd.random()
+        if action < 0.15 or not owned:
+            mid = f"m{next(ids)}"
+            r, _ = hb(m, step, mid, 0)
+        elif action < 0.25:
+            mid = rnd.choice(sorted(owned))
+            hb(m, step, mid, -1, owned=None, full=False)
+            del owned[mid], epochs[mid]
+            continue
+        else:
+            mid = rnd.choice(sorted(owned))
+            r, _ = hb(m, step, mid, epochs[mid], owned=owned[mid], full=False)
+        assert r.errorCode == E.none, r
+        epochs[mid] = r.memberEpoch
+        if r.assignment is not None:
+            owned[mid] = tps(r.assignment)
+        else:
+            owned.setdefault(mid, set())
+        seen: set = set()
+        for parts in owned.values():
+            assert not (parts & seen)
+            seen |= parts
