@@ -22,9 +22,11 @@ Offsets of a consumer group are kept where the classic coordinator keeps
 every group's offsets (an empty classic group record of the same id, which
 holds no members); commits are validated against the member epoch here.
 
-Consumer groups live in memory only: after a restart their members are
-told UNKNOWN_MEMBER_ID and join again (committed offsets survive, being
-stored as for every group).
+Every change is written to C{__consumer_offsets} in Kafka's record types
+(L{kafkatwist.coordinator.consumer_group_records}) and a heartbeat is
+answered once its records are in the log; at start-up the groups are read
+back (members keep their epochs and partitions and must heartbeat within
+the session timeout).
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ from dataclasses import dataclass, field
 from twisted.logger import Logger
 
 from kafkatwist.coordinator.assignors import ASSIGNORS, AssignmentMember
+from kafkatwist.coordinator.consumer_group_records import (
+    LoadedConsumerGroup,
+    currentAssignmentRecord,
+    groupEpochRecord,
+    memberMetadataRecord,
+    memberTombstones,
+    targetEpochRecord,
+    targetMemberRecord,
+)
+from kafkatwist.coordinator.formats import APPEND_ERRORS_FOR_GROUP
 from kafkatwist.errors import ErrorCode
 
 __all__ = [
@@ -234,6 +246,8 @@ class ConsumerGroupManager:
         self._maxSize = maxSize
         self._newMemberId = newMemberId
         self._groups: dict[str, ConsumerGroup] = {}
+        #: topic name -> id, as of the last topic image seen
+        self._topicIds: dict[str, uuid.UUID] = {}
 
     # ------------------------------------------------------------------
     # Queries for the classic side
@@ -289,7 +303,32 @@ class ConsumerGroupManager:
     # ------------------------------------------------------------------
     # ConsumerGroupHeartbeat
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+    def heartbeat(self, replyTo, request: HeartbeatRequest) -> None:
+        """
+        Answer C{replyTo} with a L{HeartbeatResult}, once the records the
+        heartbeat caused are in the log.
+        """
+        c = self._c
+        records: list = []
+        result = self._heartbeat(request, records)
+        if not records:
+            c.respond(replyTo, result)
+            return
+
+        def written(error: ErrorCode) -> None:
+            if error == E.none:
+                c.respond(replyTo, result)
+            else:
+                log.warn(
+                    "consumer group {group}: a write to __consumer_offsets failed: {error}",
+                    group=request.groupId, error=error.name,
+                )
+                c.respond(replyTo, HeartbeatResult(APPEND_ERRORS_FOR_GROUP.get(error, error)))
+
+        c.append(request.groupId, records, written)
+
+    def _heartbeat(self, request: HeartbeatRequest, records: list) -> HeartbeatResult:
+        self._topicIds.update((name, info[0]) for name, info in request.image.topics.items())
         error = self._validate(request)
         if error is not None:
             return error
@@ -320,7 +359,7 @@ class ConsumerGroupManager:
         epoch = request.memberEpoch
         if epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
             if group is not None and request.memberId in group.members:
-                self._removeMember(group, request.memberId, "left the group")
+                self._removeMember(group, request.memberId, "left the group", records)
             return HeartbeatResult(
                 E.none, memberId=request.memberId, memberEpoch=epoch,
                 heartbeatIntervalMs=0,
@@ -330,7 +369,9 @@ class ConsumerGroupManager:
                 return HeartbeatResult(E.unknown_member_id, f"Group {groupId} has no member {request.memberId}.")
             group = self._groups[groupId] = ConsumerGroup(groupId)
         member = group.members.get(request.memberId) if request.memberId else None
+        before = self._current(member) if member is not None else None
         bump = False
+        isNew = False
         if epoch == 0:
             if member is None:
                 if len(group.members) >= self._maxSize:
@@ -341,7 +382,7 @@ class ConsumerGroupManager:
                 memberId = request.memberId or self._newMemberId()
                 member = Member(memberId)
                 group.members[memberId] = member
-                bump = True
+                bump = isNew = True
             else:
                 # A member joining again with nothing: whatever it held is
                 # given up.
@@ -362,18 +403,24 @@ class ConsumerGroupManager:
             and request.subscribedTopicNames is not None
             and request.owned is not None
         )
+        metadataBefore = self._metadata(member)
         if self._update(member, request):
             bump = True
+        if isNew or self._metadata(member) != metadataBefore:
+            records.append(memberMetadataRecord(group.groupId, member))
         if self._refreshMetadata(group, request.image):
             bump = True
         if bump:
             group.groupEpoch += 1
+            records.append(groupEpochRecord(group.groupId, group.groupEpoch))
         if group.groupEpoch > group.assignmentEpoch:
-            self._computeTarget(group)
-        before, wasUnrevoked = member.assigned, member.state == UNREVOKED_PARTITIONS
+            self._computeTarget(group, records)
+        wasUnrevoked = member.state == UNREVOKED_PARTITIONS
         self._reconcile(group, member, request.owned)
+        if self._current(member) != before:
+            records.append(self._currentRecord(group, member))
         self._armTimers(group, member, wasUnrevoked)
-        changed = member.assigned != before
+        changed = before is None or member.assigned != before[3]
         return HeartbeatResult(
             E.none,
             memberId=member.memberId,
@@ -491,7 +538,32 @@ class ConsumerGroupManager:
             return max(sorted(votes), key=lambda name: votes[name])
         return self._assignors[0]
 
-    def _computeTarget(self, group: ConsumerGroup) -> None:
+    @staticmethod
+    def _current(member: Member) -> tuple:
+        return (
+            member.memberEpoch, member.previousMemberEpoch, member.state,
+            member.assigned, member.pendingRevocation,
+        )
+
+    @staticmethod
+    def _metadata(member: Member) -> tuple:
+        return (
+            member.instanceId, member.rackId, member.clientId, member.clientHost,
+            member.subscribedTopicNames, member.subscribedTopicRegex,
+            member.rebalanceTimeoutMs, member.serverAssignor,
+        )
+
+    def _ids(self, assignment) -> dict[uuid.UUID, frozenset[int]]:
+        return {
+            self._topicIds[t]: ps for t, ps in assignment.items() if t in self._topicIds and ps
+        }
+
+    def _currentRecord(self, group: ConsumerGroup, member: Member):
+        return currentAssignmentRecord(
+            group.groupId, member, self._ids(member.assigned), self._ids(member.pendingRevocation)
+        )
+
+    def _computeTarget(self, group: ConsumerGroup, records: list) -> None:
         name = self._assignorFor(group)
         members = [
             AssignmentMember(
@@ -499,9 +571,14 @@ class ConsumerGroupManager:
             )
             for m in group.members.values()
         ]
+        old = group.target
         group.target = ASSIGNORS[name](members, group.subscribedMetadata)
         group.assignorName = name
         group.assignmentEpoch = group.groupEpoch
+        for memberId, target in group.target.items():
+            if old.get(memberId, {}) != target or memberId not in old:
+                records.append(targetMemberRecord(group.groupId, memberId, self._ids(target)))
+        records.append(targetEpochRecord(group.groupId, group.assignmentEpoch))
 
     # ------------------------------------------------------------------
     # Reconciliation (Kafka's CurrentAssignmentBuilder)
@@ -581,18 +658,82 @@ class ConsumerGroupManager:
         ):
             self._removeMember(group, memberId, "did not revoke its partitions in time")
 
-    def _removeMember(self, group: ConsumerGroup, memberId: str, why: str) -> None:
+    def _removeMember(
+        self, group: ConsumerGroup, memberId: str, why: str, records: list | None = None
+    ) -> None:
+        """
+        Remove a member and bump the group epoch; its records go to
+        C{records}, or are appended now (a timer's removal).
+        """
         member = group.members.pop(memberId)
         self._setAssignment(group, member, {}, {})
         group.target.pop(memberId, None)
         group.groupEpoch += 1
+        removal = memberTombstones(group.groupId, memberId)
+        removal.append(groupEpochRecord(group.groupId, group.groupEpoch))
         c = self._c
+        if records is None:
+            c.append(group.groupId, removal)
+        else:
+            records.extend(removal)
         c.cancelTimer((SESSION, group.groupId, memberId))
         c.cancelTimer((REBALANCE, group.groupId, memberId, member.memberEpoch))
         log.info(
             "consumer group {group}: member {member} removed ({why}); group epoch {epoch}",
             group=group.groupId, member=memberId, why=why, epoch=group.groupEpoch,
         )
+
+    # ------------------------------------------------------------------
+    # Loading
+
+    def load(self, loaded: Mapping[str, LoadedConsumerGroup], image: TopicImage) -> None:
+        """
+        Take the groups read back from the log (before serving).  Topic ids
+        no longer in C{image} (deleted topics) are dropped; each member's
+        session starts now.
+        """
+        self._topicIds.update((name, info[0]) for name, info in image.topics.items())
+        names = {info[0]: name for name, info in image.topics.items()}
+
+        def byName(assignment) -> dict[str, frozenset[int]]:
+            return {names[t]: ps for t, ps in (assignment or {}).items() if t in names and ps}
+
+        for groupId, stored in loaded.items():
+            if stored.epoch is None:
+                log.warn(
+                    "consumer group {group}: no group metadata record; its {count} members "
+                    "are not loaded", group=groupId, count=len(stored.members),
+                )
+                continue
+            group = ConsumerGroup(groupId)
+            group.groupEpoch = stored.epoch
+            group.assignmentEpoch = min(stored.assignmentEpoch, stored.epoch)
+            for memberId, m in stored.members.items():
+                if m.metadata is None:
+                    continue
+                member = Member(memberId)
+                for name, value in m.metadata.items():
+                    setattr(member, name, value)
+                if m.current is not None:
+                    member.memberEpoch = m.current["memberEpoch"]
+                    member.previousMemberEpoch = m.current["previousMemberEpoch"]
+                    member.state = m.current["state"]
+                group.members[memberId] = member
+                self._setAssignment(
+                    group, member,
+                    byName(m.current and m.current["assigned"]),
+                    byName(m.current and m.current["pending"]),
+                )
+                if m.target is not None:
+                    group.target[memberId] = byName(m.target)
+            # The subscribed topics as they are now: a change while the
+            # broker was down is not noticed until the next change.
+            self._refreshMetadata(group, image)
+            self._groups[groupId] = group
+            for memberId in group.members:
+                self._c.setTimer((SESSION, groupId, memberId), self._sessionTimeoutMs)
+        if loaded:
+            log.info("loaded {count} consumer groups", count=len(self._groups))
 
     # ------------------------------------------------------------------
     # ConsumerGroupDescribe

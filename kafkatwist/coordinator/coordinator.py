@@ -56,7 +56,7 @@ from types import MappingProxyType
 
 from twisted.logger import Logger
 
-from kafkatwist.coordinator.consumer_group import ConsumerGroupManager, HeartbeatRequest
+from kafkatwist.coordinator.consumer_group import ConsumerGroupManager, HeartbeatRequest, TopicImage
 from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
 from kafkatwist.coordinator.formats import (
     APPEND_ERRORS_FOR_GROUP,
@@ -1168,7 +1168,7 @@ class GroupCoordinator:
         """
         ConsumerGroupHeartbeat; answers a L{HeartbeatResult}.
         """
-        self.respond(replyTo, self.consumerGroups.heartbeat(request))
+        self.consumerGroups.heartbeat(replyTo, request)
 
     @_entry
     def consumerGroupDescribe(self, replyTo, groupIds: Iterable[str]) -> None:
@@ -1234,6 +1234,8 @@ class GroupCoordinator:
         self,
         snapshots: Iterable[GroupSnapshot],
         offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+        consumerGroups: Mapping | None = None,
+        topics: TopicImage | None = None,
     ) -> None:
         """
         Take the groups and offsets read back from C{__consumer_offsets}
@@ -1265,6 +1267,7 @@ class GroupCoordinator:
             "loaded {groups} groups and {offsets} committed offsets",
             groups=len(loaded), offsets=sum(len(g.offsets) for g in loaded.values()),
         )
+        self.consumerGroups.load(consumerGroups or {}, topics or TopicImage({}))
         self.offsets.scheduleExpiry()
 
     @_entry

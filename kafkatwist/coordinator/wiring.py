@@ -11,6 +11,7 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.config import KEYS
+from kafkatwist.coordinator.consumer_group import TopicImage
 from kafkatwist.coordinator.logstore import OffsetsTopicLog
 from kafkatwist.coordinator.runtime import TimerThread
 from kafkatwist.coordinator.service import GroupCoordinatorService
@@ -70,7 +71,9 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms"),
         offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes"),
     )
-    coordinator.load()
+    coordinator.load(
+        TopicImage({name: (info.topicId, info.numPartitions) for name, info in logManager.topics().items()})
+    )
     return coordinator
 
 

@@ -47,7 +47,23 @@ def hb(m, now, member, epoch, owned=(), topics=("t",), full=True, group="g", **k
         **kw,
     )
     fx = m.consumerGroupHeartbeat(now, "r", request)
-    return answer(fx), fx
+    return settle(m, now, fx), fx
+
+
+#: every record appended by the machines of this module, in order
+WRITTEN: list = []
+
+
+def settle(m, now, fx):
+    """
+    Complete the effects' appends (successfully) and return the answer.
+    """
+    responds = [e for e in fx if isinstance(e, Respond)]
+    for append in [e for e in fx if isinstance(e, Append)]:
+        WRITTEN.extend(append.records)
+        responds += [e for e in m.appendCompleted(now, append.token, E.none) if isinstance(e, Respond)]
+    (respond,) = responds
+    return respond.result
 
 
 def tps(assignment):
@@ -253,3 +269,55 @@ def test_unique_owner_under_churn():
         for parts in owned.values():
             assert not (parts & seen)
             seen |= parts
+
+
+# -- records and restart -----------------------------------------------------------------
+
+
+def test_records_replay_into_a_new_coordinator_and_damage_is_skipped():
+    from kafkatwist.coordinator.consumer_group_records import (
+        ConsumerGroupRecords,
+        currentAssignmentRecord,
+    )
+    from kafkatwist.coordinator.formats import decodeKey
+
+    del WRITTEN[:]
+    m = machine()
+    hb(m, 0, "m1", 0, rackId="r1")
+    hb(m, 0, "m2", 0)
+    r1, _ = hb(m, 1, "m1", 1, owned={("t", p) for p in range(6)})
+    r1, _ = hb(m, 2, "m1", 1, owned=tps(r1.assignment))
+    r2, _ = hb(m, 3, "m2", 2, owned=set())
+    hb(m, 4, "m3", 0, topics=("u",))
+    hb(m, 5, "m3", -1, owned=None, full=False)
+    versions = {decodeKey(k)[1] for k, _ in WRITTEN}
+    assert versions == {3, 5, 6, 7, 8}
+    loaded = ConsumerGroupRecords()
+    for key, value in WRITTEN:
+        assert loaded.apply(decodeKey(key)[1], key, value)
+    # A damaged value and a value of an unknown version are refused with
+    # CorruptGroupRecord (the replay skips them with one log line).
+    import pytest
+
+    from kafkatwist.coordinator.formats import CorruptGroupRecord
+
+    key, value = WRITTEN[-1]
+    for bad in (b"\x00\x00\x00", b"\x00\x07" + (value or b"")[2:]):
+        with pytest.raises(CorruptGroupRecord):
+            loaded.apply(8, currentAssignmentRecord("g", type("M", (), dict(memberId="m1", memberEpoch=1, previousMemberEpoch=0, state="stable"))(), {}, {})[0], bad)
+    stored = loaded.groups["g"]
+    assert set(stored.members) == {"m1", "m2"}
+    fresh = machine()
+    fx = fresh.load(10, [], {}, loaded.groups, IMAGE)
+    assert SetTimer(("cg-session", "g", "m1"), 45000) in fx
+    d = answer(fresh.consumerGroupDescribe(11, "d", ["g"]))[0]
+    # m3 left after the last assignment: the next heartbeat assigns again.
+    assert (d.state, d.groupEpoch, d.assignmentEpoch) == ("Assigning", 4, 3)
+    assert d == answer(m.consumerGroupDescribe(11, "d", ["g"]))[0]
+    byId = {x.memberId: x for x in d.members}
+    assert tps(byId["m1"].assignment) == tps(r1.assignment)
+    assert byId["m1"].rackId == "r1"
+    # The members go on where they were: their partitions stay, at the
+    # new epoch.
+    r, _ = hb(fresh, 12, "m2", r2.memberEpoch, owned=tps(r2.assignment), full=False)
+    assert (r.errorCode, r.memberEpoch, r.assignment) == (E.none, 4, None)
