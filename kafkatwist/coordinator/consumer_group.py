@@ -40,7 +40,10 @@ from twisted.logger import Logger
 
 from kafkatwist.coordinator.assignors import ASSIGNORS, AssignmentMember
 from kafkatwist.coordinator.consumer_group_records import (
+    GROUP_METADATA,
+    TARGET_METADATA,
     LoadedConsumerGroup,
+    groupTombstone,
     currentAssignmentRecord,
     groupEpochRecord,
     memberMetadataRecord,
@@ -49,6 +52,7 @@ from kafkatwist.coordinator.consumer_group_records import (
     targetMemberRecord,
 )
 from kafkatwist.coordinator.formats import APPEND_ERRORS_FOR_GROUP
+from kafkatwist.coordinator.results import GroupOverview
 from kafkatwist.errors import ErrorCode
 
 __all__ = [
@@ -259,13 +263,26 @@ class ConsumerGroupManager:
         group = self._groups.get(groupId)
         return group is not None and bool(group.members)
 
-    def forget(self, groupId: str) -> None:
+    def delete(self, groupId: str) -> list:
         """
-        Drop an empty consumer group (a classic group takes the id).
+        Drop an empty consumer group (DeleteGroups).
+
+        @return: its tombstones (none if it is not a consumer group).
         """
         group = self._groups.get(groupId)
-        if group is not None and not group.members:
-            del self._groups[groupId]
+        if group is None or group.members:
+            return []
+        del self._groups[groupId]
+        return [groupTombstone(groupId, TARGET_METADATA), groupTombstone(groupId, GROUP_METADATA)]
+
+    def overviews(self) -> dict[str, GroupOverview]:
+        """
+        ListGroups' view of the consumer groups.
+        """
+        return {
+            g.groupId: GroupOverview(g.groupId, "consumer", g.state(), "consumer")
+            for g in self._groups.values()
+        }
 
     def validateCommit(self, groupId: str, memberId: str, memberEpoch: int) -> ErrorCode | None:
         """

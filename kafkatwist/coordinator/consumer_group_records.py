@@ -42,6 +42,7 @@ __all__ = [
     "TARGET_METADATA",
     "ConsumerGroupRecords",
     "currentAssignmentRecord",
+    "groupTombstone",
     "groupEpochRecord",
     "memberMetadataRecord",
     "memberTombstones",
@@ -158,6 +159,14 @@ def currentAssignmentRecord(
         + _topicPartitions(pending)
     )
     return _key(CURRENT_ASSIGNMENT, groupId, member.memberId), _value(body)
+
+
+def groupTombstone(groupId: str, version: int) -> tuple[bytes, None]:
+    """
+    The tombstone of a group-level record (L{GROUP_METADATA} or
+    L{TARGET_METADATA}).
+    """
+    return (_key(version, groupId), None)
 
 
 def memberTombstones(groupId: str, memberId: str) -> list[tuple[bytes, None]]:

@@ -1083,7 +1083,9 @@ class GroupCoordinator:
                 out.append(GroupDescription(error, groupId or "", "", "", ""))
                 continue
             group = self.group(groupId)
-            if group is None:
+            if group is None or self.consumerGroups.group(groupId) is not None:
+                # A KIP-848 group is not a classic one (ConsumerGroupDescribe
+                # describes it).
                 out.append(GroupDescription(E.none, groupId, S.DEAD.value, "", ""))
                 continue
             stable = group.state is S.STABLE
@@ -1111,11 +1113,15 @@ class GroupCoordinator:
             self.respond(replyTo, ListGroupsResult(E.coordinator_not_available))
             return
         wanted = {s.lower() for s in statesFilter or ()}
+        consumer = self.consumerGroups.overviews()
         out = tuple(
             GroupOverview(group.groupId, group.protocolType or "", group.state.value)
             for group in self._groups.values()
-            if not wanted or group.state.value.lower() in wanted
-        )
+            # An empty classic group of a consumer group's id only holds
+            # its offsets.
+            if group.groupId not in consumer
+            and (not wanted or group.state.value.lower() in wanted)
+        ) + tuple(o for o in consumer.values() if not wanted or o.state.lower() in wanted)
         self.respond(replyTo, ListGroupsResult(E.none, out))
 
     @_entry
@@ -1130,6 +1136,11 @@ class GroupCoordinator:
         for groupId in groupIds:
             error = self.statusError(groupId, allowEmpty=True)
             group = self.group(groupId) if error is None else None
+            if error is None and self.consumerGroups.group(groupId) is not None:
+                if self.consumerGroups.isNonEmpty(groupId):
+                    error = E.non_empty_group
+                elif group is None:
+                    group = self.groupOrCreate(groupId)
             if error is None and group is None:
                 error = E.group_id_not_found
             if error is None and group.state is not S.EMPTY:
@@ -1155,6 +1166,7 @@ class GroupCoordinator:
             )
             # The group's tombstone goes last, as Kafka's cleanupGroupMetadata
             # writes it after the offsets' ones.
+            records.extend(self.consumerGroups.delete(group.groupId))
             records.append(groupTombstone(group.groupId))
             log.info("group {group} deleted", group=group.groupId)
             self.retire(group)

@@ -321,3 +321,24 @@ def test_records_replay_into_a_new_coordinator_and_damage_is_skipped():
     # new epoch.
     r, _ = hb(fresh, 12, "m2", r2.memberEpoch, owned=tps(r2.assignment), full=False)
     assert (r.errorCode, r.memberEpoch, r.assignment) == (E.none, 4, None)
+
+
+def test_list_describe_delete_see_consumer_groups():
+    m = machine()
+    hb(m, 0, "m1", 0)
+    commit = CommitRequest("g", 1, "m1", None, {("t", 0): OffsetAndMetadata(offset=5)})
+    settle_fx = m.commitOffsets(1, "c", commit)
+    settle(m, 1, settle_fx)
+    (listed,) = answer(m.listGroups(2, "l")).groups
+    assert (listed.groupId, listed.protocolType, listed.state, listed.groupType) == (
+        "g", "consumer", "Stable", "consumer",
+    )
+    # The classic DescribeGroups does not describe it.
+    assert answer(m.describeGroups(2, "d", ["g"]))[0].state == "Dead"
+    assert answer(m.deleteGroups(2, "x", ["g"])) == {"g": E.non_empty_group}
+    hb(m, 3, "m1", -1, owned=None, full=False)
+    fx = m.deleteGroups(4, "x", ["g"])
+    assert settle(m, 4, fx) == {"g": E.none}
+    assert answer(m.listGroups(5, "l")).groups == ()
+    assert answer(m.consumerGroupDescribe(5, "d", ["g"]))[0].errorCode == E.group_id_not_found
+    assert answer(m.fetchOffsets(5, "f", "g", [("t", 0)])).offsets[("t", 0)].offset == -1

@@ -137,3 +137,31 @@ def test_commits_survive_restart(broker):
         _pollUntil([c], lambda: SEEN.get(id(c), 0) >= 30, 30, "the rest of the records")
     finally:
         c.close()
+
+
+def test_member_keeps_its_partitions_across_a_restart(broker):
+    """
+    The group is read back from __consumer_offsets: the member heartbeats
+    on with the same id and epoch, and its partitions are not moved.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(20)
+    c = _consumer(broker.bootstrap)
+    try:
+        _pollUntil([c], lambda: len(_owned(c)) == PARTITIONS, 60, "all partitions")
+        before = admin.describe_consumer_groups([GROUP])[GROUP].result(20)
+        (member,) = before.members
+        broker.stop()
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        after = admin.describe_consumer_groups([GROUP])[GROUP].result(20)
+        assert [m.member_id for m in after.members] == [member.member_id]
+        _produce(broker.bootstrap, 12)
+        _pollUntil([c], lambda: SEEN.get(id(c), 0) >= 12, 60, "records after the restart")
+        assert _owned(c) == set(range(PARTITIONS))
+        after = admin.describe_consumer_groups([GROUP])[GROUP].result(20)
+        assert [m.member_id for m in after.members] == [member.member_id]
+    finally:
+        c.close()
