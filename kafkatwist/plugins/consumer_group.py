@@ -7,9 +7,11 @@ The handlers turn the C{kio} request into the coordinator's plain request
 as the heartbeat's topic image) and its result back into the response; the
 group logic is L{kafkatwist.coordinator.consumer_group}.
 
-Authorization as Kafka's C{KafkaApis}: READ on the group for a heartbeat
-(and a regex matches only topics the principal may DESCRIBE), DESCRIBE on
-the group for a description; refusals are GROUP_AUTHORIZATION_FAILED.
+Authorization as Kafka's C{KafkaApis}: READ on the group for a heartbeat,
+and DESCRIBE on every topic it subscribes to by name (a regex matches only
+topics the principal may DESCRIBE); DESCRIBE on the group for a
+description, and on every topic of its members' assignments.  Refusals are
+GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -105,13 +107,18 @@ class ConsumerGroupHeartbeatHandler(Handler):
         if coordinator is None:
             reply(failed(E.coordinator_not_available))
             return reply.response()
+        names = request.subscribed_topic_names
+        if names and self.authorizer is not None:
+            if len(filterAuthorized(self.authorizer, context, DESCRIBE, TOPIC, names)) < len(set(names)):
+                reply(failed(E.topic_authorization_failed))
+                return reply.response()
         owned = None
         if request.topic_partitions is not None:
-            names = {tid: name for name, (tid, _) in image.topics.items()}
+            byId = {tid: name for name, (tid, _) in image.topics.items()}
             owned = frozenset(
-                (names[tp.topic_id], p)
+                (byId[tp.topic_id], p)
                 for tp in request.topic_partitions
-                if tp.topic_id in names
+                if tp.topic_id in byId
                 for p in tp.partitions
             )
         regex = getattr(request, "subscribed_topic_regex", None)
@@ -120,7 +127,6 @@ class ConsumerGroupHeartbeatHandler(Handler):
                 image.topics,
                 frozenset(filterAuthorized(self.authorizer, context, DESCRIBE, TOPIC, image.topics, False)),
             )
-        names = request.subscribed_topic_names
         coordinator.consumerGroupHeartbeat(
             reply,
             HeartbeatRequest(
@@ -184,6 +190,13 @@ class ConsumerGroupDescribeHandler(Handler):
                     group_id=groupId, group_state="", group_epoch=-1, assignment_epoch=-1,
                     assignor_name="", members=(), authorized_operations=OPERATIONS_OMITTED,
                 )
+            topics = {t for m in d.members for t in (*m.assignment, *m.targetAssignment)}
+            if topics and self.authorizer is not None:
+                if len(filterAuthorized(self.authorizer, context, DESCRIBE, TOPIC, topics)) < len(topics):
+                    d = DescribedConsumerGroup(
+                        groupId, E.topic_authorization_failed,
+                        "The group has described topic(s) that the client is not authorized to describe.",
+                    )
             operations = OPERATIONS_OMITTED
             if request.include_authorized_operations and d.errorCode == E.none:
                 operations = authorizedOperations(self.authorizer, context, GROUP, groupId)
