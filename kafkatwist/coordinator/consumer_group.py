@@ -94,12 +94,6 @@ class TopicImage:
         info = self.topics.get(name)
         return None if info is None else info[0]
 
-    def nameOf(self, topicId: uuid.UUID) -> str | None:
-        for name, (tid, _) in self.topics.items():
-            if tid == topicId:
-                return name
-        return None
-
 
 @dataclass(frozen=True)
 class HeartbeatRequest:
@@ -284,7 +278,9 @@ class ConsumerGroupManager:
             for g in self._groups.values()
         }
 
-    def validateCommit(self, groupId: str, memberId: str, memberEpoch: int) -> ErrorCode | None:
+    def validateCommit(
+        self, groupId: str, memberId: str, memberEpoch: int, apiVersion: int = 9
+    ) -> ErrorCode | None:
         """
         Kafka's C{ConsumerGroup.validateOffsetCommit}: C{None} when
         C{groupId} is not a consumer group (the classic rules apply), NONE
@@ -298,6 +294,9 @@ class ConsumerGroupManager:
         member = group.members.get(memberId)
         if member is None:
             return E.unknown_member_id
+        if apiVersion < 9:
+            # Before v9 the field is a generation, which such a member has not.
+            return E.unsupported_version
         if memberEpoch != member.memberEpoch:
             return E.stale_member_epoch
         return E.none

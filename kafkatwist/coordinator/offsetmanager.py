@@ -75,7 +75,7 @@ class OffsetMetadataManager:
         if error is not None:
             return everyone(error)
         consumer = c.consumerGroups.validateCommit(
-            request.groupId, request.memberId, request.generationId
+            request.groupId, request.memberId, request.generationId, request.apiVersion
         )
         if consumer is not None:
             # A KIP-848 group: its offsets are kept as any group's.

@@ -157,6 +157,7 @@ class OffsetCommitHandler(Handler):
                     memberId=request.member_id or "",
                     groupInstanceId=getattr(request, "group_instance_id", None),
                     offsets=offsets,
+                    apiVersion=context.apiVersion,
                 ),
             )
         else:

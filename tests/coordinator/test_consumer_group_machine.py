@@ -218,8 +218,8 @@ def test_commit_checks_member_epoch():
     hb(m, 0, "m1", 0)
     offsets = {("t", 0): OffsetAndMetadata(offset=5)}
 
-    def commit(member, epoch):
-        fx = m.commitOffsets(1, "c", CommitRequest("g", epoch, member, None, offsets))
+    def commit(member, epoch, version=9):
+        fx = m.commitOffsets(1, "c", CommitRequest("g", epoch, member, None, offsets, version))
         responds = [e for e in fx if isinstance(e, Respond)]
         if responds:
             return responds[0].result[("t", 0)]
@@ -229,6 +229,7 @@ def test_commit_checks_member_epoch():
     assert commit("m1", 0) == E.stale_member_epoch
     assert commit("zz", 1) == E.unknown_member_id
     assert commit("", -1) == E.unknown_member_id
+    assert commit("m1", 1, version=8) == E.unsupported_version
     assert commit("m1", 1) == E.none
     fetched = answer(m.fetchOffsets(3, "f", "g", [("t", 0)]))
     assert fetched.offsets[("t", 0)].offset == 5
@@ -342,3 +343,21 @@ def test_list_describe_delete_see_consumer_groups():
     assert answer(m.listGroups(5, "l")).groups == ()
     assert answer(m.consumerGroupDescribe(5, "d", ["g"]))[0].errorCode == E.group_id_not_found
     assert answer(m.fetchOffsets(5, "f", "g", [("t", 0)])).offsets[("t", 0)].offset == -1
+
+
+def test_rebalance_timeout_fences_a_member_that_keeps_revoked_partitions():
+    m = machine()
+    hb(m, 0, "m1", 0)
+    hb(m, 1, "m2", 0)
+    all6 = {("t", p) for p in range(6)}
+    r1, fx = hb(m, 2, "m1", 1, owned=all6)
+    assert SetTimer(("cg-rebalance", "g", "m1", 1), 30000) in fx
+    # Still holding on: the timer is not re-armed by later heartbeats.
+    _, fx = hb(m, 3, "m1", 1, owned=all6, full=False)
+    assert not [e for e in fx if isinstance(e, SetTimer) and e.key[0] == "cg-rebalance"]
+    fx = m.timerFired(30002, ("cg-rebalance", "g", "m1", 1))
+    assert [e for e in fx if isinstance(e, Append)]
+    assert CancelTimer(("cg-session", "g", "m1")) in fx
+    assert hb(m, 30003, "m1", 1, owned=None, full=False)[0].errorCode == E.unknown_member_id
+    r2, _ = hb(m, 30004, "m2", 2, owned=set())
+    assert tps(r2.assignment) == all6
