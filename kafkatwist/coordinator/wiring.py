@@ -41,7 +41,8 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         (C{group.initial.rebalance.delay.ms}, C{group.min.session.timeout.ms},
         C{group.max.session.timeout.ms}, C{offsets.retention.minutes},
         C{offsets.retention.check.interval.ms}, C{offset.metadata.max.bytes},
-        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes}).
+        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes},
+        C{group.consumer.*}).
     @param logManager: the L{kafkatwist.interfaces.ILogManager} holding
         C{__consumer_offsets}; C{None} keeps groups in memory only.
     @param clock: the coordinator's clock; by default a started
@@ -70,6 +71,12 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes"),
         offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms"),
         offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes"),
+        consumerGroups=dict(
+            heartbeatIntervalMs=_setting(config, "group.consumer.heartbeat.interval.ms"),
+            sessionTimeoutMs=_setting(config, "group.consumer.session.timeout.ms"),
+            assignors=tuple(_setting(config, "group.consumer.assignors")),
+            maxSize=_setting(config, "group.consumer.max.size"),
+        ),
     )
     coordinator.load(
         TopicImage({name: (info.topicId, info.numPartitions) for name, info in logManager.topics().items()})

@@ -8,6 +8,9 @@ survive a broker restart.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -27,6 +30,8 @@ def broker(brokerFactory):
         {
             "num.partitions": str(PARTITIONS),
             "offsets.topic.num.partitions": "3",
+            "group.consumer.session.timeout.ms": "4000",
+            "group.consumer.heartbeat.interval.ms": "500",
         }
     )
 
@@ -165,3 +170,40 @@ def test_member_keeps_its_partitions_across_a_restart(broker):
         assert [m.member_id for m in after.members] == [member.member_id]
     finally:
         c.close()
+
+
+CONSUMER = r"""
+import sys
+from confluent_kafka import Consumer
+
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+              "auto.offset.reset": "earliest"})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.2)
+    print(len(c.assignment()), flush=True)
+"""
+
+
+def test_a_killed_member_is_removed_after_the_session_timeout(broker):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(20)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CONSUMER, broker.bootstrap, GROUP, TOPIC],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    a = _consumer(broker.bootstrap)
+    try:
+        _pollUntil([a], lambda: len(_owned(a)) == 3, 60, "a 3/3 split with the child")
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        killed = time.monotonic()
+        _pollUntil([a], lambda: len(_owned(a)) == PARTITIONS, 30, "the killed member's partitions")
+        # Not before its session ran out (4 s), give or take a heartbeat.
+        assert time.monotonic() - killed > 3
+    finally:
+        if child.poll() is None:
+            child.kill()
+        a.close()
