@@ -45,7 +45,7 @@ def broker(brokerFactory):
     return start()
 
 
-def _consumer(bootstrap, assignor="uniform", **extra):
+def _consumer(bootstrap, assignor="uniform", topics=(TOPIC,), **extra):
     from confluent_kafka import Consumer
 
     conf = {
@@ -58,7 +58,7 @@ def _consumer(bootstrap, assignor="uniform", **extra):
     }
     conf.update(extra)
     c = Consumer(conf)
-    c.subscribe([TOPIC])
+    c.subscribe(list(topics))
     return c
 
 
@@ -207,3 +207,50 @@ def test_a_killed_member_is_removed_after_the_session_timeout(broker):
         if child.poll() is None:
             child.kill()
         a.close()
+
+
+def test_regex_subscription_and_range_assignor(broker):
+    """
+    A regex subscription (ConsumerGroupHeartbeat v1) picks up a topic
+    created later; the range assignor co-partitions two topics.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("rx-a", 2, 1), NewTopic("other", 2, 1)])["rx-a"].result(20)
+    a = _consumer(broker.bootstrap, assignor="range", topics=("^rx-.*",))
+    b = _consumer(broker.bootstrap, assignor="range", topics=("^rx-.*",))
+    try:
+        def topics(c):
+            return {tp.topic for tp in c.assignment()}
+
+        _pollUntil([a, b], lambda: len(_owned(a)) == 1 and len(_owned(b)) == 1, 60, "rx-a split")
+        assert topics(a) == topics(b) == {"rx-a"}
+        admin.create_topics([NewTopic("rx-b", 2, 1)])["rx-b"].result(20)
+
+        def both():
+            return topics(a) == topics(b) == {"rx-a", "rx-b"}
+
+        _pollUntil([a, b], both, 60, "rx-b picked up")
+        # Range: the same partition number of each topic to one member.
+        for c in (a, b):
+            parts = {}
+            for tp in c.assignment():
+                parts.setdefault(tp.topic, set()).add(tp.partition)
+            assert parts["rx-a"] == parts["rx-b"]
+        described = admin.describe_consumer_groups([GROUP])[GROUP].result(20)
+        assert described.partition_assignor == "range"
+        # The regex went to the broker (v1), not resolved by the client.
+        from tests.rawclient import RawConnection
+
+        conn = RawConnection(broker.port)
+        try:
+            (g,) = conn.request(69, 0, group_ids=(GROUP,), include_authorized_operations=False).groups
+        finally:
+            conn.close()
+        # (librdkafka joins its regexes into one.)
+        assert {m.subscribed_topic_regex for m in g.members} == {"(^rx-.*)"}
+        assert {m.subscribed_topic_names for m in g.members} == {()}
+    finally:
+        a.close()
+        b.close()
