@@ -301,6 +301,22 @@ class ConsumerGroupManager:
             return E.stale_member_epoch
         return E.none
 
+    def validateFetch(self, groupId: str, memberId: str | None, memberEpoch: int) -> ErrorCode | None:
+        """
+        Kafka's C{ConsumerGroup.validateOffsetFetch} (OffsetFetch v9):
+        C{None} when the fetch may go ahead, else the error.  Without a
+        member id (an admin) there is nothing to check.
+        """
+        group = self._groups.get(groupId)
+        if group is None or memberId is None or (memberEpoch < 0 and not memberId):
+            return None
+        member = group.members.get(memberId)
+        if member is None:
+            return E.unknown_member_id
+        if memberEpoch != member.memberEpoch:
+            return E.stale_member_epoch
+        return None
+
     def timerFired(self, key) -> bool:
         kind = key[0]
         if kind == SESSION:

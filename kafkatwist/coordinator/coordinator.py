@@ -76,6 +76,7 @@ from kafkatwist.coordinator.results import (
     LeaveGroupResult,
     LeaveMemberResult,
     ListGroupsResult,
+    OffsetFetchResult,
     SyncGroupResult,
 )
 from kafkatwist.coordinator.store import GroupSnapshot
@@ -1216,12 +1217,19 @@ class GroupCoordinator:
     @_entry
     def fetchOffsetsOfGroups(self, replyTo, wanted: Iterable[tuple]) -> None:
         """
-        OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs; answers a
-        C{list} of L{OffsetFetchResult}, in order.
+        OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs, or
+        C{(groupId, partitions, memberId, memberEpoch)} (v9, checked against
+        a KIP-848 group's member); answers a C{list} of L{OffsetFetchResult},
+        in order.
         """
-        self.respond(
-            replyTo, [self.offsets.fetch(groupId, partitions) for groupId, partitions in wanted]
-        )
+        out = []
+        for groupId, partitions, *member in wanted:
+            error = self.consumerGroups.validateFetch(groupId, *member) if member else None
+            if error is None:
+                out.append(self.offsets.fetch(groupId, partitions))
+            else:
+                out.append(OffsetFetchResult(error))
+        self.respond(replyTo, out)
 
     @_entry
     def deleteOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition]) -> None:

@@ -361,3 +361,15 @@ def test_rebalance_timeout_fences_a_member_that_keeps_revoked_partitions():
     assert hb(m, 30003, "m1", 1, owned=None, full=False)[0].errorCode == E.unknown_member_id
     r2, _ = hb(m, 30004, "m2", 2, owned=set())
     assert tps(r2.assignment) == all6
+
+
+def test_offset_fetch_v9_checks_the_member_epoch():
+    m = machine()
+    hb(m, 0, "m1", 0)
+    results = answer(m.fetchOffsetsOfGroups(1, "f", [
+        ("g", None, "m1", 1), ("g", None, "m1", 0), ("g", None, "zz", 1), ("g", None, None, -1),
+        ("g", None),
+    ]))
+    assert [r.errorCode for r in results] == [
+        E.none, E.stale_member_epoch, E.unknown_member_id, E.none, E.none,
+    ]
