@@ -390,7 +390,18 @@ class ConsumerGroupManager:
         group = self._groups.get(groupId)
         epoch = request.memberEpoch
         if epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
-            if group is not None and request.memberId in group.members:
+            member = group.members.get(request.memberId) if group is not None else None
+            if member is not None and request.instanceId is not None and member.instanceId != request.instanceId:
+                return HeartbeatResult(E.fenced_instance_id, f"Static member {request.memberId} with "
+                                       f"instance id {request.instanceId} was replaced.")
+            if member is not None and epoch == TEMPORARY_LEAVE_EPOCH:
+                # A static member leaving for a while: it keeps its
+                # partitions until its session ends or its instance joins
+                # again.
+                self._setEpoch(member, TEMPORARY_LEAVE_EPOCH)
+                records.append(self._currentRecord(group, member))
+                self._c.setTimer((SESSION, group.groupId, member.memberId), self._sessionTimeoutMs)
+            elif member is not None:
                 self._removeMember(group, request.memberId, "left the group", records)
             return HeartbeatResult(
                 E.none, memberId=request.memberId, memberEpoch=epoch,
@@ -404,7 +415,30 @@ class ConsumerGroupManager:
         before = self._current(member) if member is not None else None
         bump = False
         isNew = False
-        if epoch == 0:
+        static = None
+        if request.instanceId is not None:
+            static = next(
+                (m for m in group.members.values() if m.instanceId == request.instanceId), None
+            )
+            if static is not None and static is not member:
+                if epoch != 0:
+                    return HeartbeatResult(
+                        E.fenced_instance_id,
+                        f"Static member {request.memberId} with instance id {request.instanceId} "
+                        "was replaced.",
+                    )
+                if static.memberEpoch != TEMPORARY_LEAVE_EPOCH:
+                    return HeartbeatResult(
+                        E.unreleased_instance_id,
+                        f"Static member {static.memberId} with instance id {request.instanceId} "
+                        "is still active.",
+                    )
+        if epoch == 0 and static is not None and static is not member:
+            # The instance is back under a new member id: it takes over the
+            # old member, partitions and all.
+            member = self._replaceStatic(group, static, request.memberId or self._newMemberId(), records)
+            isNew = True
+        elif epoch == 0:
             if member is None:
                 if len(group.members) >= self._maxSize:
                     return HeartbeatResult(
@@ -569,6 +603,28 @@ class ConsumerGroupManager:
         if votes:
             return max(sorted(votes), key=lambda name: votes[name])
         return self._assignors[0]
+
+    def _replaceStatic(self, group: ConsumerGroup, old: Member, memberId: str, records: list) -> Member:
+        new = Member(memberId)
+        for name, value in vars(old).items():
+            if name != "memberId":
+                setattr(new, name, value)
+        del group.members[old.memberId]
+        group.members[memberId] = new
+        target = group.target.pop(old.memberId, None)
+        if target is not None:
+            group.target[memberId] = target
+            records.append(targetMemberRecord(group.groupId, memberId, self._ids(target)))
+        records.extend(memberTombstones(group.groupId, old.memberId))
+        records.append(self._currentRecord(group, new))
+        c = self._c
+        c.cancelTimer((SESSION, group.groupId, old.memberId))
+        c.cancelTimer((REBALANCE, group.groupId, old.memberId, old.memberEpoch))
+        log.info(
+            "consumer group {group}: static member {instance} is back as {member} (was {old})",
+            group=group.groupId, instance=old.instanceId, member=memberId, old=old.memberId,
+        )
+        return new
 
     @staticmethod
     def _current(member: Member) -> tuple:

@@ -373,3 +373,26 @@ def test_offset_fetch_v9_checks_the_member_epoch():
     assert [r.errorCode for r in results] == [
         E.none, E.stale_member_epoch, E.unknown_member_id, E.none, E.none,
     ]
+
+
+def test_static_member_leaves_for_a_while_and_comes_back_with_its_partitions():
+    m = machine()
+    r, _ = hb(m, 0, "m1", 0, instanceId="i1")
+    hb(m, 0, "m2", 0)
+    r1, _ = hb(m, 1, "m1", 1, owned={("t", p) for p in range(6)}, instanceId="i1")
+    r1, _ = hb(m, 2, "m1", 1, owned=tps(r1.assignment), instanceId="i1")
+    mine = tps(r1.assignment)
+    # Another process with the same instance id while m1 is active.
+    assert hb(m, 3, "m9", 0, instanceId="i1")[0].errorCode == E.unreleased_instance_id
+    r, _ = hb(m, 4, "m1", -2, owned=None, full=False, instanceId="i1")
+    assert (r.errorCode, r.memberEpoch) == (E.none, -2)
+    # Its partitions are not given to m2 meanwhile.
+    r2, _ = hb(m, 5, "m2", 2, owned=set())
+    assert not (tps(r2.assignment) & mine)
+    # Back under a new id: same partitions, no rebalance.
+    r, _ = hb(m, 6, "m1b", 0, instanceId="i1")
+    assert r.errorCode == E.none and tps(r.assignment) == mine and r.memberEpoch == 2
+    # The old id is fenced.
+    assert hb(m, 7, "m1", 2, owned=None, full=False, instanceId="i1")[0].errorCode == E.fenced_instance_id
+    d = answer(m.consumerGroupDescribe(8, "d", ["g"]))[0]
+    assert sorted(x.memberId for x in d.members) == ["m1b", "m2"] and d.groupEpoch == 2
