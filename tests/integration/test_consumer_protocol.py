@@ -254,3 +254,29 @@ def test_regex_subscription_and_range_assignor(broker):
     finally:
         a.close()
         b.close()
+
+
+def test_static_member_comes_back_to_its_partitions(broker):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(20)
+    a = _consumer(broker.bootstrap, **{"group.instance.id": "ia"})
+    b = _consumer(broker.bootstrap, **{"group.instance.id": "ib"})
+    try:
+        _pollUntil([a, b], lambda: len(_owned(a)) == 3 and len(_owned(b)) == 3, 60, "a 3/3 split")
+        mine = _owned(a)
+        a.close()
+        a = _consumer(broker.bootstrap, **{"group.instance.id": "ia"})
+        seenByB = set()
+
+        def back():
+            seenByB.update(_owned(b))
+            return _owned(a) == mine
+
+        _pollUntil([a, b], back, 30, "the same partitions back")
+        # b was never handed a's partitions meanwhile.
+        assert len(seenByB) == 3 and seenByB.isdisjoint(mine)
+    finally:
+        a.close()
+        b.close()
