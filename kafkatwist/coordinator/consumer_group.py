@@ -301,6 +301,16 @@ class ConsumerGroupManager:
             return E.stale_member_epoch
         return E.none
 
+    def subscribedTopics(self, groupId: str) -> frozenset[str]:
+        """
+        The topics the members of C{groupId} consume (none if it is not a
+        consumer group).
+        """
+        group = self._groups.get(groupId)
+        if group is None:
+            return frozenset()
+        return frozenset().union(*(group.subscribedTopics(m) for m in group.members.values()))
+
     def validateFetch(self, groupId: str, memberId: str | None, memberEpoch: int) -> ErrorCode | None:
         """
         Kafka's C{ConsumerGroup.validateOffsetFetch} (OffsetFetch v9):

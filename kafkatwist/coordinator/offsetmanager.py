@@ -272,6 +272,11 @@ class OffsetMetadataManager:
             # Not one with a newer commit on its way (Kafka's
             # getExpiredOffsets leaves pending commits alone too).
             expired = [tp for tp in expired if tp not in group.pendingOffsets]
+            # A KIP-848 group keeps the offsets of the topics its members
+            # subscribe to (Kafka's isSubscribedToTopic).
+            subscribed = c.consumerGroups.subscribedTopics(group.groupId)
+            if subscribed:
+                expired = [tp for tp in expired if tp[0] not in subscribed]
             removed += self.remove(group, expired)
         if removed:
             log.info("removed {count} expired offsets", count=removed)

@@ -396,3 +396,14 @@ def test_static_member_leaves_for_a_while_and_comes_back_with_its_partitions():
     assert hb(m, 7, "m1", 2, owned=None, full=False, instanceId="i1")[0].errorCode == E.fenced_instance_id
     d = answer(m.consumerGroupDescribe(8, "d", ["g"]))[0]
     assert sorted(x.memberId for x in d.members) == ["m1b", "m2"] and d.groupEpoch == 2
+
+
+def test_offsets_of_subscribed_topics_do_not_expire():
+    m = machine(offsetsRetentionMinutes=1)
+    hb(m, 0, "m1", 0)
+    offsets = {("t", 0): OffsetAndMetadata(offset=5), ("u", 0): OffsetAndMetadata(offset=7)}
+    settle(m, 0, m.commitOffsets(0, "c", CommitRequest("g", 1, "m1", None, offsets)))
+    fx = m.expireOffsets(120_000, "e")
+    assert settle(m, 120_000, fx) == 1
+    fetched = answer(m.fetchOffsets(120_001, "f", "g", None)).offsets
+    assert {tp: o.offset for tp, o in fetched.items()} == {("t", 0): 5}
