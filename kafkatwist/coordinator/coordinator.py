@@ -401,7 +401,12 @@ class GroupCoordinator:
         if self.consumerGroups.isNonEmpty(request.groupId):
             # The id is a consumer-protocol group's (no online migration).
             self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
-        elif not group.supportsProtocols(request.protocolType, (n for n, _ in request.protocols)):
+            return
+        tombstones = self.consumerGroups.delete(request.groupId)
+        if tombstones:
+            # An empty consumer-protocol group gives way to the classic one.
+            self.append(request.groupId, tombstones)
+        if not group.supportsProtocols(request.protocolType, (n for n, _ in request.protocols)):
             self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
         elif isUnknown:
             self._doNewMemberJoin(group, replyTo, request)

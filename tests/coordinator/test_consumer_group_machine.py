@@ -407,3 +407,14 @@ def test_offsets_of_subscribed_topics_do_not_expire():
     assert settle(m, 120_000, fx) == 1
     fetched = answer(m.fetchOffsets(120_001, "f", "g", None)).offsets
     assert {tp: o.offset for tp, o in fetched.items()} == {("t", 0): 5}
+
+
+def test_an_empty_consumer_group_gives_way_to_a_classic_one():
+    m = machine(initialRebalanceDelayMs=0)
+    hb(m, 0, "m1", 0)
+    hb(m, 1, "m1", -1, owned=None, full=False)
+    fx = m.joinGroup(2, "join", JoinRequest("g", "", None, "c", "/h", 30000, 10000, "consumer", (("range", sub("t")),)))
+    (tombstones,) = [e for e in fx if isinstance(e, Append)]
+    assert all(v is None for _, v in tombstones.records)
+    assert answer(m.consumerGroupDescribe(3, "d", ["g"]))[0].errorCode == E.group_id_not_found
+    assert [g.groupType for g in answer(m.listGroups(3, "l")).groups] == ["classic"]
