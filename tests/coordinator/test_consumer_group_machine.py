@@ -418,3 +418,12 @@ def test_an_empty_consumer_group_gives_way_to_a_classic_one():
     assert all(v is None for _, v in tombstones.records)
     assert answer(m.consumerGroupDescribe(3, "d", ["g"]))[0].errorCode == E.group_id_not_found
     assert [g.groupType for g in answer(m.listGroups(3, "l")).groups] == ["classic"]
+
+
+def test_v0_join_gets_a_member_id_from_the_coordinator():
+    m = machine()
+    r, _ = hb(m, 0, "", 0, version=0)
+    assert r.errorCode == E.none and r.memberEpoch == 1
+    uuid.UUID(r.memberId)  # a random UUID, as Kafka's
+    # v1: the client must bring its own (KIP-1082).
+    assert hb(m, 0, "", 0, version=1)[0].errorCode == E.invalid_request
