@@ -157,6 +157,7 @@ class OffsetCommitHandler(Handler):
                     memberId=request.member_id or "",
                     groupInstanceId=getattr(request, "group_instance_id", None),
                     offsets=offsets,
+                    apiVersion=context.apiVersion,
                 ),
             )
         else:
@@ -185,7 +186,13 @@ class OffsetFetchHandler(Handler):
         if has(cls, "groups"):
             wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
             access = [_FetchAccess(self, context, groupId, partitions) for groupId, partitions in wanted]
-            asked = [(groupId, a.partitions) for (groupId, _), a in zip(wanted, access) if a.allowed]
+            # v9: a KIP-848 member's id and epoch, checked by the coordinator.
+            members = [(getattr(g, "member_id", None), getattr(g, "member_epoch", -1)) for g in request.groups]
+            asked = [
+                (groupId, a.partitions, *member)
+                for (groupId, _), a, member in zip(wanted, access, members)
+                if a.allowed
+            ]
 
             def respond(results):
                 results = iter(results)
