@@ -8,6 +8,9 @@ connection's reactor.
 Fetch v0-3 carry message formats v0/v1: their answers are down-converted
 (L{kafkatwist.plugins.fetch_downconvert}); only they pay for it.
 
+With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED for
+its partitions otherwise).
+
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0,
 which tells clients to send full fetch requests.
 """
@@ -29,6 +32,8 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
 
@@ -74,7 +79,7 @@ class FetchHandler(Handler):
 
     def handle(self, context, request):
         version = context.apiVersion
-        plan = self._plan(version, request)
+        plan = self._plan(version, request, context)
         maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -101,8 +106,9 @@ class FetchHandler(Handler):
             return encodeDownConverted(version, plan, topics)
         return encodeFetchResponse(version, topics)
 
-    def _plan(self, version, request) -> list[tuple[object, list[_Wanted]]]:
+    def _plan(self, version, request, context) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
+        authorizer = self.authorizer
         byId = None
         plan = []
         for fetchTopic in request.topics:
@@ -117,6 +123,13 @@ class FetchHandler(Handler):
             else:
                 topicKey = name = fetchTopic.topic
                 missing = ErrorCode.unknown_topic_or_partition
+            if (
+                authorizer is not None
+                and name is not None
+                and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
+            ):
+                # READ refused: no log is looked at.
+                name, missing = None, ErrorCode.topic_authorization_failed
             wanted = []
             for p in fetchTopic.partitions:
                 log = logManager.getLog(name, p.partition) if name is not None else None

@@ -26,6 +26,7 @@ from kafkatwist.protocol.apis import (
     INIT_PRODUCER_ID,
     responseType,
 )
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 BLOCK_SIZE = 1000
 
@@ -82,6 +83,9 @@ class InitProducerIdHandler(Handler):
                 cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
                 producer_id=-1, producer_epoch=-1,
             )
+        refusal = self._refusal(context, request.transactional_id)
+        if refusal is not None:
+            return make(cls, throttle_time=NO_THROTTLE, error_code=refusal, producer_id=-1, producer_epoch=-1)
         if request.transactional_id is not None:
             # Transactions are not implemented: say so rather than pretend.
             return make(
@@ -95,6 +99,25 @@ class InitProducerIdHandler(Handler):
             producer_id=self.ids.nextId(),
             producer_epoch=0,
         )
+
+
+    def _refusal(self, context, transactionalId) -> ErrorCode | None:
+        """
+        Kafka's checks: WRITE on the transactional id; without one,
+        IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
+        """
+        authorizer = self.authorizer
+        if authorizer is None:
+            return None
+        if transactionalId is not None:
+            if not self.allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactionalId):
+                return ErrorCode.transactional_id_authorization_failed
+            return None
+        if self.allowed(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
+            return None
+        if authorizer.authorizeByResourceType(context, AclOperation.WRITE, ResourceType.TOPIC):
+            return None
+        return ErrorCode.cluster_authorization_failed
 
 
 initProducerId = HandlerPlugin(

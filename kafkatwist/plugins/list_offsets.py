@@ -11,6 +11,9 @@ ListOffsets v0 (still sent by old lag monitors and clients) answers a list
 of offsets: Kafka's C{legacyFetchOffsetsBefore}, by segment, see
 L{legacyOffsets}.
 
+With an authorizer, each topic needs DESCRIBE (TOPIC_AUTHORIZATION_FAILED
+for its partitions otherwise).
+
 The batch is decoded as stored data is (L{kafkatwist.log.stored}): checked
 again and inflated within a bound, so a damaged batch or a compression bomb
 answers CORRUPT_MESSAGE for its partition, logged once, instead of closing
@@ -32,6 +35,8 @@ from kafkatwist.log.stored import (
 )
 from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import filterAuthorized
 
 LATEST = -1
 EARLIEST = -2
@@ -54,14 +59,20 @@ class ListOffsetsHandler(Handler):
         Partition = nested(cls, "ListOffsetsPartitionResponse")
         logManager = self.broker.logManager
         readCommitted = getattr(request, "isolation_level", 0) == READ_COMMITTED
+        describable = filterAuthorized(
+            self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+        )
         topics = []
         for topic in request.topics:
             partitions = []
+            refused = topic.name not in describable
             for p in topic.partitions:
-                log = logManager.getLog(topic.name, p.partition_index) if logManager else None
+                log = logManager.getLog(topic.name, p.partition_index) if logManager and not refused else None
                 offsets = ()
                 timestamp = offset = -1
-                if version == 0 and p.timestamp < EARLIEST:
+                if refused:
+                    error = ErrorCode.topic_authorization_failed
+                elif version == 0 and p.timestamp < EARLIEST:
                     # v0 knows only latest and earliest among the special
                     # timestamps.
                     error = ErrorCode.unsupported_version

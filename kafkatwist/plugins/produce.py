@@ -12,6 +12,9 @@ are converted to one record batch before the append, as Kafka's log
 validator converts them (L{kafkatwist.protocol.convert.upConvert}); Produce
 v3+ may carry only record batches (INVALID_RECORD otherwise, as Kafka).
 
+With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
+its partitions otherwise); without one the check is a single comparison.
+
 Idempotent producers: the log checks producer epochs and sequences and
 refuses with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER; a
 retried batch comes back with ErrorCode.none and its original base offset.
@@ -28,6 +31,11 @@ from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import authorize
+
+WRITE = AclOperation.WRITE
+TOPIC = ResourceType.TOPIC
 
 
 class ProduceHandler(Handler):
@@ -54,11 +62,19 @@ class ProduceHandler(Handler):
             broker.afterResponse(checkAndComplete, key)
 
         account = broker.topicBytes.produced
+        authorizer = self.authorizer
         nowMs = int(time.time() * 1000)
         results = []
         for topic in request.topic_data:
             name = topic.name
-            if name in INTERNAL_TOPICS:
+            if authorizer is not None and not authorize(authorizer, context, WRITE, TOPIC, name):
+                # Kafka's answer before it looks for the topic, so a refused
+                # client does not learn which topics exist.
+                partitions = [
+                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+                    for data in topic.partition_data
+                ]
+            elif name in INTERNAL_TOPICS:
                 # The broker's own state (committed offsets, transactions):
                 # only the broker appends there, as in Kafka.
                 partitions = [
