@@ -7,10 +7,12 @@ C{kafka_type} field metadata and the C{__type__}/C{__version__}/...
 class attributes, so C{kio}'s reader and writer and the bounds walk
 (L{kafkatwist.protocol.bounds}) handle them exactly like generated ones.
 
-A field is C{(name, type)}; the type is one of Kafka's primitive names
-(C{"int32"}, C{"string"}...), with a trailing C{"?"} when nullable, or
-C{[type]} for an array of primitives, or C{("StructName", [fields])} for a
-struct and C{[("StructName", [fields])]} for an array of structs.  Nested
+A field is C{(name, type)}, or C{(name, type, NULLABLE)} for a nullable
+array; the type is one of Kafka's primitive names (C{"int32"},
+C{"string"}...), with a trailing C{"?"} when nullable, or C{[type]} for an
+array of primitives, or C{("StructName", [fields])} for a struct and
+C{[("StructName", [fields])]} for an array of structs.  A struct may carry a
+third item, a C{dict} of plain class attributes (see L{request}).  Nested
 struct classes are attached to the top-level class under their names, where
 L{kafkatwist.protocol.entities.nested} finds them.
 
@@ -38,7 +40,10 @@ from kio.static.primitive import (
     i64Timedelta,
 )
 
-__all__ = ["request", "response"]
+__all__ = ["NULLABLE", "request", "response"]
+
+#: third item of a field whose array may be null
+NULLABLE = "nullable"
 
 _PYTHON_TYPES: dict[str, Any] = {
     "bool": bool,
@@ -73,10 +78,14 @@ def _build(name, apiKey, version, entityType, fields, classAttributes) -> type:
     header = RequestHeader if entityType == EntityType.request else ResponseHeader
     nestedTypes: dict[str, type] = {}
 
-    def struct(structName: str, spec: list, kind) -> type:
+    def struct(structName: str, spec: list, kind, attributes) -> type:
         dataFields = []
-        for fieldName, fieldType in spec:
-            dataFields.append((fieldName, *_field(fieldName, fieldType)))
+        for fieldName, fieldType, *nullable in spec:
+            pythonType, dataField = _field(fieldName, fieldType)
+            if nullable == [NULLABLE]:
+                assert isinstance(fieldType, list), f"{fieldName}: only arrays take NULLABLE"
+                pythonType = pythonType | None
+            dataFields.append((fieldName, pythonType, dataField))
         namespace = {
             "__type__": kind,
             "__version__": i16(version),
@@ -84,8 +93,7 @@ def _build(name, apiKey, version, entityType, fields, classAttributes) -> type:
             "__api_key__": i16(apiKey),
             "__header_schema__": header,
         }
-        if kind == entityType:
-            namespace.update(classAttributes)
+        namespace.update(attributes)
         cls = dataclasses.make_dataclass(
             structName,
             dataFields,
@@ -118,12 +126,12 @@ def _build(name, apiKey, version, entityType, fields, classAttributes) -> type:
         return pythonType, dataclasses.field(metadata={"kafka_type": kafkaType})
 
     def nestedStruct(spec) -> type:
-        structName, structFields = spec
-        cls = struct(structName, structFields, EntityType.nested)
+        structName, structFields, *attributes = spec
+        cls = struct(structName, structFields, EntityType.nested, attributes[0] if attributes else {})
         nestedTypes[structName] = cls
         return cls
 
-    top = struct(name, fields, entityType)
+    top = struct(name, fields, entityType, classAttributes)
     for structName, cls in nestedTypes.items():
         setattr(top, structName, cls)
     return top

@@ -11,19 +11,20 @@ version (Fetch v0-2's C{max_bytes}: no response limit).
 
 Where an old version's layout is the next version's, the table names
 C{kio}'s class for that version (OffsetFetch v0 is v1's layout;
-CreateTopics v1's request is v2's).
+CreateTopics v1's request is v2's; CreateAcls v0's response is v1's).
 
 Produce v0-2 live in L{kafkatwist.protocol.legacy}.
 """
 
 from __future__ import annotations
 
+from kio.schema.create_acls.v1.response import CreateAclsResponse as CreateAclsResponseV1
 from kio.schema.create_topics.v2.request import CreateTopicsRequest as CreateTopicsRequestV2
 from kio.schema.delete_topics.v1.request import DeleteTopicsRequest as DeleteTopicsRequestV1
 from kio.schema.offset_fetch.v1.request import OffsetFetchRequest as OffsetFetchRequestV1
 from kio.schema.offset_fetch.v1.response import OffsetFetchResponse as OffsetFetchResponseV1
 
-from kafkatwist.protocol.entitytypes import request, response
+from kafkatwist.protocol.entitytypes import NULLABLE, request, response
 from kafkatwist.protocol.legacy import PRODUCE_REQUESTS, PRODUCE_RESPONSES
 
 __all__ = ["LEGACY_SCHEMAS"]
@@ -157,6 +158,90 @@ _DELETE_TOPICS_RESPONSE_V0 = response("DeleteTopicsResponse", 20, 0, [
 ])
 
 
+# -- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v0 ------------------
+# v0 predates prefixed ACLs (KIP-290): every pattern is LITERAL (3).
+
+LITERAL = 3
+_ACL_FILTER = [
+    ("resource_type_filter", "int8"),
+    ("resource_name_filter", "string?"),
+    ("principal_filter", "string?"),
+    ("host_filter", "string?"),
+    ("operation", "int8"),
+    ("permission_type", "int8"),
+]
+_ACL_ENTRY = [("principal", "string"), ("host", "string"), ("operation", "int8"), ("permission_type", "int8")]
+
+_DESCRIBE_ACLS_REQUEST_V0 = request(
+    "DescribeAclsRequest", 29, 0, _ACL_FILTER, pattern_type_filter=LITERAL
+)
+_DESCRIBE_ACLS_RESPONSE_V0 = response("DescribeAclsResponse", 29, 0, [
+    ("throttle_time", "timedelta_i32"),
+    ("error_code", "error_code"),
+    ("error_message", "string?"),
+    ("resources", [("DescribeAclsResource", [
+        ("resource_type", "int8"),
+        ("resource_name", "string"),
+        ("acls", [("AclDescription", _ACL_ENTRY)]),
+    ])]),
+])
+_CREATE_ACLS_REQUEST_V0 = request("CreateAclsRequest", 30, 0, [
+    ("creations", [("AclCreation", [
+        ("resource_type", "int8"),
+        ("resource_name", "string"),
+        *_ACL_ENTRY,
+    ], {"resource_pattern_type": LITERAL})]),
+])
+_DELETE_ACLS_REQUEST_V0 = request("DeleteAclsRequest", 31, 0, [
+    ("filters", [("DeleteAclsFilter", _ACL_FILTER, {"pattern_type_filter": LITERAL})]),
+])
+_DELETE_ACLS_RESPONSE_V0 = response("DeleteAclsResponse", 31, 0, [
+    ("throttle_time", "timedelta_i32"),
+    ("filter_results", [("DeleteAclsFilterResult", [
+        ("error_code", "error_code"),
+        ("error_message", "string?"),
+        ("matching_acls", [("DeleteAclsMatchingAcl", [
+            ("error_code", "error_code"),
+            ("error_message", "string?"),
+            ("resource_type", "int8"),
+            ("resource_name", "string"),
+            *_ACL_ENTRY,
+        ])]),
+    ])]),
+])
+
+# -- DescribeConfigs (32) v0 -------------------------------------------------
+# v0 says is_default where v1 says config_source, and has no synonyms.
+
+_DESCRIBE_CONFIGS_REQUEST_V0 = request(
+    "DescribeConfigsRequest", 32, 0, [
+        ("resources", [("DescribeConfigsResource", [
+            ("resource_type", "int8"),
+            ("resource_name", "string"),
+            ("configuration_keys", ["string"], NULLABLE),
+        ])]),
+    ],
+    include_synonyms=False,
+    include_documentation=False,
+)
+_DESCRIBE_CONFIGS_RESPONSE_V0 = response("DescribeConfigsResponse", 32, 0, [
+    ("throttle_time", "timedelta_i32"),
+    ("results", [("DescribeConfigsResult", [
+        ("error_code", "error_code"),
+        ("error_message", "string?"),
+        ("resource_type", "int8"),
+        ("resource_name", "string"),
+        ("configs", [("DescribeConfigsResourceResult", [
+            ("name", "string"),
+            ("value", "string?"),
+            ("read_only", "bool"),
+            ("is_default", "bool"),
+            ("is_sensitive", "bool"),
+        ])]),
+    ])]),
+])
+
+
 #: ApiKey -> version -> (request class, response class)
 LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     0: {v: (PRODUCE_REQUESTS[v], PRODUCE_RESPONSES[v]) for v in PRODUCE_REQUESTS},
@@ -169,4 +254,8 @@ LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
         1: (CreateTopicsRequestV2, _createTopicsResponse(1)),
     },
     20: {0: (DeleteTopicsRequestV1, _DELETE_TOPICS_RESPONSE_V0)},
+    29: {0: (_DESCRIBE_ACLS_REQUEST_V0, _DESCRIBE_ACLS_RESPONSE_V0)},
+    30: {0: (_CREATE_ACLS_REQUEST_V0, CreateAclsResponseV1)},
+    31: {0: (_DELETE_ACLS_REQUEST_V0, _DELETE_ACLS_RESPONSE_V0)},
+    32: {0: (_DESCRIBE_CONFIGS_REQUEST_V0, _DESCRIBE_CONFIGS_RESPONSE_V0)},
 }
