@@ -9,6 +9,7 @@ broker versions, kcat without ApiVersions) producing and consuming.
 from __future__ import annotations
 
 import datetime
+import os
 import shutil
 import subprocess
 import time
@@ -331,3 +332,44 @@ def test_kcat_without_api_versions(broker, client, fallback, codec):
     )
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == [f"{i} k{i} v{i}" for i in range(100)]
+
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "node")
+
+
+@pytest.fixture(scope="module")
+def kafkaNode():
+    """
+    kafka-node, installed from npm into tests/node on first use.
+    """
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed for kafka-node")
+    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "kafka-node")):
+        installed = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts"],
+            cwd=NODE_DIR, capture_output=True, text=True, timeout=300,
+        )
+        if installed.returncode != 0:
+            pytest.skip(f"npm install kafka-node failed: {installed.stderr[-500:]}")
+    return os.path.join(NODE_DIR, "kafka_node_client.js")
+
+
+@pytest.mark.parametrize("attributes", [0, 1])
+def test_kafka_node(broker, client, kafkaNode, attributes):
+    """
+    kafka-node 5 takes the broker's highest versions capped at its own:
+    Produce v2 (format v1), Fetch v2, ListOffsets v0, OffsetFetch v1.
+    """
+    import json
+
+    topic = f"kafka-node-{attributes}"
+    client.createTopics({topic: 1})
+    result = subprocess.run(
+        ["node", kafkaNode, broker.bootstrap, topic, str(attributes), "25"],
+        capture_output=True, text=True, timeout=90,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    answer = json.loads(result.stdout.splitlines()[-1])
+    assert answer["baseOffset"] == 0 and answer["latest"] == 25
+    assert answer["received"] == [[i, f"k{i}", f"v{i}"] for i in range(25)]
+    assert answer["committed"] == 25
