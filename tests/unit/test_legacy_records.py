@@ -287,3 +287,44 @@ def test_down_convert_zstd():
     with pytest.raises(KafkaError) as e:
         next(entries)
     assert e.value.code == E.unsupported_compression_type
+
+
+def test_mutated_sets_only_raise_kafka_errors():
+    """
+    Untrusted bytes: whatever a mutated message set holds, conversion either
+    succeeds or raises a KafkaError (which the broker answers per
+    partition); lengths are never trusted past the bytes present.
+    """
+    import random
+
+    rng = random.Random(16)
+    seeds = []
+    for magic in (0, 1):
+        inner = b"".join(encodeMessage(i, magic, 0, T0 + i, b"k", b"v" * i) for i in range(4))
+        seeds.append(inner)
+        for codec in (1, 2, 3):
+            seeds.append(encodeMessage(3, magic, codec, T0, None, compressInner(codec, magic, inner)))
+    outcomes = {"ok": 0, "refused": 0}
+    for _ in range(4000):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            kind = rng.randrange(4)
+            at = rng.randrange(len(data))
+            if kind == 0:
+                data[at] ^= 1 << rng.randrange(8)
+            elif kind == 1:
+                del data[at:]
+                if len(data) <= 16:
+                    data = bytearray(rng.choice(seeds))
+            elif kind == 2 and at + 4 <= len(data):
+                struct.pack_into(">i", data, at, rng.choice([-2, -1, 0, 13, 14, 2**31 - 1, rng.randrange(1 << 16)]))
+            else:
+                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        if legacyMagic(data) is None:
+            continue
+        try:
+            upConvert(bytes(data), maxMessageBytes=1 << 20, logAppendTime=False)
+            outcomes["ok"] += 1
+        except KafkaError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 1000 and outcomes["ok"] > 10, outcomes
