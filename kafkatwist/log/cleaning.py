@@ -127,6 +127,9 @@ class CleaningStats:
     startTime: float = field(default_factory=time.monotonic)
     mapDoneTime: float = 0.0
     endTime: float = 0.0
+    #: CPU seconds of the process running the pass (its own process for
+    #: the on-disk log): what it cost whatever else the machine was doing
+    cpuSecs: float = 0.0
     mapBytesRead: int = 0
     mapMessagesRead: int = 0
     bytesRead: int = 0
@@ -353,6 +356,7 @@ def cleanLog(
     """
     throttler = throttler or Throttler(float("inf"))
     stats = CleaningStats()
+    cpuStart = time.process_time()
     _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, stats)
     stats.mapDoneTime = time.monotonic()
     endOffset = max(offsetMap.latestOffset + 1, task.firstDirty)
@@ -395,6 +399,7 @@ def cleanLog(
         onGroup(sink, GroupResult(group[0].baseOffset, [s.baseOffset for s in group], sink.size, horizon))
     stats.bufferUtilization = offsetMap.utilization
     stats.endTime = time.monotonic()
+    stats.cpuSecs = time.process_time() - cpuStart
     return stats
 
 
