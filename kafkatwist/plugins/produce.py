@@ -40,7 +40,8 @@ TOPIC = ResourceType.TOPIC
 
 class ProduceHandler(Handler):
     apiKey = PRODUCE
-    # v0-2 stay listed: old librdkafka disables compression without them.
+    # v0-2 carry message formats v0/v1 (converted); librdkafka before 2.10
+    # also disables compression unless the minimum is 0 (librdkafka#4956).
     minVersion = 0
     maxVersion = 12
 
