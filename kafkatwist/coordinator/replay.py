@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+from kafkatwist.coordinator.consumer_group_records import ConsumerGroupRecords
 from kafkatwist.coordinator.formats import (
     CorruptGroupRecord,
     decodeGroupValue,
@@ -30,7 +31,7 @@ log = Logger()
 
 
 def loadGroups(
-    coordinatorLog,
+    coordinatorLog, consumerGroups: ConsumerGroupRecords | None = None
 ) -> tuple[list[GroupSnapshot], dict[str, dict[TopicPartition, OffsetAndMetadata]]]:
     """
     Read everything back.
@@ -40,6 +41,7 @@ def loadGroups(
         C{dict} group id -> C{dict} C{(topic, partition)} ->
         L{OffsetAndMetadata}.  A group may have offsets without a snapshot
         (simple consumers that never joined).
+    @param consumerGroups: collects the KIP-848 groups' records, if given.
     """
     groups: dict[str, GroupSnapshot] = {}
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
@@ -50,7 +52,7 @@ def loadGroups(
         try:
             for offset, key, value in coordinatorLog.replay(partition):
                 try:
-                    known = _apply(key, value, groups, offsets)
+                    known = _apply(key, value, groups, offsets, consumerGroups)
                 except CorruptGroupRecord as e:
                     log.warn(
                         "{topic}-{partition} offset {offset}: skipping unreadable record: {error}",
@@ -77,7 +79,9 @@ def loadGroups(
     return list(groups.values()), {g: offs for g, offs in offsets.items() if offs}
 
 
-def _apply(key: bytes | None, value: bytes | None, groups: dict, offsets: dict) -> bool:
+def _apply(
+    key: bytes | None, value: bytes | None, groups: dict, offsets: dict, consumerGroups=None
+) -> bool:
     """
     Apply one record.
 
@@ -103,4 +107,6 @@ def _apply(key: bytes | None, value: bytes | None, groups: dict, offsets: dict) 
         else:
             groups[groupId] = decodeGroupValue(groupId, value)
         return True
+    if consumerGroups is not None:
+        return consumerGroups.apply(parsed[1], key, value)
     return False
