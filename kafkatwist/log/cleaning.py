@@ -148,7 +148,9 @@ class CleaningStats:
 class Throttler:
     """
     Sleep enough to keep the bytes passed to L{maybeThrottle} under
-    C{bytesPerSecond} (Kafka's C{Throttler}, checked every 100 ms).
+    C{bytesPerSecond} (Kafka's C{Throttler}: measured over periods of at
+    least 100 ms; also as soon as the bytes are more than 100 ms ahead of
+    the rate, so that a burst shorter than a period is held back too).
     """
 
     checkInterval = 0.1
@@ -169,9 +171,9 @@ class Throttler:
             self._observed += observed
             now = self._clock()
             elapsed = now - self._periodStart
-            if elapsed < self.checkInterval:
-                return
             pause = self._observed / self.bytesPerSecond - elapsed
+            if elapsed < self.checkInterval and pause < self.checkInterval:
+                return
             self._periodStart = now + max(pause, 0.0)
             self._observed = 0.0
         if pause > 0:

@@ -192,14 +192,17 @@ def test_throttler():
         now[0] += seconds
 
     throttler = Throttler(1000.0, clock=lambda: now[0], sleep=sleep)
-    throttler.maybeThrottle(100)
+    throttler.maybeThrottle(50)
     assert slept == []
     now[0] = 0.1
-    throttler.maybeThrottle(400)  # 500 bytes in 0.1 s at 1000 B/s: 0.4 s early
+    throttler.maybeThrottle(450)  # 500 bytes in 0.1 s at 1000 B/s: 0.4 s early
     assert slept == [pytest.approx(0.4)]
+    # A burst within one period is held back as well.
+    throttler.maybeThrottle(1000)
+    assert slept[-1] == pytest.approx(1.0)
     unlimited = Throttler(1.7976931348623157e308, clock=lambda: 5.0, sleep=sleep)
     unlimited.maybeThrottle(10**12)
-    assert len(slept) == 1
+    assert len(slept) == 2
 
 
 def test_group_segments_by_size():
