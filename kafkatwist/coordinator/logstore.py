@@ -54,6 +54,10 @@ class OffsetsTopicLog:
     """
 
     topic = OFFSETS_TOPIC
+    #: the configs the topic is created with
+    topicConfigs = OFFSETS_TOPIC_CONFIGS
+    #: the setting that names the partition count
+    partitionsKey = "offsets.topic.num.partitions"
 
     def __init__(
         self,
@@ -69,7 +73,7 @@ class OffsetsTopicLog:
     def _ensureTopic(self, numPartitions: int, segmentBytes: int | None) -> int:
         info = self._logManager.topics().get(self.topic)
         if info is None:
-            configs = dict(OFFSETS_TOPIC_CONFIGS)
+            configs = dict(self.topicConfigs)
             if segmentBytes is not None:
                 configs["segment.bytes"] = str(segmentBytes)
             try:
@@ -80,9 +84,9 @@ class OffsetsTopicLog:
                 info = self._logManager.topics()[self.topic]
         if info.numPartitions != numPartitions:
             log.warn(
-                "{topic} has {actual} partitions, not offsets.topic.num.partitions={wanted}:"
-                " keeping {actual}",
+                "{topic} has {actual} partitions, not {key}={wanted}: keeping {actual}",
                 topic=self.topic, actual=info.numPartitions, wanted=numPartitions,
+                key=self.partitionsKey,
             )
         return info.numPartitions
 

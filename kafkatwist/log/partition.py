@@ -296,6 +296,14 @@ class PartitionLog:
                 markers.append((marker.isAborted, marker.coordinatorEpoch))
         return markers
 
+    def verificationGuard(self, producerId: int) -> object:
+        """
+        A verification guard for C{producerId}'s next transactional
+        append (see L{ProducerStateManager.newGuard}).
+        """
+        with self._lock:
+            return self.producerState.newGuard(producerId)
+
     def appendMarker(
         self,
         producerId: int,
