@@ -151,9 +151,9 @@ class OffsetFetchHandler(Handler):
     OffsetFetch v1-9: v2+ may ask for all of a group's offsets (topics
     null) and report group errors at the top level; v8+ fetch several
     groups at once (KIP-709).  v1 reports a group error in every partition.
-    C{require_stable} needs no waiting here: without transactions no
-    transactional offset is ever pending (a plain commit is answered once
-    it is visible).
+    With C{require_stable} (v7+, sent by read_committed consumers) a
+    partition whose offsets are pending in an open transaction answers
+    UNSTABLE_OFFSET_COMMIT, and the client asks again.
     """
 
     apiKey = OFFSET_FETCH
@@ -164,19 +164,22 @@ class OffsetFetchHandler(Handler):
         version = context.apiVersion
         cls = responseType(OFFSET_FETCH, version)
         coordinator = self.broker.groupCoordinator
+        requireStable = bool(getattr(request, "require_stable", False))
         if has(cls, "groups"):
             wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
             reply = Reply(context, lambda results: self._groupsResponse(cls, wanted, results))
             if coordinator is None:
                 reply([OffsetFetchResult(E.coordinator_not_available)] * len(wanted))
             else:
-                coordinator.fetchOffsetsOfGroups(reply, wanted)
+                coordinator.fetchOffsetsOfGroups(reply, wanted, requireStable)
             return reply.response()
         reply = Reply(context, lambda result: self._response(cls, request, result))
         if coordinator is None:
             reply(OffsetFetchResult(E.coordinator_not_available))
         else:
-            coordinator.fetchOffsets(reply, request.group_id, self._partitions(request.topics))
+            coordinator.fetchOffsets(
+                reply, request.group_id, self._partitions(request.topics), requireStable
+            )
         return reply.response()
 
     @staticmethod

@@ -1,13 +1,15 @@
 """
 The transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn
-(26), WriteTxnMarkers (27), DescribeTransactions (65) and ListTransactions
-(66).  InitProducerId is in L{kafkatwist.plugins.init_producer_id},
-TxnOffsetCommit in L{kafkatwist.plugins.txn_offset_commit}.
+(26), WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65)
+and ListTransactions (66).  InitProducerId is in
+L{kafkatwist.plugins.init_producer_id}.
 
 Each handler checks what only the broker knows (authorization, whether a
 topic exists) and leaves the transaction rules to the transaction
 coordinator (C{broker.transactionCoordinator}), which answers through a
-L{Reply} once its record is in C{__transaction_state}.
+L{Reply} once its record is in C{__transaction_state}; TxnOffsetCommit
+goes to the group coordinator, once the transaction coordinator confirmed
+that the group's partition is in the transaction.
 
 Transaction protocol v1 is served: the versions before KIP-890 part 2
 (EndTxn v5, AddPartitionsToTxn's batched v4+ broker requests are not
@@ -22,7 +24,9 @@ from __future__ import annotations
 import threading
 
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC, partitionFor
+from kafkatwist.coordinator.offsets import OffsetAndMetadata
 from kafkatwist.coordinator.reply import Reply
+from kafkatwist.coordinator.txnoffsets import TxnCommitRequest
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
@@ -31,6 +35,7 @@ from kafkatwist.protocol.apis import (
     DESCRIBE_TRANSACTIONS,
     END_TXN,
     LIST_TRANSACTIONS,
+    TXN_OFFSET_COMMIT,
     WRITE_TXN_MARKERS,
     responseType,
 )
@@ -44,6 +49,7 @@ __all__ = [
     "DescribeTransactionsHandler",
     "EndTxnHandler",
     "ListTransactionsHandler",
+    "TxnOffsetCommitHandler",
     "WriteTxnMarkersHandler",
     "fencedError",
 ]
@@ -305,6 +311,115 @@ class WriteTxnMarkersHandler(_TxnHandler):
         return reply.response()
 
 
+class TxnOffsetCommitHandler(_TxnHandler):
+    """
+    TxnOffsetCommit v0-4: offsets committed inside the transaction, after
+    AddOffsetsToTxn.  The transaction coordinator first confirms that the
+    group's C{__consumer_offsets} partition is in the transaction (else
+    INVALID_TXN_STATE; a fenced producer gets INVALID_PRODUCER_EPOCH); the
+    group coordinator then checks the group (v3+ member and generation)
+    and writes them, pending until the transaction ends.  Before v2,
+    COORDINATOR_LOAD_IN_PROGRESS is COORDINATOR_NOT_AVAILABLE (Kafka's
+    mapping).
+    """
+
+    apiKey = TXN_OFFSET_COMMIT
+    minVersion = 0
+    maxVersion = 4
+
+    #: what a failed verification means for the offsets
+    _VERIFY_ERRORS = {
+        E.transaction_abortable: E.invalid_txn_state,
+        E.producer_fenced: E.invalid_producer_epoch,
+        E.concurrent_transactions: E.coordinator_load_in_progress,
+        E.not_coordinator: E.coordinator_not_available,
+    }
+
+    def handle(self, context, request):
+        version = context.apiVersion
+        cls = responseType(TXN_OFFSET_COMMIT, version)
+        Topic = nested(cls, "TxnOffsetCommitResponseTopic")
+        Partition = nested(cls, "TxnOffsetCommitResponsePartition")
+        order = list(
+            dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions)
+        )
+        errors: dict = {}
+
+        def response(result=None):
+            if isinstance(result, dict):
+                errors.update(result)
+            elif result is not None:
+                errors.update(dict.fromkeys(order, result))
+            byTopic: dict[str, list] = {}
+            for tp in order:
+                error = errors.get(tp, E.none)
+                if version < 2 and error == E.coordinator_load_in_progress:
+                    error = E.coordinator_not_available
+                byTopic.setdefault(tp[0], []).append(
+                    Partition(partition_index=tp[1], error_code=error)
+                )
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                topics=tuple(
+                    Topic(name=name, partitions=tuple(parts)) for name, parts in byTopic.items()
+                ),
+            )
+
+        transactionalId = request.transactional_id
+        groupId = request.group_id
+        if not self.allowed(context, AclOperation.WRITE, TXN_ID, transactionalId or ""):
+            return response(E.transactional_id_authorization_failed)
+        if not self.allowed(context, AclOperation.READ, ResourceType.GROUP, groupId):
+            return response(E.group_authorization_failed)
+        groups = self.broker.groupCoordinator
+        coordinator = self.coordinator
+        if groups is None or coordinator is None:
+            return response(E.coordinator_not_available)
+        offsets = {}
+        for topic in request.topics:
+            readable = self.allowed(context, AclOperation.READ, ResourceType.TOPIC, topic.name)
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                if not readable:
+                    errors[tp] = E.topic_authorization_failed
+                elif not self.partitionExists(*tp):
+                    errors[tp] = E.unknown_topic_or_partition
+                else:
+                    offsets[tp] = OffsetAndMetadata(
+                        offset=p.committed_offset,
+                        leaderEpoch=getattr(p, "committed_leader_epoch", -1),
+                        metadata=p.committed_metadata or "",
+                    )
+        if not offsets:
+            return response()
+        commit = TxnCommitRequest(
+            groupId=groupId,
+            producerId=request.producer_id,
+            producerEpoch=request.producer_epoch,
+            offsets=offsets,
+            generationId=getattr(request, "generation_id", -1),
+            memberId=getattr(request, "member_id", "") or "",
+            groupInstanceId=getattr(request, "group_instance_id", None),
+        )
+        reply = Reply(context, response)
+        partition = (OFFSETS_TOPIC, partitionFor(groupId, groups.log.numPartitions))
+
+        def verified(result) -> None:
+            error = result.get(partition, E.none) if isinstance(result, dict) else result
+            if not isinstance(error, ErrorCode):
+                error = E.coordinator_not_available
+            if error != E.none:
+                reply(dict.fromkeys(offsets, self._VERIFY_ERRORS.get(error, error)))
+            else:
+                groups.commitTransactionalOffsets(reply, commit)
+
+        coordinator.verifyPartitions(
+            verified, transactionalId, request.producer_id, request.producer_epoch, [partition]
+        )
+        return reply.response()
+
+
 class DescribeTransactionsHandler(_TxnHandler):
     """
     DescribeTransactions v0 (KIP-664).  Ids the principal may not DESCRIBE
@@ -427,6 +542,9 @@ addOffsetsToTxn = HandlerPlugin(
 endTxn = HandlerPlugin("builtin.end_txn", END_TXN, EndTxnHandler, priority=0)
 writeTxnMarkers = HandlerPlugin(
     "builtin.write_txn_markers", WRITE_TXN_MARKERS, WriteTxnMarkersHandler, priority=0
+)
+txnOffsetCommit = HandlerPlugin(
+    "builtin.txn_offset_commit", TXN_OFFSET_COMMIT, TxnOffsetCommitHandler, priority=0
 )
 describeTransactions = HandlerPlugin(
     "builtin.describe_transactions", DESCRIBE_TRANSACTIONS, DescribeTransactionsHandler,
