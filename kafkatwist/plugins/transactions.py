@@ -1,7 +1,7 @@
 """
 The transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn
-(26), WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65)
-and ListTransactions (66).  InitProducerId is in
+(26), WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeProducers (61),
+DescribeTransactions (65) and ListTransactions (66).  InitProducerId is in
 L{kafkatwist.plugins.init_producer_id}.
 
 Each handler checks what only the broker knows (authorization, whether a
@@ -32,6 +32,7 @@ from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     END_TXN,
     LIST_TRANSACTIONS,
@@ -46,6 +47,7 @@ from kafkatwist.security.checks import authorize
 __all__ = [
     "AddOffsetsToTxnHandler",
     "AddPartitionsToTxnHandler",
+    "DescribeProducersHandler",
     "DescribeTransactionsHandler",
     "EndTxnHandler",
     "ListTransactionsHandler",
@@ -420,6 +422,64 @@ class TxnOffsetCommitHandler(_TxnHandler):
         return reply.response()
 
 
+class DescribeProducersHandler(_TxnHandler):
+    """
+    DescribeProducers v0 (KIP-664): the producers a partition knows, with
+    their open transaction's first offset -- what an operator needs to find
+    (and abort, with WriteTxnMarkers) a hanging transaction.  Needs READ
+    on the topic.
+    """
+
+    apiKey = DESCRIBE_PRODUCERS
+    minVersion = 0
+    maxVersion = 0
+
+    def handle(self, context, request):
+        cls = responseType(DESCRIBE_PRODUCERS, context.apiVersion)
+        TopicResponse = nested(cls, "TopicResponse")
+        PartitionResponse = nested(cls, "PartitionResponse")
+        ProducerState = nested(cls, "ProducerState")
+        logManager = self.broker.logManager
+        topics = []
+        for topic in request.topics:
+            readable = self.allowed(context, AclOperation.READ, ResourceType.TOPIC, topic.name)
+            partitions = []
+            for index in topic.partition_indexes:
+                log = logManager.getLog(topic.name, index) if logManager and readable else None
+                if log is None:
+                    error = (
+                        E.topic_authorization_failed if not readable
+                        else E.unknown_topic_or_partition
+                    )
+                    partitions.append(
+                        PartitionResponse(
+                            partition_index=index, error_code=error, error_message=None,
+                            active_producers=(),
+                        )
+                    )
+                    continue
+                partitions.append(
+                    PartitionResponse(
+                        partition_index=index,
+                        error_code=E.none,
+                        error_message=None,
+                        active_producers=tuple(
+                            ProducerState(
+                                producer_id=entry.producerId,
+                                producer_epoch=entry.epoch,
+                                last_sequence=entry.lastSeq,
+                                last_timestamp=entry.lastTimestamp,
+                                coordinator_epoch=entry.coordinatorEpoch,
+                                current_txn_start_offset=entry.currentTxnFirstOffset,
+                            )
+                            for entry in log.activeProducers()
+                        ),
+                    )
+                )
+            topics.append(TopicResponse(name=topic.name, partitions=tuple(partitions)))
+        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
 class DescribeTransactionsHandler(_TxnHandler):
     """
     DescribeTransactions v0 (KIP-664).  Ids the principal may not DESCRIBE
@@ -545,6 +605,9 @@ writeTxnMarkers = HandlerPlugin(
 )
 txnOffsetCommit = HandlerPlugin(
     "builtin.txn_offset_commit", TXN_OFFSET_COMMIT, TxnOffsetCommitHandler, priority=0
+)
+describeProducers = HandlerPlugin(
+    "builtin.describe_producers", DESCRIBE_PRODUCERS, DescribeProducersHandler, priority=0
 )
 describeTransactions = HandlerPlugin(
     "builtin.describe_transactions", DESCRIBE_TRANSACTIONS, DescribeTransactionsHandler,
