@@ -35,6 +35,7 @@ def render(r: dict) -> str:
         ("answers with a wrong correlation id", str(r.get("mismatchedAnswers", 0))),
         ("real client round trips ok / failed", f"{trips.get('ok', 0)} / {trips.get('failed', 0)}"),
         ("broker RSS before / after / peak", f"{_mib(rss.get('before'))} / {_mib(rss.get('after'))} / {_mib(rss.get('peak'))}"),
+        ("broker RSS every 30 s", " ".join(f"{kib // 1024}" for _, kib in r.get("rssSamplesKiB", [])) + " MiB"),
         ("seeds (by origin)", f"{r['seeds']} ({', '.join(f'{k} {v}' for k, v in sorted(r.get('seedsByOrigin', {}).items()))})"),
         ("mutations", ", ".join(f"{k} {v:,}" for k, v in r.get("mutations", {}).items())),
     ]

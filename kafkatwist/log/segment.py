@@ -27,6 +27,7 @@ import re
 import struct
 import threading
 
+from crc32c import crc32c
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
@@ -725,18 +726,15 @@ class FileSegment(Segment):
 
     def _loadIndexes(self) -> tuple[OffsetIndex, TimeIndex]:
         try:
-            expected = self._readChecksums()
-            if expected is not None:
-                self._checkLogSize(expected[2])
             with open(self.indexPath, "rb") as f:
-                offsetIndex = OffsetIndex.decode(self.baseOffset, f.read(), self.size)
+                indexData = f.read()
             with open(self.timeIndexPath, "rb") as f:
-                timeIndex = TimeIndex.decode(self.baseOffset, f.read())
-            if expected is not None and expected[:2] != (
-                offsetIndex.checksum,
-                timeIndex.checksum,
-            ):
-                raise CorruptIndex(f"contents differ from {self.checksumPath}")
+                timeData = f.read()
+            stale = self._checkRecord(indexData, timeData)
+            offsetIndex = OffsetIndex.decode(self.baseOffset, indexData, self.size)
+            timeIndex = TimeIndex.decode(self.baseOffset, timeData)
+            if stale:
+                self._writeRecord(offsetIndex, timeIndex)
             return offsetIndex, timeIndex
         except (OSError, CorruptIndex) as e:
             reason = "missing" if isinstance(e, FileNotFoundError) else f"corrupt ({e})"
@@ -748,22 +746,49 @@ class FileSegment(Segment):
         )
         return self._rebuildIndexes(self.indexIntervalBytes)
 
-    def _readChecksums(self):
+    def _checkRecord(self, indexData: bytes, timeData: bytes) -> bool:
         """
-        @return: what L{persistIndexes} recorded of both index files, or
-            C{None} if nothing was (a log written before checksums).
-        @raise CorruptIndex: the record is unreadable.
+        Check the index files against what L{persistIndexes} recorded of
+        them, and the log file against its size then.
+
+        @return: whether the record is stale: it describes another log file
+            (one swapped in since, by the cleaner), or none exists (a log
+            written before records); the decoders' checks then stand alone.
+        @raise CorruptIndex: the index files (or the record) changed.
         """
         try:
             with open(self.checksumPath, "rb") as f:
                 fields = f.read().split()
         except FileNotFoundError:
-            return None
+            return True
         try:
-            count, crc, timeCount, timeCrc, logSize = (int(field, 16) for field in fields)
+            count, crc, timeCount, timeCrc, logSize, inode = (int(f, 16) for f in fields)
         except ValueError:
             raise CorruptIndex(f"{self.checksumPath} is unreadable") from None
-        return (count, crc), (timeCount, timeCrc), logSize
+        if inode != os.stat(self.logPath).st_ino:
+            return True
+        if (count, crc, timeCount, timeCrc) != (
+            len(indexData) // OffsetIndex.entrySize,
+            crc32c(indexData),
+            len(timeData) // TimeIndex.entrySize,
+            crc32c(timeData),
+        ):
+            raise CorruptIndex(f"contents differ from {self.checksumPath}")
+        self._checkLogSize(logSize)
+        return False
+
+    def _writeRecord(self, offsetIndex: OffsetIndex, timeIndex: TimeIndex) -> None:
+        # Kafka's index formats have no checksum: record one beside them
+        # (with the log file's size and inode), so a damaged index is
+        # rebuilt instead of trusted.  Not fsynced: a stale record only
+        # costs a rebuild after a crash.
+        (count, crc), (timeCount, timeCrc) = offsetIndex.checksum, timeIndex.checksum
+        inode = os.stat(self.logPath).st_ino
+        replaceFile(
+            self.checksumPath,
+            f"{count:x} {crc:08x} {timeCount:x} {timeCrc:08x} {self.size:x} {inode:x}\n".encode(),
+            sync=False,
+        )
 
     def _checkLogSize(self, recorded: int) -> None:
         """
@@ -814,15 +839,7 @@ class FileSegment(Segment):
             finally:
                 os.close(fd)
         if changed:
-            # Kafka's index formats have no checksum: record one beside
-            # them, so a damaged index is rebuilt instead of trusted.  Not
-            # fsynced: a stale record only costs a rebuild after a crash.
-            (count, crc), (timeCount, timeCrc) = offsetIndex.checksum, timeIndex.checksum
-            replaceFile(
-                self.checksumPath,
-                f"{count:x} {crc:08x} {timeCount:x} {timeCrc:08x} {self.size:x}\n".encode(),
-                sync=False,
-            )
+            self._writeRecord(offsetIndex, timeIndex)
 
     def sync(self, indexes: bool = False) -> None:
         """

@@ -570,8 +570,9 @@ def decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
     Decode C{count} record headers at C{pos}.
 
     @return: C{[(key, value or None), ...]} and the position after them.
-    @raise CorruptRecordError: a negative count, a null or non-UTF-8 key,
-        a key or value running past C{data}.
+    @raise CorruptRecordError: a negative count, a null key, a key or value
+        running past C{data}.  A key that is not UTF-8 is decoded with
+        replacement characters, as Kafka's clients do.
     """
     if count < 0:
         raise CorruptRecordError(f"header count {count}")
@@ -584,10 +585,9 @@ def decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
         end = pos + size
         if end > len(data):
             raise CorruptRecordError("header key overruns the record")
-        try:
-            headerKey = data[pos:end].decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CorruptRecordError("header key is not UTF-8") from e
+        # Kafka's clients decode header keys leniently (malformed bytes
+        # become U+FFFD); refusing them would make one record unreadable.
+        headerKey = bytes(data[pos:end]).decode("utf-8", "replace")
         pos = end
         v, pos = readVarint(data, pos)
         size = (v >> 1) ^ -(v & 1)

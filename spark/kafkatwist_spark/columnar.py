@@ -34,6 +34,10 @@ from array import array
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafkatwist.protocol.batch import (
+    CODEC_MASK as _COMPRESSION_MASK,
+    TIMESTAMP_TYPE_BIT as _LOG_APPEND_TIME,
+)
 from kafkatwist.protocol.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
@@ -45,8 +49,6 @@ from kafkatwist.protocol.records import (
 
 __all__ = ["ArrowRecordDecoder", "DecodedFetch", "kafkaArrowSchema"]
 
-_COMPRESSION_MASK = 0x07
-_LOG_APPEND_TIME = 0x08
 
 _U64_7F = pa.scalar(0x7F, pa.uint64())
 _U64_ONE = pa.scalar(1, pa.uint64())

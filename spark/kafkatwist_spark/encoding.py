@@ -18,6 +18,11 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT as _CRC_START,
+    HEADER as _HEADER,
+    LOG_OVERHEAD as _LOG_OVERHEAD,
+)
 from kafkatwist.protocol.records import (
     BATCH_HEADER_SIZE,
     COMPRESSION_CODECS,
@@ -27,10 +32,7 @@ from kafkatwist.protocol.records import (
 
 __all__ = ["encodeBatch"]
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC = struct.Struct(">I")
-_CRC_START = 21
-_LOG_OVERHEAD = 12
 _CODEC_IDS = {name: codecId for codecId, name in COMPRESSION_CODECS.items()}
 
 

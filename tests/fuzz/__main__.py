@@ -33,11 +33,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.frames is None and args.seconds is None:
         args.frames = 1_000_000
-    directory = args.directory or tempfile.mkdtemp(prefix="kafkatwist-fuzz-")
-    run = FuzzRun(directory, frames=args.frames, seconds=args.seconds, connections=args.connections,
-                  seed=args.seed, timeout=args.timeout,
-                  log=lambda line: print(line, file=sys.stderr, flush=True))
-    results = run.run()
+    with tempfile.TemporaryDirectory(prefix="kafkatwist-fuzz-") as scratch:
+        run = FuzzRun(args.directory or scratch, frames=args.frames, seconds=args.seconds,
+                      connections=args.connections, seed=args.seed, timeout=args.timeout,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+        results = run.run()
     results["command"] = "python -m tests.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
     with open(args.results, "w") as f:
         json.dump(results, f, indent=1)

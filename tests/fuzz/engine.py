@@ -164,7 +164,13 @@ class FuzzRun:
         self.seed = seed
         self.timeout = timeout
         self.roundTripEvery = roundTripEvery
-        self.overrides = {"group.initial.rebalance.delay.ms": "0", **(overrides or {})}
+        # Topics the fuzz frames create are legitimate state, bounded here
+        # so that RSS growth measures leaks rather than topics.
+        self.overrides = {
+            "group.initial.rebalance.delay.ms": "0",
+            "max.broker.partitions": "500",
+            **(overrides or {}),
+        }
         self.say = log
         self.rng = random.Random(seed)
         self.mutator = Mutator(random.Random(seed + 1))
@@ -181,6 +187,8 @@ class FuzzRun:
         self._logOffset = 0
         self._logCarry = ""
         self.rss: dict[str, int] = {}
+        #: (seconds into the run, RSS KiB), every 30 s: a leak climbs, state plateaus
+        self.rssSamples: list[tuple[int, int]] = []
 
     # -- broker ---------------------------------------------------------------
 
@@ -376,6 +384,7 @@ class FuzzRun:
         started = time.monotonic()
         nextCheck = started + 1.0
         nextRoundTrip = started + self.roundTripEvery
+        nextSample = started
         checker: threading.Thread | None = None
         index = 0
         done = False
@@ -424,7 +433,11 @@ class FuzzRun:
                 nextCheck = now + 1.0
                 self._scanLog()
                 if self._alive():
-                    self.rss["peak"] = max(self.rss.get("peak", 0), rssKiB(self._pid()))
+                    rss = rssKiB(self._pid())
+                    self.rss["peak"] = max(self.rss.get("peak", 0), rss)
+                    if not seedPass and now >= nextSample:
+                        nextSample = now + 30.0
+                        self.rssSamples.append((round(now - started), rss))
                 else:
                     self._crashed(sel, connections)
                     connections.clear()
@@ -507,6 +520,7 @@ class FuzzRun:
             "errorLineCount": self.stats["errorLines"],
             "roundTrips": self.roundTrips,
             "rssKiB": self.rss,
+            "rssSamplesKiB": self.rssSamples,
             "seed": self.seed,
             "connections": self.connections,
         }

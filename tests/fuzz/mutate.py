@@ -107,16 +107,17 @@ class Mutator:
             (3, self.splice),
             (2, self.clientId),
         ]
-        self._weights = [w for w, _ in self._table]
+        self._byKinds: dict = {}
 
     def mutate(self, apiKey: int, version: int, frame: bytes) -> bytes:
         """
         @return: C{frame} after one to three mutations.
         """
         offset, fields = _fields(apiKey, version, frame)
+        table, weights = self._applicable(fields)
         # Structural mutations first, on the seed's known layout, from the
         # end backwards so earlier positions stay valid; blind ones after.
-        chosen = self.rng.choices(self._table, self._weights, k=self.rng.choice((1, 1, 1, 2, 2, 3)))
+        chosen = self.rng.choices(table, weights, k=self.rng.choice((1, 1, 1, 2, 2, 3)))
         chosen.sort(key=lambda c: c[1] in (self.truncate, self.extend, self.flip, self.splice,
                                            self.version, self.apiKey, self.clientId))
         data = bytearray(frame)
@@ -134,6 +135,19 @@ class Mutator:
             data, _ = self.flip(data, offset, fields, floor)
             self.counts["flip"] = self.counts.get("flip", 0) + 1
         return bytes(data)
+
+    def _applicable(self, fields) -> tuple[list, list]:
+        """
+        The mutations this seed has fields for, with their weights.
+        """
+        key = frozenset(f.kind for f in fields)
+        cached = self._byKinds.get(key)
+        if cached is None:
+            needs = {self.length: LENGTH, self.null: LENGTH, self.records: RECORDS,
+                     self.fixed: FIXED, self.tags: TAGS, self.marker: MARKER}
+            table = [(w, m) for w, m in self._table if needs.get(m) in (None, *key)]
+            cached = self._byKinds[key] = (table, [w for w, _ in table])
+        return cached
 
     # -- structural --------------------------------------------------------
 

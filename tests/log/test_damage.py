@@ -360,3 +360,29 @@ def test_logDirectoriesOfDifferentClusters(tmp_path):
     assert loadOrCreateClusterId([first, third], NODE, None) == loadOrCreateClusterId(
         [third], NODE, None
     )
+
+
+def test_swappedInSegmentIsNotDamage(tmp_path, capturedLog):
+    # The cleaner swaps a shorter log file and new index files in by
+    # rename, leaving the old .indexcrc: a record of another file, not
+    # damage -- nothing is reported lost or rebuilt.
+    directory = str(tmp_path / "logs")
+    original = populate(directory, True)
+    path = FILES["old-segment"](directory)
+    stem = path[: -len(".log")]
+    with open(path, "rb") as f:
+        data = f.read()
+    size = next(iterBatchHeaders(data)).header.size
+    for suffix, content in ((".log", data[:size]), (".index", b""), (".timeindex", b"")):
+        with open(stem + suffix + ".swap", "wb") as f:
+            f.write(content)
+        os.replace(stem + suffix + ".swap", stem + suffix)
+    capturedLog.events.clear()
+    _, manager = start(directory)
+    try:
+        log = manager.getLog("t", 0)
+        first = min(original.batches[0])
+        assert records(log.read(first, 1).records) == original.batches[0][first]
+        assert capturedLog.matching("lost") == [] and capturedLog.matching("Rebuilding") == []
+    finally:
+        manager.close()

@@ -260,3 +260,25 @@ def test_record_walk_cost_per_record():
             assert B.recordsError(view, 0, header, 1 << 20) is None
         best = min(best, (time.perf_counter() - start) / 20 / 1000)
     assert best < 1e-6
+
+
+def test_header_keys_that_are_not_utf8_decode_leniently():
+    # As Kafka's clients decode them: one bad key must not make the record
+    # (and every ListOffsets over it) unreadable.
+    batch = buildBatch([Record(value=b"v", headers=[("k", b"x")])])
+    patched = batch.replace(b"\x02k", b"\x02\xff")
+    patched = rewrite(patched, payload=patched[B.HEADER_SIZE :])
+    [decoded] = list(decodeBatches(patched))
+    assert decoded.records[0].headers == [("\ufffd", b"x")]
+
+
+def test_record_internals_are_not_parsed_at_append_but_refused_on_decode():
+    # The append walk reads record lengths only (see _walkRecords); a
+    # record whose header overruns it is refused when a reader decodes it.
+    batch = buildBatch([Record(value=b"v", headers=[("k", b"x")])])
+    payload = bytearray(batch[B.HEADER_SIZE :])
+    payload[-2] = 0x40  # header value length 32, one byte left
+    damaged = rewrite(batch, payload=bytes(payload))
+    B.validateRecordSet(damaged)
+    with pytest.raises(CorruptRecordError):
+        list(decodeBatches(damaged))
