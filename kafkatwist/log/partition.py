@@ -741,6 +741,23 @@ class PartitionLog:
         with self._lock:
             return [entry.copy() for entry in self.producerState.producers.values()]
 
+    def abortedTransactions(self, upTo: int) -> list[tuple[int, int, int]]:
+        """
+        C{(producerId, firstOffset, lastOffset)} of the aborted
+        transactions that began below C{upTo} (what a cleaning pass must
+        leave out).
+        """
+        found = []
+        for segment in self._view[1]:
+            index = getattr(segment, "txnIndex", None)
+            if index is not None:
+                found.extend(
+                    (e.producerId, e.firstOffset, e.lastOffset)
+                    for e in index.entries
+                    if e.firstOffset < upTo
+                )
+        return found
+
     def producerLastOffsets(self) -> dict[int, int]:
         """
         Producer id -> last offset of its last batch, for every producer

@@ -342,3 +342,63 @@ def test_snapshotVersion1LoadsWithNoOpenTransactions():
     data = struct.pack(">4shI", b"KTPS", 1, crc32c(body)) + body
     (entry,) = decodeSnapshot(data)
     assert (entry.producerId, entry.epoch, entry.currentTxnFirstOffset) == (P1, 3, -1)
+
+
+# -- compaction ------------------------------------------------------------------------------
+
+
+def _keyedTxn(log, pid, key, value, seq=0):
+    from kafkatwist.protocol.records import Record, buildBatch
+
+    batch = buildBatch(
+        [Record(timestamp=NOW, key=key, value=value)], producerId=pid, producerEpoch=0,
+        baseSequence=seq, isTransactional=True,
+    )
+    guard = log.producerState.newGuard(pid)
+    return log.append(batch, NOW, verificationGuard=guard).firstOffset
+
+
+@pytest.mark.parametrize("inProcess", [True, False])
+def test_compactionDropsAbortedRecords(harness, inProcess):
+    """
+    An aborted record must not hide the committed value of its key, and
+    goes; markers and committed records stay; the aborted transaction is
+    still indexed for readers of what is left; nothing past the last
+    stable offset is cleaned.
+    """
+    if not inProcess and not harness.onDisk:
+        pytest.skip("the in-memory log cleans in-process")
+    from tests.log.compacted import append as appendKeyed, readAll
+    from tests.log.test_cleaner import COMPACT, cleaner
+
+    manager = harness.make()
+    manager.createTopic("c", 1, COMPACT)
+    log = manager.getLog("c", 0)
+    appendKeyed(log, [("k", "good")], NOW)                 # 0
+    _keyedTxn(log, P1, b"k", b"bad")                       # 1
+    log.appendMarker(P1, 0, False, 0, NOW)                 # 2: abort
+    _keyedTxn(log, P2, b"j", b"committed")                 # 3
+    log.appendMarker(P2, 0, True, 0, NOW)                  # 4: commit
+    log.roll(NOW)
+    _keyedTxn(log, P2, b"k", b"open", seq=1)               # 5: still open
+    log.roll(NOW)
+    appendKeyed(log, [("k", "after")], NOW)                # 6
+    log.roll(NOW)
+    appendKeyed(log, [("x", "active")], NOW)
+    c = cleaner(manager, inProcess=inProcess)
+    try:
+        assert c.cleanOnce() is not None
+    finally:
+        c.stop()
+    kept = [(o, k, v) for o, k, v in readAll(log)]
+    values = [(k, v) for _, k, v in kept]
+    assert (b"k", b"good") in values and (b"k", b"bad") not in values
+    assert (b"j", b"committed") in values
+    # The open transaction's record is not cleaned (nor anything after the
+    # last stable offset), and markers stay.
+    assert (b"k", b"open") in values and (b"k", b"after") in values
+    markers = [h.baseOffset for _, h in iterBatchHeaders(records(log.read(0, 1 << 30).records))
+               if h.attributes & CONTROL_BIT]
+    assert markers == [2, 4]
+    log.appendMarker(P2, 0, True, 0, NOW)
+    assert committedOffsets(log)[1] == ((P1, 1),)
