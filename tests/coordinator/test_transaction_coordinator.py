@@ -423,3 +423,11 @@ def test_machineEffects():
     (complete,) = fx
     assert decodeValue(complete.records[0][1]).state is S.COMPLETE_COMMIT
     assert TRANSACTION_STATE_TOPIC == "__transaction_state"
+
+
+def test_topicCreatedOnFirstWrite():
+    txn = Txn()
+    assert TRANSACTION_STATE_TOPIC not in txn.logManager.topics()
+    txn.init()
+    assert txn.logManager.topics()[TRANSACTION_STATE_TOPIC].numPartitions == 3
+    assert txn.logManager.topics()[TRANSACTION_STATE_TOPIC].configs["cleanup.policy"] == "compact"

@@ -32,12 +32,33 @@ log = Logger()
 
 class TransactionStateLog(OffsetsTopicLog):
     """
+    Unlike C{__consumer_offsets}, the topic is created on its first write
+    (as Kafka creates it on the first transactional FindCoordinator): a
+    broker that never sees a transaction has none.
+
     @param segmentBytes: C{transaction.state.log.segment.bytes}.
     """
 
     topic = TRANSACTION_STATE_TOPIC
     topicConfigs = TRANSACTION_STATE_TOPIC_CONFIGS
     partitionsKey = "transaction.state.log.num.partitions"
+
+    def __init__(self, logManager, numPartitions: int = 50, clock=None, segmentBytes=None):
+        self._segmentBytes = segmentBytes
+        self._wanted = numPartitions
+        super().__init__(logManager, numPartitions, clock, segmentBytes)
+
+    def _ensureTopic(self, numPartitions: int, segmentBytes: int | None) -> int:
+        info = self._logManager.topics().get(self.topic)
+        if info is None:
+            return numPartitions
+        return super()._ensureTopic(numPartitions, segmentBytes)
+
+    def _log(self, partition: int):
+        if self._logManager.getLog(self.topic, partition) is None:
+            # The first write: create the topic (racing writers agree).
+            super()._ensureTopic(self._wanted, self._segmentBytes)
+        return super()._log(partition)
 
     def coordinatorEpoch(self, partition: int) -> int:
         """
