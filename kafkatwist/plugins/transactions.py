@@ -21,6 +21,7 @@ C{KafkaApis} maps it).
 
 from __future__ import annotations
 
+import datetime
 import threading
 
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC, partitionFor
@@ -40,7 +41,7 @@ from kafkatwist.protocol.apis import (
     WRITE_TXN_MARKERS,
     responseType,
 )
-from kafkatwist.protocol.entities import NO_THROTTLE, make, ms, nested, timestampMs
+from kafkatwist.protocol.entities import NO_THROTTLE, make, ms, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
@@ -58,6 +59,14 @@ __all__ = [
 
 E = ErrorCode
 TXN_ID = ResourceType.TRANSACTIONAL_ID
+
+
+def _epochMs(value: int) -> datetime.datetime:
+    """
+    A non-nullable C{datetime_i64} field's value, -1 included (kio writes
+    C{round(timestamp * 1000)}).
+    """
+    return datetime.datetime.fromtimestamp(value / 1000, datetime.timezone.utc)
 
 
 def fencedError(error: ErrorCode, version: int, since: int) -> ErrorCode:
@@ -508,7 +517,7 @@ class DescribeTransactionsHandler(_TxnHandler):
             if found is None or error != E.none:
                 return State(
                     error_code=error, transactional_id=transactionalId, transaction_state="",
-                    transaction_timeout=ms(0), transaction_start_time=None,
+                    transaction_timeout=ms(0), transaction_start_time=_epochMs(-1),
                     producer_id=-1, producer_epoch=-1, topics=(),
                 )
             byTopic: dict[str, list] = {}
@@ -520,7 +529,7 @@ class DescribeTransactionsHandler(_TxnHandler):
                 transactional_id=transactionalId,
                 transaction_state=found.state,
                 transaction_timeout=ms(found.timeoutMs),
-                transaction_start_time=timestampMs(found.startTimestampMs),
+                transaction_start_time=_epochMs(found.startTimestampMs),
                 producer_id=found.producerId,
                 producer_epoch=found.producerEpoch,
                 topics=tuple(TopicData(topic=t, partitions=tuple(p)) for t, p in byTopic.items()),
