@@ -20,6 +20,7 @@ from twisted.plugin import IPlugin
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
+from kafkatwist.security.checks import authorize
 
 #: priority of drop-ins that do not say: above the built-ins (0)
 DEFAULT_DROPIN_PRIORITY = 100
@@ -38,6 +39,25 @@ class Handler:
     def __init__(self, broker, wrapped=None) -> None:
         self.broker = broker
         self.wrapped = wrapped
+
+    @property
+    def authorizer(self):
+        """
+        The broker's L{kafkatwist.interfaces.IAuthorizer}, or C{None} when
+        none is configured (everything allowed).  Brokers that predate
+        authorization (test doubles) have none.
+        """
+        return getattr(self.broker, "authorizer", None)
+
+    def allowed(self, context, operation, resourceType, resourceName: str, logIfDenied: bool = True) -> bool:
+        """
+        Whether the request's principal may do C{operation} on the resource
+        (always, without an authorizer).  See L{kafkatwist.security.acl}.
+        """
+        authorizer = self.authorizer
+        return authorizer is None or authorize(
+            authorizer, context, operation, resourceType, resourceName, logIfDenied
+        )
 
     def handle(self, context, request):
         raise NotImplementedError

@@ -196,6 +196,10 @@ class IBroker(Interface):
     )
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
     authorizer = Attribute("The L{IAuthorizer}, or C{None} when none is configured (everything allowed).")
+    scramCredentials = Attribute(
+        "The L{kafkatwist.security.credentials.CredentialStore}: SCRAM credentials by user and "
+        "mechanism, which SASL/PLAIN checks too."
+    )
 
     def handlerFor(apiKey):
         """

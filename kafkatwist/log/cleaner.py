@@ -504,8 +504,8 @@ class LogCleaner:
                 "Log cleaner thread {thread} cleaned {name} up to offset {end}: "
                 "{dirty:,} dirty bytes mapped in {mapSecs:.2f} s, {read:,} bytes read, "
                 "{written:,} written, {messagesRead:,} -> {messagesWritten:,} records, "
-                "{segments} segment(s) swapped, {secs:.2f} s ({rate:.1f} MB/s of dirty log), "
-                "buffer {utilization:.1%} used",
+                "{segments} segment(s) swapped, {secs:.2f} s ({rate:.1f} MB/s of dirty log; "
+                "{cpu:.2f} CPU-s), buffer {utilization:.1%} used",
                 thread=threadId,
                 name=name,
                 end=stats.endOffset,
@@ -518,6 +518,7 @@ class LogCleaner:
                 segments=len(swapped),
                 secs=stats.elapsedSecs,
                 rate=stats.mapBytesRead / stats.elapsedSecs / 1e6,
+                cpu=stats.cpuSecs,
                 utilization=stats.bufferUtilization,
             )
         return stats

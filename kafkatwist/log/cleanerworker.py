@@ -138,22 +138,25 @@ class WorkerProcess:
         @raise WorkerDied: the process died (it is restarted next time).
         """
         process = self._start()
+        self._talk(process, _send, process.stdin, ("clean", task, directory, options))
+        while True:
+            message = self._talk(process, _receive, process.stdout)
+            kind = message[0]
+            if kind == "group":
+                going = onGroup(message[1])
+                self._talk(process, _send, process.stdin, ("continue",) if going else ("stop",))
+            elif kind == "done":
+                return message[1]
+            elif kind == "aborted":
+                raise CleaningAborted(message[1])
+            elif kind == "corrupt":
+                raise CorruptRecordError(message[1])
+            else:
+                raise WorkerDied(f"cleaner process failed: {message[1]}")
+
+    def _talk(self, process, operation, *args):
         try:
-            _send(process.stdin, ("clean", task, directory, options))
-            while True:
-                message = _receive(process.stdout)
-                kind = message[0]
-                if kind == "group":
-                    going = onGroup(message[1])
-                    _send(process.stdin, ("continue",) if going else ("stop",))
-                elif kind == "done":
-                    return message[1]
-                elif kind == "aborted":
-                    raise CleaningAborted(message[1])
-                elif kind == "corrupt":
-                    raise CorruptRecordError(message[1])
-                else:
-                    raise WorkerDied(f"cleaner process failed: {message[1]}")
+            return operation(*args)
         except (OSError, EOFError, pickle.UnpicklingError) as e:
             self.kill()
             raise WorkerDied(f"cleaner process {process.pid} died: {e}") from None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import (
     AclBinding,
@@ -25,10 +25,6 @@ from kafkatwist.security.acl import (
     ResourceType,
 )
 from kafkatwist.security.checks import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, authorizeCluster
-
-DESCRIBE_ACLS = 29
-CREATE_ACLS = 30
-DELETE_ACLS = 31
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 _UNKNOWN_FILTER = "Filters contain UNKNOWN elements"
@@ -68,7 +64,7 @@ class DescribeAclsHandler(Handler):
 
     def handle(self, context, request):
         cls = responseType(DESCRIBE_ACLS, context.apiVersion)
-        authorizer = self.broker.authorizer
+        authorizer = self.authorizer
 
         def error(code, message):
             return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=message, resources=())
@@ -116,7 +112,7 @@ class CreateAclsHandler(Handler):
     def handle(self, context, request):
         cls = responseType(CREATE_ACLS, context.apiVersion)
         Result = nested(cls, "AclCreationResult")
-        authorizer = self.broker.authorizer
+        authorizer = self.authorizer
         creations = request.creations
 
         def uniform(code, message):
@@ -153,7 +149,7 @@ class DeleteAclsHandler(Handler):
         cls = responseType(DELETE_ACLS, context.apiVersion)
         FilterResult = nested(cls, "DeleteAclsFilterResult")
         Matching = nested(cls, "DeleteAclsMatchingAcl")
-        authorizer = self.broker.authorizer
+        authorizer = self.authorizer
 
         def uniform(code, message):
             results = tuple(

@@ -9,6 +9,11 @@ run in the order Kafka's controller runs them (name, existence, configs,
 then partitions and replication), so a request with several faults gets the
 error Kafka would give.
 
+With an authorizer they check what Kafka's C{KafkaApis} checks: CREATE on
+the cluster or the topic, DESCRIBE then DELETE on a topic to delete it,
+ALTER to add partitions, DELETE to delete records; refusals are
+TOPIC_AUTHORIZATION_FAILED for the topic (or its partitions).
+
 The configuration APIs (DescribeConfigs, IncrementalAlterConfigs,
 AlterConfigs) are in L{kafkatwist.plugins.admin_configs}.
 """
@@ -26,7 +31,7 @@ from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
-from kafkatwist.plugins.metadata import ALL_CLUSTER_OPERATIONS, INTERNAL_TOPICS
+from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -36,6 +41,8 @@ from kafkatwist.protocol.apis import (
     responseType,
 )
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from kafkatwist.security.checks import clusterOperations, filterAuthorized
 
 __all__ = [
     "CREATE_PARTITIONS",
@@ -164,6 +171,14 @@ class CreateTopicsHandler(Handler):
         tooMany = _requestLimitError(
             self.broker, sum(self._requested(topic) for topic in request.topics)
         )
+        # Kafka: CREATE on the cluster, else on each topic; the configs in
+        # the answer need DESCRIBE_CONFIGS on the topic.
+        creatable = set(counts)
+        if not self.allowed(context, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
+            creatable = filterAuthorized(self.authorizer, context, AclOperation.CREATE, ResourceType.TOPIC, counts)
+        describable = filterAuthorized(
+            self.authorizer, context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts, logIfDenied=False
+        )
         for topic in request.topics:
             name = topic.name
             if name in answered:
@@ -174,13 +189,15 @@ class CreateTopicsHandler(Handler):
             elif counts[name] > 1:
                 # Kafka answers a name given twice once, and refuses it.
                 error = KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
+            elif name not in creatable:
+                error = KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             else:
                 try:
                     info = self._create(topic, validateOnly)
                 except KafkaError as e:
                     error = e
                 else:
-                    results.append(self._success(Result, Config, info, validateOnly))
+                    results.append(self._success(Result, Config, info, validateOnly, name in describable))
                     continue
             code, message = _failure(error)
             results.append(
@@ -279,10 +296,12 @@ class CreateTopicsHandler(Handler):
         # The log manager logs the creation (with the topic id), once.
         return logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
 
-    def _success(self, Result, Config, info, validateOnly: bool):
+    def _success(self, Result, Config, info, validateOnly: bool, mayDescribeConfigs: bool = True):
         configs = None
         configError = ErrorCode.none
-        if Config is not None:
+        if Config is not None and not mayDescribeConfigs:
+            configError = ErrorCode.topic_authorization_failed
+        elif Config is not None:
             try:
                 if validateOnly:
                     # Nothing to ask the log about: describe what the topic
@@ -414,12 +433,20 @@ class DeleteTopicsHandler(Handler):
                     "The provided topic name maps to an ID that was already supplied.",
                 )
                 continue
+            # Kafka: DESCRIBE before existence (which is not disclosed
+            # otherwise), then DELETE.
+            if not self.allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                answer(name, topicId, ErrorCode.topic_authorization_failed, "Authorization failed.")
+                continue
             info = known.get(name)
             if info is None:
                 answer(
                     name, None, ErrorCode.unknown_topic_or_partition,
                     "This server does not host this topic-partition.",
                 )
+                continue
+            if not self.allowed(context, AclOperation.DELETE, ResourceType.TOPIC, name):
+                answer(name, topicId, ErrorCode.topic_authorization_failed, "Authorization failed.")
                 continue
             if name in INTERNAL_TOPICS:
                 answer(name, info.topicId, ErrorCode.invalid_request, _internal(name, "deleted"))
@@ -473,6 +500,8 @@ class CreatePartitionsHandler(Handler):
                     raise tooMany
                 if counts[topic.name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
+                if not self.allowed(context, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+                    raise KafkaError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
                 self._grow(topic, validateOnly)
                 code, message = ErrorCode.none, None
             except KafkaError as e:
@@ -550,8 +579,11 @@ class DeleteRecordsHandler(Handler):
         topics = []
         for topic in request.topics:
             partitions = []
+            refused = not self.allowed(context, AclOperation.DELETE, ResourceType.TOPIC, topic.name)
             for partition in topic.partitions:
                 try:
+                    if refused:
+                        raise KafkaError(ErrorCode.topic_authorization_failed)
                     lowWatermark = self._delete(logManager, topic.name, partition)
                     code = ErrorCode.none
                 except KafkaError as e:
@@ -648,7 +680,7 @@ class DescribeClusterHandler(Handler):
             ),
         )
         if request.include_cluster_authorized_operations:
-            values["cluster_authorized_operations"] = ALL_CLUSTER_OPERATIONS
+            values["cluster_authorized_operations"] = clusterOperations(self.authorizer, context)
         return make(cls, error_code=ErrorCode.none, error_message=None, brokers=brokers, **values)
 
 

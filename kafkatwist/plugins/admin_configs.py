@@ -40,6 +40,7 @@ from kafkatwist.protocol.apis import (
     responseType,
 )
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 __all__ = [
     "ALTER_CONFIGS",
@@ -259,6 +260,30 @@ def _unsupportedType(resourceType: int) -> KafkaError:
     )
 
 
+#: what each config resource type is authorized on, and the code of a refusal
+_CONFIG_AUTHORIZATION = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed, "Topic authorization failed."),
+    BROKER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed."),
+    BROKER_LOGGER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed."),
+}
+
+
+def checkConfigAccess(handler: Handler, context, resource, operation: AclOperation) -> None:
+    """
+    Kafka's rule: DESCRIBE_CONFIGS or ALTER_CONFIGS on the topic for a topic
+    resource, on the cluster for a broker one.
+
+    @raise KafkaError: TOPIC_ or CLUSTER_AUTHORIZATION_FAILED.
+    """
+    rule = _CONFIG_AUTHORIZATION.get(resource.resource_type)
+    if rule is None:
+        return
+    resourceType, code, message = rule
+    name = resource.resource_name if resourceType == ResourceType.TOPIC else CLUSTER_NAME
+    if not handler.allowed(context, operation, resourceType, name):
+        raise KafkaError(code, message)
+
+
 class DescribeConfigsHandler(Handler):
     """
     DescribeConfigs v1-4 (v0 is below Kafka 4's floor and kio has no schema
@@ -280,6 +305,7 @@ class DescribeConfigsHandler(Handler):
         results = []
         for resource in request.resources:
             try:
+                checkConfigAccess(self, context, resource, AclOperation.DESCRIBE_CONFIGS)
                 described = self._describe(resource)
             except KafkaError as e:
                 results.append(
@@ -357,6 +383,7 @@ class _AlterConfigsBase(Handler):
         responses = []
         for resource in request.resources:
             try:
+                checkConfigAccess(self, context, resource, AclOperation.ALTER_CONFIGS)
                 self._alter(resource, validateOnly)
                 code, message = ErrorCode.none, None
             except KafkaError as e:

@@ -5,6 +5,9 @@ the fetch purgatory -- no thread held, no polling -- until an append to one
 of its partitions satisfies it or C{max_wait} passes on the clock of the
 connection's reactor.
 
+With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED for
+its partitions otherwise).
+
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0,
 which tells clients to send full fetch requests.
 
@@ -32,6 +35,8 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
 
@@ -77,7 +82,7 @@ class FetchHandler(Handler):
 
     def handle(self, context, request):
         version = context.apiVersion
-        plan = self._plan(version, request)
+        plan = self._plan(version, request, context)
         maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -98,8 +103,9 @@ class FetchHandler(Handler):
         )
         return pending.deferred
 
-    def _plan(self, version, request) -> list[tuple[object, list[_Wanted]]]:
+    def _plan(self, version, request, context) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
+        authorizer = self.authorizer
         byId = None
         plan = []
         for fetchTopic in request.topics:
@@ -114,6 +120,13 @@ class FetchHandler(Handler):
             else:
                 topicKey = name = fetchTopic.topic
                 missing = ErrorCode.unknown_topic_or_partition
+            if (
+                authorizer is not None
+                and name is not None
+                and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
+            ):
+                # READ refused: no log is looked at.
+                name, missing = None, ErrorCode.topic_authorization_failed
             wanted = []
             for p in fetchTopic.partitions:
                 log = logManager.getLog(name, p.partition) if name is not None else None

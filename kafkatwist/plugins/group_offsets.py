@@ -5,6 +5,12 @@ The handlers check what only the broker knows (whether a topic-partition
 exists in the log, as Kafka checks its metadata cache) and leave group
 rules to the group coordinator, which answers through a L{Reply} once the
 commit (or the tombstones) are in C{__consumer_offsets}.
+
+With an authorizer (Kafka's checks): committing needs READ on the group and
+on each topic, fetching DESCRIBE on the group and on each topic, deleting
+DELETE on the group and READ on each topic; refusals are
+GROUP_AUTHORIZATION_FAILED for the group, TOPIC_AUTHORIZATION_FAILED for a
+topic's partitions.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from kafkatwist.coordinator.offsets import OffsetAndMetadata
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.coordinator.requests import CommitRequest
-from kafkatwist.coordinator.results import OffsetDeleteResult, OffsetFetchResult
+from kafkatwist.coordinator.results import FetchedOffset, OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
@@ -22,10 +28,15 @@ from kafkatwist.protocol.apis import (
     responseType,
 )
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, has, make, nested
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import filterAuthorized
 
 __all__ = ["OffsetCommitHandler", "OffsetDeleteHandler", "OffsetFetchHandler"]
 
 E = ErrorCode
+
+READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 
 #: OffsetCommit v2-4's "use the broker's retention" (Kafka's
@@ -101,11 +112,18 @@ class OffsetCommitHandler(Handler):
         order = []
         errors: dict = {}
         offsets: dict = {}
+        # Kafka: READ on the group, then READ on each topic.
+        groupRefused = not self.allowed(context, READ, GROUP, request.group_id)
+        readable = filterAuthorized(self.authorizer, context, READ, TOPIC, {t.name for t in request.topics})
         for topic in request.topics:
             for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
-                if coordinator is None:
+                if groupRefused:
+                    errors[tp] = E.group_authorization_failed
+                elif topic.name not in readable:
+                    errors[tp] = E.topic_authorization_failed
+                elif coordinator is None:
                     errors[tp] = E.coordinator_not_available
                 elif not _partitionExists(broker, *tp):
                     errors[tp] = E.unknown_topic_or_partition
@@ -167,19 +185,29 @@ class OffsetFetchHandler(Handler):
         requireStable = bool(getattr(request, "require_stable", False))
         if has(cls, "groups"):
             wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
-            reply = Reply(context, lambda results: self._groupsResponse(cls, wanted, results))
+            access = [_FetchAccess(self, context, groupId, partitions) for groupId, partitions in wanted]
+            asked = [(groupId, a.partitions) for (groupId, _), a in zip(wanted, access) if a.allowed]
+
+            def respond(results):
+                results = iter(results)
+                return self._groupsResponse(cls, wanted, [a.finish(next(results) if a.allowed else None) for a in access])
+
+            reply = Reply(context, respond)
             if coordinator is None:
-                reply([OffsetFetchResult(E.coordinator_not_available)] * len(wanted))
+                reply([OffsetFetchResult(E.coordinator_not_available)] * len(asked))
+            elif asked:
+                coordinator.fetchOffsetsOfGroups(reply, asked, requireStable)
             else:
-                coordinator.fetchOffsetsOfGroups(reply, wanted, requireStable)
+                reply([])
             return reply.response()
-        reply = Reply(context, lambda result: self._response(cls, request, result))
-        if coordinator is None:
+        access = _FetchAccess(self, context, request.group_id, self._partitions(request.topics))
+        reply = Reply(context, lambda result: self._response(cls, request, access.finish(result)))
+        if not access.allowed:
+            reply(None)
+        elif coordinator is None:
             reply(OffsetFetchResult(E.coordinator_not_available))
         else:
-            coordinator.fetchOffsets(
-                reply, request.group_id, self._partitions(request.topics), requireStable
-            )
+            coordinator.fetchOffsets(reply, request.group_id, access.partitions, requireStable)
         return reply.response()
 
     @staticmethod
@@ -267,6 +295,47 @@ class OffsetFetchHandler(Handler):
         )
 
 
+class _FetchAccess:
+    """
+    What OffsetFetch may show of one group (Kafka's checks): nothing without
+    DESCRIBE on the group; offsets of topics the principal may not DESCRIBE
+    are left out of an all-topics answer, and refused with
+    TOPIC_AUTHORIZATION_FAILED when asked for by name.
+
+    @ivar allowed: whether the coordinator is to be asked at all.
+    @ivar partitions: what to ask it for (C{None}: every committed one).
+    """
+
+    def __init__(self, handler, context, groupId: str, partitions) -> None:
+        self.authorizer = handler.authorizer
+        self.context = context
+        self.requested = partitions
+        self.partitions = partitions
+        self.allowed = handler.allowed(context, DESCRIBE, GROUP, groupId)
+        if self.allowed and self.authorizer is not None and partitions is not None:
+            names = {topic for topic, _ in partitions}
+            describable = filterAuthorized(self.authorizer, context, DESCRIBE, TOPIC, names)
+            self.partitions = [tp for tp in partitions if tp[0] in describable]
+
+    def finish(self, result: OffsetFetchResult | None) -> OffsetFetchResult:
+        """
+        @param result: the coordinator's answer, C{None} if not asked.
+        """
+        if not self.allowed:
+            return OffsetFetchResult(E.group_authorization_failed)
+        if self.authorizer is None or result.errorCode != E.none:
+            return result
+        if self.requested is None:
+            visible = filterAuthorized(
+                self.authorizer, self.context, DESCRIBE, TOPIC, {t for t, _ in result.offsets}, logIfDenied=False
+            )
+            return OffsetFetchResult(E.none, {tp: o for tp, o in result.offsets.items() if tp[0] in visible})
+        if len(self.partitions) == len(self.requested):
+            return result
+        refused = FetchedOffset(-1, -1, "", E.topic_authorization_failed)
+        return OffsetFetchResult(E.none, {tp: result.offsets.get(tp, refused) for tp in self.requested})
+
+
 class OffsetDeleteHandler(Handler):
     """
     OffsetDelete v0 (KIP-496).  Unknown partitions are refused with
@@ -285,6 +354,9 @@ class OffsetDeleteHandler(Handler):
         Partition = nested(cls, "OffsetDeleteResponsePartition")
         broker = self.broker
         coordinator = broker.groupCoordinator
+        if not self.allowed(context, DELETE, GROUP, request.group_id):
+            return make(cls, error_code=E.group_authorization_failed, throttle_time=NO_THROTTLE, topics=())
+        readable = filterAuthorized(self.authorizer, context, READ, TOPIC, {t.name for t in request.topics})
         order = []
         known = []
         errors: dict = {}
@@ -292,7 +364,9 @@ class OffsetDeleteHandler(Handler):
             for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
-                if _partitionExists(broker, *tp):
+                if topic.name not in readable:
+                    errors[tp] = E.topic_authorization_failed
+                elif _partitionExists(broker, *tp):
                     known.append(tp)
                 else:
                     errors[tp] = E.unknown_topic_or_partition

@@ -15,6 +15,13 @@ answers COORDINATOR_NOT_AVAILABLE, which clients treat as "look the
 coordinator up again later", as Kafka does while C{__consumer_offsets} is
 being created or loaded.
 
+With an authorizer, each checks what Kafka's C{KafkaApis} checks: READ on
+the group to join, sync, heartbeat or leave; DESCRIBE to find its
+coordinator or describe it; DELETE to delete it; ListGroups lists the groups
+the principal may describe (all of them with DESCRIBE on the cluster).
+Refusals are GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+for a transactional id's coordinator).
+
 Version ranges cover librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
 (see the client-compat notes) within what C{kio} has schemas for.
 """
@@ -52,6 +59,14 @@ from kafkatwist.protocol.entities import (
     make,
     nested,
 )
+from kafkatwist.security.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operationsBitfield,
+)
+from kafkatwist.security.checks import authorizedOperations, filterAuthorized
 
 __all__ = [
     "DeleteGroupsHandler",
@@ -71,10 +86,12 @@ E = ErrorCode
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
-#: the operations a group resource supports (READ, DELETE, DESCRIBE as
-#: Kafka's C{AclOperation} bit positions), reported when a DescribeGroups
-#: asks for authorized operations: without ACLs everything is allowed
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: the operations a group resource supports, as Kafka's C{AclOperation} bit
+#: positions: what DescribeGroups reports without an authorizer
+ALL_GROUP_OPERATIONS = operationsBitfield(SUPPORTED_OPERATIONS[ResourceType.GROUP])
+
+READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+GROUP = ResourceType.GROUP
 
 #: ListGroups v5 group type of every group here (no KIP-848 groups)
 CLASSIC_GROUP_TYPE = "classic"
@@ -111,7 +128,7 @@ class FindCoordinatorHandler(Handler):
         else:
             keys = (request.key,)
         endpoint = self.broker.advertisedListenerFor(context.listenerName)
-        answers = [(key, *self._lookup(keyType, endpoint)) for key in keys]
+        answers = [(key, *(self._refusal(context, keyType, key) or self._lookup(keyType, endpoint))) for key in keys]
         if has(cls, "coordinators"):
             Coordinator = nested(cls, "Coordinator")
             return make(
@@ -140,6 +157,19 @@ class FindCoordinatorHandler(Handler):
             host=host,
             port=port,
         )
+
+    def _refusal(self, context, keyType: int, key: str):
+        """
+        DESCRIBE on the group or transactional id, or its refusal as a
+        C{_lookup} answer.
+        """
+        if keyType == KEY_TYPE_GROUP and not self.allowed(context, DESCRIBE, GROUP, key):
+            return (E.group_authorization_failed, -1, "", -1)
+        if keyType == KEY_TYPE_TRANSACTION and not self.allowed(
+            context, DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            return (E.transactional_id_authorization_failed, -1, "", -1)
+        return None
 
     def _lookup(self, keyType: int, endpoint) -> tuple[ErrorCode, int, str, int]:
         """
@@ -184,6 +214,8 @@ class JoinGroupHandler(_GroupHandler):
         version = context.apiVersion
         cls = responseType(JOIN_GROUP, version)
         memberId = request.member_id or ""
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            return self.response(cls, version, JoinGroupResult.failed(memberId, E.group_authorization_failed))
         coordinator = self.coordinator
         if coordinator is None:
             return self.response(cls, version, JoinGroupResult.failed(memberId, E.coordinator_not_available))
@@ -256,6 +288,8 @@ class SyncGroupHandler(_GroupHandler):
     def handle(self, context, request):
         version = context.apiVersion
         cls = responseType(SYNC_GROUP, version)
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            return self.response(cls, SyncGroupResult(E.group_authorization_failed))
         coordinator = self.coordinator
         if coordinator is None:
             return self.response(cls, SyncGroupResult(E.coordinator_not_available))
@@ -303,7 +337,9 @@ class HeartbeatHandler(_GroupHandler):
         cls = responseType(HEARTBEAT, context.apiVersion)
         reply = Reply(context, lambda code: make(cls, throttle_time=NO_THROTTLE, error_code=code))
         coordinator = self.coordinator
-        if coordinator is None:
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            reply(E.group_authorization_failed)
+        elif coordinator is None:
             reply(E.coordinator_not_available)
         else:
             coordinator.heartbeat(
@@ -338,7 +374,9 @@ class LeaveGroupHandler(_GroupHandler):
             members = [(request.member_id, None)]
         reply = Reply(context, lambda result: self.response(cls, result))
         coordinator = self.coordinator
-        if coordinator is None:
+        if not self.allowed(context, READ, GROUP, request.group_id):
+            reply(LeaveGroupResult(E.group_authorization_failed))
+        elif coordinator is None:
             reply(LeaveGroupResult(E.coordinator_not_available))
         else:
             coordinator.leaveGroup(reply, request.group_id, members)
@@ -383,22 +421,34 @@ class DescribeGroupsHandler(_GroupHandler):
     def handle(self, context, request):
         cls = responseType(DESCRIBE_GROUPS, context.apiVersion)
         includeOps = getattr(request, "include_authorized_operations", False)
-        operations = ALL_GROUP_OPERATIONS if includeOps else OPERATIONS_OMITTED
-        reply = Reply(context, lambda descriptions: self.response(cls, operations, descriptions))
+        authorizer = self.authorizer
+        # Kafka answers the groups the principal may describe, then the
+        # refused ones.
+        describable = filterAuthorized(authorizer, context, DESCRIBE, GROUP, request.groups)
+        wanted = [g for g in request.groups if g in describable]
+        refused = [
+            GroupDescription(E.group_authorization_failed, groupId, "", "", "")
+            for groupId in request.groups
+            if groupId not in describable
+        ]
+
+        def operations(groupId):
+            if not includeOps:
+                return OPERATIONS_OMITTED
+            return authorizedOperations(authorizer, context, GROUP, groupId)
+
+        reply = Reply(context, lambda descriptions: self.response(cls, operations, [*descriptions, *refused]))
         coordinator = self.coordinator
         if coordinator is None:
-            reply(
-                [
-                    GroupDescription(E.coordinator_not_available, groupId, "", "", "")
-                    for groupId in request.groups
-                ]
-            )
+            reply([GroupDescription(E.coordinator_not_available, groupId, "", "", "") for groupId in wanted])
+        elif wanted:
+            coordinator.describeGroups(reply, wanted)
         else:
-            coordinator.describeGroups(reply, list(request.groups))
+            reply([])
         return reply.response()
 
     @staticmethod
-    def response(cls, operations: int, descriptions):
+    def response(cls, operations, descriptions):
         Group = nested(cls, "DescribedGroup")
         Member = nested(cls, "DescribedGroupMember")
         return make(
@@ -425,7 +475,7 @@ class DescribeGroupsHandler(_GroupHandler):
                         for m in desc.members
                     ),
                     authorized_operations=(
-                        operations if desc.errorCode == E.none else OPERATIONS_OMITTED
+                        operations(desc.groupId) if desc.errorCode == E.none else OPERATIONS_OMITTED
                     ),
                 )
                 for desc in descriptions
@@ -447,7 +497,15 @@ class ListGroupsHandler(_GroupHandler):
         cls = responseType(LIST_GROUPS, context.apiVersion)
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         classic = not types or CLASSIC_GROUP_TYPE in types
-        reply = Reply(context, lambda result: self.response(cls, result, classic))
+        visible = None
+        if not self.allowed(context, DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
+            # Only the groups the principal may describe, silently.
+            authorizer = self.authorizer
+
+            def visible(groupIds):
+                return filterAuthorized(authorizer, context, DESCRIBE, GROUP, groupIds, logIfDenied=False)
+
+        reply = Reply(context, lambda result: self.response(cls, result, classic, visible))
         coordinator = self.coordinator
         if coordinator is None:
             reply(ListGroupsResult(E.coordinator_not_available))
@@ -456,8 +514,12 @@ class ListGroupsHandler(_GroupHandler):
         return reply.response()
 
     @staticmethod
-    def response(cls, result: ListGroupsResult, classic: bool):
+    def response(cls, result: ListGroupsResult, classic: bool, visible=None):
         Listed = nested(cls, "ListedGroup")
+        groups = result.groups if classic else ()
+        if visible is not None:
+            allowed = visible([g.groupId for g in groups])
+            groups = [g for g in groups if g.groupId in allowed]
         return make(
             cls,
             throttle_time=NO_THROTTLE,
@@ -470,7 +532,7 @@ class ListGroupsHandler(_GroupHandler):
                     group_state=g.state,
                     group_type=CLASSIC_GROUP_TYPE,
                 )
-                for g in (result.groups if classic else ())
+                for g in groups
             ),
         )
 
@@ -490,12 +552,17 @@ class DeleteGroupsHandler(_GroupHandler):
         # Kafka answers from a map keyed by group: a repeated name is
         # deleted (and reported) once.
         names = list(dict.fromkeys(request.groups_names))
-        reply = Reply(context, lambda codes: self.response(cls, names, codes))
+        deletable = filterAuthorized(self.authorizer, context, DELETE, GROUP, names)
+        refused = {name: E.group_authorization_failed for name in names if name not in deletable}
+        allowed = [name for name in names if name in deletable]
+        reply = Reply(context, lambda codes: self.response(cls, names, {**codes, **refused}))
         coordinator = self.coordinator
         if coordinator is None:
-            reply({name: E.coordinator_not_available for name in names})
+            reply({name: E.coordinator_not_available for name in allowed})
+        elif allowed:
+            coordinator.deleteGroups(reply, allowed)
         else:
-            coordinator.deleteGroups(reply, names)
+            reply({})
         return reply.response()
 
     @staticmethod

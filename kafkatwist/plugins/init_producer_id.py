@@ -28,12 +28,11 @@ from kafkatwist.coordinator.transaction.coordinator import InitProducerIdResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, make
-from kafkatwist.security.acl import AclOperation, ResourceType
-from kafkatwist.security.checks import authorize
 from kafkatwist.protocol.apis import (
     INIT_PRODUCER_ID,
     responseType,
 )
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 BLOCK_SIZE = 1000
 
@@ -90,6 +89,9 @@ class InitProducerIdHandler(Handler):
                 cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
                 producer_id=-1, producer_epoch=-1,
             )
+        refusal = self._refusal(context, request.transactional_id)
+        if refusal is not None:
+            return make(cls, throttle_time=NO_THROTTLE, error_code=refusal, producer_id=-1, producer_epoch=-1)
         expectedId = getattr(request, "producer_id", -1)
         expectedEpoch = getattr(request, "producer_epoch", -1)
         if (expectedId == -1) != (expectedEpoch == -1):
@@ -121,14 +123,6 @@ class InitProducerIdHandler(Handler):
             )
 
         transactionalId = request.transactional_id
-        authorizer = getattr(self.broker, "authorizer", None)
-        if authorizer is not None and not authorize(
-            authorizer, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
-            transactionalId,
-        ):
-            return response(
-                InitProducerIdResult(ErrorCode.transactional_id_authorization_failed)
-            )
         coordinator = getattr(self.broker, "transactionCoordinator", None)
         if coordinator is None:
             return response(InitProducerIdResult(ErrorCode.coordinator_not_available))
@@ -138,6 +132,24 @@ class InitProducerIdHandler(Handler):
             expectedEpoch, self.ids.nextId(),
         )
         return reply.response()
+
+    def _refusal(self, context, transactionalId) -> ErrorCode | None:
+        """
+        Kafka's checks: WRITE on the transactional id; without one,
+        IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
+        """
+        authorizer = self.authorizer
+        if authorizer is None:
+            return None
+        if transactionalId is not None:
+            if not self.allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactionalId):
+                return ErrorCode.transactional_id_authorization_failed
+            return None
+        if self.allowed(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
+            return None
+        if authorizer.authorizeByResourceType(context, AclOperation.WRITE, ResourceType.TOPIC):
+            return None
+        return ErrorCode.cluster_authorization_failed
 
 
 initProducerId = HandlerPlugin(

@@ -7,6 +7,9 @@ decoding that one batch, since a batch's records may be out of timestamp
 order and clients expect the exact record (as Kafka answers).  This is an
 admin-path cost, never paid on produce or fetch.
 
+With an authorizer, each topic needs DESCRIBE (TOPIC_AUTHORIZATION_FAILED
+for its partitions otherwise).
+
 The batch is decoded as stored data is (L{kafkatwist.log.stored}): checked
 again and inflated within a bound, so a damaged batch or a compression bomb
 answers CORRUPT_MESSAGE for its partition, logged once, instead of closing
@@ -26,6 +29,8 @@ from kafkatwist.log.stored import (
 )
 from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
+from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.checks import filterAuthorized
 
 LATEST = -1
 EARLIEST = -2
@@ -46,12 +51,18 @@ class ListOffsetsHandler(Handler):
         Partition = nested(cls, "ListOffsetsPartitionResponse")
         logManager = self.broker.logManager
         readCommitted = getattr(request, "isolation_level", 0) == READ_COMMITTED
+        describable = filterAuthorized(
+            self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+        )
         topics = []
         for topic in request.topics:
             partitions = []
+            refused = topic.name not in describable
             for p in topic.partitions:
-                log = logManager.getLog(topic.name, p.partition_index) if logManager else None
-                if log is None:
+                log = logManager.getLog(topic.name, p.partition_index) if logManager and not refused else None
+                if refused:
+                    error, timestamp, offset = ErrorCode.topic_authorization_failed, -1, -1
+                elif log is None:
                     error, timestamp, offset = ErrorCode.unknown_topic_or_partition, -1, -1
                 else:
                     try:

@@ -1,6 +1,11 @@
 """
 Metadata: this broker, under the listener the request came in on, and the
 topics the log holds (auto-creating requested ones when allowed).
+
+With an authorizer (Kafka's C{handleTopicMetadataRequest}): only topics the
+principal may DESCRIBE are listed; one asked for by name that it may not is
+answered TOPIC_AUTHORIZATION_FAILED, as is auto-creation without CREATE on
+the cluster or the topic; the authorized-operations fields are computed.
 """
 
 import uuid
@@ -9,11 +14,13 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from kafkatwist.security.checks import authorize, authorizedOperations, clusterOperations, filterAuthorized
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-#: every operation a topic / the cluster supports, as Kafka encodes them
-ALL_TOPIC_OPERATIONS = 0b0000_1101_1111_1000
-ALL_CLUSTER_OPERATIONS = 0b0001_1110_1111_1100
+
+DESCRIBE, CREATE = AclOperation.DESCRIBE, AclOperation.CREATE
+TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
 
 class MetadataHandler(Handler):
@@ -60,13 +67,28 @@ class MetadataHandler(Handler):
             broker.config["auto.create.topics.enable"]
         )
         includeOps = getattr(request, "include_topic_authorized_operations", False)
+        authorizer = self.authorizer
+        allTopics = requested is None or (version == 0 and not requested)
+        # Topics the principal may not describe are left out of an
+        # all-topics answer, and refused by name otherwise, before their
+        # existence is looked at (Kafka does not disclose it).
+        describable = filterAuthorized(
+            authorizer, context, DESCRIBE, TOPIC, (n for n, _ in wanted if n is not None), logIfDenied=not allTopics
+        )
         topics = invalid
         for name, unknownId in wanted:
             if name is None:
                 topics.append(self._errorTopic(Topic, None, unknownId, ErrorCode.unknown_topic_id))
                 continue
+            if name not in describable:
+                if not allTopics:
+                    topics.append(self._errorTopic(Topic, name, None, ErrorCode.topic_authorization_failed))
+                continue
             info = known.get(name)
             if info is None and allowCreate and logManager is not None and name not in INTERNAL_TOPICS:
+                if not self._mayCreate(context, name):
+                    topics.append(self._errorTopic(Topic, name, None, ErrorCode.topic_authorization_failed))
+                    continue
                 try:
                     info = logManager.createTopic(name, broker.config["num.partitions"], {})
                 except KafkaError as e:
@@ -100,7 +122,9 @@ class MetadataHandler(Handler):
                     topic_id=info.topicId,
                     is_internal=name in INTERNAL_TOPICS,
                     partitions=partitions,
-                    topic_authorized_operations=ALL_TOPIC_OPERATIONS if includeOps else OPERATIONS_OMITTED,
+                    topic_authorized_operations=(
+                        authorizedOperations(authorizer, context, TOPIC, name) if includeOps else OPERATIONS_OMITTED
+                    ),
                 )
             )
         includeClusterOps = getattr(request, "include_cluster_authorized_operations", False)
@@ -112,8 +136,18 @@ class MetadataHandler(Handler):
             controller_id=nodeId,
             topics=tuple(topics),
             cluster_authorized_operations=(
-                ALL_CLUSTER_OPERATIONS if includeClusterOps else OPERATIONS_OMITTED
+                clusterOperations(authorizer, context) if includeClusterOps else OPERATIONS_OMITTED
             ),
+        )
+
+    def _mayCreate(self, context, name: str) -> bool:
+        """
+        Auto-creation needs CREATE on the cluster or on the topic.
+        """
+        authorizer = self.authorizer
+        return authorizer is None or (
+            authorize(authorizer, context, CREATE, CLUSTER, CLUSTER_NAME, logIfDenied=False)
+            or authorize(authorizer, context, CREATE, TOPIC, name)
         )
 
     @staticmethod

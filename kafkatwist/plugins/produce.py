@@ -7,6 +7,9 @@ Clients may not append to the broker's internal topics
 (C{__consumer_offsets}, C{__transaction_state}): INVALID_TOPIC_EXCEPTION,
 as Kafka answers.
 
+With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
+its partitions otherwise); without one the check is a single comparison.
+
 Idempotent producers: the log checks producer epochs and sequences and
 refuses with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER; a
 retried batch comes back with ErrorCode.none and its original base offset.
@@ -27,17 +30,16 @@ this costs more than one bit test per partition.
 
 from __future__ import annotations
 
-import time
-
 import struct
+import time
 
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
-from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, TRANSACTIONAL_BIT
+from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
@@ -70,6 +72,10 @@ def transactionalProducer(records):
     if not attributes & TRANSACTIONAL_BIT:
         return None
     return _PRODUCER.unpack_from(records, _PRODUCER_AT)
+
+
+WRITE = AclOperation.WRITE
+TOPIC = ResourceType.TOPIC
 
 
 class ProduceHandler(Handler):
@@ -106,9 +112,9 @@ class ProduceHandler(Handler):
                 break
         if producer is not None:
             return self._transactional(context, request, producer, wake, account)
-        return self._appendAll(request, version, wake, account)
+        return self._appendAll(context, request, version, wake, account)
 
-    def _appendAll(self, request, version, wake, account, verified=None):
+    def _appendAll(self, context, request, version, wake, account, verified=None):
         """
         Append every partition and build the answer.
 
@@ -116,11 +122,19 @@ class ProduceHandler(Handler):
             the error that partition gets instead of an append.
         """
         logManager = self.broker.logManager
+        authorizer = self.authorizer
         nowMs = int(time.time() * 1000)
         results = []
         for topic in request.topic_data:
             name = topic.name
-            if name in INTERNAL_TOPICS:
+            if authorizer is not None and not authorize(authorizer, context, WRITE, TOPIC, name):
+                # Kafka's answer before it looks for the topic, so a refused
+                # client does not learn which topics exist.
+                partitions = [
+                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+                    for data in topic.partition_data
+                ]
+            elif name in INTERNAL_TOPICS:
                 # The broker's own state (committed offsets, transactions):
                 # only the broker appends there, as in Kafka.
                 partitions = [
@@ -159,7 +173,7 @@ class ProduceHandler(Handler):
         version = context.apiVersion
         broker = self.broker
         transactionalId = getattr(request, "transactional_id", None)
-        authorizer = getattr(broker, "authorizer", None)
+        authorizer = self.authorizer
         everything = [
             (topic.name, data.index) for topic in request.topic_data for data in topic.partition_data
         ]
@@ -171,7 +185,7 @@ class ProduceHandler(Handler):
             )
         ):
             refused = dict.fromkeys(everything, E.transactional_id_authorization_failed)
-            return self._appendAll(request, version, wake, account, refused)
+            return self._appendAll(context, request, version, wake, account, refused)
         producerId, epoch = producer
         logManager = broker.logManager
         verified: dict = {}
@@ -192,12 +206,12 @@ class ProduceHandler(Handler):
                 verified[tp] = log.verificationGuard(producerId)
                 unverified.append(tp)
         if not unverified:
-            return self._appendAll(request, version, wake, account, verified)
+            return self._appendAll(context, request, version, wake, account, verified)
         coordinator = getattr(broker, "transactionCoordinator", None)
         if coordinator is None:
             for tp in unverified:
                 verified[tp] = E.not_enough_replicas
-            return self._appendAll(request, version, wake, account, verified)
+            return self._appendAll(context, request, version, wake, account, verified)
 
         def answered(result):
             if isinstance(result, dict):
@@ -209,7 +223,7 @@ class ProduceHandler(Handler):
                 error = result if isinstance(result, ErrorCode) else E.not_enough_replicas
                 for tp in unverified:
                     verified[tp] = _VERIFY_ERRORS.get(error, error)
-            return self._appendAll(request, version, wake, account, verified)
+            return self._appendAll(context, request, version, wake, account, verified)
 
         if request.acks == 0:
             # Nothing to answer: append once verified, wherever that is.

@@ -21,10 +21,9 @@ from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, responseType
 from kafkatwist.protocol.entities import make, ms
 from kafkatwist.security.errors import AuthenticationFailed
-from kafkatwist.security.session import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 log = Logger()
 

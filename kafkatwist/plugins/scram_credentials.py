@@ -15,16 +15,13 @@ from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.apis import responseType
+from kafkatwist.protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import AclOperation
 from kafkatwist.security.checks import CLUSTER_AUTHORIZATION_FAILED_MESSAGE, authorizeCluster
 from kafkatwist.security.scram import BY_TYPE, credentialFromSaltedPassword
 
 log = Logger()
-
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
 
 _DUPLICATE_DESCRIBE = "Cannot describe SCRAM credentials for the same user twice in a single request: "
 _MISSING_DESCRIBE = "Attempt to describe a user credential that does not exist: "
@@ -45,7 +42,7 @@ class DescribeUserScramCredentialsHandler(Handler):
         Result = nested(cls, "DescribeUserScramCredentialsResult")
         Info = nested(cls, "CredentialInfo")
         asked = [user.name for user in request.users or ()]
-        if not authorizeCluster(self.broker.authorizer, context, AclOperation.DESCRIBE):
+        if not authorizeCluster(self.authorizer, context, AclOperation.DESCRIBE):
             code, message = ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE
             results = tuple(
                 make(Result, user=name, error_code=code, error_message=message, credential_infos=())
@@ -96,7 +93,7 @@ class AlterUserScramCredentialsHandler(Handler):
         def result(name, code=ErrorCode.none, message=None):
             return make(Result, user=name, error_code=code, error_message=message)
 
-        if not authorizeCluster(self.broker.authorizer, context, AclOperation.ALTER):
+        if not authorizeCluster(self.authorizer, context, AclOperation.ALTER):
             names = _unique([d.name for d in request.deletions] + [u.name for u in request.upsertions])
             results = tuple(
                 result(name, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)

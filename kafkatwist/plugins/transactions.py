@@ -43,7 +43,6 @@ from kafkatwist.protocol.apis import (
 )
 from kafkatwist.protocol.entities import NO_THROTTLE, make, ms, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from kafkatwist.security.checks import authorize
 
 __all__ = [
     "AddOffsetsToTxnHandler",
@@ -87,10 +86,6 @@ class _TxnHandler(Handler):
     @property
     def coordinator(self):
         return getattr(self.broker, "transactionCoordinator", None)
-
-    def allowed(self, context, operation, resourceType, name: str) -> bool:
-        authorizer = getattr(self.broker, "authorizer", None)
-        return authorizer is None or authorize(authorizer, context, operation, resourceType, name)
 
     def partitionExists(self, topic: str, partition: int) -> bool:
         logManager = self.broker.logManager

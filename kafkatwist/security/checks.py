@@ -23,6 +23,7 @@ __all__ = [
     "authorize",
     "authorizeCluster",
     "authorizedOperations",
+    "clusterOperations",
     "filterAuthorized",
 ]
 
@@ -81,6 +82,17 @@ def authorizedOperations(authorizer, context, resourceType: ResourceType, resour
     ops = SUPPORTED_OPERATIONS[resourceType]
     results = authorizer.authorize(context, [Action(op, resourceType, resourceName, False, False) for op in ops])
     return operationsBitfield(op for op, ok in zip(ops, results) if ok)
+
+
+def clusterOperations(authorizer, context) -> int:
+    """
+    The cluster-authorized-operations field (Metadata v8-10,
+    DescribeCluster): the cluster's operations the principal may do, or 0
+    if it may not DESCRIBE the cluster.
+    """
+    if not authorize(authorizer, context, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return authorizedOperations(authorizer, context, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def authorizationError(resourceType: ResourceType) -> ErrorCode:

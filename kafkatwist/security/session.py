@@ -25,23 +25,19 @@ import struct
 import time
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.protocol.apis import API_VERSIONS, apiName, requestType
+from kafkatwist.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, apiName, requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.security.errors import AuthenticationFailed
 from kafkatwist.security.plain import PLAIN, PlainServer
 from kafkatwist.security.scram import MECHANISMS, ScramServer
 
 __all__ = [
-    "SASL_AUTHENTICATE",
     "SASL_MAX_RECEIVE_SIZE",
     "SASL_HANDSHAKE",
     "SaslSession",
     "rawTokenRequestFrame",
     "rawTokenResponse",
 ]
-
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 
 #: Kafka's sasl.server.max.receive.size default: the largest frame taken
 #: from a client that has not authenticated yet

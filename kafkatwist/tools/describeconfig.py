@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from kafkatwist.config import KEYS
 
+from kafkatwist.config import KEYS
+
 
 def describeConfig(config, out) -> None:
     out.write(f"All configs for broker {config.nodeId} are:\n")

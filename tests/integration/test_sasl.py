@@ -303,3 +303,31 @@ def test_users_survive_restart(tmp_path, pki):
         assert AdminClient(config).list_topics(timeout=15).cluster_id
     finally:
         broker.stop()
+
+
+def test_reauthentication(tmp_path, pki):
+    """
+    KIP-368: with connections.max.reauth.ms the client is told its session
+    lifetime and re-authenticates on the same connection before it ends;
+    librdkafka does, and keeps producing without reconnecting.
+    """
+    from confluent_kafka import Producer
+
+    broker = securedBroker(str(tmp_path), pki, **{"connections.max.reauth.ms": "1500"})
+    broker.start()
+    try:
+        grantAlice(broker, pki)
+        config = confluentConfig(broker, "SASL_SSL", "SCRAM-SHA-512", ALICE, pki)
+        producer = Producer(config)
+        errors = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            producer.produce("t-reauth", b"x", on_delivery=lambda err, msg: err and errors.append(err))
+            producer.flush(10)
+            time.sleep(0.2)
+        assert errors == []
+        output = broker.output()
+        assert "SASL session expired" not in output
+        assert "Failed authentication" not in output
+    finally:
+        broker.stop()

@@ -6,11 +6,13 @@ the test's thread (C{LogCleaner.cleanOnce}).
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import pytest
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.log.cleaner import CLEANER_CHECKPOINT, LogCleaner
+from kafkatwist.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, _Runner
 from kafkatwist.log.compaction import DELETE_HORIZON_BIT
 from kafkatwist.protocol.records import Record, buildBatch
 
@@ -381,3 +383,34 @@ def test_retentionDuringPassAbortsSwap(harness):
     assert c.checkpoint("t", 0) is None
     log.replaceSegments = original
     assert c.cleanOnce() is not None
+
+
+def test_cleanerProcessDiesMidPass(disk):
+    """
+    A cleaner process that dies mid-pass costs the pass, nothing else: the
+    cleaned files it was writing go, the log is as it was, and the next pass
+    starts a new process.
+    """
+    manager = disk.make()
+    manager.createTopic("t", 1, COMPACT)
+    log = manager.getLog("t", 0)
+    fill(log, 20)
+    before = readAll(log)
+    # Throttled to a crawl: the pass is still mapping when it is killed.
+    c = cleaner(manager, inProcess=False, maxIoBytesPerSecond=5000)
+    try:
+        ltc = c.grabFilthiestLog()
+        runner = _Runner(c, inProcess=False)
+        c._runners.append(runner)
+        runner.worker._start()
+        # What it would have left had it been writing a cleaned segment.
+        open(os.path.join(log.directory, "00000000000000000000.log.cleaned"), "wb").close()
+        threading.Timer(0.5, lambda: os.kill(runner.worker.pid, signal.SIGKILL)).start()
+        assert c.cleanLog(ltc, runner) is None
+        assert readAll(log) == before
+        assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+        c.maxIoBytesPerSecond = 1.7976931348623157e308
+        assert c.cleanOnce() is not None
+        assert expectedLatest(readAll(log)) == expectedLatest(before)
+    finally:
+        c.stop()

@@ -41,9 +41,14 @@ def compacted(brokerFactory):
             client.produce(
                 topic, 0, [Record(key=b"k%d" % k, value=b"v%d-%d" % (r, k)) for k in range(KEYS)]
             )
+        # Cleaned, and no more to clean: the cleaner has gone quiet.
         deadline = time.monotonic() + 60
-        while not re.search(rf"cleaned {topic}-0 up to", broker.output()):
+        passes, quietSince = 0, time.monotonic()
+        while not passes or time.monotonic() - quietSince < 1.5:
             assert time.monotonic() < deadline, "not cleaned"
+            found = len(re.findall(rf"cleaned {topic}-0 up to", broker.output()))
+            if found != passes:
+                passes, quietSince = found, time.monotonic()
             time.sleep(0.05)
         left = {}
         offset = 0
