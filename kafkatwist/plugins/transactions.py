@@ -142,8 +142,6 @@ class AddPartitionsToTxnHandler(_TxnHandler):
             return everyone(E.invalid_request)
         if not self.allowed(context, AclOperation.WRITE, TXN_ID, transactionalId):
             return everyone(E.transactional_id_authorization_failed)
-        if coordinator is None:
-            return everyone(E.coordinator_not_available)
         failed = {}
         for topic, partition in wanted:
             if not self.allowed(context, AclOperation.WRITE, ResourceType.TOPIC, topic):
@@ -154,6 +152,8 @@ class AddPartitionsToTxnHandler(_TxnHandler):
             return response(
                 {tp: failed.get(tp, E.operation_not_attempted) for tp in wanted}
             )
+        if coordinator is None:
+            return everyone(E.coordinator_not_available)
         reply = Reply(context, everyone)
         coordinator.addPartitions(
             reply, transactionalId, request.v3_and_below_producer_id,
@@ -380,8 +380,6 @@ class TxnOffsetCommitHandler(_TxnHandler):
             return response(E.group_authorization_failed)
         groups = self.broker.groupCoordinator
         coordinator = self.coordinator
-        if groups is None or coordinator is None:
-            return response(E.coordinator_not_available)
         offsets = {}
         for topic in request.topics:
             readable = self.allowed(context, AclOperation.READ, ResourceType.TOPIC, topic.name)
@@ -399,6 +397,8 @@ class TxnOffsetCommitHandler(_TxnHandler):
                     )
         if not offsets:
             return response()
+        if groups is None or coordinator is None:
+            return response(dict.fromkeys(offsets, E.coordinator_not_available))
         commit = TxnCommitRequest(
             groupId=groupId,
             producerId=request.producer_id,
@@ -510,10 +510,11 @@ class DescribeTransactionsHandler(_TxnHandler):
 
         def state(transactionalId, error, found=None):
             if found is None or error != E.none:
+                # Kafka's message defaults (zeros) beside an error.
                 return State(
                     error_code=error, transactional_id=transactionalId, transaction_state="",
-                    transaction_timeout=ms(0), transaction_start_time=_epochMs(-1),
-                    producer_id=-1, producer_epoch=-1, topics=(),
+                    transaction_timeout=ms(0), transaction_start_time=_epochMs(0),
+                    producer_id=0, producer_epoch=0, topics=(),
                 )
             byTopic: dict[str, list] = {}
             for topic, partition in sorted(found.partitions):
