@@ -191,6 +191,11 @@ class SinkConfig:
     retries: int = 3
     retryBackoffMs: int = 100
     requestTimeoutMs: int = 30_000
+    #: C{kafka.transactional.id}: the exactly-once mode's prefix of each
+    #: task's transactional id (C{None}: at-least-once)
+    transactionalIdPrefix: str | None = None
+    #: C{kafka.transaction.timeout.ms}
+    transactionTimeoutMs: int = 60_000
 
 
 # -- option names ------------------------------------------------------------
@@ -245,6 +250,8 @@ COMPRESSION = "kafka.compression.type"
 BATCH_SIZE = "kafka.batch.size"
 RETRIES = "kafka.retries"
 RETRY_BACKOFF = "kafka.retry.backoff.ms"
+TRANSACTIONAL_ID = "kafka.transactional.id"
+TRANSACTION_TIMEOUT = "kafka.transaction.timeout.ms"
 
 _CONNECTION_OPTIONS = (
     BOOTSTRAP, SECURITY_PROTOCOL, TRUSTSTORE_LOCATION, TRUSTSTORE_TYPE, TRUSTSTORE_CERTIFICATES,
@@ -261,7 +268,8 @@ _SOURCE_OPTIONS = _CONNECTION_OPTIONS + (
     ISOLATION_LEVEL, "kafka.group.id",
 )
 _SINK_OPTIONS = _CONNECTION_OPTIONS + (
-    TOPIC, ACKS, COMPRESSION, BATCH_SIZE, RETRIES, RETRY_BACKOFF,
+    TOPIC, ACKS, COMPRESSION, BATCH_SIZE, RETRIES, RETRY_BACKOFF, TRANSACTIONAL_ID,
+    TRANSACTION_TIMEOUT,
 )
 
 #: Kafka client settings Spark's Kafka source refuses, and why; same here.
@@ -280,8 +288,9 @@ _REFUSED_PRODUCER = {
     "kafka.key.serializer": "keys are written as bytes; cast them to string or binary instead",
     "kafka.value.serializer": "values are written as bytes; cast them to string or binary instead",
     "kafka.interceptor.classes": "interceptors are Java classes; the sink has none",
-    "kafka.enable.idempotence": "the sink is at-least-once and does not use idempotent produce",
-    "kafka.transactional.id": "the sink is at-least-once and does not use transactions",
+    "kafka.enable.idempotence": (
+        "set 'kafka.transactional.id' for the exactly-once mode, whose writes are idempotent"
+    ),
 }
 
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -824,7 +833,19 @@ def parseSinkOptions(options: Mapping[str, str]) -> SinkConfig:
             f"option 'kafka.compression.type' must be one of {', '.join(_COMPRESSIONS)}, "
             f"not {compression!r}",
         )
+    prefix = opts.text(TRANSACTIONAL_ID)
+    if prefix is not None:
+        if not prefix:
+            raise OptionError(TRANSACTIONAL_ID, "option 'kafka.transactional.id' is empty")
+        if acksByName[acksText] != -1:
+            raise OptionError(
+                ACKS,
+                "option 'kafka.acks' must be all with 'kafka.transactional.id' "
+                "(transactions need every write acknowledged)",
+            )
     return SinkConfig(
+        transactionalIdPrefix=prefix,
+        transactionTimeoutMs=opts.integer(TRANSACTION_TIMEOUT, 60_000, minimum=1),
         connection=connection,
         topic=topic,
         acks=acksByName[acksText],
