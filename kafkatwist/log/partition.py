@@ -534,7 +534,9 @@ class PartitionLog:
                 found = segment.read(offset, maxBytes, minOneBatch, end)
                 if found is not None:
                     records = found
-                    if readCommitted:
+                    if readCommitted and any(
+                        getattr(s, "txnIndex", None) is not None for s in segments[i:]
+                    ):
                         upper = _offsetAfter(found, end, endOffset)
                         aborted = self._collectAborted(view, i, offset, upper)
                     break
