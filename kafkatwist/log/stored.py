@@ -20,16 +20,19 @@ validating decoder that module is getting.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
-
-import cramjam
-import lz4.frame
-import zstandard
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.throttle import storageLog
-from kafkatwist.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, batchError, compressionCodec
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT,
+    CODEC_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    batchError,
+    compressionCodec,
+)
+from kafkatwist.protocol.compression import decompress, decompressionLimit
 from kafkatwist.protocol.records import CorruptRecordError, RecordBatch, decodeBatches
 
 __all__ = [
@@ -40,19 +43,8 @@ __all__ = [
     "reportCorrupt",
 ]
 
-#: the least a decoder is allowed to inflate a batch to
-MIN_DECOMPRESSED_BYTES = 64 * 1024 * 1024
-#: a batch may inflate to this many times the topic's max.message.bytes
-DECOMPRESSION_FACTOR = 64
-
 _BATCH_LENGTH = struct.Struct(">i")
-_BATCH_LENGTH_AT = 8
 _ATTRIBUTES = struct.Struct(">h")
-_ATTRIBUTES_AT = 21
-_CODEC_MASK = 0x07
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE = 16
-_BLOCK_LENGTH = struct.Struct(">i")
 
 
 class StoredBatchError(KafkaError):
@@ -71,11 +63,20 @@ class StoredBatchError(KafkaError):
         super().__init__(ErrorCode.corrupt_message, f"stored {where} is corrupt: {reason}")
 
 
-def decompressedLimit(maxMessageBytes: int) -> int:
+# How far a stored batch may inflate, and inflating it: the produce path's
+# bound and decoders (one definition, in protocol.compression).
+decompressedLimit = decompressionLimit
+
+
+def inflate(codec: int, data, limit: int) -> bytes:
     """
-    How far a batch of a topic with C{max.message.bytes} may inflate.
+    Decompress a batch's records (C{codec} 1-4) into at most C{limit}
+    bytes.
+
+    @raise CorruptRecordError: they do not decompress, or inflate past
+        C{limit}.
     """
-    return max(MIN_DECOMPRESSED_BYTES, DECOMPRESSION_FACTOR * maxMessageBytes)
+    return decompress(codec, data, limit)
 
 
 def decodeStoredBatches(data, *, maxDecompressedBytes: int) -> Iterator[RecordBatch]:
@@ -98,14 +99,14 @@ def decodeStoredBatches(data, *, maxDecompressedBytes: int) -> Iterator[RecordBa
         codec = compressionCodec(header.attributes)
         try:
             if codec:
-                records = _decompress(
+                records = decompress(
                     codec, view[position + HEADER_SIZE : batchEnd], maxDecompressedBytes
                 )
                 plain = bytearray(view[position : position + HEADER_SIZE])
                 _BATCH_LENGTH.pack_into(
-                    plain, _BATCH_LENGTH_AT, HEADER_SIZE - LOG_OVERHEAD + len(records)
+                    plain, LOG_OVERHEAD - 4, HEADER_SIZE - LOG_OVERHEAD + len(records)  # batchLength
                 )
-                _ATTRIBUTES.pack_into(plain, _ATTRIBUTES_AT, header.attributes & ~_CODEC_MASK)
+                _ATTRIBUTES.pack_into(plain, ATTRIBUTES_AT, header.attributes & ~CODEC_MASK)
                 plain += records
             else:
                 plain = view[position:batchEnd]
@@ -132,119 +133,3 @@ def reportCorrupt(topic: str, partition: int, error: StoredBatchError, what: str
         what=what,
         reason=error.reason,
     )
-
-
-# -- bounded decompression -----------------------------------------------------------
-
-
-class _TooLarge(CorruptRecordError):
-    pass
-
-
-def _tooLarge(limit: int) -> _TooLarge:
-    return _TooLarge(f"records inflate past {limit} bytes")
-
-
-def inflate(codec: int, data, limit: int) -> bytes:
-    """
-    Decompress a batch's records (C{codec} 1-4) into at most C{limit}
-    bytes.
-
-    @raise CorruptRecordError: they do not decompress, or inflate past
-        C{limit}.
-    """
-    return _decompress(codec, data, limit)
-
-
-def _decompress(codec: int, data, limit: int) -> bytes:
-    try:
-        if codec == 1:
-            return _gunzip(bytes(data), limit)
-        if codec == 2:
-            return _unsnappy(bytes(data), limit)
-        if codec == 3:
-            return _unlz4(bytes(data), limit)
-        if codec == 4:
-            return _unzstd(bytes(data), limit)
-    except CorruptRecordError:
-        raise
-    except Exception as e:
-        raise CorruptRecordError(f"cannot decompress codec {codec} records: {e}") from None
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
-def _gunzip(data: bytes, limit: int) -> bytes:
-    out = bytearray()
-    while data:
-        d = zlib.decompressobj(47)
-        chunk = d.decompress(data, limit + 1 - len(out))
-        while True:
-            out += chunk
-            if len(out) > limit:
-                raise _tooLarge(limit)
-            if not d.unconsumed_tail:
-                break
-            chunk = d.decompress(d.unconsumed_tail, limit + 1 - len(out))
-        out += d.flush()
-        if len(out) > limit:
-            raise _tooLarge(limit)
-        if not d.eof:
-            raise CorruptRecordError("truncated gzip stream")
-        data = d.unused_data
-    return bytes(out)
-
-
-def _snappyLength(block: bytes) -> int:
-    # A raw snappy block starts with its uncompressed length (a varint).
-    value = shift = 0
-    for i, byte in enumerate(block[:5]):
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value
-        shift += 7
-    raise CorruptRecordError("bad snappy length")
-
-
-def _unsnappy(data: bytes, limit: int) -> bytes:
-    if not data.startswith(_XERIAL_MAGIC):
-        if _snappyLength(data) > limit:
-            raise _tooLarge(limit)
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    position = _XERIAL_HEADER_SIZE
-    while position < len(data):
-        if position + 4 > len(data):
-            raise CorruptRecordError("truncated xerial snappy block length")
-        (size,) = _BLOCK_LENGTH.unpack_from(data, position)
-        position += 4
-        if size < 0 or position + size > len(data):
-            raise CorruptRecordError("truncated xerial snappy block")
-        block = data[position : position + size]
-        if len(out) + _snappyLength(block) > limit:
-            raise _tooLarge(limit)
-        out += cramjam.snappy.decompress_raw(block)
-        position += size
-    return bytes(out)
-
-
-def _unlz4(data: bytes, limit: int) -> bytes:
-    out = bytearray()
-    while data:
-        d = lz4.frame.LZ4FrameDecompressor()
-        out += d.decompress(data, max_length=limit + 1 - len(out))
-        if len(out) > limit:
-            raise _tooLarge(limit)
-        if not d.eof:
-            raise CorruptRecordError("truncated lz4 frame")
-        data = d.unused_data
-    return bytes(out)
-
-
-def _unzstd(data: bytes, limit: int) -> bytes:
-    # A streaming frame need not carry its content size: read at most one
-    # byte past the limit, whatever the frames claim.
-    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
-    out = reader.read(limit + 1)
-    if len(out) > limit:
-        raise _tooLarge(limit)
-    return out

@@ -166,6 +166,13 @@ def _tooLarge(codec: int, limit: int):
     )
 
 
+def _joined(parts: list) -> bytes:
+    # One frame is the common case: no second copy of up to the limit.
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
+
+
 def _gunzip(data, limit: int) -> bytes:
     # 47 = 32 + 15: accept both gzip and zlib headers.
     return _streams(data, limit, 1, lambda: zlib.decompressobj(47))
@@ -194,7 +201,7 @@ def _streams(data, limit: int, codec: int, decoder) -> bytes:
         if not d.eof:
             raise CorruptRecordError(f"truncated {COMPRESSION_CODECS[codec]} stream")
         data = d.unused_data
-    return b"".join(out)
+    return _joined(out)
 
 
 def _snappyXerialEncode(data) -> bytes:
@@ -238,7 +245,7 @@ def _snappyDecode(data, limit: int) -> bytes:
         total += len(block)
         out.append(block)
         pos += size
-    return b"".join(out)
+    return _joined(out)
 
 
 def _unzstd(data, limit: int) -> bytes:
@@ -266,4 +273,4 @@ def _unzstd(data, limit: int) -> bytes:
         if not d.eof:
             raise CorruptRecordError("truncated zstd frame")
         data = d.unused_data
-    return b"".join(out)
+    return _joined(out)
