@@ -169,6 +169,9 @@ class SourceConfig:
     fetchMaxBytes: int = 4 << 20
     fetchRetries: int = 3
     fetchRetryIntervalMs: int = 10
+    #: C{kafka.isolation.level=read_committed}: read up to the last stable
+    #: offset and leave out aborted transactions' records
+    readCommitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -766,11 +769,11 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
             )
 
     isolation = (opts.text(ISOLATION_LEVEL) or "read_uncommitted").lower()
-    if isolation != "read_uncommitted":
+    if isolation not in ("read_uncommitted", "read_committed"):
         raise OptionError(
             ISOLATION_LEVEL,
-            f"option '{ISOLATION_LEVEL}' must be 'read_uncommitted' (the default): "
-            f"read_committed is not supported, got {isolation!r}",
+            f"option '{ISOLATION_LEVEL}' must be 'read_uncommitted' (the default) or "
+            f"'read_committed', not {isolation!r}",
         )
 
     # Kafka's consumer fetches 1 MiB per partition, but it keeps fetches in
@@ -795,6 +798,7 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
         fetchMaxBytes=fetchMaxBytes,
         fetchRetries=opts.integer(FETCH_RETRIES, 3, minimum=0),
         fetchRetryIntervalMs=opts.integer(FETCH_RETRY_INTERVAL, 10, minimum=0),
+        readCommitted=isolation == "read_committed",
     )
 
 

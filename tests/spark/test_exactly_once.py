@@ -146,6 +146,18 @@ def test_failedJobLeavesNothingAndARerunWritesOnce(spark, kafka, newTopic, tmp_p
     write(df, kafka, topic, f"eos-{topic}")
     values = readCommitted(kafka.bootstrap, topic, [0, 1])
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(ROWS))
+    # The connector's own source, read_committed, agrees; read_uncommitted
+    # also sees the failed attempt's rows.
+    committed = [
+        r.value for r in spark.read.format("kafkatwist")
+        .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", topic)
+        .option("kafka.isolation.level", "read_committed").load().collect()
+    ]
+    assert sorted(committed) == sorted(values)
+    everything = spark.read.format("kafkatwist").option(
+        "kafka.bootstrap.servers", kafka.bootstrap
+    ).option("subscribe", topic).load().count()
+    assert everything > ROWS
 
 
 def test_retriedTaskFencesItsPredecessor(kafka, newTopic):
