@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from twisted.internet import task
 
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC, partitionFor
 from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
