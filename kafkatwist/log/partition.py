@@ -339,12 +339,19 @@ class PartitionLog:
                             state.lastStableOffsetAfter(txn),
                         )
                     )
-        except OSError as e:
+        except (OSError, ValueError) as e:
             # The marker is written and the transaction over; the index is
             # rebuilt from the markers at the next start (this one is
             # not clean: see _onCleanClose).
             self.txnIndexDamaged = True
-            self._storageError("aborted-transaction index append", e)
+            if isinstance(e, OSError):
+                self._storageError("aborted-transaction index append", e)
+            else:
+                storageLog.warn(
+                    ("txnindex", self.topic, self.partition),
+                    "{topic}-{partition}: aborted-transaction index: {error}; rebuilt at the "
+                    "next start", topic=self.topic, partition=self.partition, error=e,
+                )
         finally:
             state.completeTxns(completed)
 

@@ -617,7 +617,8 @@ class FileSegment(Segment):
 
         @return: the open descriptor if C{keepOpen}.
         """
-        for suffix in (".index", ".timeindex", INDEX_CHECKSUMS):
+        # Leftovers of a segment of that name that recovery truncated away.
+        for suffix in (".index", ".timeindex", INDEX_CHECKSUMS, ".txnindex"):
             _unlinkQuietly(os.path.join(directory, segmentFileName(baseOffset, suffix)))
         path = os.path.join(directory, segmentFileName(baseOffset, ".log"))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -402,3 +402,20 @@ def test_compactionDropsAbortedRecords(harness, inProcess):
     assert markers == [2, 4]
     log.appendMarker(P2, 0, True, 0, NOW)
     assert committedOffsets(log)[1] == ((P1, 1),)
+
+
+def test_staleIndexFileOfATruncatedSegmentIsNotReused(disk):
+    """
+    Recovery may truncate segments away and a later roll reuse a base
+    offset: an index file left under that name must not come back.
+    """
+    manager, log = newLog(disk)
+    log.append(plain(3), NOW)
+    stale = os.path.join(disk.directory, "t-0", "00000000000000000003.txnindex")
+    with open(stale, "wb") as f:
+        f.write(AbortedTxn(99, 0, 50, 51).encode())
+    log.roll(NOW)
+    begin(log)
+    marker(log, commit=False)
+    assert log.txnIndexOf(log.activeSegment).entries == (AbortedTxn(P1, 3, 5, 6),)
+    assert committedOffsets(log, 3)[1] == ((P1, 3),)
