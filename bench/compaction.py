@@ -358,9 +358,10 @@ def throughputScenario(workdir: str, megabytes: float, valueSize: int, baselineS
         createTopic(broker.bootstrap, "probe")
         log(f"throughput: filling {megabytes:.0f} MB of {valueSize}-byte values")
         fillTable(broker.bootstrap, table, megabytes, valueSize)
-        # Let the fill's tail (page cache writeback, the producer's last
-        # acknowledgements) settle before the baseline.
-        time.sleep(3.0)
+        # The fill's writeback would stall the baseline (a VM's disk takes
+        # a while over 200 MB): write it all out first.
+        os.sync()
+        time.sleep(2.0)
         probe = AckProbe(broker.bootstrap, "probe")
         probe.start()
         probe.ready.wait(30)
@@ -438,6 +439,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commits", type=int, default=1_000_000)
     parser.add_argument("--spread", default="100000:10000", help="COMMITS:GROUPS, or 0 to skip")
+    parser.add_argument("--segment-bytes", default="65536,104857600",
+                        help="offsets.topic.segment.bytes values to run the commit cases with")
     parser.add_argument("--dirty-mb", type=float, default=200.0)
     parser.add_argument("--value-sizes", default="100,1000")
     parser.add_argument("--skip-commits", action="store_true")
@@ -455,14 +458,13 @@ def main(argv=None) -> int:
         log(f"empty broker starts in {empty:.2f} s")
         commits = []
         if not args.skip_commits:
-            commits.append(commitScenario(workdir, f"{args.commits:,} commits, 1 group", args.commits, 1,
-                                          104857600, empty))
+            cases = [(args.commits, 1)]
             if args.spread != "0":
-                total, groups = (int(x) for x in args.spread.split(":"))
-                commits.append(commitScenario(workdir, f"{total:,} commits, {groups:,} groups",
-                                              total, groups, 104857600, empty))
-                commits.append(commitScenario(workdir, f"{total:,} commits, {groups:,} groups, 64 KiB segments",
-                                              total, groups, 65536, empty))
+                cases.append(tuple(int(x) for x in args.spread.split(":")))
+            for total, groups in cases:
+                for segmentBytes in (int(x) for x in args.segment_bytes.split(",")):
+                    label = f"{total:,} commits, {groups:,} group(s), {segmentBytes // 1024:,} KiB segments"
+                    commits.append(commitScenario(workdir, label, total, groups, segmentBytes, empty))
         throughput = []
         if not args.skip_throughput:
             for size in (int(s) for s in args.value_sizes.split(",")):

@@ -398,7 +398,7 @@ class IPartitionLog(Interface):
     )
     size = Attribute("C{int}: bytes on disk over all segments.")
 
-    def append(records, now_ms):
+    def append(records, nowMs):
         """
         Validate and append one produce request's record set for this
         partition: a concatenation of magic-2 record batches, kept opaque
@@ -406,7 +406,7 @@ class IPartitionLog(Interface):
         max timestamp rewritten for LogAppendTime topics).
 
         @param records: C{bytes}/C{memoryview}.
-        @param now_ms: the broker's wall clock, for LogAppendTime and the
+        @param nowMs: the broker's wall clock, for LogAppendTime and the
             time index.
         @return: L{kafkatwist.log.AppendInfo} (firstOffset, lastOffset,
             logAppendTime or -1, logStartOffset).

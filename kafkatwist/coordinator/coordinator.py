@@ -56,6 +56,7 @@ from types import MappingProxyType
 
 from twisted.logger import Logger
 
+from kafkatwist.coordinator.consumer_group import ConsumerGroupManager, HeartbeatRequest, TopicImage
 from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
 from kafkatwist.coordinator.formats import (
     APPEND_ERRORS_FOR_GROUP,
@@ -75,6 +76,7 @@ from kafkatwist.coordinator.results import (
     LeaveGroupResult,
     LeaveMemberResult,
     ListGroupsResult,
+    OffsetFetchResult,
     SyncGroupResult,
 )
 from kafkatwist.coordinator.store import GroupSnapshot
@@ -167,6 +169,7 @@ class GroupCoordinator:
         offsetMetadataMaxBytes: int = 4096,
         newMemberJoinTimeoutMs: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
         newMemberId: Callable[[], str] = lambda: str(uuid.uuid4()),
+        consumerGroups: Mapping | None = None,
     ) -> None:
         self._numPartitions = numPartitions
         self._initialRebalanceDelayMs = initialRebalanceDelayMs
@@ -191,6 +194,8 @@ class GroupCoordinator:
             metadataMaxBytes=offsetMetadataMaxBytes,
         )
         self.txnOffsets = TransactionalOffsets(self, offsetMetadataMaxBytes)
+        # KIP-848 groups, sharing the id namespace, offsets and effects.
+        self.consumerGroups = ConsumerGroupManager(self, **(consumerGroups or {}))
 
     # ------------------------------------------------------------------
     # Effects (also used by the offset manager)
@@ -389,6 +394,8 @@ class GroupCoordinator:
             self._onJoinTimer(key[1])
         elif kind == SYNC:
             self._onSyncExpired(key[1])
+        elif self.consumerGroups.timerFired(key):
+            pass
         else:
             self.offsets.timerFired(key)
 
@@ -417,6 +424,14 @@ class GroupCoordinator:
         if group is None:
             self.respond(replyTo, JoinGroupResult.failed(memberId, E.unknown_member_id))
             return
+        if self.consumerGroups.isNonEmpty(request.groupId):
+            # The id is a consumer-protocol group's (no online migration).
+            self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
+            return
+        tombstones = self.consumerGroups.delete(request.groupId)
+        if tombstones:
+            # An empty consumer-protocol group gives way to the classic one.
+            self.append(request.groupId, tombstones)
         if not group.supportsProtocols(request.protocolType, (n for n, _ in request.protocols)):
             self.respond(replyTo, JoinGroupResult.failed(memberId, E.inconsistent_group_protocol))
         elif isUnknown:
@@ -1100,7 +1115,9 @@ class GroupCoordinator:
                 out.append(GroupDescription(error, groupId or "", "", "", ""))
                 continue
             group = self.group(groupId)
-            if group is None:
+            if group is None or self.consumerGroups.group(groupId) is not None:
+                # A KIP-848 group is not a classic one (ConsumerGroupDescribe
+                # describes it).
                 out.append(GroupDescription(E.none, groupId, S.DEAD.value, "", ""))
                 continue
             stable = group.state is S.STABLE
@@ -1128,11 +1145,15 @@ class GroupCoordinator:
             self.respond(replyTo, ListGroupsResult(E.coordinator_not_available))
             return
         wanted = {s.lower() for s in statesFilter or ()}
+        consumer = self.consumerGroups.overviews()
         out = tuple(
             GroupOverview(group.groupId, group.protocolType or "", group.state.value)
             for group in self._groups.values()
-            if not wanted or group.state.value.lower() in wanted
-        )
+            # An empty classic group of a consumer group's id only holds
+            # its offsets.
+            if group.groupId not in consumer
+            and (not wanted or group.state.value.lower() in wanted)
+        ) + tuple(o for o in consumer.values() if not wanted or o.state.lower() in wanted)
         self.respond(replyTo, ListGroupsResult(E.none, out))
 
     @_entry
@@ -1147,6 +1168,11 @@ class GroupCoordinator:
         for groupId in groupIds:
             error = self.statusError(groupId, allowEmpty=True)
             group = self.group(groupId) if error is None else None
+            if error is None and self.consumerGroups.group(groupId) is not None:
+                if self.consumerGroups.isNonEmpty(groupId):
+                    error = E.non_empty_group
+                elif group is None:
+                    group = self.groupOrCreate(groupId)
             if error is None and group is None:
                 error = E.group_id_not_found
             if error is None and group.state is not S.EMPTY:
@@ -1172,10 +1198,29 @@ class GroupCoordinator:
             )
             # The group's tombstone goes last, as Kafka's cleanupGroupMetadata
             # writes it after the offsets' ones.
+            records.extend(self.consumerGroups.delete(group.groupId))
             records.append(groupTombstone(group.groupId))
             log.info("group {group} deleted", group=group.groupId)
             self.retire(group)
             self.append(group.groupId, records, functools.partial(deleted, group.groupId))
+
+    # ------------------------------------------------------------------
+    # KIP-848 consumer groups: see ConsumerGroupManager
+
+    @_entry
+    def consumerGroupHeartbeat(self, replyTo, request: HeartbeatRequest) -> None:
+        """
+        ConsumerGroupHeartbeat; answers a L{HeartbeatResult}.
+        """
+        self.consumerGroups.heartbeat(replyTo, request)
+
+    @_entry
+    def consumerGroupDescribe(self, replyTo, groupIds: Iterable[str]) -> None:
+        """
+        ConsumerGroupDescribe; answers a C{list} of
+        L{DescribedConsumerGroup}, in order.
+        """
+        self.respond(replyTo, [self.consumerGroups.describe(g) for g in groupIds])
 
     # ------------------------------------------------------------------
     # Offsets: see OffsetMetadataManager
@@ -1211,16 +1256,19 @@ class GroupCoordinator:
         self, replyTo, wanted: Iterable[tuple], requireStable: bool = False
     ) -> None:
         """
-        OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs; answers a
-        C{list} of L{OffsetFetchResult}, in order.
+        OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs, or
+        C{(groupId, partitions, memberId, memberEpoch)} (v9, checked against
+        a KIP-848 group's member); answers a C{list} of L{OffsetFetchResult},
+        in order.
         """
-        self.respond(
-            replyTo,
-            [
-                self.offsets.fetch(groupId, partitions, requireStable)
-                for groupId, partitions in wanted
-            ],
-        )
+        out = []
+        for groupId, partitions, *member in wanted:
+            error = self.consumerGroups.validateFetch(groupId, *member) if member else None
+            if error is None:
+                out.append(self.offsets.fetch(groupId, partitions, requireStable))
+            else:
+                out.append(OffsetFetchResult(error))
+        self.respond(replyTo, out)
 
     @_entry
     def commitTransactionalOffsets(self, replyTo, request: TxnCommitRequest) -> None:
@@ -1270,6 +1318,8 @@ class GroupCoordinator:
         self,
         snapshots: Iterable[GroupSnapshot],
         offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+        consumerGroups: Mapping | None = None,
+        topics: TopicImage | None = None,
         pendingTxnOffsets: Mapping | None = None,
     ) -> None:
         """
@@ -1312,6 +1362,7 @@ class GroupCoordinator:
             "loaded {groups} groups and {offsets} committed offsets",
             groups=len(loaded), offsets=sum(len(g.offsets) for g in loaded.values()),
         )
+        self.consumerGroups.load(consumerGroups or {}, topics or TopicImage({}))
         self.offsets.scheduleExpiry()
 
     @_entry
@@ -1324,6 +1375,7 @@ class GroupCoordinator:
         """
         self._active = False
         self.offsets.cancelExpiry()
+        self.consumerGroups.cancelTimers()
         for group in list(self._groups.values()):
             for member in group.allMembers():
                 self._invokeJoin(

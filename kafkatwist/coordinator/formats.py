@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition
 from kafkatwist.coordinator.store import GroupSnapshot, MemberSnapshot
 from kafkatwist.errors import ErrorCode, KafkaError
@@ -55,9 +56,12 @@ __all__ = [
 E = ErrorCode
 
 OFFSETS_TOPIC = "__consumer_offsets"
-#: Kafka's configs of the offsets topic: compacted, 100 MiB segments unless
-#: C{offsets.topic.segment.bytes} says otherwise
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+#: the offsets topic's configs: compacted, with the broker's default
+#: C{offsets.topic.segment.bytes} unless its configuration says otherwise
+OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.bytes": KEYS["offsets.topic.segment.bytes"].default,
+}
 
 #: key schema versions: 0 and 1 are OffsetCommitKey, 2 is GroupMetadataKey
 OFFSET_COMMIT_KEY_VERSION = 1

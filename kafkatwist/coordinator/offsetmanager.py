@@ -74,6 +74,14 @@ class OffsetMetadataManager:
         error = c.statusError(request.groupId, allowEmpty=True)
         if error is not None:
             return everyone(error)
+        consumer = c.consumerGroups.validateCommit(
+            request.groupId, request.memberId, request.generationId, request.apiVersion
+        )
+        if consumer is not None:
+            # A KIP-848 group: its offsets are kept as any group's.
+            if consumer != E.none:
+                return everyone(consumer)
+            return self._store(replyTo, c.groupOrCreate(request.groupId), offsets)
         group = c.group(request.groupId)
         if group is None:
             if request.generationId >= 0:
@@ -287,6 +295,11 @@ class OffsetMetadataManager:
                 tp for tp in expired
                 if tp not in group.pendingOffsets and not c.txnOffsets.hasPending(group.groupId, tp)
             ]
+            # A KIP-848 group keeps the offsets of the topics its members
+            # subscribe to (Kafka's isSubscribedToTopic).
+            subscribed = c.consumerGroups.subscribedTopics(group.groupId)
+            if subscribed:
+                expired = [tp for tp in expired if tp[0] not in subscribed]
             removed += self.remove(group, expired)
         if removed:
             log.info("removed {count} expired offsets", count=removed)

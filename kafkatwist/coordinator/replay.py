@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+from kafkatwist.coordinator.consumer_group_records import ConsumerGroupRecords
 from kafkatwist.coordinator.formats import (
     CorruptGroupRecord,
     decodeGroupValue,
@@ -30,7 +31,9 @@ log = Logger()
 
 
 def loadGroups(
-    coordinatorLog, pendingTxn: dict | None = None
+    coordinatorLog,
+    consumerGroups: ConsumerGroupRecords | None = None,
+    pendingTxn: dict | None = None,
 ) -> tuple[list[GroupSnapshot], dict[str, dict[TopicPartition, OffsetAndMetadata]]]:
     """
     Read everything back.
@@ -49,6 +52,7 @@ def loadGroups(
         C{dict} group id -> C{dict} C{(topic, partition)} ->
         L{OffsetAndMetadata}.  A group may have offsets without a snapshot
         (simple consumers that never joined).
+    @param consumerGroups: collects the KIP-848 groups' records, if given.
     """
     groups: dict[str, GroupSnapshot] = {}
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
@@ -68,7 +72,7 @@ def loadGroups(
                     if producerId >= 0:
                         txns.event(offset, key, value, producerId, marker)
                         continue
-                    known = _apply(key, value, groups, offsets)
+                    known = _apply(key, value, groups, offsets, consumerGroups)
                     txns.plain(offset, key, value)
                 except CorruptGroupRecord as e:
                     log.warn(
@@ -98,7 +102,9 @@ def loadGroups(
     return list(groups.values()), {g: offs for g, offs in offsets.items() if offs}
 
 
-def _apply(key: bytes | None, value: bytes | None, groups: dict, offsets: dict) -> bool:
+def _apply(
+    key: bytes | None, value: bytes | None, groups: dict, offsets: dict, consumerGroups=None
+) -> bool:
     """
     Apply one record.
 
@@ -124,6 +130,8 @@ def _apply(key: bytes | None, value: bytes | None, groups: dict, offsets: dict) 
         else:
             groups[groupId] = decodeGroupValue(groupId, value)
         return True
+    if consumerGroups is not None:
+        return consumerGroups.apply(parsed[1], key, value)
     return False
 
 

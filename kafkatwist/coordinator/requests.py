@@ -84,6 +84,7 @@ class CommitRequest:
     given) must be current; a commit with generation -1 and no member id
     comes from a consumer managing its own partitions.
 
+    @ivar generationId: the generation, or a KIP-848 member's epoch.
     @ivar offsets: C{(topic, partition)} -> L{OffsetAndMetadata}; a
         C{commitTimestampMs} of -1 is filled in with the commit time.
     """
@@ -93,3 +94,5 @@ class CommitRequest:
     memberId: str
     groupInstanceId: str | None
     offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    #: the OffsetCommit version: a KIP-848 member must use v9+
+    apiVersion: int = 9

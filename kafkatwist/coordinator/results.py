@@ -155,6 +155,8 @@ class GroupOverview:
     groupId: str
     protocolType: str
     state: str
+    #: ListGroups v5's group type: C{"classic"}, or C{"consumer"} (KIP-848)
+    groupType: str = "classic"
 
 
 @dataclass(frozen=True)

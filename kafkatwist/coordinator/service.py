@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kafkatwist.coordinator.consumer_group_records import ConsumerGroupRecords
 from kafkatwist.coordinator.coordinator import GroupCoordinator, PublishedGroup
 from kafkatwist.coordinator.offsets import TopicPartition
 from kafkatwist.coordinator.replay import loadGroups
@@ -46,14 +47,21 @@ class GroupCoordinatorService:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def load(self) -> None:
+    def load(self, topics=None) -> None:
         """
         Read the groups and offsets back from the log and hand them to the
         machine (at start-up, before serving; blocking).
+
+        @param topics: the broker's topics as a
+            L{kafkatwist.coordinator.consumer_group.TopicImage}, which maps
+            the topic ids of KIP-848 groups' records to names.
         """
+        consumerGroups = ConsumerGroupRecords()
         pending: dict = {}
-        snapshots, offsets = loadGroups(self.log, pending)
-        self.runtime.call(self.machine.load, snapshots, offsets, pending)
+        snapshots, offsets = loadGroups(self.log, consumerGroups, pending)
+        self.runtime.call(
+            self.machine.load, snapshots, offsets, consumerGroups.groups, topics, pending
+        )
 
     def shutdown(self) -> None:
         """
@@ -79,6 +87,14 @@ class GroupCoordinatorService:
 
     def leaveGroup(self, replyTo, groupId: str, members: Iterable[tuple]) -> None:
         self.runtime.request(self.machine.leaveGroup, replyTo, groupId, list(members))
+
+    # -- KIP-848 consumer groups -------------------------------------------
+
+    def consumerGroupHeartbeat(self, replyTo, request) -> None:
+        self.runtime.request(self.machine.consumerGroupHeartbeat, replyTo, request)
+
+    def consumerGroupDescribe(self, replyTo, groupIds: Iterable[str]) -> None:
+        self.runtime.request(self.machine.consumerGroupDescribe, replyTo, list(groupIds))
 
     # -- administration ----------------------------------------------------------
 

@@ -146,14 +146,24 @@ class TransactionalOffsets:
         error = c.statusError(request.groupId, allowEmpty=False)
         if error is not None:
             return everyone(error)
-        group = c.group(request.groupId)
-        if group is None:
-            if request.generationId >= 0:
-                return everyone(E.illegal_generation)
+        # A KIP-848 group checks the member and its epoch (the request's
+        # generation); a transactional commit needs no v9.
+        consumer = c.consumerGroups.validateCommit(
+            request.groupId, request.memberId, request.generationId, 9
+        )
+        if consumer is not None:
+            if consumer != E.none:
+                return everyone(consumer)
             group = c.groupOrCreate(request.groupId)
-        error = self._validate(group, request)
-        if error is not None:
-            return everyone(error)
+        else:
+            group = c.group(request.groupId)
+            if group is None:
+                if request.generationId >= 0:
+                    return everyone(E.illegal_generation)
+                group = c.groupOrCreate(request.groupId)
+            error = self._validate(group, request)
+            if error is not None:
+                return everyone(error)
         results: dict[TopicPartition, ErrorCode] = {}
         valid: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.config import KEYS
+from kafkatwist.coordinator.consumer_group import TopicImage
 from kafkatwist.coordinator.logstore import OffsetsTopicLog
 from kafkatwist.coordinator.runtime import TimerThread
 from kafkatwist.coordinator.service import GroupCoordinatorService
@@ -40,7 +41,8 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         (C{group.initial.rebalance.delay.ms}, C{group.min.session.timeout.ms},
         C{group.max.session.timeout.ms}, C{offsets.retention.minutes},
         C{offsets.retention.check.interval.ms}, C{offset.metadata.max.bytes},
-        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes}).
+        C{offsets.topic.num.partitions}, C{offsets.topic.segment.bytes},
+        C{group.consumer.*}).
     @param logManager: the L{kafkatwist.interfaces.ILogManager} holding
         C{__consumer_offsets}; C{None} keeps groups in memory only.
     @param clock: the coordinator's clock; by default a started
@@ -69,8 +71,16 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         offsetsRetentionMinutes=_setting(config, "offsets.retention.minutes"),
         offsetsRetentionCheckIntervalMs=_setting(config, "offsets.retention.check.interval.ms"),
         offsetMetadataMaxBytes=_setting(config, "offset.metadata.max.bytes"),
+        consumerGroups=dict(
+            heartbeatIntervalMs=_setting(config, "group.consumer.heartbeat.interval.ms"),
+            sessionTimeoutMs=_setting(config, "group.consumer.session.timeout.ms"),
+            assignors=tuple(_setting(config, "group.consumer.assignors")),
+            maxSize=_setting(config, "group.consumer.max.size"),
+        ),
     )
-    coordinator.load()
+    coordinator.load(
+        TopicImage({name: (info.topicId, info.numPartitions) for name, info in logManager.topics().items()})
+    )
     return coordinator
 
 

@@ -425,9 +425,11 @@ class LogCleaner:
     def _task(self, ltc: LogToClean, nowMs: int) -> CleanTask:
         config = ltc.log.config
         sources = []
+        holding = _overlapping(ltc.segments, ltc.firstDirty, ltc.firstDirty + 1)
         for segment in ltc.segments:
             hint = 0
-            if segment.baseOffset <= ltc.firstDirty:
+            if holding and segment is holding[0]:
+                # Where mapping starts, if the dirty section begins inside it.
                 hint = segment.indexes()[0].lookup(ltc.firstDirty)
             sources.append(SourceSegment(segment.baseOffset, segment.size, segment.lastModifiedMs(), hint))
         return CleanTask(

@@ -433,6 +433,12 @@ class FilePartitionLog(PartitionLog):
         for segment in old:
             segment.delete()
         swap.complete(self.directory, baseOffset)
+        # Producer snapshots at the bases of the segments merged away go with
+        # them, as Kafka's do (the newest stays whatever happens).
+        gone = {s.baseOffset for s in old[1:]}
+        for offset in self._snapshotOffsets(self.directory)[:-1]:
+            if offset in gone:
+                _unlinkQuietly(self._snapshotPath(self.directory, offset))
         segment = FileSegment.open(self.directory, baseOffset, self.cache)
         segment.indexIntervalBytes = self.config.indexIntervalBytes
         if index is not None:

@@ -491,14 +491,14 @@ class LogManager(BaseLogManager):
                             log.info("Wrote {path} again", path=path)
         return ok
 
-    def runRetention(self, now_ms: int) -> int:
-        deleted = super().runRetention(now_ms)
+    def runRetention(self, nowMs: int) -> int:
+        deleted = super().runRetention(nowMs)
         if deleted:
             self.writeCheckpoints()
         return deleted
 
-    def flushDirty(self, now_ms: int) -> int:
-        flushed = super().flushDirty(now_ms)
+    def flushDirty(self, nowMs: int) -> int:
+        flushed = super().flushDirty(nowMs)
         self.writeCheckpoints()
         return flushed
 

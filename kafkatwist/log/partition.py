@@ -169,7 +169,7 @@ class PartitionLog:
     # -- append --------------------------------------------------------------
 
     def append(
-        self, records, now_ms: int, *, isFromClient: bool = True, verificationGuard=None
+        self, records, nowMs: int, *, isFromClient: bool = True, verificationGuard=None
     ) -> AppendInfo:
         """
         See L{IPartitionLog.append}.
@@ -195,7 +195,7 @@ class PartitionLog:
                 ErrorCode.record_list_too_large,
                 f"{len(data)} bytes is larger than segment.bytes {config.segmentBytes}",
             )
-        logAppendTime = now_ms if config.logAppendTime else None
+        logAppendTime = nowMs if config.logAppendTime else None
         with self._lock:
             self._checkOpen()
             firstOffset = self._end[0]
@@ -225,7 +225,7 @@ class PartitionLog:
             for batch in assigned:
                 if batch.maxTimestamp > maxTimestamp:
                     maxTimestamp, offsetOfMax = batch.maxTimestamp, batch.offsetOfMaxTimestamp
-            segment = self._maybeRoll(len(data), maxTimestamp, last.lastOffset, now_ms)
+            segment = self._maybeRoll(len(data), maxTimestamp, last.lastOffset, nowMs)
             segment.append(data, assigned, config.indexIntervalBytes)
             # Before the end is published: a transaction begun here holds
             # the last stable offset back before readers can see its batch.
@@ -236,7 +236,7 @@ class PartitionLog:
                 self._completeTxns(completed, segment)
             numRecords = sum(batch.header.recordsCount for batch in batches)
             if self._unflushedRecords == 0:
-                self._dirtySinceMs = now_ms
+                self._dirtySinceMs = nowMs
             self._unflushedRecords += numRecords
             if self._unflushedRecords >= config.flushMessages:
                 try:
@@ -248,7 +248,7 @@ class PartitionLog:
             return AppendInfo(
                 firstOffset=firstOffset,
                 lastOffset=last.lastOffset,
-                logAppendTime=now_ms if logAppendTime is not None else -1,
+                logAppendTime=nowMs if logAppendTime is not None else -1,
                 logStartOffset=self._logStartOffset,
                 maxTimestamp=maxTimestamp,
                 offsetOfMaxTimestamp=offsetOfMax,

@@ -90,7 +90,8 @@ def decodeStoredBatches(data, *, maxDecompressedBytes: int) -> Iterator[RecordBa
     end = len(view)
     position = 0
     while position < end:
-        header, error = batchError(view, position, end - position)
+        # Stored data: the cleaner may have removed records from a batch.
+        header, error = batchError(view, position, end - position, cleaned=True)
         if error is not None:
             raise StoredBatchError(
                 header.baseOffset if header is not None else None, error.message or str(error)

@@ -257,23 +257,23 @@ class BaseLogManager:
 
     # -- periodic work -------------------------------------------------------------
 
-    def runRetention(self, now_ms: int) -> int:
+    def runRetention(self, nowMs: int) -> int:
         """
         Apply retention to every partition (the broker calls this on a
         timer, e.g. every C{log.retention.check.interval.ms}).
 
         @return: segments deleted.
         """
-        return sum(self._each("retention", lambda log: log.deleteOldSegments(now_ms)))
+        return sum(self._each("retention", lambda log: log.deleteOldSegments(nowMs)))
 
-    def flushDirty(self, now_ms: int) -> int:
+    def flushDirty(self, nowMs: int) -> int:
         """
         Flush what the flush policy says is due (the broker calls this on a
         timer, e.g. every C{log.flush.scheduler.interval.ms}).
 
         @return: partitions whose active segment was flushed.
         """
-        return sum(self._each("periodic flush", lambda log: log.maybeFlush(now_ms)))
+        return sum(self._each("periodic flush", lambda log: log.maybeFlush(nowMs)))
 
     def _each(self, what: str, work):
         """

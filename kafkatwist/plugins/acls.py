@@ -1,6 +1,8 @@
 """
-DescribeAcls (29), CreateAcls (30) and DeleteAcls (31), v1-3 (Kafka 4 dropped
-v0), over the configured authorizer (Kafka's C{AclApis}).
+DescribeAcls (29), CreateAcls (30) and DeleteAcls (31), v0-3, over the
+configured authorizer (Kafka's C{AclApis}).  v0 predates prefixed ACLs:
+its patterns and filters are LITERAL (so a v0 answer never shows a prefixed
+ACL), as Kafka reads them.
 
 DescribeAcls needs DESCRIBE on the cluster, the other two ALTER; without it
 the answer is CLUSTER_AUTHORIZATION_FAILED (for the whole DescribeAcls, per
@@ -59,7 +61,7 @@ def bindingFrom(creation) -> AclBinding:
 
 class DescribeAclsHandler(Handler):
     apiKey = DESCRIBE_ACLS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 3
 
     def handle(self, context, request):
@@ -106,7 +108,7 @@ class DescribeAclsHandler(Handler):
 
 class CreateAclsHandler(Handler):
     apiKey = CREATE_ACLS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 3
 
     def handle(self, context, request):
@@ -142,7 +144,7 @@ class CreateAclsHandler(Handler):
 
 class DeleteAclsHandler(Handler):
     apiKey = DELETE_ACLS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 3
 
     def handle(self, context, request):

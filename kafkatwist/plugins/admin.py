@@ -151,13 +151,14 @@ def _checkAssignments(nodeId: int, brokerLists, expectedReplicas: int | None = N
 
 class CreateTopicsHandler(Handler):
     """
-    CreateTopics v2-7 (Kafka 4 dropped v0-1; librdkafka uses up to v4,
-    kafka-python up to v7).  v5+ answers with the created topic's partition
-    count, replication factor and configs; v7 with its topic id.
+    CreateTopics v0-7 (librdkafka uses up to v4, kafka-python up to v7).
+    v1 adds validate_only and the error message, v5+ answers with the
+    created topic's partition count, replication factor and configs; v7
+    with its topic id.
     """
 
     apiKey = CREATE_TOPICS
-    minVersion = 2
+    minVersion = 0
     maxVersion = 7
 
     def handle(self, context, request):
@@ -341,7 +342,7 @@ class CreateTopicsHandler(Handler):
 
 class DeleteTopicsHandler(Handler):
     """
-    DeleteTopics v1-6 (Kafka 4 dropped v0); v6 may name topics by id.
+    DeleteTopics v0-6 (v0 has no throttle time); v6 may name topics by id.
 
     C{delete.topic.enable=false} refuses every topic: TOPIC_DELETION_DISABLED,
     or INVALID_REQUEST below v3, as Kafka.
@@ -355,7 +356,7 @@ class DeleteTopicsHandler(Handler):
     """
 
     apiKey = DELETE_TOPICS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 6
 
     def handle(self, context, request):

@@ -286,21 +286,22 @@ def checkConfigAccess(handler: Handler, context, resource, operation: AclOperati
 
 class DescribeConfigsHandler(Handler):
     """
-    DescribeConfigs v1-4 (v0 is below Kafka 4's floor and kio has no schema
-    for it): topic and broker resources, synonyms from v1 when asked,
-    config types from v3, documentation from v3 when asked.
+    DescribeConfigs v0-4: topic and broker resources; v0 flags defaults
+    (is_default) where v1+ name each value's source, synonyms from v1 when
+    asked, config types from v3, documentation from v3 when asked.
     """
 
     apiKey = DESCRIBE_CONFIGS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 4
 
     def handle(self, context, request):
         cls = responseType(DESCRIBE_CONFIGS, context.apiVersion)
         Result = nested(cls, "DescribeConfigsResult")
         Entry = nested(cls, "DescribeConfigsResourceResult")
-        Synonym = nested(cls, "DescribeConfigsSynonym")
         includeSynonyms = bool(getattr(request, "include_synonyms", False))
+        # v0 has no synonyms (nor their schema).
+        Synonym = nested(cls, "DescribeConfigsSynonym") if includeSynonyms else None
         includeDocs = bool(getattr(request, "include_documentation", False))
         results = []
         for resource in request.resources:

@@ -5,6 +5,9 @@ the fetch purgatory -- no thread held, no polling -- until an append to one
 of its partitions satisfies it or C{max_wait} passes on the clock of the
 connection's reactor.
 
+Fetch v0-3 carry message formats v0/v1: their answers are down-converted
+(L{kafkatwist.plugins.fetch_downconvert}); only they pay for it.
+
 With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise).
 
@@ -27,9 +30,9 @@ from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
 from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
 from kafkatwist.protocol.entities import durationMs
+from kafkatwist.plugins.fetch_downconvert import LEGACY_MAX_VERSION, encodeDownConverted
 from kafkatwist.protocol.fetch import (
     MAX_VERSION,
-    MIN_VERSION,
     TOPIC_IDS_FROM,
     PartitionData,
     encodeFetchResponse,
@@ -64,7 +67,7 @@ class FetchHandler(Handler):
     """
 
     apiKey = FETCH
-    minVersion = MIN_VERSION
+    minVersion = 0
     maxVersion = MAX_VERSION
 
     def __init__(self, broker, wrapped=None) -> None:
@@ -90,7 +93,7 @@ class FetchHandler(Handler):
         topics, total, errors = self._read(plan, maxBytes, readCommitted)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
-            return encodeFetchResponse(version, topics)
+            return self._encode(version, plan, topics)
         _close(topics)
         pending = context.respondLater()
         operation = DelayedFetch(
@@ -102,6 +105,12 @@ class FetchHandler(Handler):
             maxWaitMs / 1000.0,
         )
         return pending.deferred
+
+    @staticmethod
+    def _encode(version, plan, topics):
+        if version <= LEGACY_MAX_VERSION:
+            return encodeDownConverted(version, plan, topics)
+        return encodeFetchResponse(version, topics)
 
     def _plan(self, version, request, context) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
@@ -310,7 +319,7 @@ class DelayedFetch(DelayedOperation):
                             w.error = ErrorCode.unknown_topic_or_partition
             topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
         _account(self.handler.broker, self.plan, topics)
-        return encodeFetchResponse(self.version, topics)
+        return self.handler._encode(self.version, self.plan, topics)
 
 
 def _account(broker, plan, topics) -> None:

@@ -85,20 +85,30 @@ def _errorTopics(Topic, Partition, errors) -> tuple:
 
 class OffsetCommitHandler(Handler):
     """
-    OffsetCommit v2-9 (Kafka 4 dropped v0-1; v2-4 carry a retention time,
-    v6 a leader epoch, v7 a group instance id).  Partitions that do not
-    exist are refused with UNKNOWN_TOPIC_OR_PARTITION before the group is
-    consulted; the others get the coordinator's verdict.
+    OffsetCommit v0-9 (v1 adds the generation, member and a per-partition
+    commit timestamp, v2-4 carry a retention time, v6 a leader epoch, v7 a
+    group instance id).  Partitions that do not exist are refused with
+    UNKNOWN_TOPIC_OR_PARTITION before the group is consulted; the others get
+    the coordinator's verdict.
+
+    v0 commits went to ZooKeeper in Kafka, apart from the group
+    coordinator's offsets; Kafka without ZooKeeper answers them with
+    UNSUPPORTED_VERSION in every partition, and so does this broker: the
+    client sees its commit fail instead of believing it stored.
     """
 
     apiKey = OFFSET_COMMIT
-    minVersion = 2
+    minVersion = 0
     maxVersion = 9
 
     def handle(self, context, request):
         cls = responseType(OFFSET_COMMIT, context.apiVersion)
         Topic = nested(cls, "OffsetCommitResponseTopic")
         Partition = nested(cls, "OffsetCommitResponsePartition")
+        if context.apiVersion == 0:
+            allowed = self.allowed(context, READ, GROUP, request.group_id)
+            code = E.unsupported_version if allowed else E.group_authorization_failed
+            return _everyPartition(cls, Topic, Partition, request, code)
         broker = self.broker
         coordinator = broker.groupCoordinator
         nowMs = int(broker.clock.seconds() * 1000)
@@ -133,7 +143,7 @@ class OffsetCommitHandler(Handler):
                         offset=p.committed_offset,
                         leaderEpoch=getattr(p, "committed_leader_epoch", -1),
                         metadata=p.committed_metadata or "",
-                        commitTimestampMs=nowMs,
+                        commitTimestampMs=_commitTimestamp(p, nowMs),
                         expireTimestampMs=expireMs,
                     )
         # One answer per partition even if the request repeated one.
@@ -157,6 +167,7 @@ class OffsetCommitHandler(Handler):
                     memberId=request.member_id or "",
                     groupInstanceId=getattr(request, "group_instance_id", None),
                     offsets=offsets,
+                    apiVersion=context.apiVersion,
                 ),
             )
         else:
@@ -164,29 +175,63 @@ class OffsetCommitHandler(Handler):
         return reply.response()
 
 
+def _commitTimestamp(partition, nowMs: int) -> int:
+    """
+    OffsetCommit v1's per-partition timestamp, which offsets expire from
+    (-1: now), as Kafka's C{OffsetAndMetadata.fromRequest}; later versions
+    have none.
+    """
+    timestamp = getattr(partition, "commit_timestamp", -1)
+    return nowMs if timestamp == -1 else timestamp
+
+
+def _everyPartition(cls, Topic, Partition, request, code):
+    """
+    An OffsetCommit response with C{code} for every partition requested.
+    """
+    pairs = ((t.name, p.partition_index) for t in request.topics for p in t.partitions)
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        topics=_errorTopics(Topic, Partition, ((tp, code) for tp in dict.fromkeys(pairs))),
+    )
+
+
 class OffsetFetchHandler(Handler):
     """
-    OffsetFetch v1-9: v2+ may ask for all of a group's offsets (topics
+    OffsetFetch v0-9: v2+ may ask for all of a group's offsets (topics
     null) and report group errors at the top level; v8+ fetch several
     groups at once (KIP-709).  v1 reports a group error in every partition.
+    v0 read Kafka's ZooKeeper offsets, which v0 commits wrote: answered,
+    like those commits, with UNSUPPORTED_VERSION in every partition.
     With C{require_stable} (v7+, sent by read_committed consumers) a
     partition whose offsets are pending in an open transaction answers
     UNSTABLE_OFFSET_COMMIT, and the client asks again.
     """
 
     apiKey = OFFSET_FETCH
-    minVersion = 1
+    minVersion = 0
     maxVersion = 9
 
     def handle(self, context, request):
         version = context.apiVersion
         cls = responseType(OFFSET_FETCH, version)
+        if version == 0:
+            allowed = self.allowed(context, DESCRIBE, GROUP, request.group_id)
+            code = E.unsupported_version if allowed else E.group_authorization_failed
+            return self._response(cls, request, OffsetFetchResult(code))
         coordinator = self.broker.groupCoordinator
         requireStable = bool(getattr(request, "require_stable", False))
         if has(cls, "groups"):
             wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
             access = [_FetchAccess(self, context, groupId, partitions) for groupId, partitions in wanted]
-            asked = [(groupId, a.partitions) for (groupId, _), a in zip(wanted, access) if a.allowed]
+            # v9: a KIP-848 member's id and epoch, checked by the coordinator.
+            members = [(getattr(g, "member_id", None), getattr(g, "member_epoch", -1)) for g in request.groups]
+            asked = [
+                (groupId, a.partitions, *member)
+                for (groupId, _), a, member in zip(wanted, access, members)
+                if a.allowed
+            ]
 
             def respond(results):
                 results = iter(results)

@@ -93,10 +93,6 @@ ALL_GROUP_OPERATIONS = operationsBitfield(SUPPORTED_OPERATIONS[ResourceType.GROU
 READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
 GROUP = ResourceType.GROUP
 
-#: ListGroups v5 group type of every group here (no KIP-848 groups)
-CLASSIC_GROUP_TYPE = "classic"
-
-
 def clientHost(context) -> str:
     """
     The client host as Kafka reports it in DescribeGroups: the address with
@@ -485,8 +481,8 @@ class DescribeGroupsHandler(_GroupHandler):
 
 class ListGroupsHandler(_GroupHandler):
     """
-    ListGroups v0-5: v4 filters by state, v5 by type (every group here is
-    a C{classic} one).
+    ListGroups v0-5: v4 filters by state, v5 by type (C{classic} or
+    C{consumer}, KIP-848's).
     """
 
     apiKey = LIST_GROUPS
@@ -496,7 +492,6 @@ class ListGroupsHandler(_GroupHandler):
     def handle(self, context, request):
         cls = responseType(LIST_GROUPS, context.apiVersion)
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
-        classic = not types or CLASSIC_GROUP_TYPE in types
         visible = None
         if not self.allowed(context, DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, logIfDenied=False):
             # Only the groups the principal may describe, silently.
@@ -505,7 +500,7 @@ class ListGroupsHandler(_GroupHandler):
             def visible(groupIds):
                 return filterAuthorized(authorizer, context, DESCRIBE, GROUP, groupIds, logIfDenied=False)
 
-        reply = Reply(context, lambda result: self.response(cls, result, classic, visible))
+        reply = Reply(context, lambda result: self.response(cls, result, types, visible))
         coordinator = self.coordinator
         if coordinator is None:
             reply(ListGroupsResult(E.coordinator_not_available))
@@ -514,9 +509,9 @@ class ListGroupsHandler(_GroupHandler):
         return reply.response()
 
     @staticmethod
-    def response(cls, result: ListGroupsResult, classic: bool, visible=None):
+    def response(cls, result: ListGroupsResult, types, visible=None):
         Listed = nested(cls, "ListedGroup")
-        groups = result.groups if classic else ()
+        groups = [g for g in result.groups if not types or g.groupType in types]
         if visible is not None:
             allowed = visible([g.groupId for g in groups])
             groups = [g for g in groups if g.groupId in allowed]
@@ -530,7 +525,7 @@ class ListGroupsHandler(_GroupHandler):
                     group_id=g.groupId,
                     protocol_type=g.protocolType,
                     group_state=g.state,
-                    group_type=CLASSIC_GROUP_TYPE,
+                    group_type=g.groupType,
                 )
                 for g in groups
             ),

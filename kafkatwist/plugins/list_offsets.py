@@ -7,6 +7,10 @@ decoding that one batch, since a batch's records may be out of timestamp
 order and clients expect the exact record (as Kafka answers).  This is an
 admin-path cost, never paid on produce or fetch.
 
+ListOffsets v0 (still sent by old lag monitors and clients) answers a list
+of offsets: Kafka's C{legacyFetchOffsetsBefore}, by segment, see
+L{legacyOffsets}.
+
 With an authorizer, each topic needs DESCRIBE (TOPIC_AUTHORIZATION_FAILED
 for its partitions otherwise).
 
@@ -17,6 +21,8 @@ the connection or exhausting memory.
 """
 
 from __future__ import annotations
+
+import time
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
@@ -38,15 +44,17 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
 
 
 class ListOffsetsHandler(Handler):
     apiKey = LIST_OFFSETS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 10
 
     def handle(self, context, request):
-        cls = responseType(LIST_OFFSETS, context.apiVersion)
+        version = context.apiVersion
+        cls = responseType(LIST_OFFSETS, version)
         Topic = nested(cls, "ListOffsetsTopicResponse")
         Partition = nested(cls, "ListOffsetsPartitionResponse")
         logManager = self.broker.logManager
@@ -60,10 +68,22 @@ class ListOffsetsHandler(Handler):
             refused = topic.name not in describable
             for p in topic.partitions:
                 log = logManager.getLog(topic.name, p.partition_index) if logManager and not refused else None
+                offsets = ()
+                timestamp = offset = -1
                 if refused:
-                    error, timestamp, offset = ErrorCode.topic_authorization_failed, -1, -1
+                    error = ErrorCode.topic_authorization_failed
+                elif version == 0 and p.timestamp < EARLIEST:
+                    # v0 knows only latest and earliest among the special
+                    # timestamps.
+                    error = ErrorCode.unsupported_version
                 elif log is None:
-                    error, timestamp, offset = ErrorCode.unknown_topic_or_partition, -1, -1
+                    error = ErrorCode.unknown_topic_or_partition
+                elif version == 0:
+                    error = ErrorCode.none
+                    offsets = legacyOffsets(
+                        log, p.timestamp, p.max_num_offsets, time.time(),
+                        fromConsumer=request.replica_id == CONSUMER_REPLICA_ID,
+                    )
                 else:
                     try:
                         timestamp, offset = self.lookup(log, p.timestamp, readCommitted)
@@ -77,6 +97,7 @@ class ListOffsetsHandler(Handler):
                         error_code=error,
                         timestamp=timestamp,
                         offset=offset,
+                        old_style_offsets=offsets,
                         leader_epoch=0 if error == ErrorCode.none else -1,
                     )
                 )
@@ -110,6 +131,43 @@ class ListOffsetsHandler(Handler):
             exact = _recordAt(log, found[0], lambda r: r.timestamp >= target)
             answer = (found[1], found[0]) if exact is None else exact
         return answer if answer[1] < fetchable else (-1, -1)
+
+
+def legacyOffsets(
+    log, timestamp: int, maxNumOffsets: int, now: float, *, fromConsumer: bool
+) -> tuple[int, ...]:
+    """
+    ListOffsets v0: up to C{maxNumOffsets} segment base offsets, newest
+    first, as Kafka's C{legacyFetchOffsetsBefore}.  Each segment stands for
+    (its base offset, its file's modification time), and a non-empty active
+    segment adds (log end offset, now); latest (-1) starts from the last of
+    these, earliest (-2) from the first, a time from the last segment
+    modified at or before it (file times are wall-clock times, hence
+    C{now} from C{time.time()}).  So the answer to "latest" begins with the
+    end offset, which is what lag monitors read.  A consumer never sees an
+    offset above the high watermark (Kafka's
+    C{Partition.legacyFetchOffsetsForTimestamp}).
+    """
+    logStartOffset = log.logStartOffset
+    segments = log.segments
+    pairs = [(max(s.baseOffset, logStartOffset), s.lastModifiedMs()) for s in segments]
+    if segments[-1].size > 0:
+        pairs.append((log.logEndOffset, int(now * 1000)))
+    if timestamp == LATEST:
+        start = len(pairs) - 1
+    elif timestamp == EARLIEST:
+        start = 0
+    else:
+        start = len(pairs) - 1
+        while start >= 0 and pairs[start][1] > timestamp:
+            start -= 1
+    count = max(0, min(maxNumOffsets, start + 1))
+    offsets = sorted((pairs[start - j][0] for j in range(count)), reverse=True)
+    if fromConsumer:
+        highWatermark = log.highWatermark
+        if any(o > highWatermark for o in offsets):
+            offsets = [highWatermark] + [o for o in offsets if o <= highWatermark]
+    return tuple(offsets)
 
 
 def _recordAt(log, offset: int, match) -> tuple[int, int] | None:

@@ -7,6 +7,11 @@ Clients may not append to the broker's internal topics
 (C{__consumer_offsets}, C{__transaction_state}): INVALID_TOPIC_EXCEPTION,
 as Kafka answers.
 
+Message formats v0 and v1 (Produce v0-2 from clients before Kafka 0.11)
+are converted to one record batch before the append, as Kafka's log
+validator converts them (L{kafkatwist.protocol.convert.upConvert}); Produce
+v3+ may carry only record batches (INVALID_RECORD otherwise, as Kafka).
+
 With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise); without one the check is a single comparison.
 
@@ -38,7 +43,8 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
-from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, TRANSACTIONAL_BIT
+from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, MAGIC_AT, TRANSACTIONAL_BIT
+from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
 from kafkatwist.security.acl import AclOperation, ResourceType
@@ -66,7 +72,8 @@ def transactionalProducer(records):
     C{(producerId, epoch)} if the record set's first batch is
     transactional, else C{None}.
     """
-    if records is None or len(records) < HEADER_SIZE:
+    if records is None or len(records) < HEADER_SIZE or records[MAGIC_AT] != 2:
+        # Old message formats (v0, v1) know no transactions.
         return None
     (attributes,) = _ATTRIBUTES.unpack_from(records, ATTRIBUTES_AT)
     if not attributes & TRANSACTIONAL_BIT:
@@ -80,7 +87,8 @@ TOPIC = ResourceType.TOPIC
 
 class ProduceHandler(Handler):
     apiKey = PRODUCE
-    # v0-2 stay listed: old librdkafka disables compression without them.
+    # v0-2 carry message formats v0/v1 (converted); librdkafka before 2.10
+    # also disables compression unless the minimum is 0 (librdkafka#4956).
     minVersion = 0
     maxVersion = 12
 
@@ -144,7 +152,7 @@ class ProduceHandler(Handler):
                 ]
             elif verified is None:
                 partitions = [
-                    self._append(logManager, name, data, nowMs, wake, account)
+                    self._append(logManager, name, data, nowMs, wake, account, version)
                     for data in topic.partition_data
                 ]
             else:
@@ -155,7 +163,9 @@ class ProduceHandler(Handler):
                         partitions.append((data.index, guard, -1, -1, -1, None))
                     else:
                         partitions.append(
-                            self._append(logManager, name, data, nowMs, wake, account, guard)
+                            self._append(
+                                logManager, name, data, nowMs, wake, account, version, guard
+                            )
                         )
             results.append((name, partitions))
         if request.acks == 0:
@@ -236,7 +246,7 @@ class ProduceHandler(Handler):
         return reply.response()
 
     @staticmethod
-    def _append(logManager, topic, data, nowMs, wake, account, guard=None):
+    def _append(logManager, topic, data, nowMs, wake, account, version, guard=None):
         index = data.index
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
@@ -246,10 +256,12 @@ class ProduceHandler(Handler):
             return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
                     "the produce request carries no records")
         try:
-            if guard is None:
-                info = log.append(records, nowMs)
-            else:
+            if guard is not None:
                 info = log.append(records, nowMs, verificationGuard=guard)
+            else:
+                if legacyMagic(records) is not None:
+                    records = _fromLegacy(version, records, log.config)
+                info = log.append(records, nowMs)
         except KafkaError as e:
             return (index, e.code, -1, -1, log.logStartOffset, e.message)
         if not info.duplicate:
@@ -286,6 +298,19 @@ class ProduceHandler(Handler):
             for name, partitions in results
         )
         return make(cls, responses=topics, throttle_time=NO_THROTTLE)
+
+
+def _fromLegacy(version: int, records, config) -> bytes:
+    if version >= 3:
+        # Kafka's ProduceRequest.validateRecords
+        raise KafkaError(
+            ErrorCode.invalid_record,
+            f"Produce requests with version {version} are only allowed to contain "
+            "record batches with magic version 2",
+        )
+    return upConvert(
+        records, maxMessageBytes=config.maxMessageBytes, logAppendTime=config.logAppendTime
+    )
 
 
 produce = HandlerPlugin("builtin.produce", PRODUCE, ProduceHandler, priority=0)

@@ -9,7 +9,7 @@ from kio.index import load_payload_module
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 
-from kafkatwist.protocol.legacy import PRODUCE_REQUESTS, PRODUCE_RESPONSES
+from kafkatwist.protocol.legacy_apis import LEGACY_SCHEMAS
 
 API_NAMES: dict[int, str] = dict(api_key_map)
 
@@ -55,6 +55,8 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 
 #: schemas of APIs Kafka does not define, registered by plugins
@@ -102,9 +104,7 @@ def knownVersions(apiKey: int) -> range:
     name = API_NAMES.get(apiKey)
     if name is None:
         return range(0)
-    versions = set(schema_name_map.get(name, {}))
-    if apiKey == PRODUCE:
-        versions |= set(PRODUCE_REQUESTS)
+    versions = set(schema_name_map.get(name, {})) | set(LEGACY_SCHEMAS.get(apiKey, ()))
     if not versions:
         return range(0)
     return range(min(versions), max(versions) + 1)
@@ -115,8 +115,9 @@ def requestType(apiKey: int, version: int) -> type:
     """
     @raise UnknownSchema: if kafkatwist cannot parse this request.
     """
-    if apiKey == PRODUCE and version in PRODUCE_REQUESTS:
-        return PRODUCE_REQUESTS[version]
+    legacy = LEGACY_SCHEMAS.get(apiKey, {}).get(version)
+    if legacy is not None:
+        return legacy[0]
     if apiKey in _CUSTOM:
         try:
             return _CUSTOM[apiKey][version][0]
@@ -134,8 +135,9 @@ def responseType(apiKey: int, version: int) -> type:
     """
     @raise UnknownSchema: if kafkatwist cannot write this response.
     """
-    if apiKey == PRODUCE and version in PRODUCE_RESPONSES:
-        return PRODUCE_RESPONSES[version]
+    legacy = LEGACY_SCHEMAS.get(apiKey, {}).get(version)
+    if legacy is not None:
+        return legacy[1]
     if apiKey in _CUSTOM:
         try:
             return _CUSTOM[apiKey][version][1]

@@ -1,8 +1,9 @@
 """
-Produce v0-v2, which Kafka 4 no longer defines but keeps listing (old
-librdkafka disables compression without them) and which C{kio} therefore does
-not generate.  Written in C{kio}'s dataclass conventions so its reader and
-writer handle them like the generated ones.
+Produce v0-v2, which Kafka 3.x serves (with message formats v0/v1, see
+L{kafkatwist.protocol.convert}) and Kafka 4 no longer defines, so C{kio}
+does not generate them.  Written in C{kio}'s dataclass conventions so its
+reader and writer handle them like the generated ones; the other APIs'
+old versions are in L{kafkatwist.protocol.legacy_apis}.
 
 Produce v0-v2 differ from v3 only in the missing C{transactional_id};
 responses gain C{throttle_time} in v1 and C{log_append_time} in v2.

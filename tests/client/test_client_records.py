@@ -72,7 +72,7 @@ def assertSameRecords(decoded, expected, baseOffset=0):
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_roundTrip(codec):
+def test_round_trip(codec):
     """
     Every field survives encode and decode, in every codec.
     """
@@ -109,7 +109,7 @@ def test_roundTrip(codec):
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_manySmallRecords(codec):
+def test_many_small_records(codec):
     """
     Offset and timestamp deltas past one and two varint bytes.
     """
@@ -138,7 +138,7 @@ def test_defaults():
     assert batch.partitionLeaderEpoch == -1
 
 
-def test_codecById():
+def test_codec_by_id():
     [batch] = decodeBatches(buildBatch([Record(value=b"x")], compression=3))
     assert batch.compression == "lz4"
     with pytest.raises(UnsupportedCompression):
@@ -147,12 +147,12 @@ def test_codecById():
         buildBatch([Record(value=b"x")], compression=5)
 
 
-def test_emptyBatchRefused():
+def test_empty_batch_refused():
     with pytest.raises(ValueError):
         buildBatch([])
 
 
-def test_logAppendTime():
+def test_log_append_time():
     """
     With log-append time, every record reports the batch's maxTimestamp,
     as Kafka consumers do.
@@ -167,7 +167,7 @@ def test_logAppendTime():
     assert [r.timestamp for r in batch.records] == [T0 + 999, T0 + 999]
 
 
-def test_recordOffsetsWithGaps():
+def test_record_offsets_with_gaps():
     """
     C{useRecordOffsets} keeps given offsets (as compaction leaves them).
     """
@@ -180,7 +180,7 @@ def test_recordOffsetsWithGaps():
         buildBatch(recs[::-1], baseOffset=100, useRecordOffsets=True)
 
 
-def test_controlBatch():
+def test_control_batch():
     raw = buildBatch(
         [controlRecord(commit=True, coordinatorEpoch=5, timestamp=T0)],
         producerId=1,
@@ -195,7 +195,7 @@ def test_controlBatch():
     assert struct.unpack(">hi", record.value) == (0, 5)
 
 
-def test_headersOnly():
+def test_headers_only():
     raw = buildBatch(sampleRecords(), "zstd")
     [batch] = decodeBatches(raw, decodeRecords=False)
     assert batch.records == []
@@ -205,7 +205,7 @@ def test_headersOnly():
 # -- several batches, partial batches --------------------------------------
 
 
-def test_severalBatchesAndTrailingPartial():
+def test_several_batches_and_trailing_partial():
     """
     Batches decode in sequence; a trailing partial batch -- cut anywhere --
     is skipped, as a consumer does with a fetch's size-limited tail.
@@ -221,7 +221,7 @@ def test_severalBatchesAndTrailingPartial():
     assert list(decodeBatches(first[:11])) == []
 
 
-def test_acceptsBuffers():
+def test_accepts_buffers():
     raw = buildBatch(sampleRecords())
     for buf in (bytearray(raw), memoryview(raw), memoryview(b"xx" + raw)[2:]):
         [batch] = decodeBatches(buf)
@@ -231,7 +231,7 @@ def test_acceptsBuffers():
 # -- CRC and corruption ----------------------------------------------------
 
 
-def test_crcValue():
+def test_crc_value():
     """
     The CRC is CRC-32C over attributes to the end; the leader epoch and base
     offset are outside it.
@@ -248,7 +248,7 @@ def test_crcValue():
     assert batch.baseOffset == 5000 and batch.partitionLeaderEpoch == 42
 
 
-def test_crcMismatch():
+def test_crc_mismatch():
     raw = bytearray(buildBatch([Record(timestamp=T0, key=b"k", value=b"hello world")]))
     raw[-3] ^= 0xFF  # inside the value
     with pytest.raises(CrcMismatchError) as info:
@@ -261,14 +261,14 @@ def test_crcMismatch():
     assert batch.records[0].value != b"hello world"
 
 
-def test_crcMismatchOnHeaderField():
+def test_crc_mismatch_on_header_field():
     raw = bytearray(buildBatch([Record(timestamp=T0, value=b"x")]))
     struct.pack_into(">q", raw, 27, T0 + 1)  # baseTimestamp is covered
     with pytest.raises(CrcMismatchError):
         list(decodeBatches(bytes(raw)))
 
 
-def test_otherMagicRefused():
+def test_other_magic_refused():
     raw = bytearray(buildBatch([Record(value=b"x")]))
     raw[16] = 1
     with pytest.raises(CorruptRecordError, match="magic 1"):
@@ -282,7 +282,7 @@ def _rebuild(header: bytes, payload: bytes) -> bytes:
     return bytes(out)
 
 
-def test_corruptRecords():
+def test_corrupt_records():
     """
     Records that do not fill their declared lengths, or overrun the batch,
     raise a clear error rather than decoding garbage.
@@ -311,7 +311,7 @@ def test_corruptRecords():
         list(decodeBatches(bytes(short)))
 
 
-def test_corruptCompressedPayload():
+def test_corrupt_compressed_payload():
     raw = buildBatch([Record(timestamp=T0, value=b"x" * 1000)], "zstd")
     header, payload = raw[:61], raw[61:]
     with pytest.raises(CorruptRecordError, match="zstd"):
@@ -321,7 +321,7 @@ def test_corruptCompressedPayload():
 # -- compression formats ---------------------------------------------------
 
 
-def test_gzipFormat():
+def test_gzip_format():
     data = b"hello " * 1000
     out = compress("gzip", data)
     assert out[:2] == b"\x1f\x8b"
@@ -331,7 +331,7 @@ def test_gzipFormat():
     assert decompress("gzip", zlib.compress(data)) == data
 
 
-def test_snappyXerialFormat():
+def test_snappy_xerial_format():
     """
     Encoding is xerial-framed like the Java client (16-byte header, 32 KiB
     blocks); decoding takes xerial and raw snappy.
@@ -350,7 +350,7 @@ def test_snappyXerialFormat():
     assert decompress("snappy", bytes(cramjam.snappy.compress_raw(data))) == data
 
 
-def test_snappyBothFramingsInBatches():
+def test_snappy_both_framings_in_batches():
     """
     A batch whose payload is raw snappy (as librdkafka writes) decodes like
     a xerial-framed one.
@@ -367,7 +367,7 @@ def test_snappyBothFramingsInBatches():
         assertSameRecords(batch.records, recs)
 
 
-def test_lz4FrameFlags():
+def test_lz4_frame_flags():
     """
     LZ4 frames with independent 64 KiB blocks and no content size, which is
     what Kafka's Java LZ4 reader accepts.
@@ -385,7 +385,7 @@ def test_lz4FrameFlags():
     assert decompress("lz4", other) == b"q" * 1000
 
 
-def test_zstdWithoutContentSize():
+def test_zstd_without_content_size():
     """
     A zstd frame without a content size (streaming writers) decodes.
     """
@@ -422,7 +422,7 @@ def kafkaPython(monkeypatch):
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_decodeKafkaPythonBatches(kafkaPython, codec):
+def test_decode_kafka_python_batches(kafkaPython, codec):
     """
     Batches written by kafka-python's builder decode with ours.
     """
@@ -447,7 +447,7 @@ def test_decodeKafkaPythonBatches(kafkaPython, codec):
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_kafkaPythonDecodesOurs(kafkaPython, codec):
+def test_kafka_python_decodes_ours(kafkaPython, codec):
     """
     Batches we write parse with kafka-python's reader, CRC included.
     """
@@ -473,7 +473,7 @@ def test_kafkaPythonDecodesOurs(kafkaPython, codec):
         assert list(g.headers) == r.headers
 
 
-def test_kafkaPythonSnappyFramings(kafkaPython):
+def test_kafka_python_snappy_framings(kafkaPython):
     """
     kafka-python's xerial and raw snappy encodings both decode; its decoder
     reads our xerial framing.
@@ -486,7 +486,7 @@ def test_kafkaPythonSnappyFramings(kafkaPython):
     assert kafka.codec.snappy_decode(compress("snappy", data)) == data
 
 
-def test_zigzagHelpers():
+def test_zigzag_helpers():
     """
     The varint writer against known encodings, the reader on long values.
     """
@@ -503,7 +503,7 @@ def test_zigzagHelpers():
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_truncatedCompressedData(codec):
+def test_truncated_compressed_data(codec):
     """
     Half a compressed payload is an error, never a silently short result.
     """

@@ -40,7 +40,7 @@ def requestsFor(cluster, apiKey):
 # -- negotiation -------------------------------------------------------------
 
 
-def test_negotiatesHighestCommonVersions(cluster, broker):
+def test_negotiates_highest_common_versions(cluster, broker):
     """
     ApiVersions goes first at v3; each API then uses the highest version
     both sides know.
@@ -57,7 +57,7 @@ def test_negotiatesHighestCommonVersions(cluster, broker):
         assert requestsFor(cluster, 3) == [(1, 12)]
 
 
-def test_versionsCappedToOurs(cluster):
+def test_versions_capped_to_ours(cluster):
     """
     A broker newer than kafkatwist's schemas: we use our newest version.
     A broker whose range is entirely unknown to us: that API is unusable
@@ -79,7 +79,7 @@ def test_versionsCappedToOurs(cluster):
 
 
 @pytest.mark.parametrize("apiVersionsMax", [0, 1, 2])
-def test_apiVersionsFallback(cluster, apiVersionsMax):
+def test_api_versions_fallback(cluster, apiVersionsMax):
     """
     A broker that does not know ApiVersions v3 answers UNSUPPORTED_VERSION
     in the v0 layout with its own range; the client retries at the
@@ -95,7 +95,7 @@ def test_apiVersionsFallback(cluster, apiVersionsMax):
         assert c.metadata().clusterId == "fake-cluster"
 
 
-def test_oldMetadataVersion(cluster):
+def test_old_metadata_version(cluster):
     """
     Metadata v0 (no cluster id, controller, or null topic list) still works.
     """
@@ -142,7 +142,7 @@ def test_metadata(cluster):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_produceAndFetch(cluster, broker, codec):
+def test_produce_and_fetch(cluster, broker, codec):
     with client(broker) as c:
         first = [Record(timestamp=T0 + i, key=b"k%d" % i, value=b"v%d" % i) for i in range(5)]
         second = [
@@ -170,7 +170,7 @@ def test_produceAndFetch(cluster, broker, codec):
     assert {v for _, v in requestsFor(cluster, 1)} == {17}
 
 
-def test_fetchByNameOnOlderBrokers(cluster):
+def test_fetch_by_name_on_older_brokers(cluster):
     """
     With Fetch v12 at most, topics go by name.
     """
@@ -184,7 +184,7 @@ def test_fetchByNameOnOlderBrokers(cluster):
     assert requestsFor(cluster, 1) == [(1, 12)]
 
 
-def test_newestVersionsUseTopicIds(cluster):
+def test_newest_versions_use_topic_ids(cluster):
     """
     Produce v13 and Fetch v18 name topics by id only; the client takes the
     id from Metadata.
@@ -201,7 +201,7 @@ def test_newestVersionsUseTopicIds(cluster):
     assert requestsFor(cluster, 1) == [(1, 18)]
 
 
-def test_fetchPartialTrailingBatch(cluster, broker):
+def test_fetch_partial_trailing_batch(cluster, broker):
     """
     A size-limited fetch returns whole batches and a cut one; the cut one
     is skipped and the next offset points at it.
@@ -222,7 +222,7 @@ def test_fetchPartialTrailingBatch(cluster, broker):
         assert [r.offset for r in result.records] == [4, 5, 6, 7]
 
 
-def test_fetchError(cluster, broker):
+def test_fetch_error(cluster, broker):
     """
     Partition errors come back in the result, with the watermarks.
     """
@@ -233,7 +233,7 @@ def test_fetchError(cluster, broker):
         assert result.records == [] and result.nextOffset == 50
 
 
-def test_producePrebuiltBatchAndAcksZero(cluster, broker):
+def test_produce_prebuilt_batch_and_acks_zero(cluster, broker):
     with client(broker) as c:
         batch = buildBatch([Record(timestamp=T0, value=b"pre%d" % i) for i in range(3)], "lz4")
         assert c.produce("t", 0, batch) == 0
@@ -243,7 +243,7 @@ def test_producePrebuiltBatchAndAcksZero(cluster, broker):
         assert [r.value for r in result.records] == [b"pre0", b"pre1", b"pre2", b"fire and forget"]
 
 
-def test_listOffsets(cluster, broker):
+def test_list_offsets(cluster, broker):
     with client(broker) as c:
         c.produce("t", 0, [Record(timestamp=T0 + t, value=b"x") for t in (5, 50, 20)])
         c.produce("t", 0, [Record(timestamp=T0 + 30, value=b"y")])
@@ -260,7 +260,7 @@ def test_listOffsets(cluster, broker):
 # -- routing -------------------------------------------------------------------
 
 
-def test_oneConnectionPerNode(cluster):
+def test_one_connection_per_node(cluster):
     """
     Requests go to each partition's leader, over one connection per node;
     the bootstrap connection is reused for its node.
@@ -283,7 +283,7 @@ def test_oneConnectionPerNode(cluster):
     assert sorted(node for node, _ in requestsFor(cluster, 2)) == [1, 2]
 
 
-def test_leaderMoved(cluster):
+def test_leader_moved(cluster):
     """
     After NOT_LEADER_OR_FOLLOWER the client refreshes metadata and retries
     on the new leader.
@@ -302,7 +302,7 @@ def test_leaderMoved(cluster):
 # -- errors --------------------------------------------------------------------
 
 
-def test_produceErrors(cluster, broker):
+def test_produce_errors(cluster, broker):
     with client(broker) as c:
         with pytest.raises(KafkaError) as info:
             c.produce("nope", 0, [Record(value=b"a")])
@@ -319,7 +319,7 @@ def test_produceErrors(cluster, broker):
         assert c.produce("t", 0, [Record(value=b"b")]) == 0
 
 
-def test_createAndDeleteTopics(cluster, broker):
+def test_create_and_delete_topics(cluster, broker):
     with client(broker) as c:
         ids = c.createTopics({"new": (3, {"cleanup.policy": "compact"}), "other": 1})
         assert ids == {
@@ -347,7 +347,7 @@ def test_createAndDeleteTopics(cluster, broker):
     assert {v for _, v in requestsFor(cluster, 20)} == {6}
 
 
-def test_oldDeleteTopicsVersion(cluster):
+def test_old_delete_topics_version(cluster):
     ranges = dict(DEFAULT_RANGES)
     ranges[20] = (1, 5)
     ranges[19] = (2, 3)
@@ -362,7 +362,7 @@ def test_oldDeleteTopicsVersion(cluster):
 # -- generic and raw requests ----------------------------------------------------
 
 
-def test_sendEntity(cluster, broker):
+def test_send_entity(cluster, broker):
     """
     C{send} takes any request entity at its own version.
     """
@@ -374,7 +374,7 @@ def test_sendEntity(cluster, broker):
         assert requestsFor(cluster, 3)[-1] == (1, 1)
 
 
-def test_sendRaw(cluster, broker):
+def test_send_raw(cluster, broker):
     """
     C{sendRaw} writes bytes as given and returns the response frame; the
     correlation id is the caller's.
@@ -397,7 +397,7 @@ def test_sendRaw(cluster, broker):
     assert cluster.requests[-2][3] == "raw-client"
 
 
-def test_nullClientId(cluster, broker):
+def test_null_client_id(cluster, broker):
     with client(broker, clientId=None) as c:
         c.metadata()
     assert {r[3] for r in cluster.requests} == {None}
@@ -406,7 +406,7 @@ def test_nullClientId(cluster, broker):
 # -- connection failures ---------------------------------------------------------
 
 
-def test_reconnectAfterDrop(cluster, broker):
+def test_reconnect_after_drop(cluster, broker):
     """
     A broker closing the connection mid-request: reads retry once on a new
     connection.
@@ -423,7 +423,7 @@ def test_reconnectAfterDrop(cluster, broker):
         assert broker.accepted == 3
 
 
-def test_produceNotRetriedOnConnectionFailure(cluster, broker):
+def test_produce_not_retried_on_connection_failure(cluster, broker):
     """
     A produce whose connection fails is not resent (it may have been
     appended); it raises, and the next call reconnects.
@@ -447,12 +447,12 @@ def _unusedPort():
     return port
 
 
-def test_connectionRefused():
+def test_connection_refused():
     with pytest.raises(KafkaConnectionError, match="no broker reachable"):
         KafkaWireClient(f"127.0.0.1:{_unusedPort()}", timeout=2)
 
 
-def test_bootstrapFallsThrough(cluster, broker):
+def test_bootstrap_falls_through(cluster, broker):
     """
     Unreachable bootstrap servers are skipped; a comma-separated string
     works as well as a list.
@@ -482,7 +482,7 @@ def test_timeout():
             conn.close()
 
 
-def test_garbageResponse():
+def test_garbage_response():
     """
     A peer that answers with something that is not a Kafka frame (here an
     absurd size) is a connection error, not a hang or a huge allocation.
@@ -506,14 +506,14 @@ def test_garbageResponse():
         listener.close()
 
 
-def test_closedClient(cluster, broker):
+def test_closed_client(cluster, broker):
     c = client(broker)
     c.close()
     with pytest.raises(KafkaConnectionError):
         c.metadata()
 
 
-def test_oneClientPerThread(cluster):
+def test_one_client_per_thread(cluster):
     """
     The documented threading model: a client per thread, all at once.
     """

@@ -20,7 +20,7 @@ def tlsClient(address, pki, **kwargs):
     return KafkaWireClient(address, securityProtocol="SSL", **kwargs)
 
 
-def test_verifiedByIPAddress(cluster, pki):
+def test_verified_by_ip_address(cluster, pki):
     """
     Connecting to 127.0.0.1 checks the certificate's IP SAN; every broker
     connection (bootstrap and node) is TLS, and data goes through intact.
@@ -40,7 +40,7 @@ def test_verifiedByIPAddress(cluster, pki):
     assert not b1.handshakeErrors and not b2.handshakeErrors
 
 
-def test_verifiedByHostName(cluster, pki):
+def test_verified_by_host_name(cluster, pki):
     """
     Connecting to "localhost" checks the DNS SAN (and sends SNI).
     """
@@ -50,7 +50,7 @@ def test_verifiedByHostName(cluster, pki):
         assert c.connection(1).connected
 
 
-def test_wrongHostName(cluster, pki):
+def test_wrong_host_name(cluster, pki):
     """
     A certificate for another name is refused, unless host name checking
     is off (the chain is still verified).
@@ -64,7 +64,7 @@ def test_wrongHostName(cluster, pki):
         assert c.metadata().clusterId == "fake-cluster"
 
 
-def test_untrustedCertificate(cluster, pki):
+def test_untrusted_certificate(cluster, pki):
     """
     A broker certificate from a CA we do not trust fails the handshake,
     even with host name checking off.
@@ -76,7 +76,7 @@ def test_untrustedCertificate(cluster, pki):
         tlsClient(f"127.0.0.1:{b.port}", pki, sslCafile=pki.otherCafile, sslCheckHostname=False)
 
 
-def test_mutualTLS(cluster, pki):
+def test_mutual_tls(cluster, pki):
     """
     A client certificate whose key needs a password, for a broker that
     requires one.
@@ -96,7 +96,7 @@ def test_mutualTLS(cluster, pki):
         tlsClient(f"127.0.0.1:{b.port}", pki)
 
 
-def test_wrongKeyPassword(pki):
+def test_wrong_key_password(pki):
     certfile, keyfile = pki.client
     with pytest.raises(ValueError, match="cannot load TLS settings") as info:
         tlsClient(
@@ -107,7 +107,7 @@ def test_wrongKeyPassword(pki):
         tlsClient("127.0.0.1:1", pki, sslCafile=keyfile)
 
 
-def test_plaintextClientToTLSBroker(cluster, pki):
+def test_plaintext_client_to_tls_broker(cluster, pki):
     """
     Speaking plaintext to a TLS port fails cleanly, not by hanging.
     """

@@ -106,7 +106,7 @@ class Txn:
 # -- formats ---------------------------------------------------------------------------
 
 
-def test_recordFormats():
+def test_record_formats():
     value = TxnLogValue(7, 3, 60000, S.ONGOING, frozenset({("b", 1), ("a", 0), ("a", 2)}), 5, 4)
     data = encodeValue(value)
     # v0: version, pid, epoch, timeout, state, 2 topics...
@@ -124,7 +124,7 @@ def test_recordFormats():
             decodeValue(bad)
 
 
-def test_valueVersion1():
+def test_value_version1():
     """
     The flexible version Kafka 4 writes with transaction.version 1+: read.
     """
@@ -142,7 +142,7 @@ def test_valueVersion1():
 # -- InitProducerId ---------------------------------------------------------------------
 
 
-def test_initBumpsTheEpoch():
+def test_init_bumps_the_epoch():
     txn = Txn()
     first = txn.init()
     assert (first.errorCode, first.producerEpoch) == (E.none, 0)
@@ -151,14 +151,14 @@ def test_initBumpsTheEpoch():
     assert txn.meta().state is S.EMPTY
 
 
-def test_initValidatesTheTimeout():
+def test_init_validates_the_timeout():
     txn = Txn(maxTimeoutMs=1000)
     assert txn.init(timeoutMs=1001).errorCode == E.invalid_transaction_timeout
     assert txn.init(timeoutMs=0).errorCode == E.invalid_transaction_timeout
     assert txn.init(timeoutMs=1000).errorCode == E.none
 
 
-def test_initWithExpectedProducer():
+def test_init_with_expected_producer():
     txn = Txn()
     first = txn.init()
     again = txn.init(expected=(first.producerId, first.producerEpoch))
@@ -170,7 +170,7 @@ def test_initWithExpectedProducer():
     assert txn.init(expected=(first.producerId, 7)).errorCode == E.producer_fenced
 
 
-def test_exhaustedEpochGetsANewProducerId():
+def test_exhausted_epoch_gets_aNew_producer_id():
     txn = Txn()
     first = txn.init()
     meta = txn.meta()
@@ -179,7 +179,7 @@ def test_exhaustedEpochGetsANewProducerId():
     assert fresh.producerId != first.producerId and fresh.producerEpoch == 0
 
 
-def test_initAbortsTheOpenTransactionAndFences():
+def test_init_aborts_the_open_transaction_and_fences():
     txn = Txn()
     pid, epoch = txn.begin()
     log = txn.logManager.getLog(*TP)
@@ -203,7 +203,7 @@ def test_initAbortsTheOpenTransactionAndFences():
 # -- AddPartitions, verification, EndTxn ------------------------------------------------------
 
 
-def test_addPartitionsChecks():
+def test_add_partitions_checks():
     txn = Txn()
     assert txn.sync.addPartitions("nobody", 1, 0, [TP]) == E.invalid_producer_id_mapping
     r = txn.init()
@@ -226,7 +226,7 @@ def test_verification():
     assert txn.sync.verifyPartitions("other", pid, epoch, [TP]) == E.invalid_producer_id_mapping
 
 
-def test_endTxnCommitWritesMarkers():
+def test_end_txn_commit_writes_markers():
     txn = Txn()
     pid, epoch = txn.begin(partitions=[TP, TP1])
     assert txn.sync.endTxn("tx", pid, epoch, True) == E.none
@@ -242,13 +242,13 @@ def test_endTxnCommitWritesMarkers():
     assert txn.markers(TP) == [(pid, epoch, 1), (pid, epoch, 0)]
 
 
-def test_endTxnWithoutTransaction():
+def test_end_txn_without_transaction():
     txn = Txn()
     r = txn.init()
     assert txn.sync.endTxn("tx", r.producerId, r.producerEpoch, True) == E.invalid_txn_state
 
 
-def test_markersRetriedUntilWritten():
+def test_markers_retried_until_written():
     txn = Txn()
     pid, epoch = txn.begin()
     writes = []
@@ -272,7 +272,7 @@ def test_markersRetriedUntilWritten():
     assert txn.meta().state is S.COMPLETE_COMMIT
 
 
-def test_deletedTopicDoesNotHoldTheTransaction():
+def test_deleted_topic_does_not_hold_the_transaction():
     txn = Txn()
     pid, epoch = txn.begin(partitions=[TP])
     txn.logManager.deleteTopic("t")
@@ -280,7 +280,7 @@ def test_deletedTopicDoesNotHoldTheTransaction():
     assert txn.meta().state is S.COMPLETE_ABORT
 
 
-def test_failedAppendLeavesStateAlone():
+def test_failed_append_leaves_state_alone():
     txn = Txn()
     pid, epoch = txn.begin()
     real = txn.stateLog.append
@@ -300,7 +300,7 @@ def test_failedAppendLeavesStateAlone():
 # -- timeouts and expiry -------------------------------------------------------------------
 
 
-def test_timedOutTransactionIsAborted():
+def test_timed_out_transaction_is_aborted():
     txn = Txn(abortIntervalMs=1000)
     pid, epoch = txn.begin()
     txn.sync.addPartitions("tx", pid, epoch, [TP1])
@@ -313,7 +313,7 @@ def test_timedOutTransactionIsAborted():
     assert txn.sync.endTxn("tx", pid, epoch, True) == E.producer_fenced
 
 
-def test_idleIdsExpire():
+def test_idle_ids_expire():
     txn = Txn(expirationMs=10_000, expiryIntervalMs=1000)
     txn.init("idle")
     pid, epoch = txn.begin("busy")
@@ -327,7 +327,7 @@ def test_idleIdsExpire():
 # -- loading -----------------------------------------------------------------------------------
 
 
-def test_restartKeepsEveryState():
+def test_restart_keeps_every_state():
     txn = Txn()
     pid, epoch = txn.begin("open")
     txn.begin("committed")
@@ -342,7 +342,7 @@ def test_restartKeepsEveryState():
     assert restarted.sync.endTxn("open", pid, epoch, False) == E.none
 
 
-def test_preparedTransactionIsCompletedAfterRestart():
+def test_prepared_transaction_is_completed_after_restart():
     txn = Txn()
     pid, epoch = txn.begin()
     txn.writer.write = lambda *args: None  # the markers never get written
@@ -353,7 +353,7 @@ def test_preparedTransactionIsCompletedAfterRestart():
     assert restarted.meta().state is S.COMPLETE_COMMIT
 
 
-def test_damagedRecordsAreSkipped(capturedLog=None):
+def test_damaged_records_are_skipped(capturedLog=None):
     txn = Txn()
     txn.init("good")
     log = txn.stateLog
@@ -368,7 +368,7 @@ def test_damagedRecordsAreSkipped(capturedLog=None):
 # -- administration --------------------------------------------------------------------------
 
 
-def test_describeAndList():
+def test_describe_and_list():
     txn = Txn()
     pid, epoch = txn.begin("a", partitions=[TP, TP1])
     txn.init("b")
@@ -396,7 +396,7 @@ def test_describeAndList():
 # -- the machine alone ------------------------------------------------------------------------
 
 
-def test_machineEffects():
+def test_machine_effects():
     """
     The sans-io machine emits records and markers, and applies a change
     only once its append succeeded.
@@ -425,7 +425,7 @@ def test_machineEffects():
     assert TRANSACTION_STATE_TOPIC == "__transaction_state"
 
 
-def test_topicCreatedOnFirstWrite():
+def test_topic_created_on_first_write():
     txn = Txn()
     assert TRANSACTION_STATE_TOPIC not in txn.logManager.topics()
     txn.init()

@@ -93,7 +93,7 @@ def partitionErrors(response):
 
 
 @pytest.mark.parametrize("version", range(0, 6))
-def test_initProducerId(broker, version):
+def test_init_producer_id(broker, version):
     r = broker.init(version)
     assert (r.error_code, r.producer_epoch) == (E.none, 0)
     again = broker.init(version)
@@ -104,7 +104,7 @@ def test_initProducerId(broker, version):
 
 
 @pytest.mark.parametrize("version", range(3, 6))
-def test_initProducerIdFencedByVersion(broker, version):
+def test_init_producer_id_fenced_by_version(broker, version):
     r = broker.init(version)
     fenced = broker.init(version, producer_id=r.producer_id + 9, producer_epoch=0)
     expected = E.producer_fenced if version >= 4 else E.invalid_producer_epoch
@@ -113,7 +113,7 @@ def test_initProducerIdFencedByVersion(broker, version):
 
 
 @pytest.mark.parametrize("version", range(0, 4))
-def test_addPartitions(broker, version):
+def test_add_partitions(broker, version):
     r = broker.init()
     pid, epoch = r.producer_id, r.producer_epoch
     ok = broker.addPartitions(version, pid, epoch, [("t1", [0, 1]), ("t2", [0])])
@@ -129,7 +129,7 @@ def test_addPartitions(broker, version):
 
 
 @pytest.mark.parametrize("version", range(0, 5))
-def test_endTxn(broker, version):
+def test_end_txn(broker, version):
     r = broker.init()
     pid, epoch = r.producer_id, r.producer_epoch
     assert broker.endTxn(version, pid, epoch).error_code == E.invalid_txn_state
@@ -141,7 +141,7 @@ def test_endTxn(broker, version):
 
 
 @pytest.mark.parametrize("version", range(0, 5))
-def test_offsetsInTransaction(broker, version):
+def test_offsets_in_transaction(broker, version):
     r = broker.init()
     pid, epoch = r.producer_id, r.producer_epoch
     added = broker.result(25, min(version, 4), transactional_id="tx", producer_id=pid,
@@ -185,7 +185,7 @@ def test_offsetsInTransaction(broker, version):
     ]
 
 
-def test_offsetsOfAPartitionNotInTheTransaction(broker):
+def test_offsets_of_aPartition_not_in_the_transaction(broker):
     r = broker.init()
     from kafkatwist.protocol.apis import requestType
     from kafkatwist.protocol.entities import nested
@@ -203,7 +203,7 @@ def test_offsetsOfAPartitionNotInTheTransaction(broker):
     assert response.topics[0].partitions[0].error_code == E.invalid_txn_state
 
 
-def test_describeListAndProducers(broker, monkeypatch):
+def test_describe_list_and_producers(broker, monkeypatch):
     r = broker.init()
     # An id without a transaction has start time -1, as Kafka answers
     # (kio, as a client, cannot read that back: look at the bytes).
@@ -243,7 +243,7 @@ def test_describeListAndProducers(broker, monkeypatch):
     assert missing.error_code == E.unknown_topic_or_partition
 
 
-def test_writeTxnMarkers(broker):
+def test_write_txn_markers(broker):
     from kafkatwist.protocol.apis import requestType
     from kafkatwist.protocol.entities import nested
 
@@ -264,7 +264,7 @@ def test_writeTxnMarkers(broker):
     assert broker.logManager.getLog("t1", 0).logEndOffset == 1
 
 
-def test_everyVersionIsKnownToTheCodec():
+def test_every_version_is_known_to_the_codec():
     for key, cls in TXN_HANDLERS.items():
         assert cls.minVersion in knownVersions(key) and cls.maxVersion in knownVersions(key)
     assert set(TXN_HANDLERS).isdisjoint(HANDLERS)

@@ -47,7 +47,7 @@ def reloaded(h):
     return offsets, pending
 
 
-def test_pendingUntilCommitted():
+def test_pending_until_committed():
     h = Harness()
     assert txnCommit(h, {TP: 10}) == {TP: E.none}
     assert fetched(h) == (-1, E.none)
@@ -58,7 +58,7 @@ def test_pendingUntilCommitted():
     assert fetched(h, requireStable=True) == (10, E.none)
 
 
-def test_abortDropsThem():
+def test_abort_drops_them():
     h = Harness()
     h.commit({TP: 5})
     txnCommit(h, {TP: 10})
@@ -66,7 +66,7 @@ def test_abortDropsThem():
     assert fetched(h, requireStable=True) == (5, E.none)
 
 
-def test_newerPlainCommitWins():
+def test_newer_plain_commit_wins():
     h = Harness()
     txnCommit(h, {TP: 10})
     h.commit({TP: 20})
@@ -76,7 +76,7 @@ def test_newerPlainCommitWins():
     assert offsets["g"][TP].offset == 20 and pending == {}
 
 
-def test_olderTransactionLosesToNewer():
+def test_older_transaction_loses_to_newer():
     h = Harness()
     txnCommit(h, {TP: 10}, pid=1, epoch=0)
     txnCommit(h, {TP: 20}, pid=2, epoch=0)
@@ -86,7 +86,7 @@ def test_olderTransactionLosesToNewer():
     assert reloaded(h)[0]["g"][TP].offset == 20
 
 
-def test_memberChecksWithGeneration():
+def test_member_checks_with_generation():
     h = Harness()
     members, generation = h.stableGroup(1)
     assert txnCommit(h, {TP: 1}, generation=generation + 1, member=members[0]) == {
@@ -102,7 +102,7 @@ def test_memberChecksWithGeneration():
     }
 
 
-def test_fencedEpochIsRefusedByTheLog():
+def test_fenced_epoch_is_refused_by_the_log():
     h = Harness()
     txnCommit(h, {TP: 10}, epoch=EPOCH)
     marker(h, commit=False, epoch=EPOCH + 1)
@@ -127,7 +127,7 @@ def test_restart():
     assert fetched(again, ("t1", 2), requireStable=True) == (9, E.none)
 
 
-def test_deletedOffsetsTakePendingOnesAlong():
+def test_deleted_offsets_take_pending_ones_along():
     h = Harness()
     txnCommit(h, {TP: 10})
     result = h.coord.deleteOffsets("g", [TP])

@@ -31,7 +31,7 @@ import uuid
 from kafkatwist.client import KafkaWireClient
 from tests.broker import BrokerProcess
 from tests.fuzz.mutate import Mutator
-from tests.fuzz.seeds import generated, produceSeeds, recorded
+from tests.fuzz.seeds import generated, legacyProduceSeeds, produceSeeds, recorded
 
 TOPICS = ["fuzz-0", "fuzz-1"]
 CANARY = "fuzz-canary"
@@ -337,7 +337,10 @@ class FuzzRun:
     # -- the run ----------------------------------------------------------------
 
     def _corpus(self) -> list:
-        corpus = recorded() + produceSeeds(TOPICS) + generated(self.served, TOPICS, random.Random(self.seed))
+        corpus = (
+            recorded() + produceSeeds(TOPICS) + legacyProduceSeeds(TOPICS)
+            + generated(self.served, TOPICS, random.Random(self.seed))
+        )
         self.stats["seeds"] = len(corpus)
         return corpus
 

@@ -108,5 +108,29 @@ def produceSeeds(topics: list[str], versions=range(3, 13)) -> list[Seed]:
     return seeds
 
 
+def legacyProduceSeeds(topics: list[str]) -> list[Seed]:
+    """
+    Produce v0-2 frames carrying message formats v0/v1 (what clients before
+    Kafka 0.11 send), plain and in one compressed wrapper per codec.
+    """
+    from kafkatwist.protocol.legacy_records import compressInner, encodeMessage
+
+    now = int(datetime.datetime.now().timestamp() * 1000)
+    seeds = []
+    for version in (0, 1, 2):
+        magic = 1 if version == 2 else 0
+        cls = requestType(PRODUCE, version)
+        Topic, Partition = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+        inner = b"".join(encodeMessage(i, magic, 0, now + i, b"k%d" % i, b"value-%d" % i) for i in range(4))
+        for codec in range(4):
+            records = inner if codec == 0 else encodeMessage(3, magic, codec, now, None, compressInner(codec, magic, inner))
+            entity = make(
+                cls, acks=-1, timeout=datetime.timedelta(seconds=5),
+                topic_data=(make(Topic, name=topics[0], partition_data=(make(Partition, index=0, records=records),)),),
+            )
+            seeds.append(Seed(f"legacy-records-{codec}", PRODUCE, version, _frame(PRODUCE, version, entity)))
+    return seeds
+
+
 def bodyOffset(frame: bytes) -> int:
     return parseRequestHeader(frame).bodyOffset

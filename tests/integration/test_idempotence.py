@@ -106,7 +106,7 @@ def client(broker):
         yield c
 
 
-def test_kafkaPythonDefaultProducerExactlyOnce(broker, client):
+def test_kafka_python_default_producer_exactly_once(broker, client):
     from kafka import KafkaProducer
 
     topic = "idem-kafka-python"
@@ -125,7 +125,7 @@ def test_kafkaPythonDefaultProducerExactlyOnce(broker, client):
     assert producerId >= 0
 
 
-def test_confluentIdempotentProducerExactlyOnce(broker, client):
+def test_confluent_idempotent_producer_exactly_once(broker, client):
     from confluent_kafka import Producer
 
     topic = "idem-confluent"
@@ -154,7 +154,7 @@ def test_confluentIdempotentProducerExactlyOnce(broker, client):
     assert producerId >= 0
 
 
-def test_wireLevelResendIsDeduplicated(client):
+def test_wire_level_resend_is_deduplicated(client):
     topic = "idem-wire"
     client.createTopics({topic: 1})
     client.produce(topic, 0, [Record(value=b"before")])
@@ -176,7 +176,7 @@ def test_wireLevelResendIsDeduplicated(client):
     assert values == [b"before", b"a", b"b", b"c", b"d"]
 
 
-def test_gapAndFencedEpochRefused(client):
+def test_gap_and_fenced_epoch_refused(client):
     topic = "idem-gap"
     client.createTopics({topic: 1})
     producerId, _ = initProducerId(client)
@@ -193,14 +193,14 @@ def test_gapAndFencedEpochRefused(client):
     assert logEnd(client, topic) == 2
 
 
-def test_newProducerIdEachInit(client):
+def test_new_producer_id_each_init(client):
     first, _ = initProducerId(client)
     second, _ = initProducerId(client)
     assert second != first
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["restart", "kill"])
-def test_producerStateSurvivesRestart(brokerFactory, kill):
+def test_producer_state_survives_restart(brokerFactory, kill):
     broker = brokerFactory().start()
     topic = "idem-restart"
     with KafkaWireClient(broker.bootstrap) as client:

@@ -17,6 +17,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.records import Record, buildBatch
 from tests.fuzz.bombs import bomb
 from tests.integration.test_idempotence import logEnd, produceFrame, sendProduce
+from tests.integration.test_old_versions import produceFrame as oldProduceFrame
 from tests.unit.test_record_validation import rewrite
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -59,14 +60,21 @@ def test_lying_record_count_is_refused_and_moves_nothing(broker, client):
     assert logEnd(client, topic) == 1
 
 
-def test_v1_message_is_unsupported_for_message_format(broker, client):
+def test_v1_message_needs_produce_v0_to_v2(broker, client):
+    """
+    Produce v3+ carries record batches only (Kafka's
+    ProduceRequest.validateRecords: INVALID_RECORD); v0-2 convert the old
+    formats (tests/integration/test_old_versions.py).
+    """
     topic = "old-format"
     client.createTopics({topic: 1})
     body = bytes([1, 0]) + struct.pack(">qii", 1000, -1, 3) + b"abc"
     message = struct.pack(">qiI", 0, len(body) + 4, zlib.crc32(body)) + body
     frame, version = produceFrame(topic, message)
     error, _ = sendProduce(client, frame, version)
-    assert error == ErrorCode.unsupported_for_message_format
+    assert error == ErrorCode.invalid_record
+    frame, version = oldProduceFrame(topic, message, version=2)
+    assert sendProduce(client, frame, version) == (ErrorCode.none, 0)
 
 
 def test_zstd_bomb_is_corrupt_message(broker, client):

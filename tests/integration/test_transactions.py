@@ -170,7 +170,7 @@ def waitFor(predicate, timeout=20.0, what="condition"):
 # -- commit and abort, three consumers ----------------------------------------------------
 
 
-def test_commitAndAbortSeenByEveryReadCommittedConsumer(broker):
+def test_commit_and_abort_seen_by_every_read_committed_consumer(broker):
     createTopics(broker.bootstrap, "t")
     producer = txnProducer(broker.bootstrap, "tx-1")
     produceTxn(producer, "t", [b"c%d" % i for i in range(5)])
@@ -186,7 +186,7 @@ def test_commitAndAbortSeenByEveryReadCommittedConsumer(broker):
     assert end == stable
 
 
-def test_openTransactionHoldsReadCommittedConsumersBack(broker):
+def test_open_transaction_holds_read_committed_consumers_back(broker):
     createTopics(broker.bootstrap, "t")
     producer = txnProducer(broker.bootstrap, "tx-open")
     produceTxn(producer, "t", [b"before"])
@@ -203,7 +203,7 @@ def test_openTransactionHoldsReadCommittedConsumersBack(broker):
 # -- consume-transform-produce ---------------------------------------------------------------
 
 
-def test_consumeTransformProduce(broker):
+def test_consume_transform_produce(broker):
     createTopics(broker.bootstrap, "in", "out")
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(30):
@@ -256,7 +256,7 @@ def test_consumeTransformProduce(broker):
 # -- fencing and timeouts ------------------------------------------------------------------
 
 
-def test_secondProducerFencesTheFirst(broker):
+def test_second_producer_fences_the_first(broker):
     createTopics(broker.bootstrap, "t")
     zombie = txnProducer(broker.bootstrap, "same-id")
     zombie.begin_transaction()
@@ -273,7 +273,7 @@ def test_secondProducerFencesTheFirst(broker):
     assert end == stable
 
 
-def test_abandonedTransactionIsAbortedAfterItsTimeout(broker):
+def test_abandoned_transaction_is_aborted_after_its_timeout(broker):
     createTopics(broker.bootstrap, "t")
     abandoned = txnProducer(broker.bootstrap, "abandoned", **{"transaction.timeout.ms": 2000})
     abandoned.begin_transaction()
@@ -295,7 +295,7 @@ def test_abandonedTransactionIsAbortedAfterItsTimeout(broker):
 # -- crashes -----------------------------------------------------------------------------
 
 
-def test_killMidTransactionThenRestart(tmp_path):
+def test_kill_mid_transaction_then_restart(tmp_path):
     directory = str(tmp_path / "broker")
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
     broker = BrokerProcess(directory, overrides).start()
@@ -322,7 +322,7 @@ def test_killMidTransactionThenRestart(tmp_path):
         broker.stop()
 
 
-def test_killAfterCommit(tmp_path):
+def test_kill_after_commit(tmp_path):
     directory = str(tmp_path / "broker")
     broker = BrokerProcess(directory).start()
     try:
@@ -347,7 +347,7 @@ def test_killAfterCommit(tmp_path):
 # -- the other clients' producers, and the operator APIs -----------------------------------------
 
 
-def test_kafkaPythonTransactionalProducer(broker):
+def test_kafka_python_transactional_producer(broker):
     from kafka import KafkaProducer
 
     createTopics(broker.bootstrap, "k")
@@ -367,7 +367,7 @@ def test_kafkaPythonTransactionalProducer(broker):
     assert consumeKafkaPython(broker.bootstrap, "k") == [b"c1", b"c2"]
 
 
-def test_aiokafkaTransactionalProducer(broker):
+def test_aiokafka_transactional_producer(broker):
     from aiokafka import AIOKafkaProducer
 
     createTopics(broker.bootstrap, "a")
@@ -391,7 +391,7 @@ def test_aiokafkaTransactionalProducer(broker):
     assert consumeConfluent(broker.bootstrap, "a", 2) == [b"c1", b"c2"]
 
 
-def test_operatorApis(broker):
+def test_operator_apis(broker):
     from kafka import KafkaAdminClient
 
     createTopics(broker.bootstrap, "t")

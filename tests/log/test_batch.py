@@ -34,11 +34,11 @@ def code(data) -> ErrorCode:
     return e.value.code
 
 
-def test_headerSize():
+def test_header_size():
     assert B.HEADER_SIZE == 61
 
 
-def test_iterBatchHeaders():
+def test_iter_batch_headers():
     data = makeBatch(3) + makeBatch(2, baseTimestamp=5)
     found = list(B.iterBatchHeaders(data))
     assert [(b.position, b.header.recordsCount) for b in found] == [
@@ -50,13 +50,13 @@ def test_iterBatchHeaders():
     assert len(list(B.iterBatchHeaders(data[:-1]))) == 1
 
 
-def test_validateOk():
+def test_validate_ok():
     data = makeBatch(5) + makeBatch(1)
     batches = B.validateRecordSet(data)
     assert [b.header.recordsCount for b in batches] == [5, 1]
 
 
-def test_crcMismatch():
+def test_crc_mismatch():
     data = makeBatch(3)
     assert code(corrupt(data, len(data) - 2)) == ErrorCode.corrupt_message
 
@@ -93,7 +93,7 @@ def test_codec():
         B.validateRecordSet(buildBatch([Record(value=b"v" * 100)] * 3, compression=codec))
 
 
-def test_tooLarge():
+def test_too_large():
     data = makeBatch(10, valueSize=100)
     with pytest.raises(KafkaError) as e:
         B.validateRecordSet(data, maxBatchBytes=len(data) - 1)
@@ -117,12 +117,12 @@ def test_attributes():
     assert not B.isTransactional(0) and not B.isControl(0)
 
 
-def test_producerFields():
+def test_producer_fields():
     header = B.readHeader(makeBatch(2, producerId=42, producerEpoch=3, baseSequence=7))
     assert (header.producerId, header.producerEpoch, header.baseSequence) == (42, 3, 7)
 
 
-def test_assignOffsets():
+def test_assign_offsets():
     data = bytearray(makeBatch(3) + makeBatch(2))
     assigned = B.assignOffsets(data, B.validateRecordSet(data), 100, leaderEpoch=7)
     assert [(a.baseOffset, a.lastOffset) for a in assigned] == [(100, 102), (103, 104)]
@@ -131,7 +131,7 @@ def test_assignOffsets():
     assert [h.partitionLeaderEpoch for h in headers] == [7, 7]
 
 
-def test_logAppendTime():
+def test_log_append_time():
     data = bytearray(makeBatch(3, baseTimestamp=10))
     B.assignOffsets(data, B.validateRecordSet(data), 0, logAppendTime=99999)
     (batch,) = B.validateRecordSet(data)  # CRC still valid

@@ -15,7 +15,7 @@ from kafkatwist.log.config import ConfigSource
 from tests.log.batches import makeBatch
 
 
-def test_topicKeysDefaults():
+def test_topic_keys_defaults():
     manager = MemoryLogManager()
     manager.createTopic("t", 1, {"cleanup.policy": "compact"})
     entries = manager.describeTopicConfig("t")
@@ -28,7 +28,7 @@ def test_topicKeysDefaults():
     assert config.minCleanableDirtyRatio == 0.5
 
 
-def test_brokerSynonyms():
+def test_broker_synonyms():
     manager = MemoryLogManager(
         {"log.cleaner.min.cleanable.ratio": "0.1", "log.cleaner.delete.retention.ms": 5}
     )
@@ -51,7 +51,7 @@ def test_brokerSynonyms():
         {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"},
     ],
 )
-def test_invalidTopicConfigs(configs):
+def test_invalid_topic_configs(configs):
     manager = MemoryLogManager()
     with pytest.raises(KafkaError) as e:
         manager.createTopic("t", 1, configs)
@@ -59,7 +59,7 @@ def test_invalidTopicConfigs(configs):
     assert "t" not in manager.topics()
 
 
-def test_alterCheckedAcrossKeys():
+def test_alter_checked_across_keys():
     manager = MemoryLogManager()
     manager.createTopic("t", 1, {"max.compaction.lag.ms": "100"})
     with pytest.raises(KafkaError) as e:
@@ -68,7 +68,7 @@ def test_alterCheckedAcrossKeys():
     assert "min.compaction.lag.ms" not in manager.topics()["t"].configs
 
 
-def test_maxCompactionLagRollsActiveSegment():
+def test_max_compaction_lag_rolls_active_segment():
     """
     The cleaner never touches the active segment, so a compacted log rolls
     once its first batch is C{max.compaction.lag.ms} old (Kafka's rule).
@@ -84,7 +84,7 @@ def test_maxCompactionLagRollsActiveSegment():
     assert len(manager.getLog("d", 0).segments) == 1
 
 
-def test_brokerCleanerKeys():
+def test_broker_cleaner_keys():
     warnings = []
     config = BrokerConfig(
         {

@@ -86,7 +86,7 @@ def _check(disk, manager, before) -> None:
     manager.close()
 
 
-def test_crashAtEveryFileSystemStep(disk, monkeypatch, tmp_path):
+def test_crash_at_every_file_system_step(disk, monkeypatch, tmp_path):
     step = 0
     while True:
         disk.directory = str(tmp_path / f"logs-{step}")
@@ -110,7 +110,7 @@ def test_crashAtEveryFileSystemStep(disk, monkeypatch, tmp_path):
     assert count[0] == step
 
 
-def test_crashWhileWritingCleanedSegment(disk, monkeypatch):
+def test_crash_while_writing_cleaned_segment(disk, monkeypatch):
     manager, log = _prepared(disk)
     before = readAll(log)
     writes = [0]

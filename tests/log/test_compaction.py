@@ -47,7 +47,7 @@ def decoded(data) -> list:
     return b
 
 
-def test_offsetMap():
+def test_offset_map():
     m = OffsetMap(BYTES_PER_ENTRY * 10, loadFactor=0.5)
     assert m.slots == 10 and m.capacity == 5
     m.put(b"a", 3)
@@ -57,7 +57,7 @@ def test_offsetMap():
     assert keyHash(b"a") != keyHash(b"b")
 
 
-def test_mapRecordsStopsWhenFull():
+def test_map_records_stops_when_full():
     data = batch([("a", "1"), ("b", "2"), ("c", "3")], baseOffset=10)
     payload = memoryview(data)[HEADER_SIZE:]
     entries = {}
@@ -68,14 +68,14 @@ def test_mapRecordsStopsWhenFull():
     assert len(entries) == 2
 
 
-def test_wholeBatchKeptVerbatim():
+def test_whole_batch_kept_verbatim():
     data = batch([("a", "1"), ("b", "2")], baseOffset=5)
     entries = {keyHash(b"a"): 5, keyHash(b"b"): 6}
     kept = run(data, entries)
     assert bytes(kept.data) == data and kept.records == 2
 
 
-def test_partialBatchKeepsOffsetsAndSequence():
+def test_partial_batch_keeps_offsets_and_sequence():
     data = batch(
         [("a", "1"), ("b", "2"), ("a", "3")],
         baseOffset=10,
@@ -98,7 +98,7 @@ def test_partialBatchKeepsOffsetsAndSequence():
     assert batchError(memoryview(bytes(kept.data)), 0, len(kept.data))[1] is not None
 
 
-def test_tombstoneGetsDeleteHorizon():
+def test_tombstone_gets_delete_horizon():
     data = batch([("a", None), ("b", "x")], baseOffset=0, timestamps=[NOW - 100, NOW - 50])
     entries = {keyHash(b"a"): 0, keyHash(b"b"): 9}
     kept = run(data, entries, now=NOW, retention=1000)
@@ -112,7 +112,7 @@ def test_tombstoneGetsDeleteHorizon():
     assert run(bytes(kept.data), entries, now=NOW + 1000).data is None
 
 
-def test_tombstoneHorizonWithCompression():
+def test_tombstone_horizon_with_compression():
     data = batch([("a", None), ("a", None)], compression="zstd")
     kept = run(data, {keyHash(b"a"): 1})
     out = decoded(kept.data)
@@ -120,13 +120,13 @@ def test_tombstoneHorizonWithCompression():
     assert [(r.offset, r.value) for r in out.records] == [(1, None)]
 
 
-def test_logAppendTimeKeepsMaxTimestamp():
+def test_log_append_time_keeps_max_timestamp():
     data = bytearray(batch([("a", "1"), ("a", "2")], timestampType=1, maxTimestamp=NOW + 500))
     kept = run(bytes(data), {keyHash(b"a"): 1})
     assert decoded(kept.data).maxTimestamp == NOW + 500
 
 
-def test_emptyBatches():
+def test_empty_batches():
     data = batch([("a", "1")], baseOffset=3, producerId=9, producerEpoch=0, baseSequence=4)
     entries = {keyHash(b"a"): 8}
     assert run(data, entries).data is None
@@ -141,25 +141,25 @@ def test_emptyBatches():
     assert len(emptyBatch(HEADER.unpack_from(data, 0))) == HEADER_SIZE
 
 
-def test_recordsAboveLatestOffsetKept():
+def test_records_above_latest_offset_kept():
     data = batch([("a", "1"), ("a", "2")], baseOffset=100)
     kept = run(data, {keyHash(b"a"): 50}, latest=100)
     assert [r.offset for r in decoded(kept.data).records] == [101]
 
 
-def test_cleanSectionRecordsCheckedByKey():
+def test_clean_section_records_checked_by_key():
     data = batch([("a", "1"), ("b", "2")], baseOffset=0)
     kept = run(data, {keyHash(b"a"): 40}, latest=50, firstDirty=20)
     assert [r.key for r in decoded(kept.data).records] == [b"b"]
 
 
-def test_keylessRecordsDropped():
+def test_keyless_records_dropped():
     data = batch([(None, "1"), ("a", "2")], baseOffset=0)
     kept = run(data, {keyHash(b"a"): 1})
     assert [r.key for r in decoded(kept.data).records] == [b"a"]
 
 
-def test_corruptRecords():
+def test_corrupt_records():
     data = bytearray(batch([("a", "1")]))
     data[HEADER_SIZE] = 0x7E  # a record length past the end
     with pytest.raises(CorruptRecordError):
@@ -174,7 +174,7 @@ def test_corruptRecords():
         mapRecords(memoryview(twice)[HEADER_SIZE:], 2, 0, 0, 0, {}, 10)
 
 
-def test_requireKeys():
+def test_require_keys():
     good = batch([("a", "1")])
     requireKeys(good, validateRecordSet(good), "t-0", 1 << 20)
     bad = batch([("a", "1"), (None, "2")], compression="gzip")
@@ -202,7 +202,7 @@ def test_throttler():
     assert len(slept) == 1
 
 
-def test_groupSegmentsBySize():
+def test_group_segments_by_size():
     sizes = [(0, 10), (5, 10), (9, 99), (20, 1), (30, 1)]
     segments = [SourceSegment(base, size, 0) for base, size in sizes]
     nextBases = [5, 9, 20, 30, 40]

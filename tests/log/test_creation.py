@@ -54,7 +54,7 @@ def failOnCall(monkeypatch, module, name, n, exception):
     return calls
 
 
-def test_brokerPartitionLimit(harness):
+def test_broker_partition_limit(harness):
     manager = harness.make({"max.broker.partitions": 5})
     manager.createTopic("a", 3)
     with pytest.raises(KafkaError) as e:
@@ -69,7 +69,7 @@ def test_brokerPartitionLimit(harness):
     assert set(manager.topics()) == {"a"}
 
 
-def test_failedCreationLeavesNothing(disk, monkeypatch):
+def test_failed_creation_leaves_nothing(disk, monkeypatch):
     # EMFILE (or ENOSPC...) at the 7th partition of 10.
     manager = disk.make()
     manager.createTopic("keep", 1)
@@ -89,7 +89,7 @@ def test_failedCreationLeavesNothing(disk, monkeypatch):
     assert manager.topics()["t"].numPartitions == 10
 
 
-def test_creationFailingAtCommitIsUndone(disk, monkeypatch):
+def test_creation_failing_at_commit_is_undone(disk, monkeypatch):
     manager = disk.make()
     failOnCall(monkeypatch, os, "rename", 3, OSError(errno.EIO, "Input/output error"))
     with pytest.raises(KafkaError):
@@ -100,7 +100,7 @@ def test_creationFailingAtCommitIsUndone(disk, monkeypatch):
     assert manager.topics() == {}
 
 
-def test_crashBeforeCommitIsUndoneAtRestart(disk, monkeypatch, capturedLog):
+def test_crash_before_commit_is_undone_at_restart(disk, monkeypatch, capturedLog):
     manager = disk.make()
     failOnCall(monkeypatch, os, "rename", 1, Crash())
     with pytest.raises(Crash):
@@ -113,7 +113,7 @@ def test_crashBeforeCommitIsUndoneAtRestart(disk, monkeypatch, capturedLog):
     assert capturedLog.count("a partition whose creation did not finish") == 4
 
 
-def test_crashAfterCommitIsCompletedAtRestart(disk, monkeypatch, capturedLog):
+def test_crash_after_commit_is_completed_at_restart(disk, monkeypatch, capturedLog):
     manager = disk.make()
     # The first rename committed the creation; the second never happens.
     failOnCall(monkeypatch, os, "rename", 2, Crash())
@@ -130,7 +130,7 @@ def test_crashAfterCommitIsCompletedAtRestart(disk, monkeypatch, capturedLog):
     assert recordCount(log) == 2
 
 
-def test_createPartitionsIsAtomic(disk, monkeypatch):
+def test_create_partitions_is_atomic(disk, monkeypatch):
     manager = disk.make()
     info = manager.createTopic("t", 2)
     # A crash before the first rename undoes the growth, one after it
@@ -146,7 +146,7 @@ def test_createPartitionsIsAtomic(disk, monkeypatch):
         assert sorted(partitionDirs(disk)) == [f"t-{p}" for p in range(expected)]
 
 
-def test_manyPartitionsBoundedDescriptors(disk):
+def test_many_partitions_bounded_descriptors(disk):
     # Every partition written and read: descriptors stay within the
     # budgets, not one per partition.
     manager = disk.make(maxOpenSegments=4, maxOpenActive=8)
@@ -168,7 +168,7 @@ def test_manyPartitionsBoundedDescriptors(disk):
     assert openFds() - before <= 12
 
 
-def test_longTopicNames(disk):
+def test_long_topic_names(disk):
     # The staging and deletion names shorten the topic to fit 255 bytes.
     manager = disk.make()
     name = "x" * 249
@@ -179,7 +179,7 @@ def test_longTopicNames(disk):
     assert partitionDirs(disk) == []
 
 
-def test_stagingDirectoryWithoutMetadataIsDeleted(disk, capturedLog):
+def test_staging_directory_without_metadata_is_deleted(disk, capturedLog):
     manager = disk.make()
     manager.close()
     stray = os.path.join(disk.directory, managerModule._markedName("t", 0, "ab" * 16, "-creating"))

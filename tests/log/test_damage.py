@@ -302,7 +302,7 @@ def test_damage(tmp_path, kind, damage, clean, capturedLog):
     assert check(directory, original, path, capturedLog, kind) == CASES[(kind, damage, clean)]
 
 
-def test_everyCopyOfTopicMetadataDamaged(tmp_path, capturedLog):
+def test_every_copy_of_topic_metadata_damaged(tmp_path, capturedLog):
     directory = str(tmp_path / "logs")
     populate(directory, True)
     for partition in (0, 1):
@@ -312,7 +312,7 @@ def test_everyCopyOfTopicMetadataDamaged(tmp_path, capturedLog):
     assert "topic-metadata.json" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_emptyDirectoryGetsNewMetaProperties(tmp_path):
+def test_empty_directory_gets_new_meta_properties(tmp_path):
     directory = str(tmp_path / "logs")
     os.makedirs(directory)
     clusterId, manager = start(directory)
@@ -322,7 +322,7 @@ def test_emptyDirectoryGetsNewMetaProperties(tmp_path):
     assert again == clusterId
 
 
-def test_damagedOldSegmentLoggedOnce(tmp_path, capturedLog):
+def test_damaged_old_segment_logged_once(tmp_path, capturedLog):
     # The case: a corrupt batchLength in an old segment made every
     # fetch there answer KAFKA_STORAGE_ERROR with nothing logged.
     directory = str(tmp_path / "logs")
@@ -348,7 +348,7 @@ def test_damagedOldSegmentLoggedOnce(tmp_path, capturedLog):
         manager.close()
 
 
-def test_logDirectoriesOfDifferentClusters(tmp_path):
+def test_log_directories_of_different_clusters(tmp_path):
     first, second = str(tmp_path / "a"), str(tmp_path / "b")
     loadOrCreateClusterId([first], NODE, None)
     loadOrCreateClusterId([second], NODE, None)
@@ -362,7 +362,7 @@ def test_logDirectoriesOfDifferentClusters(tmp_path):
     )
 
 
-def test_swappedInSegmentIsNotDamage(tmp_path, capturedLog):
+def test_swapped_in_segment_is_not_damage(tmp_path, capturedLog):
     # The cleaner swaps a shorter log file and new index files in by
     # rename, leaving the old .indexcrc: a record of another file, not
     # damage -- nothing is reported lost or rebuilt.

@@ -69,7 +69,7 @@ def test_layout(disk):
     ]
 
 
-def test_cleanRestartKeepsEverything(disk):
+def test_clean_restart_keeps_everything(disk):
     manager = disk.make({"log.retention.ms": 5000})
     info = manager.createTopic(
         "t", 2, {"segment.bytes": "300", "message.timestamp.type": "LogAppendTime"}
@@ -95,7 +95,7 @@ def test_cleanRestartKeepsEverything(disk):
     assert manager.describeTopicConfig("t")["retention.ms"].value == "5000"
 
 
-def test_uncleanRestartTruncatesTornTail(disk):
+def test_unclean_restart_truncates_torn_tail(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {})
     log = manager.getLog("t", 0)
@@ -113,7 +113,7 @@ def test_uncleanRestartTruncatesTornTail(disk):
     validateRecordSet(readAll(log, 0))
 
 
-def test_corruptByteDetectedAtRecovery(disk):
+def test_corrupt_byte_detected_at_recovery(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "1000"})
     log = manager.getLog("t", 0)
@@ -143,7 +143,7 @@ def test_corruptByteDetectedAtRecovery(disk):
     assert manager.getLog("t", 0).logEndOffset == 5
 
 
-def test_recoveryStartsAtRecoveryPoint(disk):
+def test_recovery_starts_at_recovery_point(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "500"})
     log = manager.getLog("t", 0)
@@ -161,7 +161,7 @@ def test_recoveryStartsAtRecoveryPoint(disk):
     assert manager.getLog("t", 0).logEndOffset == 20
 
 
-def test_missingIndexRebuilt(disk):
+def test_missing_index_rebuilt(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "2000", "index.interval.bytes": "100"})
     log = manager.getLog("t", 0)
@@ -182,7 +182,7 @@ def test_missingIndexRebuilt(disk):
     assert log.offsetForTimestamp(1000) == (0, 1001)
 
 
-def test_indexPointingInsideBatchRebuilt(disk):
+def test_index_pointing_inside_batch_rebuilt(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "2000", "index.interval.bytes": "100"})
     log = manager.getLog("t", 0)
@@ -200,7 +200,7 @@ def test_indexPointingInsideBatchRebuilt(disk):
     assert offsets(records(log.read(relative, 1).records)) == [(relative, relative + 1)]
 
 
-def test_fsyncBeforeAckCallsFsync(disk, monkeypatch):
+def test_fsync_before_ack_calls_fsync(disk, monkeypatch):
     manager = disk.make()
     manager.createTopic("t", 1, {"flush.messages": "1"})
     log = manager.getLog("t", 0)
@@ -215,7 +215,7 @@ def test_fsyncBeforeAckCallsFsync(disk, monkeypatch):
     assert not synced
 
 
-def test_regionSurvivesRetention(disk):
+def test_region_survives_retention(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "300", "retention.bytes": "0"})
     log = manager.getLog("t", 0)
@@ -231,7 +231,7 @@ def test_regionSurvivesRetention(disk):
     region.close()
 
 
-def test_manyPartitionsBoundedDescriptors(disk):
+def test_many_partitions_bounded_descriptors(disk):
     before = openFds()
     manager = disk.make(maxOpenSegments=16)
     manager.createTopic("many", 300, {"segment.bytes": "200"})
@@ -251,13 +251,13 @@ def test_manyPartitionsBoundedDescriptors(disk):
     assert manager.getLog("many", 299).logEndOffset == 4
 
 
-def test_logDirLocked(disk):
+def test_log_dir_locked(disk):
     disk.make()
     with pytest.raises(StorageError):
         LogManager([disk.directory])
 
 
-def test_multipleLogDirs(tmp_path):
+def test_multiple_log_dirs(tmp_path):
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     manager = LogManager(dirs)
     manager.createTopic("t", 4, {})
@@ -271,7 +271,7 @@ def test_multipleLogDirs(tmp_path):
     manager.close()
 
 
-def test_deleteTopicRemovesFiles(disk):
+def test_delete_topic_removes_files(disk):
     manager = disk.make()
     manager.createTopic("t", 2, {})
     manager.getLog("t", 0).append(makeBatch(1), NOW)
@@ -290,7 +290,7 @@ def test_deleteTopicRemovesFiles(disk):
     ]
 
 
-def test_uncleanRestartKeepsConfigsAndStartOffset(disk):
+def test_unclean_restart_keeps_configs_and_start_offset(disk):
     manager = disk.make()
     manager.createTopic("t", 1, {"retention.bytes": "100000"})
     log = manager.getLog("t", 0)

@@ -44,7 +44,7 @@ def newSegmentFiles(path, flags=0, *rest):
     return isinstance(path, str) and path.endswith(".log") and flags & os.O_CREAT
 
 
-def test_rollHittingENOSPC(disk, monkeypatch, capturedLog):
+def test_roll_hitting_enospc(disk, monkeypatch, capturedLog):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "500"})
     log = manager.getLog("t", 0)
@@ -66,7 +66,7 @@ def test_rollHittingENOSPC(disk, monkeypatch, capturedLog):
     assert offsets(readAll(log, end)) == [(end, end + 1)]
 
 
-def test_indexWriteHittingENOSPCAtRoll(disk, monkeypatch, capturedLog):
+def test_index_write_hitting_enospc_at_roll(disk, monkeypatch, capturedLog):
     manager = disk.make()
     manager.createTopic("t", 1, {"segment.bytes": "500", "index.interval.bytes": "10"})
     log = manager.getLog("t", 0)
@@ -84,7 +84,7 @@ def test_indexWriteHittingENOSPCAtRoll(disk, monkeypatch, capturedLog):
     assert capturedLog.failures == []
 
 
-def test_fsyncHittingENOSPC(disk, monkeypatch, capturedLog):
+def test_fsync_hitting_enospc(disk, monkeypatch, capturedLog):
     # flush.messages=1: the append is written but cannot be made durable.
     manager = disk.make()
     manager.createTopic("t", 1, {"flush.messages": "1"})
@@ -99,7 +99,7 @@ def test_fsyncHittingENOSPC(disk, monkeypatch, capturedLog):
     assert log.recoveryPoint == log.logEndOffset == 3
 
 
-def test_periodicWorkHittingENOSPC(disk, monkeypatch, capturedLog):
+def test_periodic_work_hitting_enospc(disk, monkeypatch, capturedLog):
     manager = disk.make()
     manager.createTopic("t", 2, {"segment.bytes": "300", "flush.ms": "0"})
     for p in range(2):
@@ -120,7 +120,7 @@ def test_periodicWorkHittingENOSPC(disk, monkeypatch, capturedLog):
     assert all(manager.getLog("t", p).recoveryPoint == 10 for p in range(2))
 
 
-def test_closeHittingENOSPCLeavesNoCleanMarker(disk, monkeypatch, capturedLog):
+def test_close_hitting_enospc_leaves_no_clean_marker(disk, monkeypatch, capturedLog):
     manager = disk.make()
     manager.createTopic("t", 1)
     manager.getLog("t", 0).append(makeBatch(3), NOW)

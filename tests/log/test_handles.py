@@ -23,7 +23,7 @@ def rolledLog(disk, **kw):
     return manager, log
 
 
-def test_evictionWritesAndClosesOutsideTheLock(disk, monkeypatch):
+def test_eviction_writes_and_closes_outside_the_lock(disk, monkeypatch):
     manager, log = rolledLog(disk)
     cache = manager.cache
     cache.maxOpen = 2
@@ -51,7 +51,7 @@ def test_evictionWritesAndClosesOutsideTheLock(disk, monkeypatch):
     assert len(cache) <= 2
 
 
-def test_activeDescriptorOfABusyPartitionIsNotClosed(disk):
+def test_active_descriptor_of_a_busy_partition_is_not_closed(disk):
     # Past the active budget, the oldest active descriptor is closed -- but
     # never under a write: a partition whose lock is held keeps it.
     manager = disk.make(maxOpenActive=1)

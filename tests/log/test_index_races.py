@@ -36,7 +36,7 @@ def interrupted(index, names, reader):
         setattr(index, name, new)
 
 
-def test_timeIndexLookupDuringAppend():
+def test_time_index_lookup_during_append():
     index = TimeIndex(100)
     index.maybeAppend(1000, 105)
     seen = []
@@ -49,7 +49,7 @@ def test_timeIndexLookupDuringAppend():
     assert (index.lookup(5000), index.lastEntry(), len(index)) == (110, (2000, 110), 2)
 
 
-def test_offsetIndexLookupDuringAppend():
+def test_offset_index_lookup_during_append():
     index = OffsetIndex(100)
     index.append(105, 4096)
     seen = []

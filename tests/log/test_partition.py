@@ -52,7 +52,7 @@ def test_provides(harness):
     assert (log.topic, log.partition) == ("t", 0)
 
 
-def test_appendAndRead(harness):
+def test_append_and_read(harness):
     _, log = newLog(harness)
     first = log.append(makeBatch(3), NOW)
     second = log.append(makeBatch(2) + makeBatch(4), NOW)
@@ -74,7 +74,7 @@ def test_appendAndRead(harness):
     assert log.size == len(data)
 
 
-def test_readInsideBatch(harness):
+def test_read_inside_batch(harness):
     _, log = newLog(harness)
     log.append(makeBatch(5), NOW)
     log.append(makeBatch(5), NOW)
@@ -82,7 +82,7 @@ def test_readInsideBatch(harness):
     assert offsets(readAll(log, 4)) == [(0, 4), (5, 9)]
 
 
-def test_minOneBatch(harness):
+def test_min_one_batch(harness):
     _, log = newLog(harness)
     batch = makeBatch(10, valueSize=200)
     log.append(batch, NOW)
@@ -92,7 +92,7 @@ def test_minOneBatch(harness):
     assert log.read(0, 100, minOneBatch=False).records == b""
 
 
-def test_maxBytes(harness):
+def test_max_bytes(harness):
     _, log = newLog(harness)
     batch = makeBatch(1, valueSize=100)
     for _ in range(10):
@@ -105,7 +105,7 @@ def test_maxBytes(harness):
     assert offsets(records(log.read(4, size * 2).records)) == [(4, 4), (5, 5)]
 
 
-def test_readAtEndAndOutOfRange(harness):
+def test_read_at_end_and_out_of_range(harness):
     _, log = newLog(harness)
     assert log.read(0, 100).records == b""
     log.append(makeBatch(3), NOW)
@@ -116,7 +116,7 @@ def test_readAtEndAndOutOfRange(harness):
         assert e.value.code == ErrorCode.offset_out_of_range
 
 
-def test_rollByBytes(harness):
+def test_roll_by_bytes(harness):
     batch = makeBatch(2, valueSize=100)
     _, log = newLog(harness, {"segment.bytes": str(len(batch) * 3)})
     for _ in range(10):
@@ -128,14 +128,14 @@ def test_rollByBytes(harness):
     assert offsets(readAll(log, 18)) == [(18, 19)]
 
 
-def test_rollByBrokerDefault(harness):
+def test_roll_by_broker_default(harness):
     batch = makeBatch(1)
     _, log = newLog(harness, defaults={"log.segment.bytes": len(batch) * 2})
     fill(log, 5)
     assert len(log.segments) == 3
 
 
-def test_rollByTime(harness):
+def test_roll_by_time(harness):
     _, log = newLog(harness, {"segment.ms": "1000"})
     log.append(makeBatch(1, baseTimestamp=NOW), NOW)
     log.append(makeBatch(1, baseTimestamp=NOW + 1000), NOW)
@@ -144,7 +144,7 @@ def test_rollByTime(harness):
     assert [s.baseOffset for s in log.segments] == [0, 2]
 
 
-def test_rollByTimeWithoutTimestamps(harness):
+def test_roll_by_time_without_timestamps(harness):
     _, log = newLog(harness, {"segment.ms": "1000"})
     segment = log.activeSegment
     log.append(makeBatch(1, baseTimestamp=-1, timestampStep=0), segment.createdMs + 10)
@@ -152,7 +152,7 @@ def test_rollByTimeWithoutTimestamps(harness):
     assert len(log.segments) == 2
 
 
-def test_indexLookupsAcrossSegments(harness):
+def test_index_lookups_across_segments(harness):
     _, log = newLog(harness, {"segment.bytes": "1500", "index.interval.bytes": "200"})
     sizes = [1, 3, 2, 5]
     expected = []
@@ -169,7 +169,7 @@ def test_indexLookupsAcrossSegments(harness):
         assert got == [byOffset[target]], target
 
 
-def test_offsetForTimestamp(harness):
+def test_offset_for_timestamp(harness):
     _, log = newLog(harness, {"segment.bytes": "600", "index.interval.bytes": "100"})
     for i in range(50):
         log.append(makeBatch(2, baseTimestamp=NOW + i * 100, timestampStep=10), NOW)
@@ -184,7 +184,7 @@ def test_offsetForTimestamp(harness):
     assert log.offsetForTimestamp(0) == (0, NOW + 10)
 
 
-def test_maxTimestamp(harness):
+def test_max_timestamp(harness):
     _, log = newLog(harness, {"segment.bytes": "300"})
     assert log.maxTimestamp() is None
     log.append(makeBatch(2, baseTimestamp=NOW), NOW)
@@ -194,7 +194,7 @@ def test_maxTimestamp(harness):
     assert log.maxTimestamp() == (4, NOW + 502)
 
 
-def test_appendErrors(harness):
+def test_append_errors(harness):
     _, log = newLog(harness, {"max.message.bytes": "1000", "segment.bytes": "5000"})
     good = makeBatch(2)
     bad = bytearray(good)
@@ -217,7 +217,7 @@ def test_appendErrors(harness):
     assert log.logEndOffset == 2
 
 
-def test_logAppendTime(harness):
+def test_log_append_time(harness):
     _, log = newLog(harness, {"message.timestamp.type": "LogAppendTime"})
     info = log.append(makeBatch(3, baseTimestamp=5), NOW)
     assert info.logAppendTime == NOW
@@ -228,7 +228,7 @@ def test_logAppendTime(harness):
     assert log.maxTimestamp()[1] == NOW
 
 
-def test_retentionByTime(harness):
+def test_retention_by_time(harness):
     manager, log = newLog(harness, {"segment.bytes": "250", "retention.ms": "1000"})
     for i in range(20):
         log.append(makeBatch(1, baseTimestamp=NOW + i * 100), NOW)
@@ -249,7 +249,7 @@ def test_retentionByTime(harness):
     assert offsets(readAll(log, 20)) == [(20, 20)]
 
 
-def test_retentionByBytes(harness):
+def test_retention_by_bytes(harness):
     batch = makeBatch(1, valueSize=50, baseTimestamp=NOW)
     manager, log = newLog(
         harness, {"segment.bytes": str(len(batch) * 2), "retention.bytes": str(len(batch) * 5)}
@@ -263,7 +263,7 @@ def test_retentionByBytes(harness):
     assert log.logStartOffset == 6
 
 
-def test_retentionOnlyWithDeletePolicy(harness):
+def test_retention_only_with_delete_policy(harness):
     manager, log = newLog(
         harness, {"segment.bytes": "200", "retention.ms": "1", "cleanup.policy": "compact"}
     )
@@ -273,7 +273,7 @@ def test_retentionOnlyWithDeletePolicy(harness):
     assert log.logStartOffset == 0
 
 
-def test_deleteRecordsBefore(harness):
+def test_delete_records_before(harness):
     batch = makeBatch(2)
     _, log = newLog(harness, {"segment.bytes": str(len(batch) * 2)})
     for _ in range(5):
@@ -295,14 +295,14 @@ def test_deleteRecordsBefore(harness):
     assert log.append(batch, NOW).logStartOffset == 10
 
 
-def test_fsyncBeforeAck(harness):
+def test_fsync_before_ack(harness):
     _, log = newLog(harness, {"flush.messages": "1"})
     log.append(makeBatch(3), NOW)
     assert log.recoveryPoint == log.logEndOffset == 3
     assert log.flushCount == 1
 
 
-def test_flushMessages(harness):
+def test_flush_messages(harness):
     _, log = newLog(harness, {"flush.messages": "5"})
     fill(log, 4)
     assert log.recoveryPoint == 0
@@ -310,7 +310,7 @@ def test_flushMessages(harness):
     assert log.recoveryPoint == 5
 
 
-def test_flushMsAndDefault(harness):
+def test_flush_ms_and_default(harness):
     manager, log = newLog(harness, {"flush.ms": "1000"})
     manager.createTopic("lazy", 1, {})
     lazy = manager.getLog("lazy", 0)
@@ -323,7 +323,7 @@ def test_flushMsAndDefault(harness):
     assert lazy.recoveryPoint == 0
 
 
-def test_flushOnRoll(harness):
+def test_flush_on_roll(harness):
     manager, log = newLog(harness, {"segment.bytes": "200"})
     fill(log, 10)
     assert log.recoveryPoint == 0
@@ -331,7 +331,7 @@ def test_flushOnRoll(harness):
     assert log.recoveryPoint == log.activeSegment.baseOffset > 0
 
 
-def test_concurrentAppendsAndReads(harness):
+def test_concurrent_appends_and_reads(harness):
     _, log = newLog(harness, {"segment.bytes": "20000", "index.interval.bytes": "500"})
     writers, perWriter = 4, 150
     stop = threading.Event()
@@ -378,7 +378,7 @@ def test_concurrentAppendsAndReads(harness):
     assert seen[0][0] == 0 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(seen))
 
 
-def test_rollWhenIndexFull(harness):
+def test_roll_when_index_full(harness):
     _, log = newLog(harness, {"segment.index.bytes": "24", "index.interval.bytes": "0"})
     fill(log, 12)
     # 24 bytes hold 3 offset entries (2 time entries): a segment indexes
@@ -388,7 +388,7 @@ def test_rollWhenIndexFull(harness):
         assert offsets(readAll(log, offset))[0] == (offset, offset)
 
 
-def test_noReactorImported():
+def test_no_reactor_imported():
     import subprocess
     import sys
 

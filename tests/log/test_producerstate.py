@@ -54,7 +54,7 @@ def snapshots(disk, topic="t", partition=0):
 # -- the rules -------------------------------------------------------------------------
 
 
-def test_inSequenceAppends(harness):
+def test_in_sequence_appends(harness):
     _, log = clocked(harness)
     for i in range(4):
         info = log.append(idem(2 * i), NOW)
@@ -63,7 +63,7 @@ def test_inSequenceAppends(harness):
     assert entry.epoch == 0 and entry.lastSeq == 7 and entry.lastOffset == 7
 
 
-def test_duplicateOfEachOfLastFive(harness):
+def test_duplicate_of_each_of_last_five(harness):
     _, log = clocked(harness)
     originals = [log.append(idem(2 * i), NOW) for i in range(6)]
     before = readAll(log, 0)
@@ -81,7 +81,7 @@ def test_duplicateOfEachOfLastFive(harness):
     assert log.append(idem(12), NOW).firstOffset == 12
 
 
-def test_duplicateOlderThanFiveIsOutOfOrder(harness):
+def test_duplicate_older_than_five_is_out_of_order(harness):
     # Kafka: not in the cache, so checked as a new batch: a sequence below
     # the last one is OUT_OF_ORDER_SEQUENCE_NUMBER.
     _, log = clocked(harness)
@@ -91,14 +91,14 @@ def test_duplicateOlderThanFiveIsOutOfOrder(harness):
     assert log.logEndOffset == 12
 
 
-def test_duplicateMustMatchWholeRange(harness):
+def test_duplicate_must_match_whole_range(harness):
     _, log = clocked(harness)
     log.append(idem(0, count=3), NOW)
     # Same first sequence, different length: not a retry of that batch.
     refused(log, idem(0, count=2), ErrorCode.out_of_order_sequence_number)
 
 
-def test_gapIsOutOfOrder(harness):
+def test_gap_is_out_of_order(harness):
     _, log = clocked(harness)
     log.append(idem(0), NOW)
     error = refused(log, idem(3), ErrorCode.out_of_order_sequence_number)
@@ -107,7 +107,7 @@ def test_gapIsOutOfOrder(harness):
     assert log.append(idem(2), NOW).firstOffset == 2
 
 
-def test_fencedEpoch(harness):
+def test_fenced_epoch(harness):
     _, log = clocked(harness)
     log.append(idem(0, epoch=3), NOW)
     refused(log, idem(2, epoch=2), ErrorCode.invalid_producer_epoch)
@@ -116,7 +116,7 @@ def test_fencedEpoch(harness):
     assert log.logEndOffset == 2
 
 
-def test_epochBumpResetsSequence(harness):
+def test_epoch_bump_resets_sequence(harness):
     _, log = clocked(harness)
     log.append(idem(0), NOW)
     log.append(idem(2), NOW)
@@ -132,7 +132,7 @@ def test_epochBumpResetsSequence(harness):
     assert log.append(idem(2, epoch=1), NOW).firstOffset == 6
 
 
-def test_unknownProducerAcceptedAtAnySequence(harness):
+def test_unknown_producer_accepted_at_any_sequence(harness):
     # Kafka >= 2.5 (KIP-360): state may have been lost to retention or
     # expiry, so a producer the partition does not know may start anywhere.
     _, log = clocked(harness)
@@ -141,12 +141,12 @@ def test_unknownProducerAcceptedAtAnySequence(harness):
     assert log.append(idem(59), NOW).firstOffset == 2
 
 
-def test_negativeSequenceWithProducerIdIsInvalid(harness):
+def test_negative_sequence_with_producer_id_is_invalid(harness):
     _, log = clocked(harness)
     refused(log, idem(-1), ErrorCode.invalid_record)
 
 
-def test_sequenceWraps(harness):
+def test_sequence_wraps(harness):
     assert lastSequence(INT32_MAX - 1, 2) == 0
     assert lastSequence(INT32_MAX, 0) == INT32_MAX
     _, log = clocked(harness)
@@ -158,7 +158,7 @@ def test_sequenceWraps(harness):
     log.append(idem(3), NOW)
 
 
-def test_producersAreIndependent(harness):
+def test_producers_are_independent(harness):
     _, log = clocked(harness)
     log.append(idem(0, pid=1), NOW)
     log.append(idem(0, pid=2), NOW)
@@ -168,14 +168,14 @@ def test_producersAreIndependent(harness):
     assert len(log.producerState) == 2
 
 
-def test_nonIdempotentBatchesUntouched(harness):
+def test_non_idempotent_batches_untouched(harness):
     _, log = clocked(harness)
     for _ in range(3):
         assert not log.append(makeBatch(2), NOW).duplicate
     assert log.logEndOffset == 6 and len(log.producerState) == 0
 
 
-def test_duplicateOnLogAppendTimeTopic(harness):
+def test_duplicate_on_log_append_time_topic(harness):
     _, log = clocked(harness, {"message.timestamp.type": "LogAppendTime"})
     first = log.append(idem(0), NOW + 5)
     assert first.logAppendTime == NOW + 5
@@ -184,7 +184,7 @@ def test_duplicateOnLogAppendTimeTopic(harness):
     assert (again.firstOffset, again.logAppendTime) == (0, NOW + 5)
 
 
-def test_duplicateInMultiBatchSet(harness):
+def test_duplicate_in_multi_batch_set(harness):
     # Kafka returns the first duplicate found and appends nothing.
     _, log = clocked(harness)
     log.append(idem(0), NOW)
@@ -196,7 +196,7 @@ def test_duplicateInMultiBatchSet(harness):
     assert log.producerState.get(PID).lastSeq == 5
 
 
-def test_refusedAppendLeavesStateUnchanged(harness):
+def test_refused_append_leaves_state_unchanged(harness):
     _, log = clocked(harness)
     log.append(idem(0), NOW)
     # The first batch is fine, the second has a gap: nothing is applied.
@@ -224,7 +224,7 @@ def test_expiry(harness):
     assert log.append(idem(2), NOW).firstOffset == 2
 
 
-def test_expiryDefaultIsOneDay(harness):
+def test_expiry_default_is_one_day(harness):
     manager, log = clocked(harness)
     assert log.producerState.expirationMs == 86_400_000
     log.append(idem(0, count=1), NOW)
@@ -234,7 +234,7 @@ def test_expiryDefaultIsOneDay(harness):
     assert log.producerState.get(PID) is None
 
 
-def test_expiryConfigValidated(harness):
+def test_expiry_config_validated(harness):
     with pytest.raises(KafkaError):
         harness.make({"producer.id.expiration.ms": "soon"})
 
@@ -242,7 +242,7 @@ def test_expiryConfigValidated(harness):
 # -- snapshots and recovery (on disk) --------------------------------------------------------
 
 
-def test_snapshotRoundTrip():
+def test_snapshot_round_trip():
     entries = [
         ProducerStateEntry(1, 0, [BatchMetadata(0, 1, 0, 1, NOW)], NOW),
         ProducerStateEntry(
@@ -261,7 +261,7 @@ def test_snapshotRoundTrip():
 
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "kill"])
-def test_restartKeepsProducerState(disk, clean):
+def test_restart_keeps_producer_state(disk, clean):
     manager, log = clocked(disk, {"segment.bytes": "400"})
     originals = [log.append(idem(2 * i), NOW) for i in range(12)]
     log.append(idem(0, pid=9), NOW)
@@ -281,7 +281,7 @@ def test_restartKeepsProducerState(disk, clean):
     assert log.append(idem(0, pid=9), NOW).duplicate
 
 
-def test_cleanRestartUsesSnapshotAtEnd(disk):
+def test_clean_restart_uses_snapshot_at_end(disk):
     manager, log = clocked(disk)
     log.append(idem(0), NOW)
     manager.close()
@@ -290,7 +290,7 @@ def test_cleanRestartUsesSnapshotAtEnd(disk):
     assert manager.getLog("t", 0).producerState.get(PID).lastSeq == 1
 
 
-def test_rebuildWithoutSnapshots(disk):
+def test_rebuild_without_snapshots(disk):
     # A directory written before producer state existed: replay everything.
     manager, log = clocked(disk, {"segment.bytes": "400"})
     for i in range(8):
@@ -306,7 +306,7 @@ def test_rebuildWithoutSnapshots(disk):
     assert log.append(idem(14), NOW).duplicate
 
 
-def test_corruptSnapshotFallsBack(disk):
+def test_corrupt_snapshot_falls_back(disk):
     manager, log = clocked(disk, {"segment.bytes": "400"})
     for i in range(8):
         log.append(idem(2 * i), NOW)
@@ -323,7 +323,7 @@ def test_corruptSnapshotFallsBack(disk):
     assert log.append(idem(16), NOW).firstOffset == 16
 
 
-def test_snapshotPastEndIsDeleted(disk):
+def test_snapshot_past_end_is_deleted(disk):
     manager, log = clocked(disk)
     log.append(idem(0), NOW)
     manager.abandon()
@@ -339,7 +339,7 @@ def test_snapshotPastEndIsDeleted(disk):
     assert log.producerState.get(PID).lastSeq == 1
 
 
-def test_tornTailRecovery(disk):
+def test_torn_tail_recovery(disk):
     manager, log = clocked(disk, {"segment.bytes": "400"})
     for i in range(8):
         log.append(idem(2 * i), NOW)
@@ -359,7 +359,7 @@ def test_tornTailRecovery(disk):
     assert not info.duplicate and info.firstOffset == end - 2
 
 
-def test_expiredProducersNotLoaded(disk):
+def test_expired_producers_not_loaded(disk):
     manager, log = newLog(disk, defaults={"producer.id.expiration.ms": 1000}, clock=lambda: NOW)
     log.append(idem(0, ts=NOW - 2000), NOW)
     log.append(idem(0, pid=5, ts=NOW), NOW)
@@ -369,7 +369,7 @@ def test_expiredProducersNotLoaded(disk):
     assert log.producerState.get(PID) is None and log.producerState.get(5) is not None
 
 
-def test_retentionDeletesOldSnapshotsButKeepsState(disk):
+def test_retention_deletes_old_snapshots_but_keeps_state(disk):
     manager, log = clocked(disk, {"segment.bytes": "400"})
     for i in range(14):
         log.append(idem(2 * i), NOW)
@@ -385,7 +385,7 @@ def test_retentionDeletesOldSnapshotsButKeepsState(disk):
     assert log.append(idem(28), NOW).firstOffset == 28
 
 
-def test_noRecoveryWarningOnFirstStart(disk):
+def test_no_recovery_warning_on_first_start(disk):
     events = []
     globalLogPublisher.addObserver(events.append)
     try:
@@ -401,7 +401,7 @@ def test_noRecoveryWarningOnFirstStart(disk):
     assert len(warned) == 1
 
 
-def test_brokerAppendsUpdateStateUnchecked(harness):
+def test_broker_appends_update_state_unchecked(harness):
     # The broker's own writes are not validated but keep the state in step.
     _, log = clocked(harness)
     log.append(idem(5, epoch=1), NOW, isFromClient=False)

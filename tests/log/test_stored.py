@@ -56,7 +56,7 @@ def bomb(codec: str) -> bytes:
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_goodBatchesDecode(codec):
+def test_good_batches_decode(codec):
     data = buildBatch([Record(timestamp=NOW + i, value=b"v%d" % i) for i in range(5)], codec)
     data += buildBatch([Record(timestamp=NOW, value=b"w")], codec, baseOffset=5)
     batches = list(decodeStoredBatches(data, maxDecompressedBytes=LIMIT))
@@ -64,13 +64,13 @@ def test_goodBatchesDecode(codec):
     assert batches[0].compression == codec
 
 
-def test_garbagePayload():
+def test_garbage_payload():
     with pytest.raises(StoredBatchError) as e:
         list(decodeStoredBatches(makeBatch(2) + garbageBatch(), maxDecompressedBytes=LIMIT))
     assert e.value.code == ErrorCode.corrupt_message and e.value.offset == 0
 
 
-def test_crcFlip():
+def test_crc_flip():
     data = bytearray(makeBatch(3))
     data[-2] ^= 0x40
     with pytest.raises(StoredBatchError, match="CRC"):
@@ -78,7 +78,7 @@ def test_crcFlip():
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_bombsAreBounded(codec):
+def test_bombs_are_bounded(codec):
     data = bomb(codec)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(StoredBatchError, match="decompress to more than"):
@@ -88,7 +88,7 @@ def test_bombsAreBounded(codec):
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
-def test_corruptCompressedPayload(codec):
+def test_corrupt_compressed_payload(codec):
     payload = bytearray(compress(codec, b"\x02" * 100))
     payload[len(payload) // 2 :] = b"\x00" * (len(payload) - len(payload) // 2)
     with pytest.raises(StoredBatchError):
@@ -111,7 +111,7 @@ def listOffsets(broker, timestamp):
 
 
 @pytest.mark.parametrize("stored", [garbageBatch(), bomb("zstd")], ids=["garbage", "zstd-bomb"])
-def test_listOffsetsAnswersCorruptMessage(stored, capturedLog, monkeypatch):
+def test_list_offsets_answers_corrupt_message(stored, capturedLog, monkeypatch):
     # The real bound is 32 MiB at least; the 16 MiB bomb stands for an 8 GiB one.
     monkeypatch.setattr("kafkatwist.plugins.list_offsets.decompressedLimit", lambda maxMessageBytes: LIMIT)
     broker = FakeBroker(None, MemoryLogManager())

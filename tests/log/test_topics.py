@@ -30,19 +30,19 @@ def test_provides(harness):
     "name",
     ["", ".", "..", "a" * 250, "a b", "topic/x", "é", "a:b", "x*"],
 )
-def test_invalidTopicNames(harness, name):
+def test_invalid_topic_names(harness, name):
     manager = harness.make()
     assert code(manager.createTopic, name, 1, {}) == ErrorCode.invalid_topic_exception
 
 
 @pytest.mark.parametrize("name", ["a", "a" * 249, "A-b_c.9", "...a", "__consumer_offsets"])
-def test_validTopicNames(harness, name):
+def test_valid_topic_names(harness, name):
     manager = harness.make()
     assert manager.createTopic(name, 1, {}).name == name
     assert manager.getLog(name, 0) is not None
 
 
-def test_createTopic(harness):
+def test_create_topic(harness):
     manager = harness.make({"num.partitions": 3})
     info = manager.createTopic("t", 2, {"retention.ms": 1000})
     assert isinstance(info, TopicInfo) and isinstance(info.topicId, uuid.UUID)
@@ -58,19 +58,19 @@ def test_createTopic(harness):
     assert "u" not in manager.topics()
 
 
-def test_collidingNames(harness):
+def test_colliding_names(harness):
     manager = harness.make()
     manager.createTopic("a.b", 1, {})
     assert code(manager.createTopic, "a_b", 1, {}) == ErrorCode.invalid_topic_exception
 
 
-def test_validateOnly(harness):
+def test_validate_only(harness):
     manager = harness.make()
     assert manager.createTopic("t", 2, {}, validateOnly=True).numPartitions == 2
     assert manager.topics() == {}
 
 
-def test_deleteTopic(harness):
+def test_delete_topic(harness):
     manager = harness.make()
     manager.createTopic("t", 2, {})
     log = manager.getLog("t", 0)
@@ -83,7 +83,7 @@ def test_deleteTopic(harness):
     assert manager.getLog("t", 0).logEndOffset == 0
 
 
-def test_createPartitions(harness):
+def test_create_partitions(harness):
     manager = harness.make()
     info = manager.createTopic("t", 2, {"segment.bytes": "1000"})
     assert code(manager.createPartitions, "t", 2) == ErrorCode.invalid_partitions
@@ -95,7 +95,7 @@ def test_createPartitions(harness):
     assert manager.topics()["t"].numPartitions == 5
 
 
-def test_alterTopicConfigs(harness):
+def test_alter_topic_configs(harness):
     manager = harness.make({"log.retention.ms": 777})
     manager.createTopic("t", 2, {"retention.ms": "1000"})
     info = manager.alterTopicConfigs(
@@ -123,7 +123,7 @@ def test_alterTopicConfigs(harness):
     assert manager.topics()["t"].configs == {"segment.bytes": "5000", "cleanup.policy": "compact"}
 
 
-def test_alterSurvivesRestart(harness):
+def test_alter_survives_restart(harness):
     manager = harness.make()
     manager.createTopic("t", 1, {})
     manager.alterTopicConfigs("t", [("retention.bytes", "SET", "12345")])
@@ -132,7 +132,7 @@ def test_alterSurvivesRestart(harness):
     assert manager.getLog("t", 0).config.retentionBytes == 12345
 
 
-def test_describeTopicConfig(harness):
+def test_describe_topic_config(harness):
     manager = harness.make({"log.segment.bytes": 100000, "log.retention.hours": 1})
     manager.createTopic("t", 1, {"flush.messages": "1"})
     entries = manager.describeTopicConfig("t")
@@ -171,14 +171,14 @@ def test_describeTopicConfig(harness):
         ("retention.ms", True),
     ],
 )
-def test_invalidConfigs(key, value):
+def test_invalid_configs(key, value):
     with pytest.raises(KafkaError) as e:
         validateTopicConfigs({key: value})
     assert e.value.code == ErrorCode.invalid_config
     assert e.value.message.startswith(f"{key}: ")
 
 
-def test_validConfigs():
+def test_valid_configs():
     assert validateTopicConfigs(
         {
             "segment.bytes": 14,
@@ -198,7 +198,7 @@ def test_validConfigs():
     }
 
 
-def test_brokerDefaultsValidated():
+def test_broker_defaults_validated():
     with pytest.raises(KafkaError) as e:
         BrokerLogDefaults({"log.segment.bytes": 5})
     assert e.value.code == ErrorCode.invalid_config

@@ -72,7 +72,7 @@ def txnIndexFiles(disk, topic="t", partition=0):
 # -- markers --------------------------------------------------------------------------
 
 
-def test_markerBatch():
+def test_marker_batch():
     batch = buildMarkerBatch(7, 3, True, 5, NOW)
     ((_, header),) = iterBatchHeaders(batch)
     assert header.attributes == CONTROL_BIT | TRANSACTIONAL_BIT
@@ -84,7 +84,7 @@ def test_markerBatch():
 # -- the rules ---------------------------------------------------------------------------
 
 
-def test_transactionalBatchNeedsVerification(harness):
+def test_transactional_batch_needs_verification(harness):
     _, log = newLog(harness)
     refused(lambda: log.append(txn(0), NOW), ErrorCode.invalid_txn_state)
     # A guard for another producer, or a stale one, does not do either.
@@ -96,7 +96,7 @@ def test_transactionalBatchNeedsVerification(harness):
     assert log.logEndOffset == 0
 
 
-def test_openTransactionHoldsTheLastStableOffset(harness):
+def test_open_transaction_holds_the_last_stable_offset(harness):
     _, log = newLog(harness)
     log.append(plain(2), NOW)
     begin(log)
@@ -122,7 +122,7 @@ def test_commit(harness):
     assert log.producerState.ongoing == {}
 
 
-def test_abortIsIndexed(harness):
+def test_abort_is_indexed(harness):
     _, log = newLog(harness)
     log.append(plain(), NOW)
     begin(log)
@@ -138,7 +138,7 @@ def test_abortIsIndexed(harness):
     assert committedOffsets(log, 4) == ([], ())
 
 
-def test_interleavedProducers(harness):
+def test_interleaved_producers(harness):
     _, log = newLog(harness)
     begin(log, pid=P1)  # 0-1
     begin(log, pid=P2)  # 2-3
@@ -153,14 +153,14 @@ def test_interleavedProducers(harness):
     assert log.txnIndexOf(log.activeSegment).entries == (AbortedTxn(P1, 0, 5, 6),)
 
 
-def test_nonTransactionalBatchDuringTransaction(harness):
+def test_non_transactional_batch_during_transaction(harness):
     _, log = newLog(harness)
     begin(log)
     idempotent = makeBatch(1, producerId=P1, producerEpoch=0, baseSequence=2, baseTimestamp=NOW)
     refused(lambda: log.append(idempotent, NOW), ErrorCode.invalid_txn_state)
 
 
-def test_markerFencesOldEpoch(harness):
+def test_marker_fences_old_epoch(harness):
     _, log = newLog(harness)
     begin(log)
     # The coordinator aborted with a bumped epoch (a timeout, a new
@@ -171,7 +171,7 @@ def test_markerFencesOldEpoch(harness):
     assert log.lastStableOffset == log.logEndOffset
 
 
-def test_markerFromOlderCoordinator(harness):
+def test_marker_from_older_coordinator(harness):
     _, log = newLog(harness)
     begin(log)
     marker(log, commit=True, coordinatorEpoch=3)
@@ -179,7 +179,7 @@ def test_markerFromOlderCoordinator(harness):
             ErrorCode.transaction_coordinator_fenced)
 
 
-def test_markerWithoutTransactionChangesNothing(harness):
+def test_marker_without_transaction_changes_nothing(harness):
     _, log = newLog(harness)
     marker(log, commit=False)
     marker(log, commit=False)
@@ -187,7 +187,7 @@ def test_markerWithoutTransactionChangesNothing(harness):
     assert getattr(log.activeSegment, "txnIndex", None) is None
 
 
-def test_markerDropsGuard(harness):
+def test_marker_drops_guard(harness):
     """
     Data verified before an abort must not open a transaction after the
     abort's marker: nobody would ever end it (a hanging transaction).
@@ -199,13 +199,13 @@ def test_markerDropsGuard(harness):
     assert log.lastStableOffset == log.logEndOffset
 
 
-def test_clientsCannotWriteMarkers(harness):
+def test_clients_cannot_write_markers(harness):
     _, log = newLog(harness)
     refused(lambda: log.append(buildMarkerBatch(P1, 0, True, 0, NOW), NOW),
             ErrorCode.invalid_record)
 
 
-def test_openTransactionIsNotExpired(harness):
+def test_open_transaction_is_not_expired(harness):
     _, log = newLog(harness)
     begin(log)
     assert log.expireProducers(NOW + 10 * 86_400_000) == 0
@@ -213,7 +213,7 @@ def test_openTransactionIsNotExpired(harness):
     assert log.expireProducers(NOW + 10 * 86_400_000) == 1
 
 
-def test_readCommittedAcrossSegments(harness):
+def test_read_committed_across_segments(harness):
     _, log = newLog(harness)
     begin(log)          # 0-1
     log.roll(NOW)
@@ -230,7 +230,7 @@ def test_readCommittedAcrossSegments(harness):
     assert committedOffsets(log, 5) == ([5], ((P1, 0),))
 
 
-def test_readCommittedStopsAtTheLastStableOffsetInsideASegment(harness):
+def test_read_committed_stops_at_the_last_stable_offset_inside_aSegment(harness):
     _, log = newLog(harness)
     for _ in range(3):
         log.append(plain(), NOW)
@@ -243,7 +243,7 @@ def test_readCommittedStopsAtTheLastStableOffsetInsideASegment(harness):
 # -- on disk -------------------------------------------------------------------------------
 
 
-def test_indexFileAndCleanRestart(disk):
+def test_index_file_and_clean_restart(disk):
     manager, log = newLog(disk)
     begin(log)
     marker(log, commit=False)
@@ -259,7 +259,7 @@ def test_indexFileAndCleanRestart(disk):
 
 
 @pytest.mark.parametrize("rolled", [False, True])
-def test_crashRebuildsIndexAndOpenTransactions(disk, rolled):
+def test_crash_rebuilds_index_and_open_transactions(disk, rolled):
     manager, log = newLog(disk)
     begin(log, pid=P2)  # 0-1, open across the crash
     if rolled:
@@ -279,7 +279,7 @@ def test_crashRebuildsIndexAndOpenTransactions(disk, rolled):
     assert aborted == ((P1, 2),)
 
 
-def test_damagedIndexIsRebuilt(disk, capturedLog):
+def test_damaged_index_is_rebuilt(disk, capturedLog):
     manager, log = newLog(disk)
     begin(log)
     marker(log, commit=False)
@@ -294,7 +294,7 @@ def test_damagedIndexIsRebuilt(disk, capturedLog):
     assert decodeEntries(open(path, "rb").read()) == [AbortedTxn(P1, 0, 2, 3)]
 
 
-def test_retentionDeletesIndexFiles(disk):
+def test_retention_deletes_index_files(disk):
     manager, log = newLog(disk)
     begin(log)
     marker(log, commit=False)
@@ -308,7 +308,7 @@ def test_retentionDeletesIndexFiles(disk):
 # -- formats -----------------------------------------------------------------------------
 
 
-def test_txnIndexFormat(tmp_path):
+def test_txn_index_format(tmp_path):
     path = str(tmp_path / "x.txnindex")
     index = TransactionIndex(0, path)
     index.append(AbortedTxn(1, 0, 5, 6))
@@ -325,7 +325,7 @@ def test_txnIndexFormat(tmp_path):
         decodeEntries(b"\x01" + data[1:34])
 
 
-def test_snapshotCarriesTransactions():
+def test_snapshot_carries_transactions():
     entry = ProducerStateEntry(P1, 2, [], NOW, coordinatorEpoch=4, currentTxnFirstOffset=17)
     state = ProducerStateManager()
     state.loadSnapshot(encodeSnapshot([entry, ProducerStateEntry(P2, 0, [], NOW)]))
@@ -333,7 +333,7 @@ def test_snapshotCarriesTransactions():
     assert state.ongoing == {P1: 17} and state.firstUnstableOffset == 17
 
 
-def test_snapshotVersion1LoadsWithNoOpenTransactions():
+def test_snapshot_version1_loads_with_no_open_transactions():
     import struct
 
     from crc32c import crc32c
@@ -359,7 +359,7 @@ def _keyedTxn(log, pid, key, value, seq=0):
 
 
 @pytest.mark.parametrize("inProcess", [True, False])
-def test_compactionDropsAbortedRecords(harness, inProcess):
+def test_compaction_drops_aborted_records(harness, inProcess):
     """
     An aborted record must not hide the committed value of its key, and
     goes; markers and committed records stay; the aborted transaction is
@@ -404,7 +404,7 @@ def test_compactionDropsAbortedRecords(harness, inProcess):
     assert committedOffsets(log)[1] == ((P1, 1),)
 
 
-def test_staleIndexFileOfATruncatedSegmentIsNotReused(disk):
+def test_stale_index_file_of_aTruncated_segment_is_not_reused(disk):
     """
     Recovery may truncate segments away and a later roll reuse a base
     offset: an index file left under that name must not come back.

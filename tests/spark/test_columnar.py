@@ -85,7 +85,7 @@ def decoded(raw, fromOffset, untilOffset, headers=True, topic="t", partition=3, 
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_everyCodec(codec):
+def test_every_codec(codec):
     rng = random.Random(codec)
     records = randomRecords(rng, 600)
     raw = b"".join(
@@ -97,7 +97,7 @@ def test_everyCodec(codec):
 
 
 @pytest.mark.parametrize("fromOffset,untilOffset", [(0, 10), (7, 23), (55, 200), (99, 100)])
-def test_rangeCutsBatches(fromOffset, untilOffset):
+def test_range_cuts_batches(fromOffset, untilOffset):
     """
     Records before the start of the range in the first batch, and after its
     end, are left out; nextOffset is past the last batch looked at.
@@ -111,7 +111,7 @@ def test_rangeCutsBatches(fromOffset, untilOffset):
     assert result.nextOffset >= min(untilOffset, 100)
 
 
-def test_withoutHeaders():
+def test_without_headers():
     rng = random.Random(5)
     records = randomRecords(rng, 200)
     raw = buildBatch(records, "zstd")
@@ -120,14 +120,14 @@ def test_withoutHeaders():
     assert "headers" not in ArrowRecordDecoder("t", 0, kafkaArrowSchema(False)).schema.names
 
 
-def test_logAppendTime():
+def test_log_append_time():
     records = [Record(timestamp=1000 + i, key=b"k", value=b"v") for i in range(5)]
     raw = buildBatch(records, timestampType=1, maxTimestamp=1_700_000_000_123)
     rows, _ = decoded(raw, 0, 5)
     assert {(r[3], r[4]) for r in rows} == {(1_700_000_000_123, 1)}
 
 
-def test_gapsAndControlBatches():
+def test_gaps_and_control_batches():
     """
     Compacted batches (offset gaps) and transaction markers: markers are
     skipped but still move nextOffset on.
@@ -146,7 +146,7 @@ def test_gapsAndControlBatches():
     assert rows == [] and result.batch is None and result.nextOffset == 19
 
 
-def test_readCommittedLeavesOutAbortedTransactions():
+def test_read_committed_leaves_out_aborted_transactions():
     """
     A read_committed fetch's aborted transactions: their batches go, up to
     their producer's ABORT marker; the same producer's later transaction
@@ -179,7 +179,7 @@ def test_readCommittedLeavesOutAbortedTransactions():
     assert len(rows) == 5
 
 
-def test_partialTrailingBatch():
+def test_partial_trailing_batch():
     """
     A fetch cut at its size limit ends in part of a batch: ignored.
     """
@@ -191,7 +191,7 @@ def test_partialTrailingBatch():
     assert rows == [] and result.nextOffset == 1
 
 
-def test_bigVarints():
+def test_big_varints():
     """
     Lengths and deltas that take three or more varint bytes take the
     decoder's slow paths.
@@ -206,7 +206,7 @@ def test_bigVarints():
     assert rows == reference(raw, 0, 3)
 
 
-def test_crcMismatch():
+def test_crc_mismatch():
     raw = bytearray(buildBatch([Record(timestamp=1, value=b"hello")]))
     raw[-1] ^= 0xFF
     with pytest.raises(CrcMismatchError):
@@ -230,7 +230,7 @@ def _resign(raw: bytearray) -> bytes:
     ],
     ids=["value-overruns", "length-overruns", "count"],
 )
-def test_corruptRecordsRaise(mutate):
+def test_corrupt_records_raise(mutate):
     """
     Malformed records (with a valid CRC) raise instead of producing a
     column over the wrong bytes.
@@ -241,7 +241,7 @@ def test_corruptRecordsRaise(mutate):
         decoded(_resign(raw), 0, 1)
 
 
-def test_schemaIsPySparks():
+def test_schema_is_py_sparks():
     """
     The Arrow schema is exactly what PySpark checks data source batches
     against.

@@ -68,7 +68,7 @@ def reader(spark, broker, **options):
     return r
 
 
-def test_batchReadOfCompactedTopic(spark, compacted):
+def test_batch_read_of_compacted_topic(spark, compacted):
     broker, topic, left = compacted
     rows = reader(spark, broker, subscribe=topic).load().select("offset", "key", "value").collect()
     assert {r.offset: (bytes(r.key), bytes(r.value)) for r in rows} == left
@@ -80,7 +80,7 @@ def test_batchReadOfCompactedTopic(spark, compacted):
     assert sorted(r.offset for r in rows) == sorted(left)
 
 
-def test_batchRangeEndingInGap(spark, compacted):
+def test_batch_range_ending_in_gap(spark, compacted):
     broker, topic, left = compacted
     gaps = [o for o in range(1, ROUNDS * KEYS) if o not in left and o - 1 not in left]
     end = gaps[len(gaps) // 2]
@@ -94,7 +94,7 @@ def test_batchRangeEndingInGap(spark, compacted):
     assert sorted(r.offset for r in rows) == sorted(o for o in left if o < end)
 
 
-def test_streamOverCompactedTopic(spark, compacted, tmp_path):
+def test_stream_over_compacted_topic(spark, compacted, tmp_path):
     broker, topic, left = compacted
     query = (
         spark.readStream.format("kafkatwist")

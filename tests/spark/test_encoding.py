@@ -13,7 +13,7 @@ from kafkatwist_spark.encoding import encodeBatch  # noqa: E402
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_roundTrip(codec):
+def test_round_trip(codec):
     rng = random.Random(codec)
     n = 20_000  # offset deltas past the varint table
     keys = [None if i % 7 == 0 else rng.randbytes(rng.choice([0, 3, 20])) for i in range(n)]
@@ -33,7 +33,7 @@ def test_roundTrip(codec):
     assert [r.headers or None for r in batch.records] == headers
 
 
-def test_noHeaders():
+def test_no_headers():
     raw = encodeBatch([b"k"], [b"v"], None, 5)
     (batch,) = list(decodeBatches(raw))
     assert [(r.key, r.value, r.headers) for r in batch.records] == [(b"k", b"v", [])]

@@ -96,7 +96,7 @@ def write(df, kafka, topic, prefix, **options):
     w.save()
 
 
-def test_exactlyOnceCommit(spark, kafka, newTopic):
+def test_exactly_once_commit(spark, kafka, newTopic):
     topic = newTopic(2)
     write(frame(spark), kafka, topic, f"eos-{topic}")
     values = readCommitted(kafka.bootstrap, topic, [0, 1])
@@ -104,7 +104,7 @@ def test_exactlyOnceCommit(spark, kafka, newTopic):
     assert stable(kafka.bootstrap, topic, [0, 1])
 
 
-def test_failedJobLeavesNothingAndARerunWritesOnce(spark, kafka, newTopic, tmp_path):
+def test_failed_job_leaves_nothing_and_aRerun_writes_once(spark, kafka, newTopic, tmp_path):
     """
     One task fails after writing part of its rows: the job fails, its
     tasks' transactions are aborted (the failed task's by fencing its id),
@@ -160,7 +160,7 @@ def test_failedJobLeavesNothingAndARerunWritesOnce(spark, kafka, newTopic, tmp_p
     assert everything > ROWS
 
 
-def test_retriedTaskFencesItsPredecessor(kafka, newTopic):
+def test_retried_task_fences_its_predecessor(kafka, newTopic):
     """
     What a task retry does, without Spark: the second attempt's
     InitProducerId on the same id aborts the first attempt's open
@@ -192,7 +192,7 @@ def test_retriedTaskFencesItsPredecessor(kafka, newTopic):
     assert readCommitted(kafka.bootstrap, topic, [0]) == [b"second"]
 
 
-def test_streamingExactlyOnce(spark, kafka, admin, newTopic, tmp_path):
+def test_streaming_exactly_once(spark, kafka, admin, newTopic, tmp_path):
     source, target = newTopic(2), newTopic(2)
     for p in (0, 1):
         produce(admin, source, p, 300)

@@ -30,7 +30,7 @@ def offsets(batches):
     return [o for b in batches for o in b.column("offset").to_pylist()]
 
 
-def test_readRangeAcrossFetches(kafka, admin, newTopic):
+def test_read_range_across_fetches(kafka, admin, newTopic):
     """
     A range bigger than one fetch comes back in several Arrow batches, each
     exactly the requested offsets, records decoded whatever their codec.
@@ -45,7 +45,7 @@ def test_readRangeAcrossFetches(kafka, admin, newTopic):
     assert table.column("value").to_pylist()[0] == recordFor(0, 123).value
 
 
-def test_resolveOffsets(kafka, admin, newTopic):
+def test_resolve_offsets(kafka, admin, newTopic):
     topic = newTopic(2)
     for p in (0, 1):
         produce(admin, topic, p, 100)
@@ -71,7 +71,7 @@ def test_resolveOffsets(kafka, admin, newTopic):
     ) == [OffsetRange(topic, 0, 0, 100), OffsetRange(topic, 1, 99, 100)]
 
 
-def test_subscribePattern(kafka, admin, newTopic):
+def test_subscribe_pattern(kafka, admin, newTopic):
     a = newTopic(1, prefix="pattern-a")
     b = newTopic(2, prefix="pattern-b")
     newTopic(1, prefix="other")
@@ -95,7 +95,7 @@ def test_subscribePattern(kafka, admin, newTopic):
     ],
     ids=["outside-subscription", "partition-left-out", "timestamp-no-match", "start-after-end"],
 )
-def test_offsetsRefusedAgainstCluster(kafka, admin, newTopic, options, option, words):
+def test_offsets_refused_against_cluster(kafka, admin, newTopic, options, option, words):
     """
     Option values that are well-formed but do not fit the cluster fail
     when the query is planned, naming the option.
@@ -109,7 +109,7 @@ def test_offsetsRefusedAgainstCluster(kafka, admin, newTopic, options, option, w
     assert caught.value.option == option and words in str(caught.value)
 
 
-def test_timestampStrategyLatest(kafka, admin, newTopic):
+def test_timestamp_strategy_latest(kafka, admin, newTopic):
     topic = newTopic(1)
     produce(admin, topic, 0, 30)
     assert ranges(
@@ -118,14 +118,14 @@ def test_timestampStrategyLatest(kafka, admin, newTopic):
     ) == [OffsetRange(topic, 0, 30, 30)]
 
 
-def test_assignMissingPartition(kafka, admin, newTopic):
+def test_assign_missing_partition(kafka, admin, newTopic):
     topic = newTopic(1)
     with pytest.raises(OptionError) as caught:
         ranges(kafka, admin, assign=f'{{"{topic}":[0,3]}}')
     assert caught.value.option == "assign" and f"{topic}-3" in str(caught.value)
 
 
-def test_dataLossWhilePlanning(kafka, admin, newTopic):
+def test_data_loss_while_planning(kafka, admin, newTopic):
     """
     Offsets asked for that retention already removed: an error that says
     what happened and how to go on, or (failOnDataLoss=false) the earliest
@@ -144,7 +144,7 @@ def test_dataLossWhilePlanning(kafka, admin, newTopic):
     ]
 
 
-def test_dataLossWhileFetching(kafka, admin, newTopic):
+def test_data_loss_while_fetching(kafka, admin, newTopic):
     """
     Records removed after the range was planned: the executor fails with
     the data loss message, or skips to what is left.

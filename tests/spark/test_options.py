@@ -177,7 +177,7 @@ SOURCE_CASES = [
     [case[1:] for case in SOURCE_CASES],
     ids=[case[0] for case in SOURCE_CASES],
 )
-def test_sourceOptionRefused(options, streaming, option, words):
+def test_source_option_refused(options, streaming, option, words):
     error = refused(options, streaming=streaming)
     assert error.option == option
     assert f"'{option}'" in str(error)
@@ -211,7 +211,7 @@ SINK_CASES = [
 @pytest.mark.parametrize(
     "options,option,words", [case[1:] for case in SINK_CASES], ids=[case[0] for case in SINK_CASES]
 )
-def test_sinkOptionRefused(options, option, words):
+def test_sink_option_refused(options, option, words):
     error = refused(options, sink=True)
     assert error.option == option
     assert f"'{option}'" in str(error)
@@ -229,7 +229,7 @@ def test_defaults():
     assert (sink.acks, sink.compression, sink.topic) == (-1, "none", "out")
 
 
-def test_caseInsensitive():
+def test_case_insensitive():
     """
     Spark's options are case-insensitive; so are these.
     """
@@ -243,7 +243,7 @@ def test_caseInsensitive():
     assert config.includeHeaders
 
 
-def test_offsetsJson():
+def test_offsets_json():
     config = parseSourceOptions(
         {**BASE, "startingOffsets": '{"t":{"1":-2,"0":23}}',
          "endingOffsets": '{"t":{"0":50,"1":-1}}'},
@@ -253,7 +253,7 @@ def test_offsetsJson():
     assert config.ending.offsetMap() == {("t", 0): 50, ("t", 1): -1}
 
 
-def test_timestampPrecedence():
+def test_timestamp_precedence():
     """
     As in Spark: a global timestamp beats per-partition timestamps, which
     beat offsets.
@@ -272,7 +272,7 @@ def test_timestampPrecedence():
     assert config.starting.timestampMap() == {("t", 0): 1000}
 
 
-def test_tlsOptions():
+def test_tls_options():
     config = parseSourceOptions(
         {**BASE, "kafka.security.protocol": "ssl", "kafka.ssl.truststore.location": "/ca.pem",
          "kafka.ssl.truststore.type": "PEM", "kafka.ssl.keystore.location": "/client.pem",
@@ -313,13 +313,13 @@ exclude.internal.topics partition.assignment.strategy socket.connection.setup.ti
 """.split()
 
 
-def test_kafkaClientSettingsPass():
+def test_kafka_client_settings_pass():
     options = {**BASE, **{f"kafka.{name}": "1" for name in KAFKA_CLIENT_SETTINGS}}
     parseSourceOptions(options, streaming=False)
     parseSinkOptions({**SINK_BASE, **{f"kafka.{name}": "1" for name in KAFKA_CLIENT_SETTINGS}})
 
 
-def test_unrelatedOptionsPass():
+def test_unrelated_options_pass():
     """
     Spark puts writer options (checkpointLocation, path) into the same map;
     options that are not near misses of ours pass, as they do in Spark.

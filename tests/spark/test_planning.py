@@ -32,7 +32,7 @@ from kafkatwist_spark.options import OptionError, parseSinkOptions  # noqa: E402
 from kafkatwist_spark.writer import checkSinkSchema, keyPartition, murmur2  # noqa: E402
 
 
-def test_offsetJsonIsCanonical():
+def test_offset_json_is_canonical():
     """
     Spark compares offsets as JSON text: one order whatever the input's.
     """
@@ -46,7 +46,7 @@ def test_offsetJsonIsCanonical():
         fromJson({"a": 5})
 
 
-def test_rateLimitExact():
+def test_rate_limit_exact():
     """
     Each trigger takes exactly min(limit, backlog) offsets, so a backlog of
     B takes ceil(B / limit) triggers however it is spread.
@@ -70,12 +70,12 @@ def test_rateLimitExact():
         assert triggers == math.ceil(backlog / limit)
 
 
-def test_rateLimitProportional():
+def test_rate_limit_proportional():
     end = rateLimit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 900, ("t", 1): 100}, 100)
     assert end == {("t", 0): 90, ("t", 1): 10}
 
 
-def test_rateLimitNewPartition():
+def test_rate_limit_new_partition():
     """
     A partition missing from the start has no backlog of its own here (the
     caller supplies its earliest offset as start).
@@ -84,12 +84,12 @@ def test_rateLimitNewPartition():
     assert end == {("t", 0): 10, ("t", 1): 4}
 
 
-def test_splitNothing():
+def test_split_nothing():
     ranges = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 5)]
     assert splitRanges(ranges, None, None) == [OffsetRange("t", 0, 0, 10)]
 
 
-def test_splitMinPartitions():
+def test_split_min_partitions():
     """
     Like Spark's KafkaOffsetRangeCalculator: bigger ranges get more tasks,
     and together the pieces cover every offset once.
@@ -107,14 +107,14 @@ def test_splitMinPartitions():
     assert splitRanges(ranges, 2, None) == ranges
 
 
-def test_splitMaxRecords():
+def test_split_max_records():
     pieces = splitRanges([OffsetRange("t", 0, 0, 1001)], None, 250)
     assert [p.size for p in pieces] == [200, 200, 200, 200, 201]
     tiny = splitRanges([OffsetRange("t", 0, 0, 3)], 10, None)
     assert [p.size for p in tiny] == [1, 1, 1]
 
 
-def test_murmur2MatchesJavaClient():
+def test_murmur2_matches_java_client():
     """
     Keyed rows land where Kafka's Java producer would put them; Kafka's own
     test vectors (UtilsTest), and kafka-python's port on random keys.
@@ -148,7 +148,7 @@ def schema(**columns):
     return StructType([StructField(name, dataType) for name, dataType in columns.items()])
 
 
-def test_sinkColumns():
+def test_sink_columns():
     columns = checkSinkSchema(
         schema(Value=StringType(), KEY=BinaryType(), topic=StringType(), partition=IntegerType(),
                headers=HEADERS, extra=LongType()),
@@ -176,7 +176,7 @@ def test_sinkColumns():
     ids=["no-value", "value-type", "key-type", "topic-type", "partition-type", "headers-type",
          "no-topic"],
 )
-def test_sinkColumnsRefused(columns, config, option, words):
+def test_sink_columns_refused(columns, config, option, words):
     with pytest.raises(OptionError) as caught:
         checkSinkSchema(columns, config)
     assert caught.value.option == option

@@ -54,7 +54,7 @@ def positions(df):
 # -- batch ---------------------------------------------------------------------
 
 
-def test_batchReadEveryRecord(spark, kafka, admin, newTopic):
+def test_batch_read_every_record(spark, kafka, admin, newTopic):
     """
     100,000 records over 4 partitions (each partition in another codec) come
     back once each, with their offsets, keys, values, timestamps and headers,
@@ -75,7 +75,7 @@ def test_batchReadEveryRecord(spark, kafka, admin, newTopic):
     ]
 
 
-def test_batchOffsetsAndTimestamps(spark, kafka, admin, newTopic):
+def test_batch_offsets_and_timestamps(spark, kafka, admin, newTopic):
     topic = newTopic(2)
     for p in (0, 1):
         produce(admin, topic, p, 200)
@@ -98,7 +98,7 @@ def test_batchOffsetsAndTimestamps(spark, kafka, admin, newTopic):
     assert positions(df) == [(1, o) for o in range(199, 200)]
 
 
-def test_minPartitionsSplits(spark, kafka, admin, newTopic):
+def test_min_partitions_splits(spark, kafka, admin, newTopic):
     topic = newTopic(2)
     produce(admin, topic, 0, 9000)
     produce(admin, topic, 1, 1000)
@@ -110,13 +110,13 @@ def test_minPartitionsSplits(spark, kafka, admin, newTopic):
     assert capped.count() == 10_000
 
 
-def test_emptyRead(spark, kafka, newTopic):
+def test_empty_read(spark, kafka, newTopic):
     topic = newTopic(2)
     assert reader(spark, kafka, subscribe=topic).load().count() == 0
     assert reader(spark, kafka, subscribe="no-such-topic-yet").load().count() == 0
 
 
-def test_valueFieldGroupBy(spark, kafka, admin, newTopic):
+def test_value_field_group_by(spark, kafka, admin, newTopic):
     """
     What jobs do with the source: decode values, group on a field.
     """
@@ -142,7 +142,7 @@ def nonEmptyBatches(query) -> list[int]:
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
-def test_streamAvailableNowRateLimitAndRestart(spark, kafka, admin, newTopic, tmp_path):
+def test_stream_available_now_rate_limit_and_restart(spark, kafka, admin, newTopic, tmp_path):
     """
     Trigger.AvailableNow with maxOffsetsPerTrigger=N reads a backlog of B
     offsets in ceil(B/N) micro-batches of N; a query stopped in the middle
@@ -191,7 +191,7 @@ def test_streamAvailableNowRateLimitAndRestart(spark, kafka, admin, newTopic, tm
     ]
 
 
-def test_streamPicksUpNewPartitionsAndTopics(spark, kafka, admin, newTopic):
+def test_stream_picks_up_new_partitions_and_topics(spark, kafka, admin, newTopic):
     prefix = f"grow{time.monotonic_ns()}"
     first = newTopic(1, prefix=prefix)
     produce(admin, first, 0, 10)
@@ -220,7 +220,7 @@ def test_streamPicksUpNewPartitionsAndTopics(spark, kafka, admin, newTopic):
     )
 
 
-def test_streamDataLoss(spark, kafka, admin, newTopic, tmp_path):
+def test_stream_data_loss(spark, kafka, admin, newTopic, tmp_path):
     """
     Records aged out before the stream got to them fail the query, with the
     way out in the message; with failOnDataLoss=false it skips past them.
@@ -260,7 +260,7 @@ def test_streamDataLoss(spark, kafka, admin, newTopic, tmp_path):
 # -- sink ------------------------------------------------------------------------
 
 
-def test_sinkRoundTrip(spark, kafka, admin, newTopic):
+def test_sink_round_trip(spark, kafka, admin, newTopic):
     """
     Rows written through the sink read back the same: keys, values,
     headers, explicit partitions, and key-hashed partitions where the Java
@@ -293,7 +293,7 @@ def test_sinkRoundTrip(spark, kafka, admin, newTopic):
             assert r.partition == keyPartition(key.encode(), 3)
 
 
-def test_sinkTopicColumn(spark, kafka, newTopic):
+def test_sink_topic_column(spark, kafka, newTopic):
     a, b = newTopic(1), newTopic(1)
     df = spark.createDataFrame(
         [(a if i % 2 else b, f"v{i}") for i in range(100)], "topic string, value string"
@@ -307,7 +307,7 @@ def test_sinkTopicColumn(spark, kafka, newTopic):
         assert values == {f"v{i}" for i in range(100) if i % 2 == parity}
 
 
-def test_streamingSink(spark, kafka, admin, newTopic, tmp_path):
+def test_streaming_sink(spark, kafka, admin, newTopic, tmp_path):
     """
     A stream from one topic into another, through both halves of the
     connector.
@@ -340,7 +340,7 @@ def test_streamingSink(spark, kafka, admin, newTopic, tmp_path):
 # -- TLS -------------------------------------------------------------------------
 
 
-def test_readOverTls(spark, kafka, admin, newTopic, pki):
+def test_read_over_tls(spark, kafka, admin, newTopic, pki):
     """
     The SSL listener, trusting the test CA from a PEM file and checking the
     broker's certificate names 127.0.0.1.
@@ -360,7 +360,7 @@ def test_readOverTls(spark, kafka, admin, newTopic, pki):
     assert positions(df) == [(p, o) for p in (0, 1) for o in range(300)]
 
 
-def test_mutualTls(spark, brokerFactory, pki):
+def test_mutual_tls(spark, brokerFactory, pki):
     """
     A broker that requires client certificates, with every PEM given inline
     as Kafka's kafka.ssl.*.certificates / .key options allow.
@@ -399,7 +399,7 @@ def test_mutualTls(spark, brokerFactory, pki):
 # -- options, through Spark ------------------------------------------------------------
 
 
-def test_badOptionsFailAtLoad(spark, kafka):
+def test_bad_options_fail_at_load(spark, kafka):
     """
     A broken option stops the query where it is defined, and the message
     Spark shows names the option.
@@ -416,7 +416,7 @@ def test_badOptionsFailAtLoad(spark, kafka):
         ).option("subscribe", "t").load().collect()
 
 
-def test_streamOptionsFail(spark, kafka, tmp_path):
+def test_stream_options_fail(spark, kafka, tmp_path):
     """
     A stream's options fail at load() where they are wrong for any query,
     and when the query starts where they are wrong for a stream.
@@ -434,7 +434,7 @@ def test_streamOptionsFail(spark, kafka, tmp_path):
         query.awaitTermination(60)
 
 
-def test_badSinkFailsAtSave(spark, kafka):
+def test_bad_sink_fails_at_save(spark, kafka):
     df = spark.createDataFrame([("a",)], "payload string")
     with pytest.raises(Exception, match="has no 'value' column"):
         df.write.format("kafkatwist").mode("append").option(

@@ -14,7 +14,7 @@ from kafkatwist.log.config import TOPIC_CONFIGS, BrokerLogDefaults
 from kafkatwist.service import brokerLogDefaults
 
 
-def test_topicKeysNameBrokerKeys():
+def test_topic_keys_name_broker_keys():
     for topicKey in TOPIC_KEYS.values():
         for synonym, factor in topicKey.synonyms:
             assert synonym in KEYS, synonym
@@ -41,11 +41,11 @@ def test_topicKeysNameBrokerKeys():
         ("queued.max.request.bytes", ConfigType.LONG),
     ],
 )
-def test_kafkaTypesFollowFromValidators(name, configType):
+def test_kafka_types_follow_from_validators(name, configType):
     assert KEYS[name].type == configType
 
 
-def test_synonymPrecedence():
+def test_synonym_precedence():
     # Kafka's order: ms, then minutes, then hours (the old table applied
     # the coarse keys in the wrong order, so hours beat minutes).
     defaults = BrokerLogDefaults({"log.retention.hours": 1, "log.retention.minutes": 5})
@@ -54,7 +54,7 @@ def test_synonymPrecedence():
     assert config.retentionMs() == 5 * 60_000
 
 
-def test_logManagerSeesWhatTheBrokerConfigSays():
+def test_log_manager_sees_what_the_broker_config_says():
     config = BrokerConfig({
         "log.retention.hours": "2", "log.roll.ms": "1000", "log.cleanup.policy": "compact,delete",
         "message.max.bytes": "2000", "min.insync.replicas": "1", "compression.type": "zstd",
@@ -67,7 +67,7 @@ def test_logManagerSeesWhatTheBrokerConfigSays():
     assert BrokerLogDefaults().values == {name: k.default for name, k in TOPIC_KEYS.items()}
 
 
-def test_coordinatorDefaultsFromTheRegistry():
+def test_coordinator_defaults_from_the_registry():
     assert _setting(None, "offsets.topic.num.partitions") == 50
     assert _setting(BrokerConfig({"group.min.session.timeout.ms": "10"}),
                     "group.min.session.timeout.ms") == 10
