@@ -94,18 +94,25 @@ class _TxnHandler(Handler):
 
 class AddPartitionsToTxnHandler(_TxnHandler):
     """
-    AddPartitionsToTxn v0-3, from producers.  A partition whose topic is
+    AddPartitionsToTxn v0-3, from producers: a partition whose topic is
     unknown or not writable fails, and then the others are not attempted
     (OPERATION_NOT_ATTEMPTED); otherwise the coordinator's one answer goes
     to every partition.
+
+    v4-5 are the brokers' batched form (KIP-890 part 1), CLUSTER_ACTION
+    only: several transactions per request, each either added to or, with
+    C{verify_only}, checked (a partition not in the transaction is
+    TRANSACTION_ABORTABLE in v5, INVALID_TXN_STATE before).
     """
 
     apiKey = ADD_PARTITIONS_TO_TXN
     minVersion = 0
-    maxVersion = 3
+    maxVersion = 5
 
     def handle(self, context, request):
         version = context.apiVersion
+        if version >= 4:
+            return self._batched(context, request, version)
         cls = responseType(ADD_PARTITIONS_TO_TXN, version)
         TopicResult = nested(cls, "AddPartitionsToTxnTopicResult")
         PartitionResult = nested(cls, "AddPartitionsToTxnPartitionResult")
@@ -159,6 +166,91 @@ class AddPartitionsToTxnHandler(_TxnHandler):
             reply, transactionalId, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, wanted,
         )
+        return reply.response()
+
+
+    def _batched(self, context, request, version):
+        cls = responseType(ADD_PARTITIONS_TO_TXN, version)
+        Result = nested(cls, "AddPartitionsToTxnResult")
+        TopicResult = nested(cls, "AddPartitionsToTxnTopicResult")
+        PartitionResult = nested(cls, "AddPartitionsToTxnPartitionResult")
+        transactions = list(request.transactions)
+        results: list[dict] = [{} for _ in transactions]
+
+        def response(_=None, error=E.none):
+            out = []
+            for txn, found in zip(transactions, results):
+                byTopic: dict[str, list] = {}
+                for t in txn.topics:
+                    for p in t.partitions:
+                        code = found.get((t.name, p), E.none)
+                        if code == E.transaction_abortable and version < 5:
+                            code = E.invalid_txn_state
+                        byTopic.setdefault(t.name, []).append(
+                            PartitionResult(partition_index=p, partition_error_code=code)
+                        )
+                out.append(
+                    Result(
+                        transactional_id=txn.transactional_id,
+                        topic_results=tuple(
+                            TopicResult(name=n, results_by_partition=tuple(ps))
+                            for n, ps in byTopic.items()
+                        ),
+                    )
+                )
+            return make(
+                cls, throttle_time=NO_THROTTLE, error_code=error,
+                results_by_transaction=tuple(out) if error == E.none else (),
+            )
+
+        if not self.allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return response(error=E.cluster_authorization_failed)
+        coordinator = self.coordinator
+        if coordinator is None:
+            for txn, found in zip(transactions, results):
+                found.update(
+                    ((t.name, p), E.coordinator_not_available)
+                    for t in txn.topics for p in t.partitions
+                )
+            return response()
+        reply = Reply(context, response)
+        lock = threading.Lock()
+        waiting = [len(transactions) + 1]
+
+        def done() -> None:
+            with lock:
+                waiting[0] -= 1
+                last = waiting[0] == 0
+            if last:
+                reply(None)
+
+        for txn, found in zip(transactions, results):
+            partitions = list(dict.fromkeys((t.name, p) for t in txn.topics for p in t.partitions))
+
+            def answered(result, found=found, partitions=partitions):
+                if isinstance(result, dict):
+                    found.update(result)
+                else:
+                    error = result if isinstance(result, ErrorCode) else E.unknown_server_error
+                    found.update(dict.fromkeys(partitions, error))
+                done()
+
+            unknown = [tp for tp in partitions if not self.partitionExists(*tp)]
+            if not txn.verify_only and unknown:
+                found.update(
+                    (tp, E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted)
+                    for tp in partitions
+                )
+                done()
+            elif txn.verify_only:
+                coordinator.verifyPartitions(
+                    answered, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions
+                )
+            else:
+                coordinator.addPartitions(
+                    answered, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions
+                )
+        done()
         return reply.response()
 
 
@@ -234,7 +326,7 @@ class EndTxnHandler(_TxnHandler):
 
 class WriteTxnMarkersHandler(_TxnHandler):
     """
-    WriteTxnMarkers v1: write markers into partitions this broker leads
+    WriteTxnMarkers v0-1: write markers into partitions this broker leads
     (all of them).  The coordinator writes its own markers in-process
     through the same writer; this is for other coordinators and for an
     operator aborting a hanging transaction (C{kafka-transactions.sh
@@ -242,7 +334,7 @@ class WriteTxnMarkersHandler(_TxnHandler):
     """
 
     apiKey = WRITE_TXN_MARKERS
-    minVersion = 1
+    minVersion = 0
     maxVersion = 1
 
     def handle(self, context, request):

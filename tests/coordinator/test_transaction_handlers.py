@@ -243,15 +243,16 @@ def test_describe_list_and_producers(broker, monkeypatch):
     assert missing.error_code == E.unknown_topic_or_partition
 
 
-def test_write_txn_markers(broker):
+@pytest.mark.parametrize("version", [0, 1])
+def test_write_txn_markers(broker, version):
     from kafkatwist.protocol.apis import requestType
     from kafkatwist.protocol.entities import nested
 
-    cls = requestType(27, 1)
+    cls = requestType(27, version)
     Marker = nested(cls, "WritableTxnMarker")
     Topic = nested(cls, "WritableTxnMarkerTopic")
     group = (OFFSETS_TOPIC, partitionFor("g", broker.groupCoordinator.log.numPartitions))
-    response = broker.result(27, 1, markers=(
+    response = broker.result(27, version, markers=(
         Marker(producer_id=77, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
                topics=(Topic(name="t1", partition_indexes=(0, 9)),
                        Topic(name=group[0], partition_indexes=(group[1],)))),
@@ -262,6 +263,41 @@ def test_write_txn_markers(broker):
     }
     assert errors == {("t1", 0): E.none, ("t1", 9): E.unknown_topic_or_partition, group: E.none}
     assert broker.logManager.getLog("t1", 0).logEndOffset == 1
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_add_partitions_batched(broker, version):
+    """
+    The brokers' form: several transactions, added or only verified.
+    """
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.entities import nested
+
+    cls = requestType(24, version)
+    Txn = nested(cls, "AddPartitionsToTxnTransaction")
+    Topic = nested(cls, "AddPartitionsToTxnTopic")
+    a = broker.init(tid="a")
+    b = broker.init(tid="b")
+    response = broker.result(24, version, transactions=(
+        Txn(transactional_id="a", producer_id=a.producer_id, producer_epoch=a.producer_epoch,
+            verify_only=False, topics=(Topic(name="t1", partitions=(0,)),)),
+        Txn(transactional_id="b", producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+            verify_only=True, topics=(Topic(name="t1", partitions=(1,)),)),
+    ))
+    assert response.error_code == E.none
+    got = {
+        r.transactional_id: [p.partition_error_code for t in r.topic_results
+                             for p in t.results_by_partition]
+        for r in response.results_by_transaction
+    }
+    abortable = E.transaction_abortable if version >= 5 else E.invalid_txn_state
+    assert got == {"a": [E.none], "b": [abortable]}
+    response = broker.result(24, version, transactions=(
+        Txn(transactional_id="a", producer_id=a.producer_id, producer_epoch=a.producer_epoch,
+            verify_only=True, topics=(Topic(name="t1", partitions=(0,)),)),
+    ))
+    assert response.results_by_transaction[0].topic_results[0].results_by_partition[
+        0].partition_error_code == E.none
 
 
 def test_every_version_is_known_to_the_codec():

@@ -296,6 +296,11 @@ CASES = [
               v3_and_below_topics=(n(24, 3, "AddPartitionsToTxnTopic", name=TOPIC_OK, partitions=(0,)),)),
          lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
          E.topic_authorization_failed, [(T, TOPIC_OK, Op.WRITE)], partly=[(X, "tx", Op.WRITE)]),
+    Case("AddPartitionsToTxn from brokers", 24, 4,
+         dict(transactions=(n(24, 4, "AddPartitionsToTxnTransaction", transactional_id="tx", producer_id=5,
+                              producer_epoch=0, verify_only=True, topics=(
+                                  n(24, 4, "AddPartitionsToTxnTopic", name=TOPIC_OK, partitions=(0,)),)),)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]),
     Case("AddOffsetsToTxn", 25, 3, dict(transactional_id="tx", producer_id=5, producer_epoch=0, group_id=GROUP_OK),
          lambda r: r.error_code, E.transactional_id_authorization_failed,
          [(X, "tx", Op.WRITE), (G, GROUP_OK, Op.READ)]),
