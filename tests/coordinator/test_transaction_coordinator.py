@@ -170,7 +170,7 @@ def test_init_with_expected_producer():
     assert txn.init(expected=(first.producerId, 7)).errorCode == E.producer_fenced
 
 
-def test_exhausted_epoch_gets_aNew_producer_id():
+def test_exhausted_epoch_gets_a_new_producer_id():
     txn = Txn()
     first = txn.init()
     meta = txn.meta()

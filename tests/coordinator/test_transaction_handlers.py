@@ -185,7 +185,7 @@ def test_offsets_in_transaction(broker, version):
     ]
 
 
-def test_offsets_of_aPartition_not_in_the_transaction(broker):
+def test_offsets_of_a_partition_not_in_the_transaction(broker):
     r = broker.init()
     from kafkatwist.protocol.apis import requestType
     from kafkatwist.protocol.entities import nested

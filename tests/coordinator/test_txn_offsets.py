@@ -43,7 +43,7 @@ def fetched(h, tp=TP, group="g", requireStable=False):
 
 def reloaded(h):
     pending: dict = {}
-    _, offsets = loadGroups(h.log, pending)
+    _, offsets = loadGroups(h.log, pendingTxn=pending)
     return offsets, pending
 
 

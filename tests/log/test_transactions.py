@@ -230,7 +230,7 @@ def test_read_committed_across_segments(harness):
     assert committedOffsets(log, 5) == ([5], ((P1, 0),))
 
 
-def test_read_committed_stops_at_the_last_stable_offset_inside_aSegment(harness):
+def test_read_committed_stops_at_the_last_stable_offset_inside_a_segment(harness):
     _, log = newLog(harness)
     for _ in range(3):
         log.append(plain(), NOW)
@@ -404,7 +404,7 @@ def test_compaction_drops_aborted_records(harness, inProcess):
     assert committedOffsets(log)[1] == ((P1, 1),)
 
 
-def test_stale_index_file_of_aTruncated_segment_is_not_reused(disk):
+def test_stale_index_file_of_a_truncated_segment_is_not_reused(disk):
     """
     Recovery may truncate segments away and a later roll reuse a base
     offset: an index file left under that name must not come back.

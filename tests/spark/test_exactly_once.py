@@ -104,7 +104,7 @@ def test_exactly_once_commit(spark, kafka, newTopic):
     assert stable(kafka.bootstrap, topic, [0, 1])
 
 
-def test_failed_job_leaves_nothing_and_aRerun_writes_once(spark, kafka, newTopic, tmp_path):
+def test_failed_job_leaves_nothing_and_a_rerun_writes_once(spark, kafka, newTopic, tmp_path):
     """
     One task fails after writing part of its rows: the job fails, its
     tasks' transactions are aborted (the failed task's by fencing its id),
@@ -131,8 +131,15 @@ def test_failed_job_leaves_nothing_and_aRerun_writes_once(spark, kafka, newTopic
         return value
 
     df = frame(spark).selectExpr("key", "value").withColumn("value", failOnce("value"))
-    with pytest.raises(Exception, match="this task fails once"):
-        write(df, kafka, topic, f"eos-{topic}", **{"kafka.transaction.timeout.ms": "3000"})
+    # Small Arrow batches: the writer gets (and produces) rows before the
+    # failing one is computed.
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        with pytest.raises(Exception, match="this task fails once"):
+            write(df, kafka, topic, f"eos-{topic}", **{"kafka.transaction.timeout.ms": "3000"})
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     # The failed attempt wrote records, none of them visible.
     assert readCommitted(kafka.bootstrap, topic, [0, 1], isolation="read_uncommitted")
     assert readCommitted(kafka.bootstrap, topic, [0, 1]) == []
