@@ -209,6 +209,13 @@ def waitCleaned(broker: Broker, logDir: str, topic: str, timeout: float = 600.0)
         if time.monotonic() > deadline:
             raise RuntimeError(f"{topic} was not cleaned within {timeout} s")
         time.sleep(0.2)
+    # Then the passes that merge what the first ones left in small pieces.
+    passes, quietSince = len(broker.cleanerPasses(topic)), time.monotonic()
+    while time.monotonic() - quietSince < 3.0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = len(broker.cleanerPasses(topic))
+        if now != passes:
+            passes, quietSince = now, time.monotonic()
     return broker.cleanerPasses(topic)
 
 
