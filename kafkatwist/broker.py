@@ -29,6 +29,7 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.groupCoordinator = None
+        self.transactionCoordinator = None
         self.logCleaner = None
         self.authorizer = None
         #: read from the data directory once the service holds its lock

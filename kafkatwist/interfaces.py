@@ -190,6 +190,10 @@ class IBroker(Interface):
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
+    transactionCoordinator = Attribute(
+        "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
+        " or C{None} before it exists."
+    )
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
     authorizer = Attribute("The L{IAuthorizer}, or C{None} when none is configured (everything allowed).")
     scramCredentials = Attribute(
@@ -389,7 +393,9 @@ class IPartitionLog(Interface):
     logStartOffset = Attribute("C{int}: first offset still readable.")
     logEndOffset = Attribute("C{int}: next offset to be assigned (the high watermark here).")
     highWatermark = Attribute("C{int}: equal to C{logEndOffset} on one broker.")
-    lastStableOffset = Attribute("C{int}: equal to C{highWatermark} without transactions.")
+    lastStableOffset = Attribute(
+        "C{int}: the first offset of the oldest open transaction, else C{highWatermark}."
+    )
     size = Attribute("C{int}: bytes on disk over all segments.")
 
     def append(records, nowMs):
@@ -408,15 +414,17 @@ class IPartitionLog(Interface):
             INVALID_RECORD, MESSAGE_TOO_LARGE, UNSUPPORTED_FOR_MESSAGE_FORMAT...
         """
 
-    def read(offset, maxBytes, minOneBatch=True):
+    def read(offset, maxBytes, minOneBatch=True, readCommitted=False):
         """
         Read from C{offset}: whole batches starting with the one containing
         C{offset}, at most C{maxBytes} unless C{minOneBatch} and the first
-        batch alone is larger.
+        batch alone is larger; with C{readCommitted}, only below the last
+        stable offset.
 
         @return: L{kafkatwist.log.ReadInfo} (records: an L{IFileRegion} or
             C{bytes}, possibly empty; highWatermark, logStartOffset,
-            lastStableOffset).
+            lastStableOffset; with C{readCommitted} the aborted
+            transactions the records overlap).
         @raise kafkatwist.errors.KafkaError: OFFSET_OUT_OF_RANGE.
         """
 

@@ -19,6 +19,10 @@ from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
 from kafkatwist.config import KEYS
+from kafkatwist.coordinator.transaction.wiring import (
+    makeTransactionCoordinator,
+    stopTransactionCoordinator,
+)
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
@@ -161,6 +165,9 @@ class BrokerService(service.Service):
         self.broker.logManager = self.logManager
         self.broker.logCleaner = makeLogCleaner(config, self.logManager)
         self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+        self.broker.transactionCoordinator = makeTransactionCoordinator(
+            self.broker, config, self.logManager
+        )
 
     def _bindListeners(self) -> None:
         try:
@@ -306,6 +313,7 @@ class BrokerService(service.Service):
         if self.server is not None:
             yield self.server.stop()
         if self.broker is not None:
+            stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)
             if self.broker.authorizer is not None:
                 self.broker.authorizer.close()

@@ -141,6 +141,9 @@ class RawFetchResult:
     records: bytes
     error: ErrorCode = ErrorCode.none
     lastStableOffset: int = -1
+    #: C{(producerId, firstOffset)} of the aborted transactions the records
+    #: overlap (a read_committed fetch), else C{()}
+    abortedTransactions: tuple = ()
 
 
 def _parseAddress(address: str) -> tuple[str, int]:
@@ -651,6 +654,10 @@ class KafkaWireClient:
                     records=bytes(p.records or b""),
                     error=ErrorCode(p.error_code),
                     lastStableOffset=int(getattr(p, "last_stable_offset", -1)),
+                    abortedTransactions=tuple(
+                        (int(a.producer_id), int(a.first_offset))
+                        for a in (getattr(p, "aborted_transactions", None) or ())
+                    ),
                 )
         raise KafkaError(
             ErrorCode.unknown_server_error, f"fetch response lacks {topic}-{partition}"

@@ -34,8 +34,8 @@ effect at all.
 Differences from Kafka
 ======================
 
-  - No group size limit (C{group.max.size}), no transactional offset
-    commits, no C{requireStable}.
+  - No group size limit (C{group.max.size}).  Transactional offset
+    commits are L{kafkatwist.coordinator.txnoffsets}'.
   - JoinGroup v9's C{skipAssignment} is never set: a static member that
     rejoins a Stable group with unchanged metadata is answered as before
     v9, with the previous leader id, so it never runs the assignor.
@@ -80,6 +80,7 @@ from kafkatwist.coordinator.results import (
     SyncGroupResult,
 )
 from kafkatwist.coordinator.store import GroupSnapshot
+from kafkatwist.coordinator.txnoffsets import TransactionalOffsets, TxnCommitRequest
 from kafkatwist.errors import ErrorCode
 
 __all__ = ["GroupCoordinator", "PublishedGroup"]
@@ -192,6 +193,7 @@ class GroupCoordinator:
             checkIntervalMs=offsetsRetentionCheckIntervalMs,
             metadataMaxBytes=offsetMetadataMaxBytes,
         )
+        self.txnOffsets = TransactionalOffsets(self, offsetMetadataMaxBytes)
         # KIP-848 groups, sharing the id namespace, offsets and effects.
         self.consumerGroups = ConsumerGroupManager(self, **(consumerGroups or {}))
 
@@ -213,21 +215,45 @@ class GroupCoordinator:
         groupId: str,
         records: Iterable[tuple[bytes, bytes | None]],
         onDone: Callable[[ErrorCode], None] | None = None,
+        producer: tuple[int, int] | None = None,
     ) -> None:
         """
         Append C{records} to the partition of C{groupId}; C{onDone(error)}
         runs when the append finished (error NONE on success).
+
+        @param producer: C{(producerId, epoch)} of a transaction the
+            records belong to.
         """
-        token = next(self._tokens)
         if onDone is None:
             onDone = functools.partial(self._logAppendFailure, groupId)
+        self.appendTo(self.partitionOf(groupId), records, onDone, producer=producer)
+
+    def appendTo(
+        self,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        onDone: Callable[[ErrorCode], None],
+        producer: tuple[int, int] | None = None,
+        marker: tuple | None = None,
+    ) -> None:
+        """
+        Append to C{partition} (see L{Append} for C{producer} and
+        C{marker}).
+        """
+        token = next(self._tokens)
         self._continuations[token] = onDone
+        self._fx.append(Append(partition, tuple(records), token, producer, marker))
+
+    def partitionOf(self, groupId: str) -> int:
+        """
+        The C{__consumer_offsets} partition of C{groupId}.
+        """
         partition = self._partitionOf.get(groupId)
         if partition is None:
             if len(self._partitionOf) > 100_000:
                 self._partitionOf.clear()
             partition = self._partitionOf[groupId] = partitionFor(groupId, self._numPartitions)
-        self._fx.append(Append(partition, tuple(records), token))
+        return partition
 
     @staticmethod
     def _logAppendFailure(groupId: str, error: ErrorCode) -> None:
@@ -1209,18 +1235,26 @@ class GroupCoordinator:
 
     @_entry
     def fetchOffsets(
-        self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None
+        self,
+        replyTo,
+        groupId: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        requireStable: bool = False,
     ) -> None:
         """
         OffsetFetch for one group; answers an L{OffsetFetchResult}.
 
         @param partitions: the partitions wanted, or C{None} for all
             committed ones.
+        @param requireStable: UNSTABLE_OFFSET_COMMIT for partitions with
+            offsets pending in a transaction.
         """
-        self.respond(replyTo, self.offsets.fetch(groupId, partitions))
+        self.respond(replyTo, self.offsets.fetch(groupId, partitions, requireStable))
 
     @_entry
-    def fetchOffsetsOfGroups(self, replyTo, wanted: Iterable[tuple]) -> None:
+    def fetchOffsetsOfGroups(
+        self, replyTo, wanted: Iterable[tuple], requireStable: bool = False
+    ) -> None:
         """
         OffsetFetch v8+ (KIP-709): C{(groupId, partitions)} pairs, or
         C{(groupId, partitions, memberId, memberEpoch)} (v9, checked against
@@ -1231,10 +1265,35 @@ class GroupCoordinator:
         for groupId, partitions, *member in wanted:
             error = self.consumerGroups.validateFetch(groupId, *member) if member else None
             if error is None:
-                out.append(self.offsets.fetch(groupId, partitions))
+                out.append(self.offsets.fetch(groupId, partitions, requireStable))
             else:
                 out.append(OffsetFetchResult(error))
         self.respond(replyTo, out)
+
+    @_entry
+    def commitTransactionalOffsets(self, replyTo, request: TxnCommitRequest) -> None:
+        """
+        TxnOffsetCommit; answers C{dict} C{(topic, partition)} ->
+        L{ErrorCode} once the records are in the log (pending until the
+        transaction's marker).
+        """
+        self.txnOffsets.commit(replyTo, request)
+
+    @_entry
+    def completeTransaction(
+        self, replyTo, partition: int, producerId: int, producerEpoch: int, commit: bool,
+        coordinatorEpoch: int,
+    ) -> None:
+        """
+        The marker of a transaction for C{__consumer_offsets} partition
+        C{partition} (WriteTxnMarkers); answers the append's error code.
+        """
+        if not self._active:
+            self.respond(replyTo, E.coordinator_not_available)
+            return
+        self.txnOffsets.complete(
+            replyTo, partition, producerId, producerEpoch, commit, coordinatorEpoch
+        )
 
     @_entry
     def deleteOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition]) -> None:
@@ -1261,13 +1320,19 @@ class GroupCoordinator:
         offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
         consumerGroups: Mapping | None = None,
         topics: TopicImage | None = None,
+        pendingTxnOffsets: Mapping | None = None,
     ) -> None:
         """
         Take the groups and offsets read back from C{__consumer_offsets}
         (before serving) and start the periodic offset expiry.  Loaded
         groups are Stable (or Empty); their members must heartbeat within
         their session timeout.
+
+        @param pendingTxnOffsets: offsets of open transactions (see
+            L{TransactionalOffsets.load}).
         """
+        if pendingTxnOffsets:
+            self.txnOffsets.load(pendingTxnOffsets)
         loaded: dict[str, GroupMetadata] = {}
         for snap in snapshots:
             try:
@@ -1283,6 +1348,11 @@ class GroupCoordinator:
                 # Offsets without group metadata: a simple consumer's group.
                 group = loaded[groupId] = GroupMetadata(groupId, S.EMPTY, self.nowMs)
             group.offsets.update(groupOffsets)
+        for groups in (pendingTxnOffsets or {}).values():
+            for groupId in groups:
+                if groupId not in loaded:
+                    # Only a transaction's offsets so far.
+                    loaded[groupId] = GroupMetadata(groupId, S.EMPTY, self.nowMs)
         self._groups.update(loaded)
         for group in loaded.values():
             self.changed(group)

@@ -34,11 +34,19 @@ class Append:
 
     @ivar token: handed back with the outcome, in
         C{appendCompleted(nowMs, token, error)}.
+    @ivar producer: C{(producerId, producerEpoch)} to write C{records} as
+        a transactional batch of that producer (transactional offset
+        commits), or C{None}.
+    @ivar marker: C{(producerId, producerEpoch, commit, coordinatorEpoch)}
+        to append an end-transaction marker (C{records} then empty), or
+        C{None}.
     """
 
     partition: int
     records: tuple[KeyValue, ...]
     token: int
+    producer: tuple[int, int] | None = None
+    marker: tuple[int, int, bool, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ written atomically.  Reading back never stops start-up: a batch that cannot
 be read (bad CRC, a record that does not decode, a length that does not
 add up, a region the log cannot read) is skipped with one log line naming
 the topic, partition and offsets, and so is a batch the broker did not
-write (one with a producer id: clients may not write internal topics, and
-the coordinator writes no transactional commits).
+write (one with a producer id that is not transactional: clients may not
+write internal topics).  Transactional offset commits -- batches of the
+committing producer, written by the group coordinator -- and the markers
+that end their transactions are read back by L{OffsetsTopicLog.replayEvents}.
 
 Blocking: every method reads or writes the log, so call them on handler or
 coordinator threads, never on a reactor thread.
@@ -28,12 +30,16 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import ICoordinatorLog
 from kafkatwist.log.region import readRecords
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, PREFIX
+from kafkatwist.protocol.markers import MarkerError, readMarker
 from kafkatwist.protocol.records import CorruptRecordError, Record, buildBatch, decodeBatches
 
 __all__ = ["OffsetsTopicLog"]
 
 log = Logger()
 E = ErrorCode
+
+# What a batch read back is (see OffsetsTopicLog._kind).
+_PLAIN, _TRANSACTIONAL, _MARKER = object(), object(), object()
 
 #: bytes read from a partition at a time while loading
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024
@@ -54,6 +60,10 @@ class OffsetsTopicLog:
     """
 
     topic = OFFSETS_TOPIC
+    #: the configs the topic is created with
+    topicConfigs = OFFSETS_TOPIC_CONFIGS
+    #: the setting that names the partition count
+    partitionsKey = "offsets.topic.num.partitions"
 
     def __init__(
         self,
@@ -69,7 +79,7 @@ class OffsetsTopicLog:
     def _ensureTopic(self, numPartitions: int, segmentBytes: int | None) -> int:
         info = self._logManager.topics().get(self.topic)
         if info is None:
-            configs = dict(OFFSETS_TOPIC_CONFIGS)
+            configs = dict(self.topicConfigs)
             if segmentBytes is not None:
                 configs["segment.bytes"] = str(segmentBytes)
             try:
@@ -80,9 +90,9 @@ class OffsetsTopicLog:
                 info = self._logManager.topics()[self.topic]
         if info.numPartitions != numPartitions:
             log.warn(
-                "{topic} has {actual} partitions, not offsets.topic.num.partitions={wanted}:"
-                " keeping {actual}",
+                "{topic} has {actual} partitions, not {key}={wanted}: keeping {actual}",
                 topic=self.topic, actual=info.numPartitions, wanted=numPartitions,
+                key=self.partitionsKey,
             )
         return info.numPartitions
 
@@ -94,17 +104,51 @@ class OffsetsTopicLog:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    def append(
+        self,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        producer: tuple[int, int] | None = None,
+        marker: tuple[int, int, bool, int] | None = None,
+    ) -> None:
+        """
+        @param producer: C{(producerId, epoch)}: write the records as that
+            producer's transactional batch (no sequence number, as Kafka's
+            coordinators write them); the log checks the epoch.
+        @param marker: C{(producerId, epoch, commit, coordinatorEpoch)}:
+            append that end-transaction marker instead.
+        """
+        nowMs = self._clock()
+        if marker is not None:
+            self._log(partition).appendMarker(*marker, nowMs)
+            return
         records = list(records)
         if not records:
             return
-        nowMs = self._clock()
-        batch = buildBatch([Record(timestamp=nowMs, key=k, value=v) for k, v in records])
+        kw = {}
+        if producer is not None:
+            kw = dict(producerId=producer[0], producerEpoch=producer[1], isTransactional=True)
+        batch = buildBatch([Record(timestamp=nowMs, key=k, value=v) for k, v in records], **kw)
         self._log(partition).append(batch, nowMs, isFromClient=False)
 
     # -- reading ---------------------------------------------------------------
 
     def replay(self, partition: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        for offset, key, value, producerId, marker in self._replay(partition, False):
+            yield offset, key, value
+
+    def replayEvents(self, partition: int) -> Iterator[tuple]:
+        """
+        Like L{replay}, with transactions: yield C{(offset, key, value,
+        producerId, marker)}, where C{producerId} is -1 for the broker's
+        own records and a producer's for its transactional records (offset
+        commits of a transaction), and an end-transaction marker comes as
+        C{(offset, None, None, producerId, commit)} (C{marker} is C{None}
+        otherwise).
+        """
+        return self._replay(partition, True)
+
+    def _replay(self, partition: int, transactions: bool) -> Iterator[tuple]:
         partitionLog = self._logManager.getLog(self.topic, partition)
         if partitionLog is None:
             return
@@ -155,9 +199,23 @@ class OffsetsTopicLog:
                     offset = nextOffset
                     continue
                 offset = nextOffset
-                if self._fromBroker(where, decoded, offset):
+                kind = self._kind(where, decoded, offset, transactions)
+                if kind is _MARKER:
+                    try:
+                        marker = readMarker(memoryview(data)[batchStart:batchEnd])
+                    except MarkerError as e:
+                        log.warn(
+                            "{where}: skipping unreadable marker at offset {offset}: {error}",
+                            where=where, offset=baseOffset, error=e,
+                        )
+                        continue
+                    if marker.isTransactionMarker:
+                        yield (baseOffset, None, None, decoded.producerId,
+                               not marker.isAborted)
+                elif kind is not None:
+                    producerId = decoded.producerId if kind is _TRANSACTIONAL else -1
                     for record in decoded.records:
-                        yield record.offset, record.key, record.value
+                        yield record.offset, record.key, record.value, producerId, None
             if offset == start:
                 if grow is not None and grow <= MAX_BATCH_BYTES and grow > maxBytes:
                     # One batch bigger than the buffer: read it whole.
@@ -168,21 +226,25 @@ class OffsetsTopicLog:
                     )
 
     @staticmethod
-    def _fromBroker(where: str, batch, nextOffset: int) -> bool:
+    def _kind(where: str, batch, nextOffset: int, transactions: bool):
         """
-        Whether C{batch} holds the coordinator's own records: not a control
-        batch, and not a producer's (logged).
+        What C{batch} is: the broker's own records (L{_PLAIN}), a
+        transaction's records or marker (L{_TRANSACTIONAL}, L{_MARKER}:
+        only with C{transactions}), or C{None} to skip (a producer's batch
+        that is not transactional is logged: clients may not write here).
         """
         if batch.isControl:
-            return False
+            return _MARKER if transactions and batch.producerId >= 0 else None
         if batch.producerId >= 0:
+            if batch.isTransactional:
+                return _TRANSACTIONAL if transactions else None
             log.warn(
                 "{where}: skipping the batch at offsets {first}-{last}: written by producer"
                 " {producer}, not by the broker",
                 where=where, first=batch.baseOffset, last=nextOffset - 1, producer=batch.producerId,
             )
-            return False
-        return True
+            return None
+        return _PLAIN
 
     @staticmethod
     def _skipUnreadable(partitionLog, where: str, offset: int, end: int, error) -> int:

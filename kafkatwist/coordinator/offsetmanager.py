@@ -141,6 +141,7 @@ class OffsetMetadataManager:
                     if tp in group.pendingOffsets:
                         group.offsets[tp] = om
                 c.changed(group)
+                c.txnOffsets.superseded(group.groupId, valid)
             else:
                 log.warn(
                     "group {group}: failed to store committed offsets: {error}",
@@ -158,13 +159,21 @@ class OffsetMetadataManager:
     # ------------------------------------------------------------------
     # OffsetFetch
 
-    def fetch(self, groupId: str, partitions: Iterable[TopicPartition] | None) -> OffsetFetchResult:
+    def fetch(
+        self,
+        groupId: str,
+        partitions: Iterable[TopicPartition] | None,
+        requireStable: bool = False,
+    ) -> OffsetFetchResult:
         """
         OffsetFetch for one group, whatever its state (a group may use
         Kafka only to store offsets).
 
         @param partitions: the partitions wanted, or C{None} for all
             committed ones; partitions without a commit have offset -1.
+        @param requireStable: a partition with offsets pending in an open
+            transaction answers UNSTABLE_OFFSET_COMMIT (the client asks
+            again).
         """
         c = self._c
         error = c.statusError(groupId, allowEmpty=True)
@@ -174,13 +183,15 @@ class OffsetMetadataManager:
         stored = group.offsets if group is not None else {}
         wanted = sorted(stored) if partitions is None else [tuple(tp) for tp in partitions]
         out = {}
+        unstable = requireStable and c.txnOffsets.hasPending(groupId)
         for tp in wanted:
             om = stored.get(tp)
-            out[tp] = (
-                FetchedOffset(-1, -1, "", E.none)
-                if om is None
-                else FetchedOffset(om.offset, om.leaderEpoch, om.metadata, E.none)
-            )
+            if unstable and c.txnOffsets.hasPending(groupId, tp):
+                out[tp] = FetchedOffset(-1, -1, "", E.unstable_offset_commit)
+            elif om is None:
+                out[tp] = FetchedOffset(-1, -1, "", E.none)
+            else:
+                out[tp] = FetchedOffset(om.offset, om.leaderEpoch, om.metadata, E.none)
         return OffsetFetchResult(E.none, out)
 
     # ------------------------------------------------------------------
@@ -238,12 +249,21 @@ class OffsetMetadataManager:
         @return: how many offsets were removed.
         """
         c = self._c
-        present = [tp for tp in partitions if tp in group.offsets or tp in group.pendingOffsets]
+        txnOffsets = c.txnOffsets
+        present = [
+            tp for tp in partitions
+            if tp in group.offsets or tp in group.pendingOffsets
+            or txnOffsets.hasPending(group.groupId, tp)
+        ]
         for tp in present:
             group.offsets.pop(tp, None)
             group.pendingOffsets.pop(tp, None)
+        txnOffsets.removed(group.groupId, present)
         records = offsetTombstones(group.groupId, present)
-        if group.state is S.EMPTY and not group.offsets and not group.pendingOffsets:
+        if (
+            group.state is S.EMPTY and not group.offsets and not group.pendingOffsets
+            and not txnOffsets.hasPending(group.groupId)
+        ):
             records.append(groupTombstone(group.groupId))
             log.info("group {group}: removed, empty and without offsets", group=group.groupId)
             c.retire(group)
@@ -271,7 +291,10 @@ class OffsetMetadataManager:
             expired = group.expiredOffsets(c.nowMs, self._retentionMs)
             # Not one with a newer commit on its way (Kafka's
             # getExpiredOffsets leaves pending commits alone too).
-            expired = [tp for tp in expired if tp not in group.pendingOffsets]
+            expired = [
+                tp for tp in expired
+                if tp not in group.pendingOffsets and not c.txnOffsets.hasPending(group.groupId, tp)
+            ]
             # A KIP-848 group keeps the offsets of the topics its members
             # subscribe to (Kafka's isSubscribedToTopic).
             subscribed = c.consumerGroups.subscribedTopics(group.groupId)

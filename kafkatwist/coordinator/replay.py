@@ -31,12 +31,23 @@ log = Logger()
 
 
 def loadGroups(
-    coordinatorLog, consumerGroups: ConsumerGroupRecords | None = None
+    coordinatorLog,
+    consumerGroups: ConsumerGroupRecords | None = None,
+    pendingTxn: dict | None = None,
 ) -> tuple[list[GroupSnapshot], dict[str, dict[TopicPartition, OffsetAndMetadata]]]:
     """
     Read everything back.
 
+    Transactional offset commits (when the log gives them:
+    C{replayEvents}) become committed offsets where their transaction's
+    marker says COMMIT, unless a commit of the partition written after them
+    is already there (Kafka's rule); an ABORT drops them; those of a
+    transaction still open go to C{pendingTxn}.
+
     @param coordinatorLog: an L{kafkatwist.interfaces.ICoordinatorLog}.
+    @param pendingTxn: filled with the offsets of open transactions:
+        producer id -> group id -> C{(topic, partition)} ->
+        C{(OffsetAndMetadata, record offset, superseded)}.
     @return: C{(groups, offsets)}: a C{list} of L{GroupSnapshot}, and a
         C{dict} group id -> C{dict} C{(topic, partition)} ->
         L{OffsetAndMetadata}.  A group may have offsets without a snapshot
@@ -45,14 +56,24 @@ def loadGroups(
     """
     groups: dict[str, GroupSnapshot] = {}
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+    events = getattr(coordinatorLog, "replayEvents", None)
     for partition in range(coordinatorLog.numPartitions):
         foreign = 0
         firstForeign = None
         offset = None
+        txns = _Transactions(offsets)
         try:
-            for offset, key, value in coordinatorLog.replay(partition):
+            if events is None:
+                replayed = ((o, k, v, -1, None) for o, k, v in coordinatorLog.replay(partition))
+            else:
+                replayed = events(partition)
+            for offset, key, value, producerId, marker in replayed:
                 try:
+                    if producerId >= 0:
+                        txns.event(offset, key, value, producerId, marker)
+                        continue
                     known = _apply(key, value, groups, offsets, consumerGroups)
+                    txns.plain(offset, key, value)
                 except CorruptGroupRecord as e:
                     log.warn(
                         "{topic}-{partition} offset {offset}: skipping unreadable record: {error}",
@@ -70,6 +91,8 @@ def loadGroups(
                 "{topic}-{partition}: loading stopped after offset {offset}",
                 topic=coordinatorLog.topic, partition=partition, offset=offset,
             )
+        if pendingTxn is not None:
+            txns.leftOpen(pendingTxn)
         if foreign:
             log.info(
                 "{topic}-{partition}: skipped {count} records of other coordinators' types"
@@ -110,3 +133,58 @@ def _apply(
     if consumerGroups is not None:
         return consumerGroups.apply(parsed[1], key, value)
     return False
+
+
+class _Transactions:
+    """
+    One partition's transactional offset commits while it is replayed.
+    """
+
+    def __init__(self, offsets: dict) -> None:
+        self._offsets = offsets
+        # (group, tp) -> record offset of the committed value
+        self._committedAt: dict = {}
+        # producer id -> group -> tp -> (offset, record offset)
+        self._pending: dict[int, dict[str, dict]] = {}
+
+    def plain(self, offset: int, key, value) -> None:
+        parsed = decodeKey(key)
+        if parsed[0] != "offset":
+            return
+        _, groupId, tp = parsed
+        if value is None:
+            self._committedAt.pop((groupId, tp), None)
+            for groups in self._pending.values():
+                groups.get(groupId, {}).pop(tp, None)
+        else:
+            self._committedAt[(groupId, tp)] = offset
+
+    def event(self, offset: int, key, value, producerId: int, marker) -> None:
+        if marker is not None:
+            groups = self._pending.pop(producerId, {})
+            if not marker:
+                return
+            for groupId, tps in groups.items():
+                for tp, (om, recordOffset) in tps.items():
+                    if self._committedAt.get((groupId, tp), -1) < recordOffset:
+                        self._offsets.setdefault(groupId, {})[tp] = om
+                        self._committedAt[(groupId, tp)] = recordOffset
+            return
+        if key is None:
+            raise CorruptGroupRecord("record without a key")
+        parsed = decodeKey(key)
+        if parsed[0] != "offset" or value is None:
+            return
+        _, groupId, tp = parsed
+        self._pending.setdefault(producerId, {}).setdefault(groupId, {})[tp] = (
+            decodeOffsetValue(value), offset,
+        )
+
+    def leftOpen(self, pendingTxn: dict) -> None:
+        for producerId, groups in self._pending.items():
+            for groupId, tps in groups.items():
+                for tp, (om, recordOffset) in tps.items():
+                    superseded = self._committedAt.get((groupId, tp), -1) > recordOffset
+                    pendingTxn.setdefault(producerId, {}).setdefault(groupId, {})[tp] = (
+                        om, recordOffset, superseded,
+                    )

@@ -239,7 +239,13 @@ class CoordinatorRuntime:
     def _append(self, append: Append) -> None:
         # On the partition's executor, off the owner.
         try:
-            self._log.append(append.partition, append.records)
+            if append.producer is None and append.marker is None:
+                self._log.append(append.partition, append.records)
+            else:
+                self._log.append(
+                    append.partition, append.records, producer=append.producer,
+                    marker=append.marker,
+                )
             error = E.none
         except KafkaError as e:
             error = e.code

@@ -24,6 +24,7 @@ from kafkatwist.coordinator.offsets import TopicPartition
 from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.coordinator.requests import CommitRequest, JoinRequest, SyncRequest
 from kafkatwist.coordinator.runtime import CoordinatorRuntime
+from kafkatwist.coordinator.txnoffsets import TxnCommitRequest
 
 __all__ = ["GroupCoordinatorService"]
 
@@ -56,8 +57,11 @@ class GroupCoordinatorService:
             the topic ids of KIP-848 groups' records to names.
         """
         consumerGroups = ConsumerGroupRecords()
-        snapshots, offsets = loadGroups(self.log, consumerGroups)
-        self.runtime.call(self.machine.load, snapshots, offsets, consumerGroups.groups, topics)
+        pending: dict = {}
+        snapshots, offsets = loadGroups(self.log, consumerGroups, pending)
+        self.runtime.call(
+            self.machine.load, snapshots, offsets, consumerGroups.groups, topics, pending
+        )
 
     def shutdown(self) -> None:
         """
@@ -109,13 +113,37 @@ class GroupCoordinatorService:
         self.runtime.request(self.machine.commitOffsets, replyTo, request)
 
     def fetchOffsets(
-        self, replyTo, groupId: str, partitions: Iterable[TopicPartition] | None = None
+        self,
+        replyTo,
+        groupId: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        requireStable: bool = False,
     ) -> None:
         wanted = None if partitions is None else list(partitions)
-        self.runtime.request(self.machine.fetchOffsets, replyTo, groupId, wanted)
+        self.runtime.request(
+            self.machine.fetchOffsets, replyTo, groupId, wanted, requireStable
+        )
 
-    def fetchOffsetsOfGroups(self, replyTo, wanted: Iterable[tuple]) -> None:
-        self.runtime.request(self.machine.fetchOffsetsOfGroups, replyTo, list(wanted))
+    def fetchOffsetsOfGroups(
+        self, replyTo, wanted: Iterable[tuple], requireStable: bool = False
+    ) -> None:
+        self.runtime.request(
+            self.machine.fetchOffsetsOfGroups, replyTo, list(wanted), requireStable
+        )
+
+    # -- transactions --------------------------------------------------------------
+
+    def commitTransactionalOffsets(self, replyTo, request: TxnCommitRequest) -> None:
+        self.runtime.request(self.machine.commitTransactionalOffsets, replyTo, request)
+
+    def completeTransaction(
+        self, replyTo, partition: int, producerId: int, producerEpoch: int, commit: bool,
+        coordinatorEpoch: int,
+    ) -> None:
+        self.runtime.request(
+            self.machine.completeTransaction, replyTo, partition, producerId, producerEpoch,
+            commit, coordinatorEpoch,
+        )
 
     def deleteOffsets(self, replyTo, groupId: str, partitions: Iterable[TopicPartition]) -> None:
         self.runtime.request(self.machine.deleteOffsets, replyTo, groupId, list(partitions))

@@ -470,6 +470,7 @@ class LogCleaner:
             indexIntervalBytes=config.indexIntervalBytes,
             producerLastOffsets=ltc.log.producerLastOffsets(),
             maxMessageBytes=config.maxMessageBytes,
+            abortedTxns=ltc.log.abortedTransactions(ltc.firstUncleanable),
         )
 
     def cleanLog(self, ltc: LogToClean, runner: _Runner, threadId: int = 0) -> CleaningStats | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from kafkatwist.log.compaction import BatchFilter, batchPayload, mapRecords
+from kafkatwist.log.compaction import AbortedBatches, BatchFilter, batchPayload, mapRecords
 from kafkatwist.log.offsetmap import OffsetMap
 from kafkatwist.log.stored import decompressedLimit
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, AssignedBatch
@@ -103,6 +103,9 @@ class CleanTask:
     indexIntervalBytes: int
     producerLastOffsets: dict[int, int] = field(default_factory=dict)
     maxMessageBytes: int = 1048588
+    #: C{(producerId, firstOffset, lastOffset)} of aborted transactions
+    #: that may have data in the cleaned range
+    abortedTxns: list = field(default_factory=list)
 
 
 @dataclass
@@ -246,9 +249,12 @@ def _nextBases(task: CleanTask) -> list[int]:
     return bases
 
 
-def _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, stats) -> None:
+def _buildOffsetMap(
+    task, offsetMap, open_, chunkSize, throttler, checkDone, stats, aborted=None
+) -> None:
     """
-    Map the keys of the dirty section (Kafka's C{buildOffsetMap}).
+    Map the keys of the dirty section (Kafka's C{buildOffsetMap}), leaving
+    out aborted transactions' records.
     """
     offsetMap.clear()
     entries, capacity = offsetMap.entries, offsetMap.capacity
@@ -271,7 +277,9 @@ def _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, sta
                         continue
                     mapBytes += LOG_OVERHEAD + batchLength
                     count, attributes = header[12], header[5]
-                    if count and not attributes & _CONTROL_BIT:
+                    if count and not attributes & _CONTROL_BIT and not (
+                        aborted and aborted.contains(attributes, header[9], baseOffset)
+                    ):
                         if attributes & _CODEC_MASK:
                             data = batchPayload(view, at, LOG_OVERHEAD + batchLength, attributes, limit)
                         else:
@@ -359,7 +367,8 @@ def cleanLog(
     throttler = throttler or Throttler(float("inf"))
     stats = CleaningStats()
     cpuStart = time.process_time()
-    _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, stats)
+    aborted = AbortedBatches(task.abortedTxns)
+    _buildOffsetMap(task, offsetMap, open_, chunkSize, throttler, checkDone, stats, aborted)
     stats.mapDoneTime = time.monotonic()
     endOffset = max(offsetMap.latestOffset + 1, task.firstDirty)
     stats.endOffset = endOffset
@@ -375,6 +384,7 @@ def cleanLog(
         task.producerLastOffsets,
         task.firstUncleanable,
         decompressedLimit(task.maxMessageBytes),
+        aborted,
     )
     nextBases = _nextBases(task)
     cleanable = [s for s in task.segments if s.baseOffset < endOffset]

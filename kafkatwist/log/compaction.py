@@ -24,8 +24,16 @@ Rules, as Kafka's cleaner applies them:
     state survives a restart that rebuilds it from the log) or the last
     batch of the cleaned range;
   - a batch that keeps every record and needs no horizon is copied
-    byte for byte; control batches are kept as they are (this broker has no
-    transactions).
+    byte for byte;
+  - transactions (Kafka's C{CleanedTransactionMetadata}): a batch of an
+    aborted transaction (L{AbortedBatches}, from the aborted-transaction
+    indexes) is neither mapped nor kept -- it must not hide an older
+    committed value of its key -- except as the empty last batch of its
+    producer; markers are kept as they are (Kafka drops them once their
+    transaction's data is gone and C{delete.retention.ms} passed; here they
+    stay, which costs a few bytes per transaction and partition).  The
+    cleaned range never reaches the last stable offset, so every
+    transaction in it is complete.
 
 Pure functions, no I/O.
 """
@@ -33,6 +41,7 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 
 from crc32c import crc32c
 
@@ -44,6 +53,7 @@ from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint
 
 __all__ = [
     "DELETE_HORIZON_BIT",
+    "AbortedBatches",
     "BatchFilter",
     "Retained",
     "batchPayload",
@@ -63,6 +73,7 @@ _CRC_AT = 17
 _ATTRIBUTES_AT = 21
 _CRC = struct.Struct(">I")
 _EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_INT64_MAX = 2**63 - 1
 
 
 def deleteHorizon(attributes: int, baseTimestamp: int) -> int | None:
@@ -243,6 +254,39 @@ class Retained:
 _DROPPED = Retained(None, 0, -1, None)
 
 
+class AbortedBatches:
+    """
+    Which transactional batches belong to aborted transactions.
+
+    @param aborted: C{(producerId, firstOffset, lastOffset)} of the aborted
+        transactions (from the aborted-transaction indexes).
+    """
+
+    def __init__(self, aborted=()) -> None:
+        byProducer: dict[int, list[tuple[int, int]]] = {}
+        for producerId, first, last in aborted:
+            byProducer.setdefault(producerId, []).append((first, last))
+        for ranges in byProducer.values():
+            ranges.sort()
+        self._byProducer = byProducer
+
+    def __bool__(self) -> bool:
+        return bool(self._byProducer)
+
+    def contains(self, attributes: int, producerId: int, baseOffset: int) -> bool:
+        """
+        Whether the data batch with this header is in an aborted
+        transaction.
+        """
+        if not attributes & _TRANSACTIONAL_BIT or attributes & _CONTROL_BIT:
+            return False
+        ranges = self._byProducer.get(producerId)
+        if not ranges:
+            return False
+        i = bisect_right(ranges, (baseOffset, _INT64_MAX)) - 1
+        return i >= 0 and ranges[i][0] <= baseOffset <= ranges[i][1]
+
+
 class BatchFilter:
     """
     The record filter of one cleaning pass.
@@ -270,7 +314,9 @@ class BatchFilter:
         producerLastOffsets: dict,
         upperBound: int,
         maxDecompressedBytes: int,
+        aborted: AbortedBatches | None = None,
     ) -> None:
+        self.aborted = aborted if aborted else None
         self.entries = entries
         self.latestOffset = latestOffset
         self.firstDirty = firstDirty
@@ -320,6 +366,8 @@ class BatchFilter:
         if attributes & _CONTROL_BIT:
             return Retained(original, count, maxTimestamp, deleteHorizon(attributes, baseTimestamp))
         lastOffset = baseOffset + lastOffsetDelta
+        if self.aborted is not None and self.aborted.contains(attributes, producerId, baseOffset):
+            return self._empty(header, lastOffset)
         horizon = deleteHorizon(attributes, baseTimestamp)
         data = None
         if (

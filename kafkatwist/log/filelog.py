@@ -19,6 +19,14 @@ offset that decodes (snapshots past the end, left by a truncation, and
 unreadable ones are deleted) and replays the producer fields of the batch
 headers after it; without any snapshot it replays the whole log.  Retention
 deletes the snapshots of deleted segments.
+
+Aborted-transaction indexes (C{<offset>.txnindex}, L{kafkatwist.log.txnindex})
+are rebuilt by that same replay: entries for markers at or after the
+snapshot's offset are dropped and written again from the markers replayed
+(the snapshot carries the transactions open at its offset).  An index file
+that does not read back makes the replay start at the log's beginning.
+Retention deletes the index files of deleted segments; a cleaned segment
+takes over the entries of the segments it replaces.
 """
 
 from __future__ import annotations
@@ -43,6 +51,12 @@ from kafkatwist.log.segment import (
     _ScanError,
     segmentFileName,
 )
+from kafkatwist.log.txnindex import (
+    TXN_INDEX_SUFFIX,
+    AbortedTxn,
+    CorruptTxnIndex,
+    TransactionIndex,
+)
 
 __all__ = ["FilePartitionLog"]
 
@@ -52,6 +66,7 @@ log = Logger()
 # (once kafkatwist.log.swap has finished any committed swap).
 _STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
+TXN_INDEX_FILE = re.compile(r"^(\d{20})\.txnindex$")
 
 
 class FilePartitionLog(PartitionLog):
@@ -138,7 +153,7 @@ class FilePartitionLog(PartitionLog):
         for name in os.listdir(directory):
             stem, _, suffix = name.partition(".")
             if (
-                suffix in ("index", "timeindex", INDEX_CHECKSUMS[1:])
+                suffix in ("index", "timeindex", INDEX_CHECKSUMS[1:], TXN_INDEX_SUFFIX[1:])
                 and stem.isdigit()
                 and int(stem) not in bases
             ):
@@ -181,7 +196,8 @@ class FilePartitionLog(PartitionLog):
                 break
         recoveryPoint = end
         producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
-        cls._loadProducerState(directory, segments, producerState, nowMs)
+        intact = cls._openTxnIndexes(directory, segments)
+        cls._loadProducerState(directory, segments, producerState, nowMs, fromStart=not intact)
         return cls(
             directory,
             cache,
@@ -211,17 +227,56 @@ class FilePartitionLog(PartitionLog):
     def _snapshotPath(directory: str, offset: int) -> str:
         return os.path.join(directory, segmentFileName(offset, SNAPSHOT_SUFFIX))
 
+    @staticmethod
+    def _txnIndexPath(directory: str, offset: int) -> str:
+        return os.path.join(directory, segmentFileName(offset, TXN_INDEX_SUFFIX))
+
+    @classmethod
+    def _openTxnIndexes(cls, directory: str, segments: list) -> bool:
+        """
+        Give every segment that has an index file its index, read.
+
+        @return: whether they all read back.
+        """
+        bases = {segment.baseOffset: segment for segment in segments}
+        intact = True
+        for name in os.listdir(directory):
+            match = TXN_INDEX_FILE.match(name)
+            if not match or int(match.group(1)) not in bases:
+                continue
+            segment = bases[int(match.group(1))]
+            index = TransactionIndex(segment.baseOffset, os.path.join(directory, name))
+            try:
+                index.entries
+            except (OSError, CorruptTxnIndex) as e:
+                log.warn(
+                    "{path} is unusable ({error}): rebuilding the aborted-transaction "
+                    "indexes from the log",
+                    path=index.path, error=e,
+                )
+                index.replace(())
+                intact = False
+            segment.txnIndex = index
+        return intact
+
     @classmethod
     def _loadProducerState(
-        cls, directory: str, segments: list, state: ProducerStateManager, nowMs: int
+        cls,
+        directory: str,
+        segments: list,
+        state: ProducerStateManager,
+        nowMs: int,
+        fromStart: bool = False,
     ) -> None:
         """
-        The newest usable snapshot, then the batch headers after it.
+        The newest usable snapshot, then the batch headers after it (with
+        C{fromStart}, every batch); the aborted-transaction indexes are
+        rebuilt for what is replayed.
         """
         end = segments[-1].nextOffset
         start = segments[0].baseOffset
         loaded = None
-        for offset in reversed(cls._snapshotOffsets(directory)):
+        for offset in [] if fromStart else reversed(cls._snapshotOffsets(directory)):
             path = cls._snapshotPath(directory, offset)
             if offset > end:
                 # Written before a truncation: describes offsets that are gone.
@@ -243,9 +298,19 @@ class FilePartitionLog(PartitionLog):
                 following = segments[i + 1] if i + 1 < len(segments) else None
                 if following is not None and following.baseOffset <= replayFrom:
                     continue
+                index = getattr(segment, "txnIndex", None)
+                if index is not None:
+                    index.truncateTo(replayFrom)
                 try:
-                    for header in segment.batchHeaders(replayFrom):
-                        state.replay(header)
+                    for header, marker in segment.batchHeaders(replayFrom, markers=True):
+                        if marker is not None and not marker.isTransactionMarker:
+                            continue  # another control type: no producer state
+                        completed = state.replay(
+                            header,
+                            None if marker is None else (marker.isAborted, marker.coordinatorEpoch),
+                        )
+                        if completed is not None and completed.isAborted:
+                            cls._indexAborted(directory, segment, state, completed)
                         replayed += 1
                 except _ScanError as e:
                     log.warn(
@@ -264,6 +329,28 @@ class FilePartitionLog(PartitionLog):
                 snapshot=loaded,
                 replayed=replayed,
             )
+
+    @classmethod
+    def _indexAborted(cls, directory: str, segment, state, completed) -> None:
+        index = getattr(segment, "txnIndex", None)
+        if index is None:
+            index = segment.txnIndex = TransactionIndex(
+                segment.baseOffset, cls._txnIndexPath(directory, segment.baseOffset)
+            )
+        entry = AbortedTxn(
+            completed.producerId, completed.firstOffset, completed.lastOffset,
+            state.lastStableOffsetAfter(completed),
+        )
+        try:
+            if not index.entries or index.entries[-1].lastOffset < entry.lastOffset:
+                index.append(entry)
+        except OSError as e:
+            log.warn("Could not write {path}: {error}", path=index.path, error=e)
+
+    def _newTxnIndex(self, segment) -> TransactionIndex:
+        return TransactionIndex(
+            segment.baseOffset, self._txnIndexPath(self.directory, segment.baseOffset)
+        )
 
     def _writeSnapshot(self, offset: int, sync: bool) -> None:
         path = self._snapshotPath(self.directory, offset)
@@ -284,6 +371,12 @@ class FilePartitionLog(PartitionLog):
         self._writeSnapshot(offset, sync=False)
 
     def _onCleanClose(self) -> None:
+        if self.txnIndexDamaged:
+            # An index append failed: without snapshots the next start
+            # replays the whole log and so rebuilds every index.
+            for offset in self._snapshotOffsets(self.directory):
+                _unlinkQuietly(self._snapshotPath(self.directory, offset))
+            return
         self._writeSnapshot(self._end[0], sync=True)
 
     def _onSegmentsDeleted(self, firstBaseOffset: int) -> None:
@@ -292,6 +385,10 @@ class FilePartitionLog(PartitionLog):
         for offset in offsets[:-1]:
             if offset < firstBaseOffset:
                 _unlinkQuietly(self._snapshotPath(self.directory, offset))
+        for name in os.listdir(self.directory):
+            match = TXN_INDEX_FILE.match(name)
+            if match and int(match.group(1)) < firstBaseOffset:
+                _unlinkQuietly(os.path.join(self.directory, name))
 
     @staticmethod
     def _recover(
@@ -328,6 +425,10 @@ class FilePartitionLog(PartitionLog):
 
     def _installCleaned(self, baseOffset: int, old: list) -> FileSegment:
         # The cleaner wrote <baseOffset>.*.cleaned; see kafkatwist.log.swap.
+        # The replaced segments' aborted transactions go to the index under
+        # the cleaned segment's name first (the first old segment's, so a
+        # crash at any step leaves them indexed), then the others' go.
+        index = self._mergeTxnIndexes(baseOffset, old)
         swap.commit(self.directory, baseOffset)
         for segment in old:
             segment.delete()
@@ -340,7 +441,24 @@ class FilePartitionLog(PartitionLog):
                 _unlinkQuietly(self._snapshotPath(self.directory, offset))
         segment = FileSegment.open(self.directory, baseOffset, self.cache)
         segment.indexIntervalBytes = self.config.indexIntervalBytes
+        if index is not None:
+            segment.txnIndex = index
+        for replaced in old:
+            if replaced.baseOffset != baseOffset:
+                _unlinkQuietly(self._txnIndexPath(self.directory, replaced.baseOffset))
         return segment
+
+    def _mergeTxnIndexes(self, baseOffset: int, old: list) -> TransactionIndex | None:
+        entries = []
+        for segment in old:
+            index = getattr(segment, "txnIndex", None)
+            if index is not None:
+                entries.extend(index.entries)
+        if not entries:
+            return None
+        index = TransactionIndex(baseOffset, self._txnIndexPath(self.directory, baseOffset))
+        index.replace(entries)
+        return index
 
     def _deactivate(self, segment) -> None:
         segment.persistIndexesOrWarn("at roll")

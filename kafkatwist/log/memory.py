@@ -90,6 +90,9 @@ class MemoryPartitionLog(PartitionLog):
         return MemorySegment(baseOffset, nowMs)
 
     def _installCleaned(self, cleaned: MemorySegment, old: list) -> MemorySegment:
+        entries = [e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries]
+        if entries:
+            self.txnIndexOf(cleaned).replace(entries)
         for segment in old:
             segment.delete()
         return cleaned

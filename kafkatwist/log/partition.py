@@ -25,10 +25,23 @@ before anything is written; a retried batch (a duplicate of one of the
 producer's last five) writes nothing and returns its original offsets with
 C{AppendInfo.duplicate} set.  Batches without a producer id cost one
 comparison.
+
+Transactions: a transactional batch that begins a producer's transaction
+needs the verification guard the producer state handed out (see
+L{kafkatwist.log.producerstate}); the open transactions hold the last
+stable offset (LSO) back.  Markers are appended by the broker
+(L{PartitionLog.appendMarker}); each ABORT of a transaction that wrote
+here adds an entry to the aborted-transaction index (L{kafkatwist.log.txnindex})
+of the segment the marker lands in.  Publication order keeps readers
+safe without a lock: a transaction's first offset is published before the
+log end moves past its batch, and forgotten only after the log end moves
+past its marker; readers read the log end first.  A read_committed read
+stops at the LSO and reports the aborted transactions overlapping it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from bisect import bisect_right
 
@@ -45,7 +58,15 @@ from kafkatwist.log.producerstate import (
 )
 from kafkatwist.log.records import AppendInfo, ReadInfo
 from kafkatwist.log.throttle import storageLog
-from kafkatwist.protocol.batch import assignOffsets, validateRecordSet
+from kafkatwist.log.txnindex import AbortedTxn, TransactionIndex
+from kafkatwist.protocol.batch import (
+    CONTROL_BIT,
+    PREFIX,
+    assignOffsets,
+    iterBatchHeaders,
+    validateRecordSet,
+)
+from kafkatwist.protocol.markers import MarkerError, buildMarkerBatch, readMarker
 
 __all__ = ["PartitionLog"]
 
@@ -130,7 +151,12 @@ class PartitionLog:
 
     @property
     def lastStableOffset(self) -> int:
-        return self._end[0]
+        # The log end first (see the module docs).
+        end = self._end[0]
+        first = self.producerState.firstUnstableOffset
+        if first is None or first >= end:
+            return end
+        return max(first, self._logStartOffset)
 
     @property
     def logStartOffset(self) -> int:
@@ -142,18 +168,26 @@ class PartitionLog:
 
     # -- append --------------------------------------------------------------
 
-    def append(self, records, nowMs: int, *, isFromClient: bool = True) -> AppendInfo:
+    def append(
+        self, records, nowMs: int, *, isFromClient: bool = True, verificationGuard=None
+    ) -> AppendInfo:
         """
         See L{IPartitionLog.append}.
 
         @param isFromClient: C{False} lets the broker itself write control
-            batches.
+            batches (end-transaction markers, checked against the producer
+            and coordinator epochs) and batches without sequence numbers
+            (the group coordinator's transactional offset commits).
+        @param verificationGuard: what
+            L{ProducerStateManager.newGuard} gave for the producer whose
+            transactional batch this append may begin a transaction with.
         """
         config = self.config
         data = bytearray(records)
         batches = validateRecordSet(
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
+        markers = None if isFromClient else self._readMarkers(data, batches)
         if isFromClient and config.compacts:
             requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
         if len(data) > config.segmentBytes:
@@ -170,12 +204,14 @@ class PartitionLog:
                 if header.producerId >= 0:
                     if isFromClient:
                         producers = self.producerState.prepareAppend(
-                            batches, firstOffset, logAppendTime
+                            batches, firstOffset, logAppendTime, verificationGuard
                         )
                         if type(producers) is BatchMetadata:
                             return self._duplicate(producers)
                     else:
-                        producers = False
+                        producers = self.producerState.prepareBrokerAppend(
+                            batches, firstOffset, markers
+                        )
                     break
             assigned = assignOffsets(
                 data,
@@ -191,12 +227,13 @@ class PartitionLog:
                     maxTimestamp, offsetOfMax = batch.maxTimestamp, batch.offsetOfMaxTimestamp
             segment = self._maybeRoll(len(data), maxTimestamp, last.lastOffset, nowMs)
             segment.append(data, assigned, config.indexIntervalBytes)
+            # Before the end is published: a transaction begun here holds
+            # the last stable offset back before readers can see its batch.
+            completed = self.producerState.commit(producers) if producers else None
             # Publish only now: readers never look past this.
             self._end = (last.lastOffset + 1, segment, segment.size)
-            if producers:
-                self.producerState.commit(producers)
-            elif producers is False:
-                self._replayProducers(batches, assigned)
+            if completed:
+                self._completeTxns(completed, segment)
             numRecords = sum(batch.header.recordsCount for batch in batches)
             if self._unflushedRecords == 0:
                 self._dirtySinceMs = nowMs
@@ -236,13 +273,103 @@ class PartitionLog:
             duplicate=True,
         )
 
-    def _replayProducers(self, batches, assigned) -> None:
-        # The broker's own appends (not checked): keep the state in step.
-        for (_, header), placed in zip(batches, assigned):
-            if header.producerId >= 0:
-                self.producerState.replay(
-                    header._replace(baseOffset=placed.baseOffset, maxTimestamp=placed.maxTimestamp)
+    @staticmethod
+    def _readMarkers(data, batches) -> list[tuple[bool, int]]:
+        """
+        C{(isAborted, coordinatorEpoch)} of each control batch of a broker
+        append.
+
+        @raise KafkaError: INVALID_RECORD for a control batch that is not
+            an end-transaction marker.
+        """
+        markers = []
+        for position, header in batches:
+            if header.attributes & CONTROL_BIT:
+                try:
+                    marker = readMarker(memoryview(data)[position : position + header.size])
+                except MarkerError as e:
+                    raise KafkaError(ErrorCode.invalid_record, f"control batch: {e}") from None
+                if not marker.isTransactionMarker:
+                    raise KafkaError(
+                        ErrorCode.invalid_record, f"control record type {marker.controlType}"
+                    )
+                markers.append((marker.isAborted, marker.coordinatorEpoch))
+        return markers
+
+    def verificationGuard(self, producerId: int) -> object:
+        """
+        A verification guard for C{producerId}'s next transactional
+        append (see L{ProducerStateManager.newGuard}).
+        """
+        with self._lock:
+            return self.producerState.newGuard(producerId)
+
+    def appendMarker(
+        self,
+        producerId: int,
+        producerEpoch: int,
+        commit: bool,
+        coordinatorEpoch: int,
+        nowMs: int,
+    ) -> AppendInfo:
+        """
+        Write an end-transaction marker (the WriteTxnMarkers path): it ends
+        the producer's open transaction here, if any.
+
+        @raise KafkaError: INVALID_PRODUCER_EPOCH (the producer has a newer
+            epoch here), TRANSACTION_COORDINATOR_FENCED, or what any append
+            may raise.
+        """
+        batch = buildMarkerBatch(producerId, producerEpoch, commit, coordinatorEpoch, nowMs)
+        return self.append(batch, nowMs, isFromClient=False)
+
+    def _completeTxns(self, completed, segment) -> None:
+        """
+        Under the lock, after the end was published: index the aborted
+        transactions in the segment their markers went into, then let the
+        last stable offset move on.
+        """
+        state = self.producerState
+        try:
+            for txn in completed:
+                if txn.isAborted:
+                    self.txnIndexOf(segment).append(
+                        AbortedTxn(
+                            txn.producerId, txn.firstOffset, txn.lastOffset,
+                            state.lastStableOffsetAfter(txn),
+                        )
+                    )
+        except (OSError, ValueError) as e:
+            # The marker is written and the transaction over; the index is
+            # rebuilt from the markers at the next start (this one is
+            # not clean: see _onCleanClose).
+            self.txnIndexDamaged = True
+            if isinstance(e, OSError):
+                self._storageError("aborted-transaction index append", e)
+            else:
+                storageLog.warn(
+                    ("txnindex", self.topic, self.partition),
+                    "{topic}-{partition}: aborted-transaction index: {error}; rebuilt at the "
+                    "next start", topic=self.topic, partition=self.partition, error=e,
                 )
+        finally:
+            state.completeTxns(completed)
+
+    #: whether an index append failed since the log opened (the index is
+    #: then rebuilt at the next start)
+    txnIndexDamaged = False
+
+    def txnIndexOf(self, segment) -> TransactionIndex:
+        """
+        The aborted-transaction index of C{segment} (made on first use).
+        """
+        index = getattr(segment, "txnIndex", None)
+        if index is None:
+            index = segment.txnIndex = self._newTxnIndex(segment)
+        return index
+
+    def _newTxnIndex(self, segment) -> TransactionIndex:
+        return TransactionIndex(segment.baseOffset)
 
     def expireProducers(self, nowMs: int) -> int:
         """
@@ -349,29 +476,49 @@ class PartitionLog:
                     if self._view is view:
                         raise
 
-    def read(self, offset: int, maxBytes: int, minOneBatch: bool = True) -> ReadInfo:
+    def read(
+        self, offset: int, maxBytes: int, minOneBatch: bool = True, readCommitted: bool = False
+    ) -> ReadInfo:
+        """
+        See L{IPartitionLog.read}.
+
+        @param readCommitted: stop at the last stable offset, and report
+            the aborted transactions the records overlap.
+        """
         try:
-            return self._onView(lambda view: self._read(view, offset, maxBytes, minOneBatch))
+            return self._onView(
+                lambda view: self._read(view, offset, maxBytes, minOneBatch, readCommitted)
+            )
         except FileNotFoundError:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
                 f"offset {offset} was deleted from {self.topic}-{self.partition}",
             ) from None
 
-    def _read(self, view, offset: int, maxBytes: int, minOneBatch: bool) -> ReadInfo:
+    def _read(
+        self, view, offset: int, maxBytes: int, minOneBatch: bool, readCommitted: bool = False
+    ) -> ReadInfo:
         # A cleaned log has gaps: the batch holding an offset may be gone,
         # and the read then starts at the next batch (in this segment or a
         # later one), as Kafka's does.
         logEndOffset, active, activeSize = self._end
         logStartOffset = self._logStartOffset
+        # After the end (see the module docs).
+        first = self.producerState.firstUnstableOffset
+        lastStable = (
+            logEndOffset if first is None or first >= logEndOffset
+            else max(first, logStartOffset)
+        )
         if offset < logStartOffset or offset > logEndOffset:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
                 f"offset {offset} is outside [{logStartOffset}, {logEndOffset}] "
                 f"of {self.topic}-{self.partition}",
             )
+        limit = lastStable if readCommitted else logEndOffset
         records = b""
-        if offset < logEndOffset:
+        aborted = None
+        if offset < limit:
             bases, segments = view
             if offset < bases[0]:
                 raise KafkaError(
@@ -381,20 +528,55 @@ class PartitionLog:
             i = bisect_right(bases, offset) - 1
             while i < len(segments):
                 segment = segments[i]
+                if segment.baseOffset >= limit:
+                    break
                 end = activeSize if segment is active else segment.size
+                following = bases[i + 1] if i + 1 < len(bases) else logEndOffset
+                endOffset = following
+                if limit < following:
+                    # Whole batches below the last stable offset only (it
+                    # is the first offset of a batch).
+                    end = segment.positionOf(limit, end)
+                    endOffset = limit
                 found = segment.read(offset, maxBytes, minOneBatch, end)
                 if found is not None:
                     records = found
+                    if readCommitted and any(
+                        getattr(s, "txnIndex", None) is not None for s in segments[i:]
+                    ):
+                        upper = _offsetAfter(found, end, endOffset)
+                        aborted = self._collectAborted(view, i, offset, upper)
                     break
                 if segment is active:
                     break
                 i += 1
+        if readCommitted and aborted is None:
+            aborted = ()
         return ReadInfo(
             records=records,
             highWatermark=logEndOffset,
             logStartOffset=logStartOffset,
-            lastStableOffset=logEndOffset,
+            lastStableOffset=lastStable,
+            abortedTransactions=aborted,
         )
+
+    def _collectAborted(self, view, i: int, fetchOffset: int, upperBound: int) -> tuple:
+        """
+        Kafka's C{LocalLog.collectAbortedTransactions}: the aborted
+        transactions overlapping C{[fetchOffset, upperBound)}, from the
+        index of segment C{i} and the segments after it.
+        """
+        found = []
+        for segment in view[1][i:]:
+            # Set at load or by the writer before the LSO moved past it.
+            index = getattr(segment, "txnIndex", None)
+            if index is None:
+                continue
+            entries, complete = index.collect(fetchOffset, upperBound)
+            found.extend(entries)
+            if complete:
+                break
+        return tuple((entry.producerId, entry.firstOffset) for entry in found)
 
     def offsetForTimestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         try:
@@ -561,6 +743,30 @@ class PartitionLog:
             self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in old]
             return True
 
+    def activeProducers(self) -> list:
+        """
+        Copies of the producers' states (DescribeProducers).
+        """
+        with self._lock:
+            return [entry.copy() for entry in self.producerState.producers.values()]
+
+    def abortedTransactions(self, upTo: int) -> list[tuple[int, int, int]]:
+        """
+        C{(producerId, firstOffset, lastOffset)} of the aborted
+        transactions that began below C{upTo} (what a cleaning pass must
+        leave out).
+        """
+        found = []
+        for segment in self._view[1]:
+            index = getattr(segment, "txnIndex", None)
+            if index is not None:
+                found.extend(
+                    (e.producerId, e.firstOffset, e.lastOffset)
+                    for e in index.entries
+                    if e.firstOffset < upTo
+                )
+        return found
+
     def producerLastOffsets(self) -> dict[int, int]:
         """
         Producer id -> last offset of its last batch, for every producer
@@ -679,3 +885,26 @@ class PartitionLog:
             self._closed = True
             for segment in self._view[1]:
                 segment.delete()
+
+
+def _offsetAfter(records, end: int, endOffset: int) -> int:
+    """
+    The offset after the last batch of a read (its upper bound for the
+    aborted-transaction index), cheaply: in-memory records are walked, a
+    file region's next batch header is read (its base offset).
+
+    @param end: the position the read could reach in its segment.
+    @param endOffset: the offset at that position.
+    """
+    if isinstance(records, (bytes, bytearray, memoryview)):
+        last = None
+        for _, header in iterBatchHeaders(records):
+            last = header
+        return endOffset if last is None else last.baseOffset + last.lastOffsetDelta + 1
+    after = records.position() + records.length
+    if after >= end:
+        return endOffset
+    data = os.pread(records.fileno(), PREFIX.size, after)
+    if len(data) < PREFIX.size:
+        return endOffset
+    return min(PREFIX.unpack_from(data, 0)[0], endOffset)

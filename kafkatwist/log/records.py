@@ -48,12 +48,16 @@ class ReadInfo:
 
     @ivar records: an L{IFileRegion} (on-disk log, to be closed once sent) or
         C{bytes} (in-memory log, or nothing to read: C{b""}).
+    @ivar abortedTransactions: for a read_committed read, C{(producerId,
+        firstOffset)} of the aborted transactions the records overlap;
+        C{None} for a read_uncommitted one.
     """
 
     records: Any
     highWatermark: int
     logStartOffset: int
     lastStableOffset: int
+    abortedTransactions: tuple | None = None
 
 
 @dataclass(frozen=True, slots=True)

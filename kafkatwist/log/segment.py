@@ -36,6 +36,7 @@ from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
 from kafkatwist.log.throttle import storageLog
 from kafkatwist.protocol.batch import (
+    CONTROL_BIT as _CONTROL_BIT,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -44,6 +45,7 @@ from kafkatwist.protocol.batch import (
     BatchHeader,
     batchError,
 )
+from kafkatwist.protocol.markers import MarkerError, readMarker
 
 __all__ = ["SEGMENT_FILE", "FileSegment", "Segment", "segmentFileName"]
 
@@ -322,11 +324,16 @@ class Segment:
             yield position, baseOffset, size, baseOffset + lastDelta, maxTimestamp
             position += size
 
-    def batchHeaders(self, fromOffset: int, end: int | None = None):
+    def batchHeaders(self, fromOffset: int, end: int | None = None, *, markers: bool = False):
         """
         Yield the full L{BatchHeader} of every batch whose base offset is at
         or after C{fromOffset}, below position C{end} (default: the
         published size), reading headers only (producer state rebuild).
+
+        @param markers: yield C{(header, marker)} instead, where C{marker}
+            is the L{kafkatwist.protocol.markers.Marker} of a control batch
+            (C{None} for other batches, and for a control batch whose
+            record does not read).
         """
         if end is None:
             end = self.size
@@ -349,10 +356,36 @@ class Segment:
                 if header.magic != 2 or size < HEADER_SIZE or position + size > end:
                     raise _ScanError(f"no batch header at {position} of {self!r}", position)
                 if header.baseOffset >= fromOffset:
-                    yield header
+                    if not markers:
+                        yield header
+                    elif header.attributes & _CONTROL_BIT:
+                        batch = chunk[at : at + size]
+                        if len(batch) < size:
+                            batch = reader.pread(size, position)
+                        try:
+                            yield header, readMarker(batch)
+                        except MarkerError:
+                            yield header, None
+                    else:
+                        yield header, None
                 position += size
         finally:
             reader.close()
+
+    def positionOf(self, offset: int, end: int) -> int:
+        """
+        The position of the first batch at or after C{offset} (a read's
+        end at the last stable offset), or C{end}.
+        """
+        reader = self._openReader()
+        try:
+            found = self._findBatch(reader, offset, self._readableEnd(end))
+        except _ScanError:
+            # Never past the last stable offset: refuse rather than guess.
+            raise self._damageError(offset) from None
+        finally:
+            reader.close()
+        return end if found is None else found
 
     def _findBatch(self, reader, offset: int, end: int) -> int | None:
         offsetIndex, _ = self.indexes()
@@ -584,7 +617,8 @@ class FileSegment(Segment):
 
         @return: the open descriptor if C{keepOpen}.
         """
-        for suffix in (".index", ".timeindex", INDEX_CHECKSUMS):
+        # Leftovers of a segment of that name that recovery truncated away.
+        for suffix in (".index", ".timeindex", INDEX_CHECKSUMS, ".txnindex"):
             _unlinkQuietly(os.path.join(directory, segmentFileName(baseOffset, suffix)))
         path = os.path.join(directory, segmentFileName(baseOffset, ".log"))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -13,6 +13,12 @@ its partitions otherwise).
 
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0,
 which tells clients to send full fetch requests.
+
+read_committed (isolation level 1): each partition is read up to its last
+stable offset, with the aborted transactions the records overlap (the
+consumer drops their batches); a long poll waits for the last stable offset
+to move, which the marker that ends a transaction does (its append wakes
+the partition's key).
 """
 
 from __future__ import annotations
@@ -171,7 +177,9 @@ class FetchHandler(Handler):
                     errors = True
                     continue
                 try:
-                    info = log.read(w.offset, min(w.maxBytes, remaining), minOneBatch)
+                    info = log.read(
+                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted
+                    )
                 except KafkaError as e:
                     partitions.append(
                         PartitionData(
@@ -198,6 +206,7 @@ class FetchHandler(Handler):
                         info.lastStableOffset,
                         info.logStartOffset,
                         records,
+                        info.abortedTransactions,
                     )
                 )
             topics.append((topicKey, partitions))
@@ -228,13 +237,22 @@ class DelayedFetch(DelayedOperation):
         self._ready = None
 
     def tryComplete(self) -> bool:
-        # Cheap test first: nothing appended past any fetch offset means
-        # nothing to read, whatever min_bytes is.
-        if not any(
-            w.log is not None and w.log.logEndOffset > w.offset
-            for _, wanted in self.plan
-            for w in wanted
-        ):
+        # Cheap test first: nothing appended past any fetch offset (nothing
+        # stable, for read_committed) means nothing to read, whatever
+        # min_bytes is.
+        if self.readCommitted:
+            readable = any(
+                w.log is not None and w.log.lastStableOffset > w.offset
+                for _, wanted in self.plan
+                for w in wanted
+            )
+        else:
+            readable = any(
+                w.log is not None and w.log.logEndOffset > w.offset
+                for _, wanted in self.plan
+                for w in wanted
+            )
+        if not readable:
             return False
         if self.minBytes <= 1:
             return self.forceComplete()
@@ -252,6 +270,7 @@ class DelayedFetch(DelayedOperation):
         # no read: answer it with offsets only, saving a hop to a handler
         # thread and back.
         topics = []
+        aborted = () if self.readCommitted else None
         for topicKey, wanted in self.plan:
             partitions = []
             for w in wanted:
@@ -259,12 +278,18 @@ class DelayedFetch(DelayedOperation):
                 if log is None:
                     partitions.append(PartitionData(w.partition, w.error))
                     continue
-                if w.offset != log.logEndOffset or w.offset < log.logStartOffset:
+                end = log.logEndOffset
+                stable = log.lastStableOffset
+                # At the end (read_committed: at the last stable offset,
+                # which may be below the end).
+                if w.offset != (stable if self.readCommitted else end) or (
+                    w.offset < log.logStartOffset
+                ):
                     return False
                 partitions.append(
                     PartitionData(
-                        w.partition, ErrorCode.none, log.highWatermark,
-                        log.lastStableOffset, log.logStartOffset,
+                        w.partition, ErrorCode.none, end, stable, log.logStartOffset,
+                        b"", aborted,
                     )
                 )
             topics.append((topicKey, partitions))

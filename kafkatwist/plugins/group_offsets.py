@@ -204,9 +204,9 @@ class OffsetFetchHandler(Handler):
     groups at once (KIP-709).  v1 reports a group error in every partition.
     v0 read Kafka's ZooKeeper offsets, which v0 commits wrote: answered,
     like those commits, with UNSUPPORTED_VERSION in every partition.
-    C{require_stable} needs no waiting here: without transactions no
-    transactional offset is ever pending (a plain commit is answered once
-    it is visible).
+    With C{require_stable} (v7+, sent by read_committed consumers) a
+    partition whose offsets are pending in an open transaction answers
+    UNSTABLE_OFFSET_COMMIT, and the client asks again.
     """
 
     apiKey = OFFSET_FETCH
@@ -221,6 +221,7 @@ class OffsetFetchHandler(Handler):
             code = E.unsupported_version if allowed else E.group_authorization_failed
             return self._response(cls, request, OffsetFetchResult(code))
         coordinator = self.broker.groupCoordinator
+        requireStable = bool(getattr(request, "require_stable", False))
         if has(cls, "groups"):
             wanted = [(g.group_id, self._partitions(g.topics)) for g in request.groups]
             access = [_FetchAccess(self, context, groupId, partitions) for groupId, partitions in wanted]
@@ -240,7 +241,7 @@ class OffsetFetchHandler(Handler):
             if coordinator is None:
                 reply([OffsetFetchResult(E.coordinator_not_available)] * len(asked))
             elif asked:
-                coordinator.fetchOffsetsOfGroups(reply, asked)
+                coordinator.fetchOffsetsOfGroups(reply, asked, requireStable)
             else:
                 reply([])
             return reply.response()
@@ -251,7 +252,7 @@ class OffsetFetchHandler(Handler):
         elif coordinator is None:
             reply(OffsetFetchResult(E.coordinator_not_available))
         else:
-            coordinator.fetchOffsets(reply, request.group_id, access.partitions)
+            coordinator.fetchOffsets(reply, request.group_id, access.partitions, requireStable)
         return reply.response()
 
     @staticmethod

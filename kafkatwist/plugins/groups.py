@@ -175,7 +175,10 @@ class FindCoordinatorHandler(Handler):
         if keyType == KEY_TYPE_GROUP:
             if self.broker.groupCoordinator is None:
                 return (E.coordinator_not_available, -1, "", -1)
-        elif keyType != KEY_TYPE_TRANSACTION:
+        elif keyType == KEY_TYPE_TRANSACTION:
+            if getattr(self.broker, "transactionCoordinator", None) is None:
+                return (E.coordinator_not_available, -1, "", -1)
+        else:
             # Kafka's CoordinatorType.forId refuses unknown types.
             return (E.invalid_request, -1, "", -1)
         return (E.none, self.broker.nodeId, endpoint.host, endpoint.port)

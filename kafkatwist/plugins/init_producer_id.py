@@ -1,14 +1,18 @@
 """
-InitProducerId for idempotent producers (no transactions): a fresh
-producer id, unique across restarts, epoch 0.
+InitProducerId.
 
-Like Kafka's transaction coordinator, a request without a transactional id
-always gets a new producer id with epoch 0, even when (v3+) it carries its
-current producer id and epoch.  KIP-360's epoch bump of an idempotent
-producer is made by the client itself: it carries on with epoch + 1 from
-sequence 0, which the partition logs accept (see
-L{kafkatwist.log.producerstate}); only a transactional producer has the
-coordinator bump its epoch, and transactions are not implemented.
+Without a transactional id (idempotent producers), like Kafka's transaction
+coordinator, a request always gets a new producer id with epoch 0, even
+when (v3+) it carries its current producer id and epoch.  KIP-360's epoch
+bump of an idempotent producer is made by the client itself: it carries on
+with epoch + 1 from sequence 0, which the partition logs accept (see
+L{kafkatwist.log.producerstate}).
+
+With a transactional id the transaction coordinator answers
+(L{kafkatwist.coordinator.transaction.coordinator}): the epoch is bumped,
+fencing the previous producer with that id, and its open transaction
+aborted.  PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as Kafka
+answers.
 
 Producer ids come from a block reserved in C{producer-id-block} in the
 first data directory, so a restart never hands out an id again.
@@ -19,9 +23,11 @@ from __future__ import annotations
 import os
 import threading
 
+from kafkatwist.coordinator.reply import Reply
+from kafkatwist.coordinator.transaction.coordinator import InitProducerIdResult
 from kafkatwist.errors import ErrorCode
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.protocol.entities import NO_THROTTLE, make
+from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, make
 from kafkatwist.protocol.apis import (
     INIT_PRODUCER_ID,
     responseType,
@@ -86,12 +92,16 @@ class InitProducerIdHandler(Handler):
         refusal = self._refusal(context, request.transactional_id)
         if refusal is not None:
             return make(cls, throttle_time=NO_THROTTLE, error_code=refusal, producer_id=-1, producer_epoch=-1)
-        if request.transactional_id is not None:
-            # Transactions are not implemented: say so rather than pretend.
+        expectedId = getattr(request, "producer_id", -1)
+        expectedEpoch = getattr(request, "producer_epoch", -1)
+        if (expectedId == -1) != (expectedEpoch == -1):
+            # Kafka: both or neither.
             return make(
-                cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_version,
+                cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
                 producer_id=-1, producer_epoch=-1,
             )
+        if request.transactional_id is not None:
+            return self._transactional(context, cls, request, expectedId, expectedEpoch)
         return make(
             cls,
             throttle_time=NO_THROTTLE,
@@ -100,6 +110,28 @@ class InitProducerIdHandler(Handler):
             producer_epoch=0,
         )
 
+    def _transactional(self, context, cls, request, expectedId, expectedEpoch):
+        version = context.apiVersion
+
+        def response(result):
+            error = result.errorCode
+            if error == ErrorCode.producer_fenced and version < 4:
+                error = ErrorCode.invalid_producer_epoch
+            return make(
+                cls, throttle_time=NO_THROTTLE, error_code=error,
+                producer_id=result.producerId, producer_epoch=result.producerEpoch,
+            )
+
+        transactionalId = request.transactional_id
+        coordinator = getattr(self.broker, "transactionCoordinator", None)
+        if coordinator is None:
+            return response(InitProducerIdResult(ErrorCode.coordinator_not_available))
+        reply = Reply(context, response)
+        coordinator.initProducerId(
+            reply, transactionalId, durationMs(request.transaction_timeout), expectedId,
+            expectedEpoch, self.ids.nextId(),
+        )
+        return reply.response()
 
     def _refusal(self, context, transactionalId) -> ErrorCode | None:
         """

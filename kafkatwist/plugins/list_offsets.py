@@ -113,22 +113,24 @@ class ListOffsetsHandler(Handler):
             return -1, log.lastStableOffset if readCommitted else log.highWatermark
         if target in (EARLIEST, EARLIEST_LOCAL):
             return -1, log.logStartOffset
+        # Kafka's lastFetchableOffset: nothing at or past it is answered.
+        fetchable = log.lastStableOffset if readCommitted else log.highWatermark
         if target == MAX_TIMESTAMP:
             found = log.maxTimestamp()
             if found is None:
                 return -1, -1
             offset, timestamp = found
             exact = _recordAt(log, offset, lambda r: r.timestamp == timestamp)
-            return timestamp, exact[1] if exact else offset
-        if target < 0:
+            answer = (timestamp, exact[1] if exact else offset)
+        elif target < 0:
             raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {target}")
-        found = log.offsetForTimestamp(target)
-        if found is None:
-            return -1, -1
-        exact = _recordAt(log, found[0], lambda r: r.timestamp >= target)
-        if exact is None:
-            return found[1], found[0]
-        return exact
+        else:
+            found = log.offsetForTimestamp(target)
+            if found is None:
+                return -1, -1
+            exact = _recordAt(log, found[0], lambda r: r.timestamp >= target)
+            answer = (found[1], found[0]) if exact is None else exact
+        return answer if answer[1] < fetchable else (-1, -1)
 
 
 def legacyOffsets(

@@ -19,6 +19,7 @@ from kafkatwist.protocol.header import INT32, writeLength, writeString
 
 _PARTITION_HEAD = struct.Struct(">ihqq")
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")
 _I16_I32 = struct.Struct(">hi")
 _ZERO_ID = bytes(16)
 
@@ -34,6 +35,8 @@ class PartitionData:
     One partition of a Fetch response.
 
     @ivar records: C{bytes} or an L{IFileRegion}.
+    @ivar abortedTransactions: C{(producerId, firstOffset)} pairs for a
+        read_committed fetch, C{None} (encoded null) otherwise.
     """
 
     partition: int
@@ -42,6 +45,7 @@ class PartitionData:
     lastStableOffset: int = -1
     logStartOffset: int = -1
     records: object = b""
+    abortedTransactions: tuple | None = None
 
     @property
     def size(self) -> int:
@@ -78,8 +82,15 @@ def encodeFetchResponse(
             out += _PARTITION_HEAD.pack(p.partition, p.errorCode, p.highWatermark, p.lastStableOffset)
             if version >= 5:
                 out += _I64.pack(p.logStartOffset)
-            # aborted_transactions: null, there are no transactions to abort
-            out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            aborted = p.abortedTransactions
+            if aborted is None:
+                out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                writeLength(out, len(aborted), flexible, INT32)
+                for producerId, firstOffset in aborted:
+                    out += _ABORTED.pack(producerId, firstOffset)
+                    if flexible:
+                        out += b"\x00"
             if version >= 11:
                 out += b"\xff\xff\xff\xff"  # preferred_read_replica = -1
             records = p.records

@@ -242,6 +242,35 @@ _DESCRIBE_CONFIGS_RESPONSE_V0 = response("DescribeConfigsResponse", 32, 0, [
 ])
 
 
+# -- WriteTxnMarkers (27) v0 -------------------------------------------------
+# v1's fields, not flexible.
+
+_WRITE_TXN_MARKERS_REQUEST_V0 = request("WriteTxnMarkersRequest", 27, 0, [
+    ("markers", [("WritableTxnMarker", [
+        ("producer_id", "int64"),
+        ("producer_epoch", "int16"),
+        ("transaction_result", "bool"),
+        ("topics", [("WritableTxnMarkerTopic", [
+            ("name", "string"),
+            ("partition_indexes", ["int32"]),
+        ])]),
+        ("coordinator_epoch", "int32"),
+    ])]),
+])
+_WRITE_TXN_MARKERS_RESPONSE_V0 = response("WriteTxnMarkersResponse", 27, 0, [
+    ("markers", [("WritableTxnMarkerResult", [
+        ("producer_id", "int64"),
+        ("topics", [("WritableTxnMarkerTopicResult", [
+            ("name", "string"),
+            ("partitions", [("WritableTxnMarkerPartitionResult", [
+                ("partition_index", "int32"),
+                ("error_code", "error_code"),
+            ])]),
+        ])]),
+    ])]),
+])
+
+
 #: ApiKey -> version -> (request class, response class)
 LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     0: {v: (PRODUCE_REQUESTS[v], PRODUCE_RESPONSES[v]) for v in PRODUCE_REQUESTS},
@@ -257,5 +286,6 @@ LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     29: {0: (_DESCRIBE_ACLS_REQUEST_V0, _DESCRIBE_ACLS_RESPONSE_V0)},
     30: {0: (_CREATE_ACLS_REQUEST_V0, CreateAclsResponseV1)},
     31: {0: (_DELETE_ACLS_REQUEST_V0, _DELETE_ACLS_RESPONSE_V0)},
+    27: {0: (_WRITE_TXN_MARKERS_REQUEST_V0, _WRITE_TXN_MARKERS_RESPONSE_V0)},
     32: {0: (_DESCRIBE_CONFIGS_REQUEST_V0, _DESCRIBE_CONFIGS_RESPONSE_V0)},
 }

@@ -20,7 +20,7 @@ def main(argv=None, out=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     dump = commands.add_parser(
-        "dump-log", help="print .log, .index, .timeindex and .snapshot files",
+        "dump-log", help="print .log, .index, .timeindex, .snapshot and .txnindex files",
         description="Print segment files as kafka-dump-log.sh does; an index is checked "
                     "against the .log beside it.",
     )

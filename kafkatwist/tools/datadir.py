@@ -28,6 +28,7 @@ from kafkatwist.log.checkpoint import (
 )
 from kafkatwist.log.manager import TOPIC_METADATA
 from kafkatwist.log.producerstate import CorruptSnapshot, decodeSnapshot
+from kafkatwist.log.txnindex import CorruptTxnIndex, decodeEntries
 from kafkatwist.tools.segments import FILE_NAME, SegmentFile, indexMismatches, timeIndexMismatches
 
 #: C{<topic>-<partition>}, as Kafka names partition directories
@@ -153,6 +154,12 @@ def _checkPartition(path: str, report: Report) -> tuple[int, int, int | None]:
                     decodeSnapshot(f.read())
             except CorruptSnapshot as e:
                 report.problem(f"{name}/{base:020d}.snapshot: {e}")
+        if "txnindex" in kinds:
+            try:
+                with open(stem + ".txnindex", "rb") as f:
+                    decodeEntries(f.read())
+            except CorruptTxnIndex as e:
+                report.problem(f"{name}/{base:020d}.txnindex: {e} (the broker rebuilds it)")
         if "log" not in kinds:
             for orphan in sorted(kinds - {"snapshot"}):
                 report.problem(f"{name}/{base:020d}.{orphan}: no .log beside it")

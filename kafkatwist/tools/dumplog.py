@@ -16,6 +16,7 @@ import os
 from kafkatwist.log.index import CorruptIndex
 from kafkatwist.log.producerstate import CorruptSnapshot, decodeSnapshot, lastSequence
 from kafkatwist.log.stored import StoredBatchError, decodeStoredBatches
+from kafkatwist.log.txnindex import CorruptTxnIndex, decodeEntries
 from kafkatwist.protocol.batch import (
     compressionCodec,
     isControl,
@@ -150,7 +151,26 @@ def dumpSnapshot(path: str, out) -> int:
             for b in entry.batches
         )
         out.write(f"producerId: {entry.producerId} producerEpoch: {entry.epoch} "
+                  f"coordinatorEpoch: {entry.coordinatorEpoch} "
+                  f"currentTxnFirstOffset: {entry.currentTxnFirstOffset} "
                   f"lastTimestamp: {entry.lastTimestamp} batches: {batches}\n")
+    return 0
+
+
+def dumpTxnIndex(path: str, out) -> int:
+    """
+    An aborted-transaction index, one line per entry as Kafka prints it.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        entries = decodeEntries(data)
+    except CorruptTxnIndex as e:
+        out.write(f"Transaction index cannot be read: {e}\n")
+        return 1
+    for entry in entries:
+        out.write(f"version: 0 producerId: {entry.producerId} firstOffset: {entry.firstOffset} "
+                  f"lastOffset: {entry.lastOffset} lastStableOffset: {entry.lastStableOffset}\n")
     return 0
 
 
@@ -178,7 +198,7 @@ def dumpFile(path: str, out, *, deep=False, printData=False, verifyOnly=False, s
     """
     match = FILE_NAME.match(os.path.basename(path))
     if match is None:
-        out.write(f"Ignoring {path}: not a .log, .index, .timeindex or .snapshot file with a "
+        out.write(f"Ignoring {path}: not a .log, .index, .timeindex, .snapshot or .txnindex file with a "
                   "20-digit base offset\n")
         return 1
     kind = match.group(2)
@@ -187,6 +207,8 @@ def dumpFile(path: str, out, *, deep=False, printData=False, verifyOnly=False, s
         return dumpLog(path, out, deep or printData, printData)
     if kind == "snapshot":
         return dumpSnapshot(path, out)
+    if kind == "txnindex":
+        return dumpTxnIndex(path, out)
     if sanity:
         return sanityCheck(path, out)
     if kind == "index":

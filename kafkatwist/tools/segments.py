@@ -16,7 +16,7 @@ from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.protocol.batch import BatchHeader, batchError
 
 #: Kafka's file names: the base offset, 20 digits, and the kind
-FILE_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex|snapshot)$")
+FILE_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex|snapshot|txnindex)$")
 
 
 @dataclass

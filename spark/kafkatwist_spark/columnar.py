@@ -38,6 +38,7 @@ from kafkatwist.protocol.batch import (
     CODEC_MASK as _COMPRESSION_MASK,
     TIMESTAMP_TYPE_BIT as _LOG_APPEND_TIME,
 )
+from kafkatwist.protocol.markers import MarkerError, readMarker
 from kafkatwist.protocol.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
@@ -231,13 +232,19 @@ class ArrowRecordDecoder:
         self.includeHeaders = "headers" in schema.names
         self.checkCrc = checkCrc
 
-    def decode(self, raw, fromOffset: int, untilOffset: int) -> DecodedFetch:
+    def decode(
+        self, raw, fromOffset: int, untilOffset: int, aborted=None
+    ) -> DecodedFetch:
         """
         Decode the records of C{raw} (a Fetch response's record bytes) whose
         offsets are in C{[fromOffset, untilOffset)}.
 
+        @param aborted: for a read_committed fetch, its aborted transactions
+            (C{(producerId, firstOffset)}): their batches are left out, as
+            a Kafka consumer leaves them out.
         @raise CorruptRecordError: if a batch is malformed or its CRC is wrong.
         """
+        skip = _AbortedFilter(aborted) if aborted is not None else None
         view = memoryview(raw)
         chunks: list[bytes] = []
         counts: list[int] = []
@@ -255,6 +262,8 @@ class ArrowRecordDecoder:
                 nextOffset = max(nextOffset, untilOffset)
                 break
             nextOffset = max(nextOffset, batch.nextOffset)
+            if skip is not None and batch.isTransactional and skip(batch, view[start:pos]):
+                continue
             if batch.isControl or batch.lastOffset < fromOffset or not batch.recordCount:
                 continue
             payload = view[start + BATCH_HEADER_SIZE : pos]
@@ -415,3 +424,34 @@ class ArrowRecordDecoder:
             type=listType,
         )
 
+
+class _AbortedFilter:
+    """
+    The Kafka consumer's rule for read_committed fetches: a transactional
+    batch is dropped when its producer has an aborted transaction listed
+    with a first offset at or before it, until that producer's ABORT
+    marker.
+    """
+
+    def __init__(self, aborted) -> None:
+        self._pending = sorted(aborted, key=lambda entry: entry[1])
+        self._next = 0
+        self._producers: set[int] = set()
+
+    def __call__(self, batch, data) -> bool:
+        """
+        @return: whether to leave C{batch} (a transactional one) out.
+        """
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next][1] <= batch.baseOffset:
+            self._producers.add(pending[self._next][0])
+            self._next += 1
+        if batch.isControl:
+            try:
+                marker = readMarker(data)
+            except MarkerError:
+                return True
+            if marker.isAborted:
+                self._producers.discard(batch.producerId)
+            return True
+        return batch.producerId in self._producers

@@ -4,7 +4,7 @@ Record batches for the sink, encoded from columns.
 L{kafkatwist.protocol.records.buildBatch} takes L{Record} objects and
 encodes any batch a test can think of.  The sink only ever writes one
 shape -- every record stamped with the same time, offsets 0..n-1, no
-producer id -- so this encoder takes the key, value and header columns as
+producer id (or, for the exactly-once sink, a transactional one) -- so this encoder takes the key, value and header columns as
 they come out of Arrow and spends its per-record time on little more than
 joining bytes: varints of small lengths come from a table, the timestamp
 delta is always 0.  Its output is checked against the reference decoder by
@@ -22,6 +22,7 @@ from kafkatwist.protocol.batch import (
     ATTRIBUTES_AT as _CRC_START,
     HEADER as _HEADER,
     LOG_OVERHEAD as _LOG_OVERHEAD,
+    TRANSACTIONAL_BIT as _TRANSACTIONAL,
 )
 from kafkatwist.protocol.records import (
     BATCH_HEADER_SIZE,
@@ -70,6 +71,7 @@ def encodeBatch(
     headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
     timestamp: int,
     compression: str = "none",
+    producer: tuple[int, int, int] | None = None,
 ) -> bytes:
     """
     One magic 2 record batch of C{len(values)} records (at least one), all
@@ -77,6 +79,8 @@ def encodeBatch(
 
     @param headers: per record, its (key, value) headers or C{None}; or
         C{None} if no record has any.
+    @param producer: C{(producerId, epoch, baseSequence)} for a
+        transactional batch (the exactly-once sink), else C{None}.
     """
     n = len(values)
     if n == 0:
@@ -106,6 +110,7 @@ def encodeBatch(
     codec = _CODEC_IDS[compression]
     if codec:
         payload = compress(codec, payload)
+    producerId, epoch, sequence = producer if producer is not None else (-1, -1, -1)
     header = bytearray(
         _HEADER.pack(
             0,  # base offset: the broker assigns offsets
@@ -113,13 +118,14 @@ def encodeBatch(
             -1,  # partition leader epoch
             2,  # magic
             0,  # CRC, below
-            codec,  # attributes: compression, create time
+            # attributes: compression, create time, transactional
+            codec | (_TRANSACTIONAL if producer is not None else 0),
             n - 1,  # last offset delta
             timestamp,
             timestamp,
-            -1,  # producer id: not idempotent
-            -1,
-            -1,
+            producerId,  # -1: not idempotent
+            epoch,
+            sequence,
             n,
         )
     )

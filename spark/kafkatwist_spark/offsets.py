@@ -261,7 +261,9 @@ class OffsetReader:
             else:
                 groups = {timestamp: numbers}
             for ts, group in groups.items():
-                listed = self.client.listOffsets(topic, group, ts)
+                listed = self.client.listOffsets(
+                    topic, group, ts, isolationLevel=1 if self.config.readCommitted else 0
+                )
                 for p, (offset, _) in listed.items():
                     result[(topic, p)] = offset
         return result

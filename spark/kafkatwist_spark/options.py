@@ -169,6 +169,9 @@ class SourceConfig:
     fetchMaxBytes: int = 4 << 20
     fetchRetries: int = 3
     fetchRetryIntervalMs: int = 10
+    #: C{kafka.isolation.level=read_committed}: read up to the last stable
+    #: offset and leave out aborted transactions' records
+    readCommitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,11 @@ class SinkConfig:
     retries: int = 3
     retryBackoffMs: int = 100
     requestTimeoutMs: int = 30_000
+    #: C{kafka.transactional.id}: the exactly-once mode's prefix of each
+    #: task's transactional id (C{None}: at-least-once)
+    transactionalIdPrefix: str | None = None
+    #: C{kafka.transaction.timeout.ms}
+    transactionTimeoutMs: int = 60_000
 
 
 # -- option names ------------------------------------------------------------
@@ -245,6 +253,8 @@ COMPRESSION = "kafka.compression.type"
 BATCH_SIZE = "kafka.batch.size"
 RETRIES = "kafka.retries"
 RETRY_BACKOFF = "kafka.retry.backoff.ms"
+TRANSACTIONAL_ID = "kafka.transactional.id"
+TRANSACTION_TIMEOUT = "kafka.transaction.timeout.ms"
 
 _CONNECTION_OPTIONS = (
     BOOTSTRAP, SECURITY_PROTOCOL, TRUSTSTORE_LOCATION, TRUSTSTORE_TYPE, TRUSTSTORE_CERTIFICATES,
@@ -261,7 +271,8 @@ _SOURCE_OPTIONS = _CONNECTION_OPTIONS + (
     ISOLATION_LEVEL, "kafka.group.id",
 )
 _SINK_OPTIONS = _CONNECTION_OPTIONS + (
-    TOPIC, ACKS, COMPRESSION, BATCH_SIZE, RETRIES, RETRY_BACKOFF,
+    TOPIC, ACKS, COMPRESSION, BATCH_SIZE, RETRIES, RETRY_BACKOFF, TRANSACTIONAL_ID,
+    TRANSACTION_TIMEOUT,
 )
 
 #: Kafka client settings Spark's Kafka source refuses, and why; same here.
@@ -280,8 +291,9 @@ _REFUSED_PRODUCER = {
     "kafka.key.serializer": "keys are written as bytes; cast them to string or binary instead",
     "kafka.value.serializer": "values are written as bytes; cast them to string or binary instead",
     "kafka.interceptor.classes": "interceptors are Java classes; the sink has none",
-    "kafka.enable.idempotence": "the sink is at-least-once and does not use idempotent produce",
-    "kafka.transactional.id": "the sink is at-least-once and does not use transactions",
+    "kafka.enable.idempotence": (
+        "set 'kafka.transactional.id' for the exactly-once mode, whose writes are idempotent"
+    ),
 }
 
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -757,11 +769,11 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
             )
 
     isolation = (opts.text(ISOLATION_LEVEL) or "read_uncommitted").lower()
-    if isolation != "read_uncommitted":
+    if isolation not in ("read_uncommitted", "read_committed"):
         raise OptionError(
             ISOLATION_LEVEL,
-            f"option '{ISOLATION_LEVEL}' must be 'read_uncommitted' (the default): "
-            f"read_committed is not supported, got {isolation!r}",
+            f"option '{ISOLATION_LEVEL}' must be 'read_uncommitted' (the default) or "
+            f"'read_committed', not {isolation!r}",
         )
 
     # Kafka's consumer fetches 1 MiB per partition, but it keeps fetches in
@@ -786,6 +798,7 @@ def parseSourceOptions(options: Mapping[str, str], streaming: bool) -> SourceCon
         fetchMaxBytes=fetchMaxBytes,
         fetchRetries=opts.integer(FETCH_RETRIES, 3, minimum=0),
         fetchRetryIntervalMs=opts.integer(FETCH_RETRY_INTERVAL, 10, minimum=0),
+        readCommitted=isolation == "read_committed",
     )
 
 
@@ -824,7 +837,19 @@ def parseSinkOptions(options: Mapping[str, str]) -> SinkConfig:
             f"option 'kafka.compression.type' must be one of {', '.join(_COMPRESSIONS)}, "
             f"not {compression!r}",
         )
+    prefix = opts.text(TRANSACTIONAL_ID)
+    if prefix is not None:
+        if not prefix:
+            raise OptionError(TRANSACTIONAL_ID, "option 'kafka.transactional.id' is empty")
+        if acksByName[acksText] != -1:
+            raise OptionError(
+                ACKS,
+                "option 'kafka.acks' must be all with 'kafka.transactional.id' "
+                "(transactions need every write acknowledged)",
+            )
     return SinkConfig(
+        transactionalIdPrefix=prefix,
+        transactionTimeoutMs=opts.integer(TRANSACTION_TIMEOUT, 60_000, minimum=1),
         connection=connection,
         topic=topic,
         acks=acksByName[acksText],

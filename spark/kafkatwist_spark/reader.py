@@ -122,13 +122,16 @@ def readRange(
     """
     r = offsetRange
     decoder = ArrowRecordDecoder(r.topic, r.partition, arrowSchema)
+    isolation = 1 if config.readCommitted else 0
     offset = r.fromOffset
     maxBytes = config.fetchMaxBytes
     failures = 0
     while offset < r.untilOffset:
         try:
             client = sharedClient(config.connection)
-            raw = client.fetchRaw(r.topic, r.partition, offset, maxBytes=maxBytes)
+            raw = client.fetchRaw(
+                r.topic, r.partition, offset, maxBytes=maxBytes, isolationLevel=isolation
+            )
             if raw.error != ErrorCode.offset_out_of_range and _retriable(raw.error):
                 raise KafkaError(raw.error, f"fetch {r.topic}-{r.partition} at {offset}")
         except KafkaError as e:
@@ -155,7 +158,10 @@ def readRange(
         if raw.error != ErrorCode.none:
             raise KafkaError(raw.error, f"fetch {r.topic}-{r.partition} at offset {offset}")
         try:
-            decoded = decoder.decode(raw.records, offset, r.untilOffset)
+            decoded = decoder.decode(
+                raw.records, offset, r.untilOffset,
+                raw.abortedTransactions if config.readCommitted else None,
+            )
         except CorruptRecordError as e:
             raise CorruptRecordError(
                 f"{r.topic}-{r.partition}, fetching from offset {offset}: {e}"
@@ -202,7 +208,9 @@ def _outOfRange(config: SourceConfig, client, r: OffsetRange, offset: int) -> in
             f"offset is now {earliest}",
         )
         return min(earliest, r.untilOffset)
-    latest = client.listOffsets(r.topic, r.partition, LIST_LATEST)[r.partition][0]
+    latest = client.listOffsets(
+        r.topic, r.partition, LIST_LATEST, isolationLevel=1 if config.readCommitted else 0
+    )[r.partition][0]
     if offset <= latest:
         return offset
     _lost(

@@ -1,5 +1,6 @@
 """
-The write side: a batch sink and a streaming sink, both at-least-once.
+The write side: a batch sink and a streaming sink, at-least-once, or
+exactly-once with C{kafka.transactional.id}.
 
 Each task groups its rows by topic-partition and sends one Produce request
 per partition whenever about C{kafka.batch.size} bytes are pending, and
@@ -7,6 +8,12 @@ whatever is left at the end of its input.  A task that fails after some
 requests succeeded leaves those records in Kafka, and Spark's retry writes
 them again: at-least-once, as with Spark's own Kafka sink.  Committing a
 job or a micro-batch has nothing left to do.
+
+Exactly-once (L{kafkatwist_spark.transactional}): each task writes inside a
+transaction of its own, which it leaves open; the job's (or micro-batch's)
+commit on the driver commits them all, its abort aborts them, and a retried
+task fences and aborts the attempt before it.  A read_committed reader sees
+each row once.
 
 Rows without a C{partition} go where Kafka's Java producer would put them:
 keyed rows to C{murmur2(key) % partitions}, so that readers relying on key
@@ -41,9 +48,16 @@ from pyspark.sql.types import (
 
 from kafkatwist.client import KafkaConnectionError
 from kafkatwist.errors import KafkaError
-from kafkatwist_spark.clients import discardSharedClient, sharedClient
+from kafkatwist_spark.clients import discardSharedClient, openClient, sharedClient
 from kafkatwist_spark.encoding import encodeBatch
 from kafkatwist_spark.options import OptionError, SinkConfig
+from kafkatwist_spark.transactional import (
+    TransactionalProducer,
+    abortTransactions,
+    commitTransactions,
+    fenceTransactions,
+    transactionalIdFor,
+)
 
 __all__ = [
     "KafkaBatchWriter",
@@ -178,11 +192,13 @@ def checkSinkSchema(schema: StructType, config: SinkConfig) -> SinkColumns:
 
 class KafkaCommitMessage(WriterCommitMessage):
     """
-    What one task wrote: {(topic, partition): record count}.
+    What one task wrote: {(topic, partition): record count}, and in the
+    exactly-once mode the L{TransactionHandle} that commits it.
     """
 
-    def __init__(self, counts: dict[tuple[str, int], int]) -> None:
+    def __init__(self, counts: dict[tuple[str, int], int], transaction=None) -> None:
         self.counts = counts
+        self.transaction = transaction
 
     @property
     def records(self) -> int:
@@ -209,8 +225,10 @@ class _Producer:
     Buffers one task's records per partition and produces them in batches.
     """
 
-    def __init__(self, config: SinkConfig) -> None:
+    def __init__(self, config: SinkConfig, transaction=None) -> None:
         self.config = config
+        #: the task's L{TransactionalProducer}, in the exactly-once mode
+        self.transaction = transaction
         self.pending: dict[tuple[str, int], _Pending] = {}
         self.written: Counter = Counter()
         self._partitionCounts: dict[str, int] = {}
@@ -288,12 +306,23 @@ class _Producer:
         if pending is None or not pending.values:
             return
         topic, partition = tp
+        transaction = self.transaction
+        producer = transactionalId = None
+        if transaction is not None:
+            transaction.beforeWrite(topic, partition)
+            producer = (
+                transaction.producerId,
+                transaction.producerEpoch,
+                transaction.nextSequence(topic, partition, len(pending.values)),
+            )
+            transactionalId = transaction.transactionalId
         payload = encodeBatch(
             pending.keys,
             pending.values,
             pending.headers,
             int(time.time() * 1000),
             self.config.compression,
+            producer,
         )
         attempt = 0
         while True:
@@ -304,6 +333,7 @@ class _Producer:
                     payload,
                     acks=self.config.acks,
                     timeoutMs=self.config.requestTimeoutMs,
+                    transactionalId=transactionalId,
                 )
                 break
             except KafkaError as e:
@@ -312,7 +342,8 @@ class _Producer:
                 if not retriable or attempt > self.config.retries:
                     raise
                 # A retry after a lost connection may duplicate the batch:
-                # that is the at-least-once contract.
+                # that is the at-least-once contract (in a transaction the
+                # broker recognises the batch's sequence numbers).
                 discardSharedClient(self.config.connection)
                 time.sleep(self.config.retryBackoffMs / 1000.0 * attempt)
         self.written[tp] += len(pending.values)
@@ -342,7 +373,17 @@ def writeArrow(
     """
     Produce every row of C{batches}; the body of a sink task.
     """
-    producer = _Producer(config)
+    transaction = None
+    if config.transactionalIdPrefix is not None:
+        from pyspark import TaskContext
+
+        transaction = TransactionalProducer(
+            sharedClient(config.connection),
+            transactionalIdFor(config.transactionalIdPrefix, TaskContext.get().partitionId()),
+            config.transactionTimeoutMs,
+            config.requestTimeoutMs,
+        )
+    producer = _Producer(config, transaction)
     for batch in batches:
         n = batch.num_rows
         if not n:
@@ -370,7 +411,49 @@ def writeArrow(
                     raise ValueError("a row of the 'headers' column has a header with a null key")
             add((topic, partitionFor(topic, key, partitions[i])), key, values[i], recordHeaders)
     producer.flush()
-    return KafkaCommitMessage(dict(producer.written))
+    return KafkaCommitMessage(
+        dict(producer.written), transaction.handle if transaction is not None else None
+    )
+
+
+def commitJob(config: SinkConfig, messages) -> None:
+    """
+    The driver's commit: in the exactly-once mode, commit every task's
+    transaction.
+    """
+    if config.transactionalIdPrefix is None:
+        return  # Records are in Kafka as soon as each Produce is acknowledged.
+    client = openClient(config.connection)
+    try:
+        commitTransactions(
+            client, [m.transaction for m in messages if m is not None], config.requestTimeoutMs
+        )
+    finally:
+        client.close()
+
+
+def abortJob(config: SinkConfig, messages) -> None:
+    """
+    The driver's abort: in the exactly-once mode, abort the transactions of
+    the tasks that finished, and fence the ids of those that did not (so
+    their open transactions end now rather than at their timeout).
+    """
+    if config.transactionalIdPrefix is None:
+        return  # Nothing can be taken back out of a log: at-least-once.
+    client = openClient(config.connection)
+    try:
+        abortTransactions(
+            client, [m.transaction for m in messages if m is not None], config.requestTimeoutMs
+        )
+        fenceTransactions(
+            client,
+            config.transactionalIdPrefix,
+            [i for i, m in enumerate(messages) if m is None],
+            config.transactionTimeoutMs,
+            config.requestTimeoutMs,
+        )
+    finally:
+        client.close()
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):
@@ -386,18 +469,18 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         return writeArrow(self.config, self.columns, iterator)
 
     def commit(self, messages) -> None:
-        # Records are in Kafka as soon as each Produce is acknowledged.
-        pass
+        commitJob(self.config, messages)
 
     def abort(self, messages) -> None:
-        # Nothing can be taken back out of a log: at-least-once.
-        pass
+        abortJob(self.config, messages)
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """
     C{df.writeStream.format("kafkatwist")}: each micro-batch's rows,
-    at-least-once (a micro-batch replayed after a failure writes again).
+    at-least-once (a micro-batch replayed after a failure writes again), or
+    exactly-once with C{kafka.transactional.id}: the micro-batch's commit
+    commits its tasks' transactions.
     """
 
     def __init__(self, config: SinkConfig, columns: SinkColumns) -> None:
@@ -408,7 +491,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return writeArrow(self.config, self.columns, iterator)
 
     def commit(self, messages, batchId: int) -> None:
-        pass
+        commitJob(self.config, messages)
 
     def abort(self, messages, batchId: int) -> None:
-        pass
+        abortJob(self.config, messages)

@@ -73,6 +73,8 @@ class FakeBroker:
             if coordinator
             else None
         )
+        # FindCoordinator only asks whether there is one.
+        self.transactionCoordinator = object() if coordinator else None
         self.advertisedListeners = [
             Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT"),
             Listener("INTERNAL", "10.0.0.1", 9093, "PLAINTEXT"),
@@ -248,7 +250,10 @@ def test_find_coordinator_without_coordinator():
     r = broker.call(10, 6, key_type=0, coordinator_keys=("g",))
     assert r.coordinators[0].error_code == E.coordinator_not_available
     assert r.coordinators[0].node_id == -1
-    # Transactions do not need the group coordinator.
+    # Transactions need the transaction coordinator.
+    r = broker.call(10, 6, key_type=1, coordinator_keys=("t",))
+    assert r.coordinators[0].error_code == E.coordinator_not_available
+    broker.transactionCoordinator = object()
     assert broker.call(10, 6, key_type=1, coordinator_keys=("t",)).coordinators[0].error_code == E.none
 
 

@@ -553,14 +553,14 @@ def test_a_partition_that_fails_to_replay_does_not_stop_loading(dirs):
     log = OffsetsTopicLog(dirs.open(), numPartitions=2)
     log.append(0, offsetRecords("a", {("t", 0): OffsetAndMetadata(1)}))
     log.append(1, offsetRecords("b", {("t", 0): OffsetAndMetadata(2)}))
-    replay = log.replay
+    replay = log.replayEvents
 
     def broken(partition):
         if partition == 0:
             raise OSError("the disk is on fire")
         return replay(partition)
 
-    log.replay = broken
+    log.replayEvents = broken
     with LogLines() as logged:
         _, offsets = loadGroups(log)
     assert offsets == {"b": {("t", 0): OffsetAndMetadata(2)}}

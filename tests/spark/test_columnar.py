@@ -60,9 +60,9 @@ def reference(raw, fromOffset, untilOffset):
     return rows
 
 
-def decoded(raw, fromOffset, untilOffset, headers=True, topic="t", partition=3):
+def decoded(raw, fromOffset, untilOffset, headers=True, topic="t", partition=3, aborted=None):
     decoder = ArrowRecordDecoder(topic, partition, kafkaArrowSchema(headers))
-    result = decoder.decode(raw, fromOffset, untilOffset)
+    result = decoder.decode(raw, fromOffset, untilOffset, aborted)
     if result.batch is None:
         return [], result
     b = result.batch
@@ -144,6 +144,39 @@ def test_gaps_and_control_batches():
                             isTransactional=True)
     rows, result = decoded(onlyMarker, 18, 100)
     assert rows == [] and result.batch is None and result.nextOffset == 19
+
+
+def test_read_committed_leaves_out_aborted_transactions():
+    """
+    A read_committed fetch's aborted transactions: their batches go, up to
+    their producer's ABORT marker; the same producer's later transaction
+    and other producers' batches stay.
+    """
+
+    def data(offset, pid, value):
+        return buildBatch([Record(timestamp=1, value=value)], baseOffset=offset, producerId=pid,
+                          producerEpoch=0, baseSequence=offset, isTransactional=True)
+
+    def marker(offset, pid, commit):
+        return buildBatch([controlRecord(commit)], baseOffset=offset, producerId=pid,
+                          producerEpoch=0, isControl=True, isTransactional=True)
+
+    raw = (
+        data(0, 1, b"aborted-1")
+        + data(1, 2, b"committed-2")
+        + buildBatch([Record(timestamp=1, value=b"plain")], baseOffset=2)
+        + data(3, 1, b"aborted-2")
+        + marker(4, 1, False)
+        + marker(5, 2, True)
+        + data(6, 1, b"later")
+        + marker(7, 1, True)
+    )
+    rows, result = decoded(raw, 0, 100, aborted=[(1, 0)])
+    assert [r[1] for r in rows] == [b"committed-2", b"plain", b"later"]
+    assert result.nextOffset == 8
+    # Without the list (read_uncommitted) everything but markers is read.
+    rows, _ = decoded(raw, 0, 100)
+    assert len(rows) == 5
 
 
 def test_partial_trailing_batch():

@@ -67,6 +67,7 @@ class Broker:
     logManager: MemoryLogManager
     groupCoordinator: GroupCoordinatorService
     authorizer: StandardAuthorizer
+    transactionCoordinator: object = None
     nodeId: int = 1
     clusterId: str = "cluster"
     clock: object = None
@@ -277,6 +278,75 @@ CASES = [
     Case("InitProducerId transactional", 22, 4, dict(transactional_id="tx", transaction_timeout=ms(60000),
                                                      producer_id=-1, producer_epoch=-1),
          lambda r: r.error_code, E.transactional_id_authorization_failed, [(X, "tx", Op.WRITE)]),
+    Case("Produce transactional", 0, 9,
+         dict(transactional_id="tx", acks=-1, timeout=ms(5000), topic_data=(
+             n(0, 9, "TopicProduceData", name=TOPIC_OK, partition_data=(
+                 n(0, 9, "PartitionProduceData", index=0, records=makeBatch(
+                     1, producerId=5, producerEpoch=0, baseSequence=0, attributes=0x10)),)),)),
+         lambda r: r.responses[0].partition_responses[0].error_code,
+         E.transactional_id_authorization_failed, [(X, "tx", Op.WRITE)],
+         partly=[(T, TOPIC_OK, Op.WRITE)]),
+    Case("AddPartitionsToTxn", 24, 3,
+         dict(v3_and_below_transactional_id="tx", v3_and_below_producer_id=5, v3_and_below_producer_epoch=0,
+              v3_and_below_topics=(n(24, 3, "AddPartitionsToTxnTopic", name=TOPIC_OK, partitions=(0,)),)),
+         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+         E.transactional_id_authorization_failed, [(X, "tx", Op.WRITE), (T, TOPIC_OK, Op.WRITE)]),
+    Case("AddPartitionsToTxn topic", 24, 3,
+         dict(v3_and_below_transactional_id="tx", v3_and_below_producer_id=5, v3_and_below_producer_epoch=0,
+              v3_and_below_topics=(n(24, 3, "AddPartitionsToTxnTopic", name=TOPIC_OK, partitions=(0,)),)),
+         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+         E.topic_authorization_failed, [(T, TOPIC_OK, Op.WRITE)], partly=[(X, "tx", Op.WRITE)]),
+    Case("AddPartitionsToTxn from brokers", 24, 4,
+         dict(transactions=(n(24, 4, "AddPartitionsToTxnTransaction", transactional_id="tx", producer_id=5,
+                              producer_epoch=0, verify_only=True, topics=(
+                                  n(24, 4, "AddPartitionsToTxnTopic", name=TOPIC_OK, partitions=(0,)),)),)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]),
+    Case("AddOffsetsToTxn", 25, 3, dict(transactional_id="tx", producer_id=5, producer_epoch=0, group_id=GROUP_OK),
+         lambda r: r.error_code, E.transactional_id_authorization_failed,
+         [(X, "tx", Op.WRITE), (G, GROUP_OK, Op.READ)]),
+    Case("AddOffsetsToTxn group", 25, 3,
+         dict(transactional_id="tx", producer_id=5, producer_epoch=0, group_id=GROUP_OK),
+         lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.READ)],
+         partly=[(X, "tx", Op.WRITE)]),
+    Case("EndTxn", 26, 3, dict(transactional_id="tx", producer_id=5, producer_epoch=0, committed=True),
+         lambda r: r.error_code, E.transactional_id_authorization_failed, [(X, "tx", Op.WRITE)]),
+    Case("WriteTxnMarkers", 27, 1,
+         dict(markers=(n(27, 1, "WritableTxnMarker", producer_id=5, producer_epoch=0, transaction_result=False,
+                         coordinator_epoch=0, topics=(
+                             n(27, 1, "WritableTxnMarkerTopic", name=TOPIC_OK, partition_indexes=(0,)),)),)),
+         lambda r: r.markers[0].topics[0].partitions[0].error_code,
+         E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]),
+    Case("TxnOffsetCommit", 28, 3,
+         dict(transactional_id="tx", group_id=GROUP_OK, producer_id=5, producer_epoch=0, generation_id=-1,
+              member_id="", group_instance_id=None, topics=(n(28, 3, "TxnOffsetCommitRequestTopic", name=TOPIC_OK,
+              partitions=(n(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=1,
+                            committed_leader_epoch=-1, committed_metadata=""),)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.transactional_id_authorization_failed,
+         [(X, "tx", Op.WRITE), (G, GROUP_OK, Op.READ), (T, TOPIC_OK, Op.READ)]),
+    Case("TxnOffsetCommit group", 28, 3,
+         dict(transactional_id="tx", group_id=GROUP_OK, producer_id=5, producer_epoch=0, generation_id=-1,
+              member_id="", group_instance_id=None, topics=(n(28, 3, "TxnOffsetCommitRequestTopic", name=TOPIC_OK,
+              partitions=(n(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=1,
+                            committed_leader_epoch=-1, committed_metadata=""),)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.group_authorization_failed, [(G, GROUP_OK, Op.READ), (T, TOPIC_OK, Op.READ)],
+         partly=[(X, "tx", Op.WRITE)]),
+    Case("TxnOffsetCommit topic", 28, 3,
+         dict(transactional_id="tx", group_id=GROUP_OK, producer_id=5, producer_epoch=0, generation_id=-1,
+              member_id="", group_instance_id=None, topics=(n(28, 3, "TxnOffsetCommitRequestTopic", name=TOPIC_OK,
+              partitions=(n(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=1,
+                            committed_leader_epoch=-1, committed_metadata=""),)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.topic_authorization_failed, [(T, TOPIC_OK, Op.READ)],
+         partly=[(X, "tx", Op.WRITE), (G, GROUP_OK, Op.READ)]),
+    Case("DescribeProducers", 61, 0,
+         dict(topics=(n(61, 0, "TopicRequest", name=TOPIC_OK, partition_indexes=(0,)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.topic_authorization_failed, [(T, TOPIC_OK, Op.READ)]),
+    Case("DescribeTransactions", 65, 0, dict(transactional_ids=("tx",)),
+         lambda r: r.transaction_states[0].error_code,
+         E.transactional_id_authorization_failed, [(X, "tx", Op.DESCRIBE)]),
     Case("DescribeAcls", 29, 3,
          dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
               host_filter=None, operation=1, permission_type=1),
@@ -354,7 +424,9 @@ def test_every_api_is_in_the_table():
     """
     Kafka checks something for every API kafkatwist serves except these.
     """
-    unchecked = {17, 18, 36, 16, 60}  # SASL, ApiVersions; ListGroups and DescribeCluster filter instead
+    # SASL, ApiVersions; ListGroups, DescribeCluster and ListTransactions
+    # filter instead
+    unchecked = {17, 18, 36, 16, 60, 66}
     covered = {case.apiKey for case in CASES} | unchecked
     registry = HandlerRegistry(discoverPlugins())
     assert set(registry.chains) <= covered

@@ -217,6 +217,7 @@ class _StoredLog:
     """
 
     topic, partition = "stored", 0
+    highWatermark = lastStableOffset = 1
 
     class config:
         maxMessageBytes = 1 << 20

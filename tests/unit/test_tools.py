@@ -149,3 +149,30 @@ def test_as_a_command():
     result = subprocess.run([sys.executable, "-m", "kafkatwist.tools", "--help"],
                             capture_output=True, text=True, env=env)
     assert result.returncode == 0 and "check-data-dir" in result.stdout
+
+
+def test_transaction_index(tmp_path):
+    from kafkatwist.log.txnindex import AbortedTxn, TransactionIndex
+
+    directory = str(tmp_path / "data")
+    manager = LogManager([directory])
+    manager.createTopic("t", 1, {})
+    log = manager.getLog("t", 0)
+    batch = makeBatch(1, producerId=9, producerEpoch=0, baseSequence=0, attributes=0x10,
+                      baseTimestamp=NOW)
+    log.append(batch, NOW, verificationGuard=log.verificationGuard(9))
+    log.appendMarker(9, 0, False, 3, NOW)
+    manager.close()
+    path = os.path.join(directory, "t-0", f"{0:020d}.txnindex")
+    status, out = run("dump-log", path)
+    assert status == 0, out
+    assert "version: 0 producerId: 9 firstOffset: 0 lastOffset: 1 lastStableOffset: 2" in out
+    status, out = run("dump-log", os.path.join(directory, "t-0", f"{2:020d}.snapshot"))
+    assert "producerId: 9 producerEpoch: 0 coordinatorEpoch: 3 currentTxnFirstOffset: -1" in out
+    status, out = run("check-data-dir", directory)
+    assert status == 0, out
+    with open(path, "ab") as f:
+        f.write(b"\x00\x01")
+    status, out = run("check-data-dir", directory)
+    assert status == 1 and "00000000000000000000.txnindex" in out
+    assert TransactionIndex(0).entries == () and AbortedTxn(1, 2, 3, 4).lastOffset == 3

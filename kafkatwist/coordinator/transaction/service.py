@@ -1,0 +1,141 @@
+"""
+The transaction coordinator as the broker and its request handlers see it
+(C{broker.transactionCoordinator}): the sans-io
+L{kafkatwist.coordinator.transaction.coordinator.TransactionCoordinator}
+run by a L{CoordinatorRuntime} over C{__transaction_state}, with its
+markers written off the owner.
+
+Threads: the machine belongs to the runtime's owner (a serial executor, as
+the group coordinator's); appends to C{__transaction_state} run on one
+serial queue per partition; markers run on their own serial queue (a
+marker's append to a data partition is a disk write, and may wait for the
+group coordinator), never on the owner.  Timers (the timeout abort and the
+id expiry sweeps, marker retries) run on the coordinator's timer thread.
+
+Every request method takes a C{replyTo} first and returns nothing;
+C{replyTo(result)} is called once, with the result documented on the
+machine's entry point, or a L{twisted.python.failure.Failure}.  Safe from
+any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kafkatwist.coordinator.runtime import CoordinatorRuntime, SerialExecutor
+from kafkatwist.coordinator.transaction.coordinator import TransactionCoordinator
+from kafkatwist.coordinator.transaction.effects import WriteMarkers
+from kafkatwist.coordinator.transaction.logstore import loadTransactions
+
+__all__ = ["TransactionCoordinatorService"]
+
+
+class _Runtime(CoordinatorRuntime):
+    """
+    The shared runtime, plus the one effect only this coordinator has.
+    """
+
+    def __init__(self, machine, clock, coordinatorLog, markerWriter) -> None:
+        super().__init__(machine, clock, coordinatorLog)
+        self._markerWriter = markerWriter
+        self._markers = SerialExecutor(perTurn=1)
+
+    def _perform(self, effects) -> None:
+        others = []
+        for effect in effects:
+            if type(effect) is WriteMarkers:
+                if others:
+                    super()._perform(others)
+                    others = []
+                self._markers.submit(self._writeMarkers, effect)
+            else:
+                others.append(effect)
+        if others:
+            super()._perform(others)
+
+    def _writeMarkers(self, effect: WriteMarkers) -> None:
+        # On the markers' queue, off the owner.
+        def written(results) -> None:
+            self.input(self._machine.markersWritten, effect.token, results)
+
+        self._markerWriter.write(
+            effect.producerId,
+            effect.producerEpoch,
+            effect.commit,
+            effect.coordinatorEpoch,
+            effect.partitions,
+            written,
+        )
+
+
+class TransactionCoordinatorService:
+    """
+    @param clock: the runtime's clock (see L{CoordinatorRuntime}).
+    @param coordinatorLog: C{__transaction_state}, a
+        L{kafkatwist.coordinator.transaction.logstore.TransactionStateLog}.
+    @param markerWriter: a L{kafkatwist.coordinator.transaction.markers.MarkerWriter}.
+    @param settings: the L{TransactionCoordinator}'s keyword arguments.
+    """
+
+    def __init__(self, clock, coordinatorLog, markerWriter, **settings) -> None:
+        self.clock = clock
+        self.log = coordinatorLog
+        self.markerWriter = markerWriter
+        epoch = getattr(coordinatorLog, "coordinatorEpoch", None)
+        self.machine = TransactionCoordinator(
+            numPartitions=coordinatorLog.numPartitions,
+            coordinatorEpoch=epoch(0) if epoch is not None else 0,
+            **settings,
+        )
+        self.runtime = _Runtime(self.machine, clock, coordinatorLog, markerWriter)
+
+    @property
+    def numPartitions(self) -> int:
+        return self.machine.numPartitions
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def load(self) -> None:
+        """
+        Read the transactional ids back and start serving (blocking).
+        """
+        self.runtime.call(self.machine.load, loadTransactions(self.log))
+
+    def shutdown(self) -> None:
+        self.runtime.stop(self.machine.shutdown)
+
+    # -- requests ------------------------------------------------------------------
+
+    def initProducerId(
+        self, replyTo, transactionalId: str, timeoutMs: int, expectedProducerId: int,
+        expectedEpoch: int, newProducerId: int,
+    ) -> None:
+        self.runtime.request(
+            self.machine.initProducerId, replyTo, transactionalId, timeoutMs,
+            expectedProducerId, expectedEpoch, newProducerId,
+        )
+
+    def addPartitions(self, replyTo, transactionalId, producerId, epoch, partitions) -> None:
+        self.runtime.request(
+            self.machine.addPartitions, replyTo, transactionalId, producerId, epoch,
+            list(partitions),
+        )
+
+    def verifyPartitions(self, replyTo, transactionalId, producerId, epoch, partitions) -> None:
+        self.runtime.request(
+            self.machine.verifyPartitions, replyTo, transactionalId, producerId, epoch,
+            list(partitions),
+        )
+
+    def endTxn(self, replyTo, transactionalId, producerId, epoch, commit: bool) -> None:
+        self.runtime.request(
+            self.machine.endTxn, replyTo, transactionalId, producerId, epoch, commit
+        )
+
+    def describe(self, replyTo, transactionalIds: Iterable[str]) -> None:
+        self.runtime.request(self.machine.describe, replyTo, list(transactionalIds))
+
+    def listTransactions(self, replyTo, states, producerIds, durationMs: int = -1) -> None:
+        self.runtime.request(
+            self.machine.listTransactions, replyTo, list(states), list(producerIds), durationMs
+        )

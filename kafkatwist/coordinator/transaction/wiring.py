@@ -1,0 +1,93 @@
+"""
+Building the broker's transaction coordinator from its configuration.
+
+The broker service calls L{makeTransactionCoordinator} after the group
+coordinator (markers into C{__consumer_offsets} go through it) and before
+it accepts connections, and L{stopTransactionCoordinator} when it stops,
+before the group coordinator and the log.
+"""
+
+from __future__ import annotations
+
+from twisted.logger import Logger
+
+from kafkatwist.coordinator.runtime import TimerThread
+from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
+from kafkatwist.coordinator.transaction.markers import MarkerWriter
+from kafkatwist.coordinator.transaction.service import TransactionCoordinatorService
+from kafkatwist.coordinator.wiring import _setting
+
+__all__ = ["makeTransactionCoordinator", "stopTransactionCoordinator"]
+
+log = Logger()
+
+
+def makeTransactionCoordinator(broker, config, logManager, clock=None):
+    """
+    Build the coordinator, load C{__transaction_state} and start its
+    sweeps.
+
+    @param broker: the L{kafkatwist.interfaces.IBroker}: its group
+        coordinator takes the markers of C{__consumer_offsets}, its fetch
+        purgatory is woken by markers.
+    @param config: the L{kafkatwist.config.BrokerConfig}
+        (C{transaction.state.log.num.partitions},
+        C{transaction.state.log.segment.bytes}, C{transaction.max.timeout.ms},
+        C{transactional.id.expiration.ms},
+        C{transaction.abort.timed.out.transaction.cleanup.interval.ms},
+        C{transaction.remove.expired.transaction.cleanup.interval.ms}).
+    @param logManager: the L{kafkatwist.interfaces.ILogManager}.
+    @param clock: the coordinator's clock; by default a started
+        L{TimerThread}, which L{stopTransactionCoordinator} stops.
+    @return: the loaded L{TransactionCoordinatorService}; the caller sets
+        it as C{broker.transactionCoordinator}.
+    """
+    if logManager is None:
+        from kafkatwist.log import MemoryLogManager
+
+        logManager = MemoryLogManager()
+    coordinatorLog = TransactionStateLog(
+        logManager,
+        _setting(config, "transaction.state.log.num.partitions"),
+        segmentBytes=_setting(config, "transaction.state.log.segment.bytes"),
+    )
+    purgatory = getattr(broker, "fetchPurgatory", None)
+    writer = MarkerWriter(
+        logManager,
+        groupCoordinator=lambda: getattr(broker, "groupCoordinator", None),
+        wake=purgatory.checkAndComplete if purgatory is not None else (lambda key: None),
+    )
+    if clock is None:
+        clock = TimerThread("transaction-coordinator")
+        clock.start()
+    coordinator = TransactionCoordinatorService(
+        clock,
+        coordinatorLog,
+        writer,
+        maxTimeoutMs=_setting(config, "transaction.max.timeout.ms"),
+        expirationMs=_setting(config, "transactional.id.expiration.ms"),
+        abortIntervalMs=_setting(
+            config, "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        ),
+        expiryIntervalMs=_setting(
+            config, "transaction.remove.expired.transaction.cleanup.interval.ms"
+        ),
+    )
+    coordinator.load()
+    return coordinator
+
+
+def stopTransactionCoordinator(coordinator) -> None:
+    """
+    Stop the sweeps and wait for the appends under way; stop its clock.
+    Harmless with C{None} and twice.
+    """
+    if coordinator is None:
+        return
+    try:
+        coordinator.shutdown()
+    except Exception:
+        log.failure("transaction coordinator shutdown failed")
+    stop = getattr(coordinator.clock, "stop", None)
+    if stop is not None:
+        stop()

@@ -1,0 +1,321 @@
+"""
+Transactions for the exactly-once sink, over the wire client.
+
+A task writes its rows inside a Kafka transaction of its own and leaves it
+open; the driver commits every task's transaction once Spark commits the
+job (or the micro-batch), and aborts them if it aborts.  Kafka checks an
+EndTxn only against the transactional id, producer id and epoch -- not the
+connection that began the transaction -- so the task's commit message
+carries exactly those (Flink's Kafka sink resumes transactions the same
+way).
+
+Each task's transactional id is C{<kafka.transactional.id>-<partition id>}:
+a retried task (and the next micro-batch's task of the same partition)
+starts with InitProducerId on the same id, which fences the attempt before
+it and aborts its open transaction, so a failed attempt's rows are never
+committed.  Writes inside a transaction are idempotent (producer id,
+epoch, sequence numbers), so resending a Produce after a lost connection
+cannot duplicate either.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from kafkatwist.errors import KafkaError
+from kafkatwist.protocol.apis import requestType
+from kafkatwist.protocol.entities import nested
+
+__all__ = [
+    "TransactionHandle",
+    "TransactionalProducer",
+    "abortTransactions",
+    "commitTransactions",
+    "transactionalIdFor",
+]
+
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+END_TXN = 26
+FIND_COORDINATOR = 10
+DESCRIBE_TRANSACTIONS = 65
+COORDINATOR_TYPE_TRANSACTION = 1
+
+#: answers after which a coordinator request is sent again (after a pause)
+_RETRY = {
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+    ErrorCode.concurrent_transactions,
+    ErrorCode.request_timed_out,
+    ErrorCode.network_exception,
+}
+
+
+def transactionalIdFor(prefix: str, partitionId: int) -> str:
+    return f"{prefix}-{partitionId}"
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """
+    What finishes one task's transaction: its ids, and whether it holds
+    anything (a task without rows has no transaction to end).
+    """
+
+    transactionalId: str
+    producerId: int
+    producerEpoch: int
+    empty: bool = False
+
+
+def _coordinator(client, transactionalId: str) -> int | None:
+    """
+    The node id of the transaction coordinator of C{transactionalId}.
+    """
+
+    def build(version, cls):
+        if version >= 4:
+            return cls(key_type=COORDINATOR_TYPE_TRANSACTION, coordinator_keys=(transactionalId,))
+        return cls(key=transactionalId, key_type=COORDINATOR_TYPE_TRANSACTION)
+
+    _, response = client.call(FIND_COORDINATOR, build)
+    if hasattr(response, "coordinators"):
+        (found,) = response.coordinators
+        error, nodeId = found.error_code, found.node_id
+    else:
+        error, nodeId = response.error_code, response.node_id
+    if error != ErrorCode.none:
+        raise KafkaError(error, f"no transaction coordinator for {transactionalId!r}")
+    return int(nodeId)
+
+
+def _retrying(what: str, attempt, deadline: float):
+    """
+    Run C{attempt()} (returning an error code and a result) until it
+    answers something other than a retriable coordinator error.
+    """
+    pause = 0.05
+    while True:
+        error, result = attempt()
+        if error == ErrorCode.none:
+            return result
+        if error not in _RETRY or time.monotonic() > deadline:
+            raise KafkaError(error, what)
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+class TransactionalProducer:
+    """
+    One task's transaction: InitProducerId on construction, then
+    L{beforeWrite} for each partition (AddPartitionsToTxn the first time)
+    and L{nextSequence} for each batch it produces.
+
+    @param client: a L{kafkatwist.client.KafkaWireClient}.
+    """
+
+    def __init__(self, client, transactionalId: str, timeoutMs: int, requestTimeoutMs: int):
+        self.client = client
+        self.transactionalId = transactionalId
+        self.requestTimeoutMs = requestTimeoutMs
+        self._partitions: set = set()
+        self._sequences: dict = {}
+        deadline = time.monotonic() + requestTimeoutMs / 1000.0
+
+        def init():
+            nodeId = _coordinator(client, transactionalId)
+
+            def build(version, cls):
+                fields = cls.__dataclass_fields__
+                values = dict(
+                    transactional_id=transactionalId,
+                    transaction_timeout=datetime.timedelta(milliseconds=timeoutMs),
+                    producer_id=-1, producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False,
+                )
+                return cls(**{k: v for k, v in values.items() if k in fields})
+
+            _, response = client.call(INIT_PRODUCER_ID, build, nodeId)
+            return response.error_code, (int(response.producer_id), int(response.producer_epoch))
+
+        # CONCURRENT_TRANSACTIONS while the coordinator aborts the open
+        # transaction of the attempt before this one.
+        self.producerId, self.producerEpoch = _retrying(
+            f"InitProducerId for {transactionalId!r}", init, deadline
+        )
+
+    @property
+    def handle(self) -> TransactionHandle:
+        return TransactionHandle(
+            self.transactionalId, self.producerId, self.producerEpoch, not self._partitions
+        )
+
+    def beforeWrite(self, topic: str, partition: int) -> None:
+        """
+        Add the partition to the transaction before its first batch.
+        """
+        if (topic, partition) in self._partitions:
+            return
+        client = self.client
+        deadline = time.monotonic() + self.requestTimeoutMs / 1000.0
+
+        def request(cls):
+            Topic = nested(cls, "AddPartitionsToTxnTopic")
+            return cls(
+                v3_and_below_transactional_id=self.transactionalId,
+                v3_and_below_producer_id=self.producerId,
+                v3_and_below_producer_epoch=self.producerEpoch,
+                v3_and_below_topics=(Topic(name=topic, partitions=(partition,)),),
+            )
+
+        def add():
+            nodeId = _coordinator(client, self.transactionalId)
+            # v4+ is the brokers' batched form.
+            _, response = client.call(ADD_PARTITIONS_TO_TXN, _capped(3, request), nodeId)
+            errors = [
+                p.partition_error_code
+                for t in response.results_by_topic_v3_and_below
+                for p in t.results_by_partition
+            ]
+            return (errors[0] if errors else ErrorCode.unknown_server_error), None
+
+        _retrying(f"AddPartitionsToTxn {topic}-{partition}", add, deadline)
+        self._partitions.add((topic, partition))
+
+    def nextSequence(self, topic: str, partition: int, records: int) -> int:
+        """
+        The base sequence of the next batch of C{records} records to the
+        partition.
+        """
+        sequence = self._sequences.get((topic, partition), 0)
+        self._sequences[(topic, partition)] = (sequence + records) & 0x7FFFFFFF
+        return sequence
+
+
+def _capped(highest: int, request):
+    """
+    A wire client C{build} that uses at most version C{highest}.
+    """
+
+    def build(version, cls):
+        if version > highest:
+            version = highest
+            cls = requestType(cls.__api_key__, version)
+        return version, request(cls)
+
+    return build
+
+
+def _endTxn(client, handle: TransactionHandle, commit: bool, deadline: float) -> None:
+    def request(cls):
+        return cls(
+            transactional_id=handle.transactionalId,
+            producer_id=handle.producerId,
+            producer_epoch=handle.producerEpoch,
+            committed=commit,
+        )
+
+    def end():
+        nodeId = _coordinator(client, handle.transactionalId)
+        # v5 is transaction protocol v2 (an epoch bump per transaction).
+        _, response = client.call(END_TXN, _capped(4, request), nodeId)
+        return response.error_code, None
+
+    _retrying(
+        f"{'committing' if commit else 'aborting'} the transaction of "
+        f"{handle.transactionalId!r} (producer {handle.producerId}, epoch {handle.producerEpoch})",
+        end,
+        deadline,
+    )
+
+
+def _describe(client, handles) -> dict:
+    """
+    transactional id -> (state name, producer id, epoch) as the coordinator
+    has it.
+    """
+    out = {}
+    for handle in handles:
+        nodeId = _coordinator(client, handle.transactionalId)
+
+        def build(version, cls, handle=handle):
+            return cls(transactional_ids=(handle.transactionalId,))
+
+        try:
+            _, response = client.call(DESCRIBE_TRANSACTIONS, build, nodeId)
+            (state,) = response.transaction_states
+        except KafkaError:
+            raise
+        except Exception:
+            # kio cannot read back a start time of -1: an id with no
+            # transaction open, which is all that matters here.
+            out[handle.transactionalId] = (ErrorCode.none, "Empty", -1, -1)
+            continue
+        out[handle.transactionalId] = (
+            state.error_code, state.transaction_state, int(state.producer_id),
+            int(state.producer_epoch),
+        )
+    return out
+
+
+def commitTransactions(client, handles, requestTimeoutMs: int) -> int:
+    """
+    The driver's commit: check that every task's transaction is still open
+    with the producer that wrote it, then commit them all.
+
+    @return: how many transactions were committed.
+    @raise KafkaError: a transaction can no longer be committed (it passed
+        its timeout and was aborted, or a later attempt fenced it); nothing
+        was committed then.  Or a commit failed after the check (a
+        transaction timed out in between): those before it are committed.
+    """
+    handles = [h for h in handles if h is not None and not h.empty]
+    for transactionalId, (error, state, producerId, epoch) in _describe(client, handles).items():
+        handle = next(h for h in handles if h.transactionalId == transactionalId)
+        if error != ErrorCode.none or state != "Ongoing" or (producerId, epoch) != (
+            handle.producerId, handle.producerEpoch
+        ):
+            raise KafkaError(
+                ErrorCode.invalid_txn_state if error == ErrorCode.none else error,
+                f"the transaction of {transactionalId!r} cannot be committed: it is {state or error}"
+                f" (producer {producerId}, epoch {epoch}; the task wrote with producer "
+                f"{handle.producerId}, epoch {handle.producerEpoch}). Was the job slower than "
+                f"kafka.transaction.timeout.ms, or was the task run again?",
+            )
+    deadline = time.monotonic() + requestTimeoutMs / 1000.0
+    for handle in handles:
+        _endTxn(client, handle, True, deadline)
+    return len(handles)
+
+
+def abortTransactions(client, handles, requestTimeoutMs: int) -> None:
+    """
+    The driver's abort: abort the open transactions of the tasks that
+    finished.  Failures are left to the transactions' timeout.
+    """
+    deadline = time.monotonic() + requestTimeoutMs / 1000.0
+    for handle in handles:
+        if handle is None or handle.empty:
+            continue
+        try:
+            _endTxn(client, handle, False, deadline)
+        except KafkaError:
+            pass
+
+
+def fenceTransactions(client, prefix: str, partitionIds, timeoutMs: int, requestTimeoutMs: int):
+    """
+    Abort whatever transaction the tasks C{partitionIds} of a failed job
+    left open: InitProducerId on their ids fences them and aborts it.
+    """
+    for partitionId in partitionIds:
+        try:
+            TransactionalProducer(
+                client, transactionalIdFor(prefix, partitionId), timeoutMs, requestTimeoutMs
+            )
+        except KafkaError:
+            pass
