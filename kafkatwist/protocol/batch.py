@@ -449,11 +449,16 @@ def _walkRecords(data, pos: int, end: int, count: int) -> int:
             if m < 1:
                 break
             stop = pos + m * step
-            rest = len(data[pos:stop:step].lstrip(first))
+            # A whole window that matches (the usual case) is one memcmp;
+            # lstrip, which finds where a run ends, looks each byte up.
+            column = data[pos:stop:step]
+            rest = 0 if column == first * m else len(column.lstrip(first))
             if second is not None:
-                other = len(data[pos + 1:stop:step].lstrip(second))
-                if other > rest:
-                    rest = other
+                column = data[pos + 1:stop:step]
+                if column != second * m:
+                    other = len(column.lstrip(second))
+                    if other > rest:
+                        rest = other
             run = m - rest
             if run:
                 last = pos + (run - 1) * step
