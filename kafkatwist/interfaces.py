@@ -189,6 +189,9 @@ class IBroker(Interface):
         "L{ILogManager}; set before the first request, after plugin factories have run."
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    fetchSessions = Attribute(
+        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+    )
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     transactionCoordinator = Attribute(
         "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
