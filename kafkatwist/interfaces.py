@@ -463,6 +463,13 @@ class ILogManager(Interface):
             (partitions count, topic id, configs).
         """
 
+    logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
+
+    def directoryOf(topic, partition):
+        """
+        The directory of C{logDirs} holding a partition's log, or C{None}.
+        """
+
     def getLog(topic, partition):
         """
         @return: the L{IPartitionLog}, or C{None} if absent.

@@ -252,6 +252,7 @@ class FetchHandler(Handler):
         errors = False
         minOneBatch = True
         topics = []
+        aborted = () if readCommitted else None
         for topicKey, wanted in plan:
             partitions = []
             for w in wanted:
@@ -259,6 +260,16 @@ class FetchHandler(Handler):
                 if log is None:
                     partitions.append(PartitionData(w.partition, w.error))
                     errors = True
+                    continue
+                if w.offset == log.logEndOffset and w.offset >= log.logStartOffset:
+                    # Caught up: nothing to read, only the offsets to tell
+                    # (most partitions of a consumer's every poll).
+                    partitions.append(
+                        PartitionData(
+                            w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset, b"", aborted,
+                        )
+                    )
                     continue
                 try:
                     info = log.read(

@@ -399,6 +399,8 @@ CASES = [
          dict(group_id=GROUP_OK, topics=(n(47, 0, "OffsetDeleteRequestTopic", name=TOPIC_OK, partitions=(
              n(47, 0, "OffsetDeleteRequestPartition", partition_index=0),)),)),
          lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.DELETE)]),
+    Case("DescribeLogDirs", 35, 4, dict(topics=None),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("DescribeUserScramCredentials", 50, 0, dict(users=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("AlterUserScramCredentials", 51, 0,
