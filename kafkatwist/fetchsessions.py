@@ -353,9 +353,10 @@ class FetchSessionCache:
             sessionId = self.maybeCreate(nowMs, context.privileged, context.usesTopicIds, partitions)
             return ErrorCode.none, sessionId, results
         session = context.session
-        if session.epoch != context.expectedEpoch or session.id not in self._byId:
-            # A duplicate request moved the epoch on meanwhile (or the
-            # session was evicted): Kafka answers the epoch error.
+        if session.epoch != context.expectedEpoch:
+            # A duplicate request moved the epoch on meanwhile: Kafka
+            # answers the epoch error.  (A session evicted meanwhile still
+            # answers this request; the next one finds it gone.)
             return ErrorCode.invalid_fetch_session_epoch, session.id, []
         partitions = session.partitions
         sent = []

@@ -47,7 +47,6 @@ from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
 SESSIONS_FROM = 7
-REPLICA_STATE_FROM = 15
 
 
 class _Wanted:
@@ -147,17 +146,14 @@ class FetchHandler(Handler):
             except Exception:
                 pending.complete(Failure())
 
-        if version >= REPLICA_STATE_FROM:
-            replicaId = request.replica_state.replica_id
-        else:
-            replicaId = request.replica_id
         if version >= TOPIC_IDS_FROM:
             forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
         else:
             forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
         self.sessions.open(
             _nowMs(context.clock), request.session_id, request.session_epoch,
-            version >= TOPIC_IDS_FROM, replicaId >= 0, _entries(version, request), forgotten, opened,
+            version >= TOPIC_IDS_FROM, _replicaId(request, version) >= 0, _entries(version, request),
+            forgotten, opened,
         )
         return pending.deferred
 
@@ -463,6 +459,16 @@ def _grouped(results) -> list[tuple[object, list[PartitionData]]]:
             topics.append((topicKey, partitions))
         partitions.append(data)
     return topics
+
+
+def _replicaId(request, version: int) -> int:
+    """
+    The fetching replica's id (-1: a consumer), where each version puts it.
+    """
+    if version >= 15:
+        state = getattr(request, "replica_state", None)
+        return state.replica_id if state is not None else -1
+    return getattr(request, "replica_id", -1)
 
 
 def _nowMs(clock) -> int:

@@ -94,10 +94,13 @@ def test_kafka_python_consumer_uses_incremental_fetches(broker):
     # Idle polls: the session's quiet partitions are not sent either way.
     for _ in range(5):
         consumer.poll(timeout_ms=200)
+    assert gauge(broker, "kafka_server_fetchsessioncache_numincrementalfetchsessions") >= 1
+    assert gauge(
+        broker, "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"
+    ) >= PARTITIONS
     consumer.close()
     assert seen == {b"v%d" % i for i in range(RECORDS + 40)}
     counts = differences(before, sessionRequests(broker))
-    print(counts)
     assert counts["full"] >= 1
     assert counts["incremental"] > counts["full"]
     assert counts["error"] == 0
@@ -127,4 +130,4 @@ def test_confluent_consumer_reads_everything(broker):
             seen.add(message.value())
     consumer.close()
     assert seen == {b"v%d" % i for i in range(RECORDS)}
-    print(differences(before, sessionRequests(broker)))
+    assert set(differences(before, sessionRequests(broker)).values()) == {0}
