@@ -10,6 +10,7 @@ import threading
 from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
 from kafkatwist.metrics import TopicBytes
@@ -28,6 +29,7 @@ class Broker:
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
+        self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
         self.groupCoordinator = None
         self.transactionCoordinator = None
         self.logCleaner = None

@@ -371,6 +371,8 @@ KEYS: dict[str, Key] = {
         Key("socket.send.buffer.bytes", _int(-1), "102400", "SO_SNDBUF (-1: OS default)."),
         Key("socket.receive.buffer.bytes", _int(-1), "102400", "SO_RCVBUF (-1: OS default)."),
         Key("connections.max.idle.ms", _long(1), "600000", "Idle connections are closed after this."),
+        Key("max.incremental.fetch.session.cache.slots", _int(0), "1000",
+            "Incremental fetch sessions (KIP-227) the broker keeps; 0: none."),
         Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all."),
         Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address."),
         Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key."),

@@ -189,6 +189,9 @@ class IBroker(Interface):
         "L{ILogManager}; set before the first request, after plugin factories have run."
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    fetchSessions = Attribute(
+        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+    )
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     transactionCoordinator = Attribute(
         "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
@@ -458,6 +461,13 @@ class ILogManager(Interface):
         """
         @return: C{dict} topic name -> L{kafkatwist.log.TopicInfo}
             (partitions count, topic id, configs).
+        """
+
+    logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
+
+    def directoryOf(topic, partition):
+        """
+        The directory of C{logDirs} holding a partition's log, or C{None}.
         """
 
     def getLog(topic, partition):

@@ -60,7 +60,7 @@ __all__ = [
     "deleteHorizon",
     "mapRecords",
     "recordsOf",
-    "requireKeys",
+    "keylessRecords",
 ]
 
 #: KIP-534: the batch's base timestamp is its delete horizon
@@ -604,32 +604,21 @@ def emptyBatch(header: tuple) -> bytearray:
     return batch
 
 
-def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None:
+def keylessRecords(view, position: int, header, limit: int) -> list[int]:
     """
-    Refuse records without a key, as Kafka does for a compacted topic
-    (C{LogValidator}: a keyless record could never be compacted away).
+    The indexes, in their batch, of the records without a key: what a
+    compacted topic refuses (Kafka's C{LogValidator}: a keyless record could
+    never be compacted away).
 
-    @param batches: the L{kafkatwist.protocol.batch.ValidBatch}es of
-        C{buf}, already validated.
-    @param maxMessageBytes: the topic's C{max.message.bytes}, which bounds
-        how far a batch may inflate.
-    @raise KafkaError: INVALID_RECORD, or CORRUPT_MESSAGE for records that
-        do not decode.
+    @param header: the batch's header, already validated.
+    @param limit: how far the batch may inflate.
+    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
     """
-    view = memoryview(buf).cast("B")
-    limit = decompressedLimit(maxMessageBytes)
-    for batchIndex, (position, header) in enumerate(batches):
-        if header.attributes & _CONTROL_BIT:
-            continue
-        try:
-            data = batchPayload(view, position, header.size, header.attributes, limit)
-            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
-        except CorruptRecordError as e:
-            raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
-        for record in records:
-            if record[4] is None:
-                raise KafkaError(
-                    ErrorCode.invalid_record,
-                    f"Compacted topic cannot accept message without key in topic partition "
-                    f"{topicPartition}.",
-                )
+    if header.attributes & _CONTROL_BIT:
+        return []
+    try:
+        data = batchPayload(view, position, header.size, header.attributes, limit)
+        records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
+    except CorruptRecordError as e:
+        raise KafkaError(ErrorCode.corrupt_message, f"batch at {position}: {e}") from None
+    return [index for index, record in enumerate(records) if record[4] is None]

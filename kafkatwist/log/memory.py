@@ -108,9 +108,15 @@ class MemoryLogManager(BaseLogManager):
     @param clock: milliseconds since the epoch (segment creation times).
     """
 
+    #: no data directory: nothing for DescribeLogDirs to describe
+    logDirs: list[str] = []
+
     def __init__(self, defaults=None, *, clock=None) -> None:
         super().__init__(defaults, clock=clock)
         self.producerIdExpirationMs = producerIdExpirationMs(defaults)
+
+    def directoryOf(self, topic: str, partition: int) -> None:
+        return None
 
     def _createLog(self, topic: TopicState, partition: int) -> MemoryPartitionLog:
         return MemoryPartitionLog(

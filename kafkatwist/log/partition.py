@@ -49,8 +49,8 @@ from zope.interface import implementer
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
-from kafkatwist.log.compaction import requireKeys
 from kafkatwist.log.config import LogConfig
+from kafkatwist.log.recordchecks import checkClientRecords
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -188,8 +188,8 @@ class PartitionLog:
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
         markers = None if isFromClient else self._readMarkers(data, batches)
-        if isFromClient and config.compacts:
-            requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
+        if isFromClient:
+            checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet.task import Clock
 
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.config import BrokerConfig, Listener
 from kafkatwist.coordinator import GroupCoordinatorService
@@ -72,6 +73,7 @@ class Broker:
     clusterId: str = "cluster"
     clock: object = None
     fetchPurgatory: FakePurgatory = field(default_factory=FakePurgatory)
+    fetchSessions: FetchSessions = field(default_factory=lambda: FetchSessions(1000))
     topicBytes: TopicBytes = field(default_factory=TopicBytes)
     scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
     advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
@@ -397,6 +399,8 @@ CASES = [
          dict(group_id=GROUP_OK, topics=(n(47, 0, "OffsetDeleteRequestTopic", name=TOPIC_OK, partitions=(
              n(47, 0, "OffsetDeleteRequestPartition", partition_index=0),)),)),
          lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.DELETE)]),
+    Case("DescribeLogDirs", 35, 4, dict(topics=None),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("DescribeUserScramCredentials", 50, 0, dict(users=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("AlterUserScramCredentials", 51, 0,

@@ -8,6 +8,7 @@ from kio.serial import entity_reader
 from twisted.internet.task import Clock
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.plugins.fetch import FetchHandler
@@ -23,6 +24,7 @@ VERSION = 12
 class FakeBroker:
     def __init__(self, maxIdleMs=600_000):
         self.config = {"connections.max.idle.ms": maxIdleMs}
+        self.fetchSessions = FetchSessions(1000)
         self.logManager = MemoryLogManager()
         self.fetchPurgatory = Purgatory("Fetch")
         self.topicBytes = TopicBytes()
