@@ -542,3 +542,25 @@ def test_marker_of_a_producer_without_data_stays(harness):
         c.stop()
     assert [b.baseOffset for b in _markerBatches(log)] == [1]
     assert log.producerState.get(P1).epoch == 1
+
+
+def test_list_offsets_answers_the_last_stable_offset_to_read_committed(harness):
+    """
+    ListOffsets: latest is the last stable offset for read_committed, and
+    a timestamp lookup never answers an offset at or past it (Kafka's
+    lastFetchableOffset).
+    """
+    from kafkatwist.plugins.list_offsets import LATEST, ListOffsetsHandler
+
+    manager, log = newLog(harness)
+    log.append(makeBatch(2, baseTimestamp=NOW - 100), NOW)   # 0-1
+    begin(log, pid=P1)                                        # 2-3: open, at NOW
+    lookup = ListOffsetsHandler.lookup
+    assert lookup(log, LATEST, True) == (-1, 2)
+    assert lookup(log, LATEST, False) == (-1, 4)
+    assert lookup(log, NOW - 100, True)[1] == 0
+    assert lookup(log, NOW, False)[1] == 2
+    assert lookup(log, NOW, True) == (-1, -1)
+    marker(log, commit=True)                                  # 4
+    assert lookup(log, LATEST, True) == (-1, 5)
+    assert lookup(log, NOW, True)[1] == 2
