@@ -1,7 +1,7 @@
 """
 Transactions (issue 15): what exactly-once costs.
 
-    python -m bench transactions [--records 2000000] [--partitions 4]
+    python -m bench transactions [--records 1000000] [--partitions 4]
                                  [--fill 1000000] [--reads 5] [--repeats 3] [--quick]
 
 1. Produce.  confluent-kafka, 100-byte values over C{--partitions}
@@ -177,7 +177,7 @@ def consumeAll(bootstrap: str, topic: str, partitions: int, isolation: str) -> i
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench transactions", description=__doc__.split("\n")[1])
-    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--fill", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -197,6 +197,7 @@ def main(argv=None) -> int:
             produceIdempotent(bootstrap, "warmup", 20_000, args.partitions)
             produceTransactional(bootstrap, "warmup", 20_000, args.partitions)
             produce = {"idempotent": [], "transactional": []}
+            produceCpu = {"idempotent": [], "transactional": []}
             commits = []
             for round_ in range(args.repeats):
                 # Alternate which goes first.
@@ -206,13 +207,17 @@ def main(argv=None) -> int:
                 for kind in order:
                     topic = f"p-{kind}-{round_}"
                     createTopic(bootstrap, topic, args.partitions)
+                    before = processCpuSeconds(broker.pid)
                     if kind == "idempotent":
                         rate = produceIdempotent(bootstrap, topic, args.records, args.partitions)
                     else:
                         rate, n = produceTransactional(bootstrap, topic, args.records, args.partitions)
                         commits.append(n)
                     produce[kind].append(rate)
-                    log(f"round {round_ + 1}: {kind} {rate:,.0f} records/s")
+                    spent = processCpuSeconds(broker.pid) - before
+                    produceCpu[kind].append(spent / args.records * 1e6)
+                    log(f"round {round_ + 1}: {kind} {rate:,.0f} records/s, "
+                        f"broker {spent:.2f} CPU-s")
             topic = "fetch"
             createTopic(bootstrap, topic, args.partitions)
             log(f"filling {topic} with {args.fill:,} records, one transaction in {ABORT_EVERY} aborted")
@@ -250,6 +255,8 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     idem, txn = statistics.median(produce["idempotent"]), statistics.median(produce["transactional"])
+    cidem = statistics.median(produceCpu["idempotent"])
+    ctxn = statistics.median(produceCpu["transactional"])
     rc, ru = statistics.median(cpu["read_committed"]), statistics.median(cpu["read_uncommitted"])
     nrc, nru = statistics.median(net["read_committed"]), statistics.median(net["read_uncommitted"])
     print(f"Transactions, {args.partitions} partitions, 100-byte values, median of {args.repeats} "
@@ -259,10 +266,12 @@ def main(argv=None) -> int:
     print(f"| produce, records/s ({args.records:,} records; commit every 100 ms, "
           f"{statistics.median(commits):.0f} commits) | {idem:,.0f} idempotent | {txn:,.0f} | "
           f"{txn / idem:.2f}x | >= 0.8x: {'met' if txn >= 0.8 * idem else 'NOT met'} |")
+    print(f"| produce, broker CPU-s per million records | {cidem:.2f} idempotent | {ctxn:.2f} | "
+          f"{ctxn / cidem:.2f}x | |")
     print(f"| fetch, broker CPU-s per million records ({args.fill:,} records, "
           f"1 txn in {ABORT_EVERY} aborted, read {args.reads}x) | {ru:.2f} read_uncommitted | {rc:.2f} read_committed | "
           f"{rc / ru:.2f}x | <= 1.1x: {'met' if rc <= 1.1 * ru else 'NOT met'} |")
     print(f"| the same, less the idle broker's CPU over the read | {nru:.3f} | {nrc:.3f} | "
           f"{nrc / nru:.2f}x | |")
-    print(f"\nraw: produce {produce}, fetch CPU-s/M {cpu}, net of idle {net}")
+    print(f"\nraw: produce {produce}, produce broker CPU-s/M {produceCpu}, fetch CPU-s/M {cpu}, net of idle {net}")
     return 0
