@@ -89,8 +89,11 @@ class MemoryPartitionLog(PartitionLog):
     def _newSegment(self, baseOffset: int, nowMs: int) -> MemorySegment:
         return MemorySegment(baseOffset, nowMs)
 
-    def _installCleaned(self, cleaned: MemorySegment, old: list) -> MemorySegment:
-        entries = [e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries]
+    def _installCleaned(self, cleaned: MemorySegment, old: list, goneAborted=frozenset()) -> MemorySegment:
+        entries = [
+            e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries
+            if (e.producerId, e.lastOffset) not in goneAborted
+        ]
         if entries:
             self.txnIndexOf(cleaned).replace(entries)
         for segment in old:

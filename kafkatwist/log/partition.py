@@ -709,7 +709,7 @@ class PartitionLog:
 
     # -- compaction ----------------------------------------------------------
 
-    def replaceSegments(self, replacedBases: list[int], cleaned) -> bool:
+    def replaceSegments(self, replacedBases: list[int], cleaned, goneAborted=()) -> bool:
         """
         Swap a cleaned segment in for the consecutive segments whose base
         offsets are C{replacedBases}: the log cleaner's last step, a few
@@ -717,6 +717,9 @@ class PartitionLog:
 
         @param cleaned: the cleaned segment as the storage has it (see
             C{_installCleaned}).
+        @param goneAborted: C{(producerId, markerOffset)} of the aborted
+            transactions whose entries leave the aborted-transaction index
+            (their data is gone).
         @return: C{False}, with nothing changed, if the log is closed or
             those segments are no longer all there (retention deleted
             some, or one of them became active); the caller then discards
@@ -733,7 +736,7 @@ class PartitionLog:
             if first + len(old) >= len(segments):
                 return False
             try:
-                new = self._installCleaned(cleaned, old)
+                new = self._installCleaned(cleaned, old, frozenset(goneAborted))
             except OSError:
                 # Half swapped on disk: the next start's recovery finishes
                 # the swap; until then the partition is offline.
@@ -767,6 +770,20 @@ class PartitionLog:
                 )
         return found
 
+    def producerMarkerEpochs(self) -> dict[int, int]:
+        """
+        Producer id -> epoch, for the producers the partition knows with no
+        data batch since their last epoch bump: their last batch is a
+        marker of that epoch, which the cleaner must keep (Kafka's
+        C{lastRecordsOfActiveProducers} without a data offset).
+        """
+        with self._lock:
+            return {
+                producerId: entry.epoch
+                for producerId, entry in self.producerState.producers.items()
+                if not entry.batches
+            }
+
     def producerLastOffsets(self) -> dict[int, int]:
         """
         Producer id -> last offset of its last batch, for every producer
@@ -779,10 +796,12 @@ class PartitionLog:
                 if entry.batches
             }
 
-    def _installCleaned(self, cleaned, old: list):
+    def _installCleaned(self, cleaned, old: list, goneAborted: frozenset):
         """
         Replace the segments C{old} by C{cleaned} in storage, under the
-        lock; the log publishes the returned segment.
+        lock; the log publishes the returned segment, whose
+        aborted-transaction index holds C{old}'s entries but those of
+        C{goneAborted}.
         """
         raise NotImplementedError
 
