@@ -272,6 +272,30 @@ def _optional(parseValue: Callable[[str, str], Any]) -> Callable[[str, str], Any
     return _ofType(getattr(parseValue, "configType", ConfigType.STRING))(parse)
 
 
+_MESSAGE_FORMAT = re.compile(r"^(0\.(8|9|10|11)(\.\d+)?|[1-3]\.\d+)(-IV\d+)?$")
+
+
+def _messageFormatVersion(key: str, raw: str) -> str:
+    """
+    A Kafka release (C{0.10.2}, C{2.8}, C{3.0-IV1}), as Kafka 3.x accepts.
+    """
+    value = raw.strip()
+    if not _MESSAGE_FORMAT.match(value):
+        raise ConfigError(key, f"{raw!r} is not a Kafka version such as 0.10.2, 2.8 or 3.0-IV1")
+    return value
+
+
+def _compressionLevel(special: int | None, lo: int, hi: int):
+    plain = _int(lo, hi)
+
+    def parse(key: str, raw: str) -> int:
+        if special is not None and raw.strip() == str(special):
+            return special
+        return plain(key, raw)
+
+    return _ofType(ConfigType.INT)(parse)
+
+
 def _optionalLong(lo: int = 0) -> Callable[[str, str], int | None]:
     return _optional(_long(lo))
 
@@ -485,6 +509,45 @@ KEYS: dict[str, Key] = {
         Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met).", update=CLUSTER_WIDE),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
             "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
+        Key("log.message.downconversion.enable", _bool, "true",
+            "Whether Fetch v0-3 may be answered by converting stored batches to the old message "
+            "formats; when false such fetches get UNSUPPORTED_VERSION.", update=CLUSTER_WIDE),
+        Key("log.message.format.version", _messageFormatVersion, "3.0-IV1",
+            "Deprecated (Kafka 3.0): accepted and ignored, as by Kafka 3.x with "
+            "inter.broker.protocol.version 3.0 or later; batches are always stored in format v2."),
+        Key("log.message.timestamp.difference.max.ms", _long(0), str(LONG_MAX),
+            "Deprecated: both limits below when they are unset.", update=CLUSTER_WIDE),
+        Key("log.message.timestamp.before.max.ms", _long(0), str(LONG_MAX),
+            "How far a CreateTime timestamp may be behind the broker's clock; older records are "
+            "refused with INVALID_TIMESTAMP.", update=CLUSTER_WIDE),
+        Key("log.message.timestamp.after.max.ms", _long(0), str(LONG_MAX),
+            "How far a CreateTime timestamp may be ahead of the broker's clock.", update=CLUSTER_WIDE),
+        Key("log.roll.jitter.ms", _optionalLong(0), None,
+            "Up to this much is taken off segment.ms per segment, so segments do not all roll at "
+            "once.", update=CLUSTER_WIDE),
+        Key("log.roll.jitter.hours", _int(0), "0", "As log.roll.jitter.ms, in hours.", update=CLUSTER_WIDE),
+        Key("log.preallocate", _bool, "false",
+            "Kafka preallocates segment files; kafkatwist's segments grow as written (no effect on "
+            "what is stored or served).", update=CLUSTER_WIDE),
+        Key("log.segment.delete.delay.ms", _long(0), "60000",
+            "Kafka waits this long before removing a deleted segment's files; kafkatwist removes "
+            "them once no reader holds them.", update=CLUSTER_WIDE),
+        Key("unclean.leader.election.enable", _bool, "false",
+            "One broker is every partition's only replica: there is no other leader to elect.",
+            update=CLUSTER_WIDE),
+        Key("compression.gzip.level", _compressionLevel(-1, 1, 9), "-1",
+            "Level of gzip when the broker compresses; kafkatwist keeps batches as the producer "
+            "compressed them.", update=CLUSTER_WIDE),
+        Key("compression.lz4.level", _compressionLevel(None, 1, 17), "9",
+            "Level of lz4 when the broker compresses (see compression.gzip.level).", update=CLUSTER_WIDE),
+        Key("compression.zstd.level", _compressionLevel(None, -131072, 22), "3",
+            "Level of zstd when the broker compresses (see compression.gzip.level).", update=CLUSTER_WIDE),
+        Key("log.local.retention.ms", _long(-2), "-2",
+            "Tiered storage's local retention (-2: retention.ms); without tiered storage all data "
+            "is local and retention.ms applies.", update=CLUSTER_WIDE),
+        Key("log.local.retention.bytes", _long(-2), "-2",
+            "Tiered storage's local retention (-2: retention.bytes); see log.local.retention.ms.",
+            update=CLUSTER_WIDE),
         Key("log.cleaner.enable", _bool, "true", "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
         Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process.", update=CLUSTER_WIDE),
         Key("log.cleaner.dedupe.buffer.size", _long(1 << 16), "134217728",
@@ -655,7 +718,47 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         _topicKey("compression.type", "compression.type",
                   "Final compression of the topic's data; kafkatwist stores batches as the "
                   "producer compressed them."),
+        _topicKey("message.downconversion.enable", "log.message.downconversion.enable",
+                  "Whether consumers fetching with Fetch v0-3 get the topic's batches converted "
+                  "to the old message formats (else UNSUPPORTED_VERSION)."),
+        _topicKey("message.format.version", "log.message.format.version",
+                  "Deprecated (Kafka 3.0): accepted and ignored; batches are stored in format v2."),
+        _topicKey("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms",
+                  "Deprecated: the two limits below when they are unset."),
+        _topicKey("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
+                  "How far a CreateTime timestamp may be behind the broker's clock (INVALID_TIMESTAMP)."),
+        _topicKey("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
+                  "How far a CreateTime timestamp may be ahead of the broker's clock (INVALID_TIMESTAMP)."),
+        TopicKey("segment.jitter.ms", (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
+                 "Up to this much is taken off segment.ms per segment."),
+        _topicKey("preallocate", "log.preallocate",
+                  "Preallocate segment files (no effect here: segments grow as written)."),
+        _topicKey("file.delete.delay.ms", "log.segment.delete.delay.ms",
+                  "Delay before a deleted segment's files are removed (here: once no reader holds them)."),
+        _topicKey("unclean.leader.election.enable", "unclean.leader.election.enable",
+                  "Elect an out-of-sync replica as leader (one broker: no other replica)."),
+        _topicKey("compression.gzip.level", "compression.gzip.level", "gzip level when the broker compresses."),
+        _topicKey("compression.lz4.level", "compression.lz4.level", "lz4 level when the broker compresses."),
+        _topicKey("compression.zstd.level", "compression.zstd.level", "zstd level when the broker compresses."),
+        _topicKey("local.retention.ms", "log.local.retention.ms",
+                  "Tiered storage's local retention (-2: retention.ms; all data is local here)."),
+        _topicKey("local.retention.bytes", "log.local.retention.bytes",
+                  "Tiered storage's local retention (-2: retention.bytes; all data is local here)."),
     ]
+}
+
+
+#: Kafka 3.x topic configs kafkatwist refuses, and why (INVALID_CONFIG with
+#: this reason rather than "unknown")
+UNSUPPORTED_TOPIC_KEYS = {
+    "remote.storage.enable": "Tiered Storage functionality is disabled in the broker. Topic cannot "
+    "be configured with remote log storage.",
+    "remote.log.copy.disable": "Tiered Storage functionality is disabled in the broker.",
+    "remote.log.delete.on.disable": "Tiered Storage functionality is disabled in the broker.",
+    "leader.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
+    "replication to throttle.",
+    "follower.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
+    "replication to throttle.",
 }
 
 

@@ -604,6 +604,29 @@ def emptyBatch(header: tuple) -> bytearray:
     return batch
 
 
+def dataRecords(buf, batches, maxMessageBytes: int, wanted=None):
+    """
+    Yield C{(header, records)} for each data batch of a validated record
+    set C{buf} (control batches skipped), its records as L{recordsOf} walks
+    them, decompressed if need be.
+
+    @param wanted: C{wanted(header)}: whether to walk that batch (all when
+        C{None}).
+    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
+    """
+    view = memoryview(buf).cast("B")
+    limit = decompressedLimit(maxMessageBytes)
+    for batchIndex, (position, header) in enumerate(batches):
+        if header.attributes & _CONTROL_BIT or (wanted is not None and not wanted(header)):
+            continue
+        try:
+            data = batchPayload(view, position, header.size, header.attributes, limit)
+            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
+        except CorruptRecordError as e:
+            raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
+        yield header, records
+
+
 def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None:
     """
     Refuse records without a key, as Kafka does for a compacted topic
@@ -616,16 +639,7 @@ def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None
     @raise KafkaError: INVALID_RECORD, or CORRUPT_MESSAGE for records that
         do not decode.
     """
-    view = memoryview(buf).cast("B")
-    limit = decompressedLimit(maxMessageBytes)
-    for batchIndex, (position, header) in enumerate(batches):
-        if header.attributes & _CONTROL_BIT:
-            continue
-        try:
-            data = batchPayload(view, position, header.size, header.attributes, limit)
-            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
-        except CorruptRecordError as e:
-            raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
+    for _, records in dataRecords(buf, batches, maxMessageBytes):
         for record in records:
             if record[4] is None:
                 raise KafkaError(

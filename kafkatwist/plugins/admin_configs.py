@@ -35,7 +35,7 @@ from kafkatwist.config import KEYS as BROKER_KEYS
 from kafkatwist.config import TOPIC_KEYS, keySpec, listenerSslKey
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType
+from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType, unknownTopicConfig
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.protocol.apis import (
     ALTER_CONFIGS,
@@ -477,9 +477,7 @@ class IncrementalAlterConfigsHandler(_AlterConfigsBase):
                 continue
             definition = TOPIC_CONFIGS.get(config.name)
             if definition is None:
-                raise KafkaError(
-                    ErrorCode.invalid_config, f"Unknown topic config name: {config.name}"
-                )
+                raise unknownTopicConfig(config.name)
             if op in ("APPEND", "SUBTRACT") and definition.configType != ConfigType.LIST:
                 # Kafka's code and words; the log itself says INVALID_REQUEST.
                 raise KafkaError(
@@ -547,9 +545,7 @@ class AlterConfigsHandler(_AlterConfigsBase):
         _refuseNulls([c.name for c in configs if c.value is None])
         for config in configs:
             if config.name not in TOPIC_CONFIGS:
-                raise KafkaError(
-                    ErrorCode.invalid_config, f"Unknown topic config name: {config.name}"
-                )
+                raise unknownTopicConfig(config.name)
         current = self.broker.logManager.topics().get(topic)
         given = {c.name for c in configs}
         overrides = current.configs if current is not None else {}
