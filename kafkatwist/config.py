@@ -1048,4 +1048,4 @@ def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None)
 
 if __name__ == "__main__":  # pragma: no cover - a quick way to list the keys
     for name, spec in KEYS.items():
-        sys.stdout.write(f"{name}\t{spec.default}\t{spec.doc}\n")
+        sys.stdout.write(f"{name}\t{spec.default}\t{spec.update}\t{spec.doc}\n")
