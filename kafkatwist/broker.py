@@ -11,6 +11,7 @@ from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.fetchsessions import FetchSessions
+from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
 from kafkatwist.metrics import TopicBytes
@@ -21,6 +22,9 @@ from kafkatwist.security.credentials import CredentialStore
 class Broker:
     def __init__(self, config, registry, logManager, mainReactor, clusterId: str) -> None:
         self.config = config
+        #: dynamic broker configs over C{config} (the service loads them
+        #: from the data directory)
+        self.dynamicConfig = DynamicBrokerConfig(config, None)
         self.registry = registry
         self.logManager = logManager
         self.nodeId = config.nodeId

@@ -498,6 +498,13 @@ class ILogManager(Interface):
         'DELETE', 'APPEND', 'SUBTRACT' (IncrementalAlterConfigs).
         """
 
+    def setBrokerDefaults(defaults):
+        """
+        New broker-level settings (C{log.*} and the other keys topics
+        inherit, key -> value) after a dynamic broker config update: every
+        topic resolves its config again.
+        """
+
     def close():
         """
         Flush, write checkpoints and the clean-shutdown marker, release files.

@@ -18,7 +18,6 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
-from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
     stopTransactionCoordinator,
@@ -26,9 +25,16 @@ from kafkatwist.coordinator.transaction.wiring import (
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
-from kafkatwist.log.cleaner import LogCleaner
-from kafkatwist.network.affinity import availableCpus, requestThreadCpus
+from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.network.server import SocketServer
+from kafkatwist.reconfigure import (
+    ConnectionLimits,
+    HandlerThreads,
+    ListenerKeystores,
+    brokerLogDefaults,
+    makeLogCleaner,
+    reconfigurables,
+)
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.sdnotify import Notifier
 from kafkatwist.security.plugin import loadAuthorizer
@@ -61,39 +67,6 @@ def openLogManager(config):
     from kafkatwist.log import LogManager
 
     return LogManager(config.logDirs, brokerLogDefaults(config))
-
-
-def brokerLogDefaults(config) -> dict:
-    """
-    The broker settings the log manager resolves topic defaults from: every
-    key that is set (the log reads the ones it knows, through the
-    registry's topic keys, L{kafkatwist.config.TOPIC_KEYS}).
-    """
-    return {name: config[name] for name in KEYS if config[name] is not None}
-
-
-def makeLogCleaner(config, logManager):
-    """
-    The log cleaner (C{log.cleaner.*}), or C{None} when disabled or without
-    a log.  Its processes keep off the CPUs of the request threads.
-    """
-    if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
-        return None
-    available = availableCpus()
-    requestCpus = requestThreadCpus(config["request.threads.cpu.affinity"], available)
-    cpus = None
-    if available and requestCpus and available - requestCpus:
-        cpus = frozenset(available - requestCpus)
-    return LogCleaner(
-        logManager,
-        threads=config["log.cleaner.threads"],
-        dedupeBufferSize=config["log.cleaner.dedupe.buffer.size"],
-        ioBufferSize=config["log.cleaner.io.buffer.size"],
-        loadFactor=config["log.cleaner.io.buffer.load.factor"],
-        maxIoBytesPerSecond=config["log.cleaner.io.max.bytes.per.second"],
-        backoffMs=config["log.cleaner.backoff.ms"],
-        cpus=cpus,
-    )
 
 
 class BrokerService(service.Service):
@@ -154,6 +127,17 @@ class BrokerService(service.Service):
         self.broker.clusterId = loadOrCreateClusterId(
             config.logDirs, config.nodeId, config["cluster.id"]
         )
+        # The dynamic broker configs stored by earlier runs: what is built
+        # from here on reads them; what was built before the directory was
+        # ours (the network layer) is reconfigured.
+        dynamic = DynamicBrokerConfig.inDirectory(config)
+        dynamic.load()
+        self.broker.dynamicConfig = dynamic
+        for reconfigurable in (
+            HandlerThreads(self.server), ConnectionLimits(self.server), ListenerKeystores(self.server)
+        ):
+            reconfigurable.reconfigure(config, dynamic.current)
+        config = dynamic.current
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
@@ -168,6 +152,8 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager
         )
+        for reconfigurable in reconfigurables(self.broker, self.server):
+            dynamic.addReconfigurable(reconfigurable)
 
     def _bindListeners(self) -> None:
         try:
@@ -220,7 +206,7 @@ class BrokerService(service.Service):
         log.info(
             "{processors} network threads, {handlers} request handler threads",
             processors=self.config["num.network.threads"],
-            handlers=self.config["num.io.threads"],
+            handlers=self.server.handlerPool.numThreads,
         )
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)

@@ -719,6 +719,29 @@ def emptyBatch(header: tuple) -> bytearray:
     return batch
 
 
+def dataRecords(buf, batches, maxMessageBytes: int, wanted=None):
+    """
+    Yield C{(header, records)} for each data batch of a validated record
+    set C{buf} (control batches skipped), its records as L{recordsOf} walks
+    them, decompressed if need be.
+
+    @param wanted: C{wanted(header)}: whether to walk that batch (all when
+        C{None}).
+    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
+    """
+    view = memoryview(buf).cast("B")
+    limit = decompressedLimit(maxMessageBytes)
+    for batchIndex, (position, header) in enumerate(batches):
+        if header.attributes & _CONTROL_BIT or (wanted is not None and not wanted(header)):
+            continue
+        try:
+            data = batchPayload(view, position, header.size, header.attributes, limit)
+            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
+        except CorruptRecordError as e:
+            raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
+        yield header, records
+
+
 def keylessRecords(view, position: int, header, limit: int) -> list[int]:
     """
     The indexes, in their batch, of the records without a key: what a

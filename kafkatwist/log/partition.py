@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from bisect import bisect_right
 
 from zope.interface import implementer
@@ -51,6 +52,7 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
 from kafkatwist.log.config import LogConfig
 from kafkatwist.log.recordchecks import checkClientRecords
+from kafkatwist.log.timestamps import checkTimestamps
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -190,6 +192,8 @@ class PartitionLog:
         markers = None if isFromClient else self._readMarkers(data, batches)
         if isFromClient:
             checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config)
+        if isFromClient and not config.logAppendTime:
+            checkTimestamps(data, batches, config, nowMs)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -405,10 +409,24 @@ class PartitionLog:
             segment.size + appendBytes > config.segmentBytes
             or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
             or segment.isFull(config.segmentIndexBytes)
-            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.rollMs
+            or segment.timeWaitedForRoll(nowMs, maxTimestamp)
+            > config.rollMs - self._rollJitter(segment, config)
         ):
             return self._roll(nowMs)
         return segment
+
+    def _rollJitter(self, segment, config) -> int:
+        """
+        Kafka's C{segment.jitter.ms}: up to that much off the roll time, a
+        different amount per segment (derived from its name, so the same
+        after a restart) so that partitions do not all roll at once.
+        """
+        if config.segmentJitterMs <= 0:
+            return 0
+        bound = min(config.segmentJitterMs, config.rollMs)
+        if bound <= 0:
+            return 0
+        return zlib.crc32(f"{self.topic}-{self.partition}-{segment.baseOffset}".encode()) % bound
 
     def _roll(self, nowMs: int):
         old = self.activeSegment

@@ -28,7 +28,12 @@ from twisted.logger import Logger
 from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
+from kafkatwist.log.config import (
+    TOPIC_CONFIGS,
+    describeTopicConfig,
+    unknownTopicConfig,
+    validateTopicConfigs,
+)
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
@@ -251,7 +256,7 @@ class CreateTopicsHandler(Handler):
             )
         for key in configs:
             if key not in TOPIC_CONFIGS:
-                raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
+                raise unknownTopicConfig(key)
         validateTopicConfigs(configs)
         numPartitions = topic.num_partitions
         replicationFactor = topic.replication_factor

@@ -77,6 +77,7 @@ class Broker:
     topicBytes: TopicBytes = field(default_factory=TopicBytes)
     scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
     advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
+    dynamicConfig: object = None
 
     def advertisedListenerFor(self, name):
         return self.advertisedListeners[0]
@@ -105,6 +106,9 @@ def broker(tmp_path):
         StandardAuthorizer(None, superUsers={"User:admin"}),
         clock=clock,
     )
+    from kafkatwist.dynamicconfig import DynamicBrokerConfig
+
+    broker.dynamicConfig = DynamicBrokerConfig(config, None)
     registry = HandlerRegistry(discoverPlugins())
     registry.build(broker)
     broker.handlers = registry.handlers
