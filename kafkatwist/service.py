@@ -96,6 +96,34 @@ def makeLogCleaner(config, logManager):
     )
 
 
+def makeReplicaManager(broker, config, logManager):
+    """
+    The replica manager, always: a single broker's is idle (nothing calls
+    C{becomeLeader}), so every log stays a lone leader.  With
+    C{zookeeper.connect} the cluster layer drives it, and logs wait for its
+    word before taking appends.
+    """
+    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.replication.manager import ReplicaManager
+
+    manager = ReplicaManager(
+        config.nodeId, logManager, config, TimerThread("replica-manager"),
+        wake=broker.wakePartition,
+    )
+    if logManager is not None and _clustered(config):
+        logManager.newLogsLead = False
+        for partitionLog in logManager.logs():
+            partitionLog.isLeader = False
+    return manager
+
+
+def _clustered(config) -> bool:
+    try:
+        return bool(config["zookeeper.connect"])
+    except KeyError:
+        return False
+
+
 class BrokerService(service.Service):
     """
     @param reactor: the main (global) reactor, passed in by C{tap.py}.
@@ -168,6 +196,7 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager
         )
+        self.broker.replicaManager = makeReplicaManager(self.broker, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -225,6 +254,10 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            replicaManager.clock.start()
+            replicaManager.start()
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
         self._announceMetricsListener()
@@ -312,6 +345,14 @@ class BrokerService(service.Service):
             yield self._metricsPort.stopListening()
         if self.server is not None:
             yield self.server.stop()
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            # Fetchers stopped and high watermarks written before the logs
+            # close; in the pool, since it joins threads and writes files.
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), replicaManager.stop
+            )
+            replicaManager.clock.stop()
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

@@ -137,6 +137,9 @@ class PartitionLog:
     #: leader alone in its ISR, and every log of a single broker): the
     #: replica manager sets it; reads for consumers stop there
     _highWatermark: int | None = None
+    #: the ISR's size as the replica manager last published it (C{None}:
+    #: not replicated, and min.insync.replicas is not checked)
+    isrSize: int | None = None
 
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"
@@ -364,13 +367,18 @@ class PartitionLog:
 
     # -- replication -----------------------------------------------------------
 
-    def appendAsFollower(self, records, nowMs: int) -> AppendInfo | None:
+    def appendAsFollower(
+        self, records, nowMs: int, leaderEpoch: int | None = None
+    ) -> AppendInfo | None:
         """
         Append batches fetched from the leader as they are: their offsets
         and leader epochs are the leader's (nothing is rewritten), each
         batch's CRC is checked, the producer state is replayed from their
         headers and the leader-epoch cache learns the epochs.
 
+        @param leaderEpoch: the leader epoch the data was fetched in: if
+            this replica has since changed role or epoch, nothing is
+            appended (NOT_LEADER_OR_FOLLOWER).
         @return: what was appended, or C{None} for an empty record set.
         @raise KafkaError: CORRUPT_MESSAGE for a damaged batch (nothing is
             appended), OFFSET_OUT_OF_RANGE for a batch below the log end or
@@ -398,6 +406,11 @@ class PartitionLog:
             data = data[:position]
         with self._lock:
             self._checkOpen()
+            if leaderEpoch is not None and (self.isLeader or self.leaderEpoch != leaderEpoch):
+                raise KafkaError(
+                    ErrorCode.not_leader_or_follower,
+                    f"{self.topic}-{self.partition} is no longer a follower in epoch {leaderEpoch}",
+                )
             expected = self._end[0]
             assigned = []
             maxTimestamp, offsetOfMax = -1, -1
@@ -573,6 +586,37 @@ class PartitionLog:
                         AbortedTxn(done.producerId, done.firstOffset, done.lastOffset,
                                    state.lastStableOffsetAfter(done))
                     )
+
+    def becomeLeader(self, leaderEpoch: int) -> int:
+        """
+        Lead in C{leaderEpoch}: appends are taken and stamped with it from
+        now on, and the epoch begins at the log end (Kafka's
+        C{maybeAssignEpochStartOffset}).
+
+        @return: the offset the epoch begins at.
+        """
+        with self._lock:
+            self.leaderEpoch = leaderEpoch
+            self.isLeader = True
+            end = self._end[0]
+            if not self._closed:
+                try:
+                    self.epochs.assign(leaderEpoch, end)
+                except OSError as e:
+                    self._storageError("leader-epoch-checkpoint", e)
+            return end
+
+    def becomeFollower(self, leaderEpoch: int) -> None:
+        """
+        Follow in C{leaderEpoch}: no appends but replicated ones; the high
+        watermark is pinned where it is (a follower learns it from its
+        leader).
+        """
+        with self._lock:
+            self.leaderEpoch = leaderEpoch
+            self.isLeader = False
+            if self._highWatermark is None:
+                self._highWatermark = self._end[0]
 
     def _epochsFromStart(self) -> None:
         try:

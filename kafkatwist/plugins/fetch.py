@@ -38,10 +38,14 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
-from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
+#: a follower fetch refused CLUSTER_ACTION: every partition answers
+#: TOPIC_AUTHORIZATION_FAILED
+REFUSED_REPLICA = -1000
 
 
 class _Wanted:
@@ -85,19 +89,29 @@ class FetchHandler(Handler):
 
     def handle(self, context, request):
         version = context.apiVersion
-        plan = self._plan(version, request, context)
+        replicaId = _replicaId(request, version)
+        if replicaId >= 0 and not self.allowed(
+            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ):
+            # Kafka's answer to a follower fetch without CLUSTER_ACTION.
+            replicaId = REFUSED_REPLICA
+        plan = self._plan(version, request, context, replicaId)
         maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED
-        topics, total, errors = self._read(plan, maxBytes, readCommitted)
+        fromFollower = replicaId >= 0
+        if fromFollower:
+            self._recordFollower(replicaId, plan)
+        topics, total, errors = self._read(plan, maxBytes, readCommitted, fromFollower)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
             return self._encode(version, plan, topics)
         _close(topics)
         pending = context.respondLater()
         operation = DelayedFetch(
-            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending,
+            fromFollower,
         )
         self.broker.fetchPurgatory.tryCompleteElseWatch(
             operation,
@@ -106,13 +120,28 @@ class FetchHandler(Handler):
         )
         return pending.deferred
 
+    def _recordFollower(self, replicaId, plan) -> None:
+        """
+        Tell the replica manager how far the follower got: its fetch offset
+        is its log end.
+        """
+        replicaManager = self.broker.replicaManager
+        if replicaManager is None:
+            return
+        fetched = [
+            (w.key, w.offset, w.log.logEndOffset)
+            for _, wanted in plan for w in wanted if w.log is not None
+        ]
+        if fetched:
+            replicaManager.recordFollowerFetch(replicaId, fetched)
+
     @staticmethod
     def _encode(version, plan, topics):
         if version <= LEGACY_MAX_VERSION:
             return encodeDownConverted(version, plan, topics)
         return encodeFetchResponse(version, topics)
 
-    def _plan(self, version, request, context) -> list[tuple[object, list[_Wanted]]]:
+    def _plan(self, version, request, context, replicaId=-1) -> list[tuple[object, list[_Wanted]]]:
         logManager = self.broker.logManager
         authorizer = self.authorizer
         byId = None
@@ -129,8 +158,9 @@ class FetchHandler(Handler):
             else:
                 topicKey = name = fetchTopic.topic
                 missing = ErrorCode.unknown_topic_or_partition
-            if (
+            if replicaId == REFUSED_REPLICA or (
                 authorizer is not None
+                and replicaId < 0
                 and name is not None
                 and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
             ):
@@ -139,6 +169,14 @@ class FetchHandler(Handler):
             wanted = []
             for p in fetchTopic.partitions:
                 log = logManager.getLog(name, p.partition) if name is not None else None
+                error = None if log is not None else missing
+                if log is not None:
+                    # KIP-320 fencing and leadership: two attribute reads.
+                    epoch = getattr(p, "current_leader_epoch", NO_EPOCH)
+                    if epoch != NO_EPOCH or not log.isLeader:
+                        error = checkReplica(log, epoch)
+                        if error is not None:
+                            log = None
                 wanted.append(
                     _Wanted(
                         topicKey,
@@ -147,14 +185,14 @@ class FetchHandler(Handler):
                         p.fetch_offset,
                         p.partition_max_bytes,
                         log,
-                        None if log is not None else missing,
+                        error,
                     )
                 )
             plan.append((topicKey, wanted))
         return plan
 
     @staticmethod
-    def _read(plan, maxBytes, readCommitted):
+    def _read(plan, maxBytes, readCommitted, fromFollower=False):
         """
         Read every partition, Kafka's way: each partition up to its own
         limit and what is left of the response's; the first partition with
@@ -178,7 +216,8 @@ class FetchHandler(Handler):
                     continue
                 try:
                     info = log.read(
-                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted
+                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted,
+                        fromFollower,
                     )
                 except KafkaError as e:
                     partitions.append(
@@ -223,8 +262,14 @@ class DelayedFetch(DelayedOperation):
     reaper).
     """
 
-    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending):
+    def __init__(
+        self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending,
+        fromFollower=False,
+    ):
         super().__init__(clock)
+        #: a follower's fetch reads to the log end, a consumer's to the
+        #: high watermark
+        self.fromFollower = fromFollower
         self.handler = handler
         self.version = version
         self.plan = plan
@@ -246,9 +291,15 @@ class DelayedFetch(DelayedOperation):
                 for _, wanted in self.plan
                 for w in wanted
             )
-        else:
+        elif self.fromFollower:
             readable = any(
                 w.log is not None and w.log.logEndOffset > w.offset
+                for _, wanted in self.plan
+                for w in wanted
+            )
+        else:
+            readable = any(
+                w.log is not None and w.log.highWatermark > w.offset
                 for _, wanted in self.plan
                 for w in wanted
             )
@@ -256,7 +307,9 @@ class DelayedFetch(DelayedOperation):
             return False
         if self.minBytes <= 1:
             return self.forceComplete()
-        topics, total, errors = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        topics, total, errors = FetchHandler._read(
+            self.plan, self.maxBytes, self.readCommitted, self.fromFollower
+        )
         if total >= self.minBytes or errors:
             self._ready = topics
             if self.forceComplete():
@@ -279,16 +332,17 @@ class DelayedFetch(DelayedOperation):
                     partitions.append(PartitionData(w.partition, w.error))
                     continue
                 end = log.logEndOffset
+                hw = log.highWatermark
                 stable = log.lastStableOffset
                 # At the end (read_committed: at the last stable offset,
-                # which may be below the end).
-                if w.offset != (stable if self.readCommitted else end) or (
-                    w.offset < log.logStartOffset
-                ):
+                # which may be below the end; a consumer: at the high
+                # watermark).
+                limit = stable if self.readCommitted else end if self.fromFollower else hw
+                if w.offset != limit or w.offset < log.logStartOffset:
                     return False
                 partitions.append(
                     PartitionData(
-                        w.partition, ErrorCode.none, end, stable, log.logStartOffset,
+                        w.partition, ErrorCode.none, hw, stable, log.logStartOffset,
                         b"", aborted,
                     )
                 )
@@ -317,9 +371,21 @@ class DelayedFetch(DelayedOperation):
                         w.log = logManager.getLog(*w.key)
                         if w.log is None:
                             w.error = ErrorCode.unknown_topic_or_partition
-            topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+            topics, _, _ = FetchHandler._read(
+                self.plan, self.maxBytes, self.readCommitted, self.fromFollower
+            )
         _account(self.handler.broker, self.plan, topics)
         return self.handler._encode(self.version, self.plan, topics)
+
+
+def _replicaId(request, version: int) -> int:
+    """
+    The fetching replica's id (-1: a consumer), where each version puts it.
+    """
+    if version >= 15:
+        state = getattr(request, "replica_state", None)
+        return state.replica_id if state is not None else -1
+    return getattr(request, "replica_id", -1)
 
 
 def _account(broker, plan, topics) -> None:
