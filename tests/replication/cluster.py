@@ -71,6 +71,9 @@ class StaticCluster:
 
     def restart(self, nodeId: int) -> None:
         old = self.brokers[nodeId]
+        # start() waits for "started" in the log: keep the old run's aside.
+        if os.path.exists(old.logPath):
+            os.rename(old.logPath, old.logPath + f".{time.monotonic_ns()}")
         broker = BrokerProcess(old.directory, old.overrides)
         self.brokers[nodeId] = broker
         broker.start()
