@@ -86,6 +86,8 @@ class LeaderEpochCache:
     def __init__(self, path: str | None, entries=()) -> None:
         self.path = path
         self.entries: tuple[tuple[int, int], ...] = tuple(entries)
+        #: the newest epoch (a plain attribute: a leader's append reads it)
+        self.latestEpoch = self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
     def __repr__(self) -> str:
         return f"<LeaderEpochCache {list(self.entries)}>"
@@ -93,11 +95,6 @@ class LeaderEpochCache:
     @classmethod
     def load(cls, path: str) -> LeaderEpochCache:
         return cls(path, readEpochCheckpoint(path))
-
-    @property
-    def latestEpoch(self) -> int:
-        entries = self.entries
-        return entries[-1][0] if entries else UNDEFINED_EPOCH
 
     def _replace(self, entries) -> None:
         entries = tuple(entries)
@@ -108,6 +105,7 @@ class LeaderEpochCache:
             lines += [f"{epoch} {offset}" for epoch, offset in entries]
             replaceFile(self.path, ("\n".join(lines) + "\n").encode("ascii"))
         self.entries = entries
+        self.latestEpoch = entries[-1][0] if entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, startOffset: int) -> bool:
         """
