@@ -96,25 +96,30 @@ def makeLogCleaner(config, logManager):
     )
 
 
-def makeReplicaManager(broker, config, logManager):
+def makeReplicaManager(broker, config):
     """
     The replica manager, always: a single broker's is idle (nothing calls
     C{becomeLeader}), so every log stays a lone leader.  With
-    C{zookeeper.connect} the cluster layer drives it, and logs wait for its
-    word before taking appends.
+    C{zookeeper.connect} the cluster layer drives it.
     """
     from kafkatwist.coordinator.runtime import TimerThread
     from kafkatwist.replication.manager import ReplicaManager
 
-    manager = ReplicaManager(
-        config.nodeId, logManager, config, TimerThread("replica-manager"),
-        wake=broker.wakePartition,
+    return ReplicaManager(
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=broker.wakePartition
     )
+
+
+def useLogManager(replicaManager, config, logManager) -> None:
+    """
+    Give the replica manager the open log.  In a cluster, logs wait for the
+    controller's word before taking appends.
+    """
+    replicaManager.logManager = logManager
     if logManager is not None and _clustered(config):
         logManager.newLogsLead = False
         for partitionLog in logManager.logs():
             partitionLog.isLeader = False
-    return manager
 
 
 def _clustered(config) -> bool:
@@ -163,6 +168,9 @@ class BrokerService(service.Service):
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
         self.broker = Broker(config, registry, None, self.reactor, None)
+        # Before anything that hands it on (the cluster layer takes it as
+        # its IReplicaManager); it gets the log once that is open.
+        self.broker.replicaManager = makeReplicaManager(self.broker, config)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self._bindListeners()
@@ -196,7 +204,7 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager
         )
-        self.broker.replicaManager = makeReplicaManager(self.broker, config, self.logManager)
+        useLogManager(self.broker.replicaManager, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -256,7 +264,6 @@ class BrokerService(service.Service):
         self._startLogTasks()
         replicaManager = getattr(self.broker, "replicaManager", None)
         if replicaManager is not None:
-            replicaManager.clock.start()
             replicaManager.start()
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
@@ -352,7 +359,6 @@ class BrokerService(service.Service):
             yield threads.deferToThreadPool(
                 self.reactor, self.reactor.getThreadPool(), replicaManager.stop
             )
-            replicaManager.clock.stop()
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

@@ -136,14 +136,22 @@ class ReplicaManager:
         self._checkpointed: dict | None = None
         self._checkpointedByDir: dict = {}
         self._timers: list = []
+        self._started = False
         self._stopped = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
         """
-        Start the periodic ISR check and high-watermark checkpoint.
+        Start the manager's thread (a L{TimerThread} clock), the periodic
+        ISR check and the high-watermark checkpoint.  Idempotent.
         """
+        if self._started:
+            return
+        self._started = True
+        start = getattr(self.clock, "start", None)
+        if start is not None:
+            start()
         self._schedule(self.lagMaxMs / 2000.0, self._checkIsrs)
         self._schedule(self.checkpointIntervalMs / 1000.0, self._checkpointHighWatermarks)
 
@@ -161,14 +169,25 @@ class ReplicaManager:
         Stop the fetchers and write the high watermarks (shutdown, before
         the logs close).
         """
+        if self._stopped:
+            return
         self._stopped = True
         for timer in self._timers:
             if timer.active():
                 timer.cancel()
+        # Through the owner: its state is not shared, even at the end.
+        done = []
+        self.owner.submit(self._stopOwned, done)
+        stop = getattr(self.clock, "stop", None)
+        if stop is not None:
+            stop()
+
+    def _stopOwned(self, done) -> None:
         for fetcher in list(self._fetchers.values()):
             fetcher.stop()
         self._fetchers = {}
         self._checkpointHighWatermarks()
+        done.append(True)
 
     # -- IReplicaManager (any thread) ------------------------------------------------------
 
