@@ -200,6 +200,8 @@ class FilePartitionLog(PartitionLog):
                 )
                 break
         recoveryPoint = end
+        if not epochCache.entries:
+            cls._seedEpochs(directory, segments, logStartOffset, epochCache)
         producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
         intact = cls._openTxnIndexes(directory, segments)
         cls._loadProducerState(directory, segments, producerState, nowMs, fromStart=not intact)
@@ -216,6 +218,29 @@ class FilePartitionLog(PartitionLog):
             producerIdExpirationMs=producerIdExpirationMs,
             epochCache=epochCache,
         )
+
+    @staticmethod
+    def _seedEpochs(directory: str, segments: list, logStartOffset: int, cache) -> None:
+        """
+        A log written before it kept a leader-epoch checkpoint (every batch
+        stamped with the broker's epoch 0): the epoch of its first batch
+        from its start, in memory (the file is written at the next change).
+        So OffsetForLeaderEpoch answers a client validating its position
+        with the log end rather than "unknown", which would reset it.
+        """
+        for segment in segments:
+            if segment.size == 0:
+                continue
+            try:
+                for header in segment.batchHeaders(logStartOffset):
+                    if header.partitionLeaderEpoch >= 0:
+                        start = max(logStartOffset, segment.baseOffset)
+                        cache.entries = ((header.partitionLeaderEpoch, start),)
+                        cache.latestEpoch = header.partitionLeaderEpoch
+                    return
+            except (OSError, _ScanError) as e:
+                log.warn("{dir}: no leader epoch found: {error}", dir=directory, error=e)
+                return
 
     @staticmethod
     def _recoverEpochs(directory: str, segments: list, recoveryPoint: int, cache) -> None:

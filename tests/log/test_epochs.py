@@ -210,3 +210,14 @@ def test_highWatermarkLimitsConsumerReads(harness):
     assert [h.baseOffset for _, h in iterBatchHeaders(records(follower.records))] == [2, 4]
     log.setHighWatermark(None)
     assert log.highWatermark == 6
+
+
+def test_logWithoutCheckpointIsSeededFromItsFirstBatch(disk):
+    manager, log = newLog(disk)
+    for _ in range(3):
+        log.append(makeBatch(2), NOW)
+    os.unlink(os.path.join(log.directory, LEADER_EPOCH_CHECKPOINT))
+    manager = disk.restart(manager)
+    log = manager.getLog("t", 0)
+    assert log.epochs.entries == ((0, 0),)
+    assert log.epochs.endOffsetFor(0, log.logEndOffset) == (0, 6)
