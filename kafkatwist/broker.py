@@ -34,6 +34,11 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
+        #: acks=all produces waiting for their ISR (kafkatwist.replication)
+        self.producePurgatory = Purgatory("Produce", reaper=self.callInHandlerThread)
+        #: the L{IReplicaManager}; C{None} until the service builds it
+        #: (handlers then treat every log as a lone leader)
+        self.replicaManager = None
         self.groupCoordinator = None
         self.transactionCoordinator = None
         self.logCleaner = None
@@ -61,6 +66,14 @@ class Broker:
             f(*args)
         else:
             call(f, *args)
+
+    def wakePartition(self, key) -> None:
+        """
+        Re-check what waits on partition C{key}: acks=all produces and
+        fetches (its high watermark or leadership changed).
+        """
+        self.producePurgatory.checkAndComplete(key)
+        self.fetchPurgatory.checkAndComplete(key)
 
     def advertisedListenerFor(self, listenerName: str):
         """

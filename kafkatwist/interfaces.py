@@ -539,3 +539,80 @@ class ICoordinatorLog(Interface):
             skipped with one log line naming topic, partition and offsets;
             this never raises for damaged data.
         """
+
+
+# ---------------------------------------------------------------------------
+# Cluster (issue 17): the seam between the control plane (kafkatwist.cluster)
+# and the replicas (kafkatwist.replication).  IReplicaManager is the
+# replication side's.
+
+
+class IAlterIsr(Interface):
+    """
+    How a leader changes its ISR: a conditional write of the partition's
+    state znode on C{partitionEpoch} (its ZooKeeper version), as
+    ZooKeeper-mode Kafka's leader does, then a notification under
+    C{/isr_change_notification}.
+    """
+
+    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+        """
+        @param onDone: called once, on any thread, as C{onDone(newPartitionEpoch,
+            None)} or C{onDone(None, KafkaError)}; after a failed conditional
+            write the leader waits for its next C{becomeLeader}.
+        """
+
+
+class IBrokerDirectory(Interface):
+    """
+    Live brokers as the cluster knows them.
+    """
+
+    def endpoint(brokerId, listenerName=None):
+        """
+        @return: C{(host, port)} of the broker's listener (the first one
+            without C{listenerName}), or C{None} if it is not alive.
+        """
+
+    def aliveBrokers():
+        """
+        @return: C{frozenset} of live broker ids.
+        """
+
+
+class IReplicaManager(Interface):
+    """
+    The broker's replicas (kafkatwist.replication), as the cluster layer
+    tells them their roles.  Every method returns at once; the work
+    (which touches disk: epoch checkpoints, truncation) runs on the replica
+    manager's own thread.
+    """
+
+    def becomeLeader(topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
+        """
+        Lead the partition in C{leaderEpoch} with this ISR.
+
+        @param partitionEpoch: the version of the partition's state znode
+            that carried this state (what L{IAlterIsr.alterIsr} is
+            conditional on).  An older C{leaderEpoch} than the one applied
+            is ignored.
+        """
+
+    def becomeFollower(topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
+        """
+        Follow C{leaderId} in C{leaderEpoch}: truncate to the divergence
+        point (OffsetForLeaderEpoch) and fetch from it.  An older
+        C{leaderEpoch} than the one applied is ignored.
+        """
+
+    def stopReplica(topic, partition, delete):
+        """
+        Stop leading or following the partition (the log itself is the
+        log manager's to delete).
+        """
+
+    def leaderEpochs():
+        """
+        @return: C{{(topic, partition): (role, leaderEpoch)}}, a snapshot,
+            role C{"leader"} or C{"follower"}.
+        """

@@ -69,6 +69,39 @@ def openLogManager(config):
     return LogManager(config.logDirs, brokerLogDefaults(config))
 
 
+def makeReplicaManager(broker, config):
+    """
+    The replica manager, always: a single broker's is idle (nothing calls
+    C{becomeLeader}), so every log stays a lone leader.  With
+    C{zookeeper.connect} the cluster layer drives it.
+    """
+    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.replication.manager import ReplicaManager
+
+    return ReplicaManager(
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=broker.wakePartition
+    )
+
+
+def useLogManager(replicaManager, config, logManager) -> None:
+    """
+    Give the replica manager the open log.  In a cluster, logs wait for the
+    controller's word before taking appends.
+    """
+    replicaManager.logManager = logManager
+    if logManager is not None and _clustered(config):
+        logManager.newLogsLead = False
+        for partitionLog in logManager.logs():
+            partitionLog.isLeader = False
+
+
+def _clustered(config) -> bool:
+    try:
+        return bool(config["zookeeper.connect"])
+    except KeyError:
+        return False
+
+
 class BrokerService(service.Service):
     """
     @param reactor: the main (global) reactor, passed in by C{tap.py}.
@@ -108,6 +141,9 @@ class BrokerService(service.Service):
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
         self.broker = Broker(config, registry, None, self.reactor, None)
+        # Before anything that hands it on (the cluster layer takes it as
+        # its IReplicaManager); it gets the log once that is open.
+        self.broker.replicaManager = makeReplicaManager(self.broker, config)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self._bindListeners()
@@ -154,6 +190,7 @@ class BrokerService(service.Service):
         )
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)
+        useLogManager(self.broker.replicaManager, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -211,6 +248,9 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            replicaManager.start()
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
         self._announceMetricsListener()
@@ -298,6 +338,13 @@ class BrokerService(service.Service):
             yield self._metricsPort.stopListening()
         if self.server is not None:
             yield self.server.stop()
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            # Fetchers stopped and high watermarks written before the logs
+            # close; in the pool, since it joins threads and writes files.
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), replicaManager.stop
+            )
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

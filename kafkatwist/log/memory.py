@@ -62,6 +62,10 @@ class MemorySegment(Segment):
     def sync(self, indexes: bool = False) -> None:
         pass
 
+    def truncateTo(self, size: int) -> None:
+        del self.data[size:]
+        self.size = size
+
     def delete(self) -> None:
         self.deleted = True
 

@@ -615,6 +615,8 @@ class DeleteRecordsHandler(Handler):
         partitionLog = logManager.getLog(topic, index)
         if partitionLog is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
+        if not partitionLog.isLeader:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{index}")
         offset = partition.offset
         if offset == HIGH_WATERMARK:
             offset = partitionLog.highWatermark

@@ -192,6 +192,11 @@ CASES = [
              n(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)),
          lambda r: r.topics[0].partitions[0].error_code,
          E.topic_authorization_failed, [(T, TOPIC_OK, Op.DESCRIBE)]),
+    Case("OffsetForLeaderEpoch", 23, 4,
+         dict(replica_id=-1, topics=(n(23, 4, "OffsetForLeaderTopic", topic=TOPIC_OK, partitions=(
+             n(23, 4, "OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.topic_authorization_failed, [(T, TOPIC_OK, Op.DESCRIBE)]),
     Case("Metadata", 3, 12,
          dict(topics=(n(3, 12, "MetadataRequestTopic", name=TOPIC_OK, topic_id=ZERO),), allow_auto_topic_creation=False,
               include_topic_authorized_operations=False),
