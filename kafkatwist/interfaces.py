@@ -522,3 +522,42 @@ class ICoordinatorLog(Interface):
             skipped with one log line naming topic, partition and offsets;
             this never raises for damaged data.
         """
+
+
+# ---------------------------------------------------------------------------
+# Cluster (issue 17): the seam between the control plane (kafkatwist.cluster)
+# and the replicas (kafkatwist.replication).  IReplicaManager is the
+# replication side's.
+
+
+class IAlterIsr(Interface):
+    """
+    How a leader changes its ISR: a conditional write of the partition's
+    state znode on C{partitionEpoch} (its ZooKeeper version), as
+    ZooKeeper-mode Kafka's leader does, then a notification under
+    C{/isr_change_notification}.
+    """
+
+    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+        """
+        @param onDone: called once, on any thread, as C{onDone(newPartitionEpoch,
+            None)} or C{onDone(None, KafkaError)}; after a failed conditional
+            write the leader waits for its next C{becomeLeader}.
+        """
+
+
+class IBrokerDirectory(Interface):
+    """
+    Live brokers as the cluster knows them.
+    """
+
+    def endpoint(brokerId, listenerName=None):
+        """
+        @return: C{(host, port)} of the broker's listener (the first one
+            without C{listenerName}), or C{None} if it is not alive.
+        """
+
+    def aliveBrokers():
+        """
+        @return: C{frozenset} of live broker ids.
+        """
