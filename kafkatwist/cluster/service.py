@@ -78,6 +78,7 @@ class ClusterService:
         self.replicaManager = replicaManager
         self.logManager = logManager
         self.sessionTimeoutMs = config["zookeeper.session.timeout.ms"]
+        self._kazooFactory = kazooFactory
         self.zk = kazooFactory(
             hosts=config["zookeeper.connect"], timeout=self.sessionTimeoutMs / 1000.0,
         )
@@ -123,6 +124,7 @@ class ClusterService:
         """
         timeout = (self.config["zookeeper.connection.timeout.ms"] or self.sessionTimeoutMs) / 1000.0
         try:
+            self._ensureChroot(timeout)
             self.zk.start(timeout=timeout)
         except Exception as e:
             raise ClusterStartError(
@@ -145,6 +147,21 @@ class ClusterService:
                 self._clusterId = Z.decodeClusterId(data)
                 self._clusterIdWasStored = True
         return self._clusterId
+
+    def _ensureChroot(self, timeout: float) -> None:
+        """
+        Create C{zookeeper.connect}'s chroot if missing, as Kafka does.
+        """
+        hosts, slash, chroot = self.config["zookeeper.connect"].partition("/")
+        if not slash or not chroot.strip("/"):
+            return
+        bare = self._kazooFactory(hosts=hosts, timeout=self.sessionTimeoutMs / 1000.0)
+        bare.start(timeout=timeout)
+        try:
+            bare.ensure_path("/" + chroot.strip("/"))
+        finally:
+            bare.stop()
+            bare.close()
 
     def start(self, timeout: float | None = None) -> None:
         """
