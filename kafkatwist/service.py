@@ -18,6 +18,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster
 from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
@@ -115,6 +116,8 @@ class BrokerService(service.Service):
         self._periodic: list = []
         self._metricsPort = None
         self._dirLock: DataDirLock | None = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
+        self.cluster = None
 
     def prepare(self) -> None:
         """
@@ -151,8 +154,16 @@ class BrokerService(service.Service):
             config["plugin.paths"],
             config["plugin.load.failure.policy"],
         )
+        configuredClusterId = config["cluster.id"]
+        if config["zookeeper.connect"]:
+            self.cluster = makeCluster(config, self.broker)
+            # The cluster's id is ZooKeeper's; a data directory of another
+            # cluster is refused (Kafka's InconsistentClusterIdException).
+            configuredClusterId = self.cluster.connect(
+                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+            )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs, config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, configuredClusterId
         )
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
@@ -168,6 +179,8 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager
         )
+        if self.cluster is not None:
+            startCluster(self.cluster, self.broker, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -310,8 +323,16 @@ class BrokerService(service.Service):
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
+        if self.cluster is not None and self.config["controlled.shutdown.enable"]:
+            # Leaders move away while this broker still serves (its
+            # followers fetch the last records from it).
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config
+            )
         if self.server is not None:
             yield self.server.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

@@ -44,13 +44,14 @@ from kafkatwist.cluster.image import ClusterImage, freeze
 from kafkatwist.cluster.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
+from kafkatwist.startup import StartupError
 
 log = Logger()
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-class ClusterStartError(RuntimeError):
+class ClusterStartError(StartupError):
     """
     The broker cannot join the cluster (ZooKeeper unreachable, its id taken).
     """
