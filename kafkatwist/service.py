@@ -179,8 +179,6 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager
         )
-        if self.cluster is not None:
-            startCluster(self.cluster, self.broker, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -219,6 +217,10 @@ class BrokerService(service.Service):
         super().startService()
         if self.server is None:
             self.prepare()
+        if self.cluster is not None:
+            # Here, not in prepare(): kazoo's threads must be started in the
+            # process that serves (twistd daemonizes in between).
+            startCluster(self.cluster, self.broker, self.logManager)
         self.server.start()
         ports = self.server.boundPorts()
         for listener in self.config.listeners:

@@ -109,47 +109,60 @@ class ClusterService:
         self._clusterId: str | None = None
         self._clusterIdWasStored = False
         self._stopping = False
+        self._started = False
         self._sessionId = None
 
     # -- start and stop (caller's thread) --------------------------------------------
 
     def connect(self, localClusterId=None) -> str:
         """
-        Open the ZooKeeper session and read (or first write) the cluster id.
-        Blocking: start-up only, before the reactor runs.
+        Check ZooKeeper, create the cluster's persistent paths, and read (or
+        first write) the cluster id, with a session of its own that is
+        closed again: this runs before twistd daemonizes, and threads (kazoo's,
+        the owner) do not survive the fork.  L{start} opens the session
+        that lasts.  Blocking: start-up only.
 
         @param localClusterId: callable giving an id to store when ZooKeeper
             has none yet (this broker's C{meta.properties} one).
         @return: the cluster id.
         @raise ClusterStartError: ZooKeeper cannot be reached.
         """
+        self._ensureChroot()
+        zk = self._kazooFactory(hosts=self.config["zookeeper.connect"], timeout=self.sessionTimeoutMs / 1000.0)
+        self._startSession(zk)
+        try:
+            for path in Z.PERSISTENT_PATHS:
+                zk.ensure_path(path)
+            try:
+                data, _ = zk.get(Z.CLUSTER_ID)
+                self._clusterId = Z.decodeClusterId(data)
+                self._clusterIdWasStored = True
+            except NoNodeError:
+                clusterId = localClusterId() if localClusterId is not None else _newClusterId()
+                try:
+                    zk.create(Z.CLUSTER_ID, Z.encodeClusterId(clusterId), makepath=True)
+                    self._clusterId = clusterId
+                except NodeExistsError:
+                    data, _ = zk.get(Z.CLUSTER_ID)
+                    self._clusterId = Z.decodeClusterId(data)
+                    self._clusterIdWasStored = True
+        except (KazooException, Z.ZkDataError) as e:
+            raise ClusterStartError(f"ZooKeeper at {self.config['zookeeper.connect']}: {e}") from None
+        finally:
+            zk.stop()
+            zk.close()
+        return self._clusterId
+
+    def _startSession(self, zk) -> None:
         timeout = (self.config["zookeeper.connection.timeout.ms"] or self.sessionTimeoutMs) / 1000.0
         try:
-            self._ensureChroot(timeout)
-            self.zk.start(timeout=timeout)
+            zk.start(timeout=timeout)
         except Exception as e:
             raise ClusterStartError(
                 f"cannot reach ZooKeeper at {self.config['zookeeper.connect']}: {e or type(e).__name__}"
             ) from None
-        self.zk.add_listener(self._sessionChanged)
-        for path in Z.PERSISTENT_PATHS:
-            self.zk.ensure_path(path)
-        try:
-            data, _ = self.zk.get(Z.CLUSTER_ID)
-            self._clusterId = Z.decodeClusterId(data)
-            self._clusterIdWasStored = True
-        except NoNodeError:
-            clusterId = localClusterId() if localClusterId is not None else _newClusterId()
-            try:
-                self.zk.create(Z.CLUSTER_ID, Z.encodeClusterId(clusterId), makepath=True)
-                self._clusterId = clusterId
-            except NodeExistsError:
-                data, _ = self.zk.get(Z.CLUSTER_ID)
-                self._clusterId = Z.decodeClusterId(data)
-                self._clusterIdWasStored = True
-        return self._clusterId
 
-    def _ensureChroot(self, timeout: float) -> None:
+    def _ensureChroot(self) -> None:
         """
         Create C{zookeeper.connect}'s chroot if missing, as Kafka does.
         """
@@ -157,7 +170,7 @@ class ClusterService:
         if not slash or not chroot.strip("/"):
             return
         bare = self._kazooFactory(hosts=hosts, timeout=self.sessionTimeoutMs / 1000.0)
-        bare.start(timeout=timeout)
+        self._startSession(bare)
         try:
             bare.ensure_path("/" + chroot.strip("/"))
         finally:
@@ -166,9 +179,16 @@ class ClusterService:
 
     def start(self, timeout: float | None = None) -> None:
         """
-        Register this broker, read the cluster, take part in the controller
-        election.  Blocks until the first image is published.
+        Open the broker's ZooKeeper session, register this broker, read the
+        cluster, take part in the controller election.  Blocks until the
+        first image is published.
+
+        @raise ClusterStartError: ZooKeeper unreachable, or this id held by
+            another live session.
         """
+        self._startSession(self.zk)
+        self.zk.add_listener(self._sessionChanged)
+        self._started = True
         self.owner.start()
         wait = timeout if timeout is not None else 1.5 * self.sessionTimeoutMs / 1000.0 + 10
         self.owner.call(self._register, wait, timeout=wait + 5)
@@ -212,6 +232,8 @@ class ClusterService:
         controller znode, if this broker held it) vanish at once.
         """
         self._stopping = True
+        if not self._started:
+            return
         try:
             self.owner.call(self._resign, timeout=5)
         except Exception:

@@ -160,7 +160,7 @@ def test_offline_partition_waits_for_its_isr(cluster):
     # It returns: elected again, cleanly.
     b2 = cluster(2)
     waitUntil(lambda: a.image.leader("solo", 0) == 2, what="broker 2 back as leader")
-    assert b2.replicas.roles[("solo", 0)][0] == "leader"
+    waitUntil(lambda: b2.replicas.roles.get(("solo", 0), ("",))[0] == "leader", what="told it leads")
 
 
 def test_unclean_election(cluster):
@@ -206,7 +206,7 @@ def test_preferred_election_and_controlled_shutdown(cluster):
     results = call(a.service.electLeaders, PREFERRED, None)[0]
     assert [(t, p, code) for t, p, code, _ in results] == [("p", 0, ErrorCode.none)]
     waitUntil(lambda: a.image.leader("p", 0) == 2, what="preferred leader back")
-    assert b2.replicas.roles[("p", 0)][0] == "leader"
+    waitUntil(lambda: b2.replicas.roles[("p", 0)][0] == "leader", what="broker 2 told it leads")
 
 
 def test_delete_topic(cluster):
