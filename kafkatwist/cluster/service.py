@@ -288,6 +288,37 @@ class ClusterService:
         self._settle()
         onDone(stat.version, None)
 
+    # -- producer ids (any thread; blocking) -----------------------------------------------
+
+    def reserveProducerIdBlock(self, size: int) -> int:
+        """
+        Reserve the next C{size} producer ids cluster-wide (Kafka's
+        C{/latest_producer_id_block}, written conditionally on its version).
+
+        @return: the first id of the block.
+        @raise KafkaError: ZooKeeper did not answer.
+        """
+        return self.owner.call(self._reserveProducerIdBlock, size)
+
+    def _reserveProducerIdBlock(self, size: int) -> int:
+        for _ in range(100):
+            try:
+                data, stat = self.zk.get(Z.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    self.zk.create(Z.PRODUCER_ID_BLOCK, Z.encodeProducerIdBlock(self.brokerId, 0, size))
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = Z.decodeProducerIdBlockEnd(data) + 1
+            try:
+                self.zk.set(Z.PRODUCER_ID_BLOCK, Z.encodeProducerIdBlock(self.brokerId, start, size),
+                            version=stat.version)
+                return start
+            except BadVersionError:
+                continue  # another broker took that block
+        raise KafkaError(ErrorCode.coordinator_not_available, "no producer id block could be reserved")
+
     # -- admin (any thread; answers on the owner thread) ---------------------------------
 
     def createTopic(self, name: str, assignment: dict, configs: dict, onDone, topicId=None) -> None:

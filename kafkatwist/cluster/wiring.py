@@ -11,6 +11,7 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.cluster.service import ClusterService
+from kafkatwist.plugins.init_producer_id import ProducerIdManager
 
 log = Logger()
 
@@ -43,6 +44,8 @@ def makeCluster(config, broker) -> ClusterService:
     if replicaManager is None:
         replicaManager = RolesOnlyReplicaManager()
     cluster = ClusterService(config, broker.advertisedListeners, replicaManager)
+    # Idempotent and transactional producers' ids, unique over the cluster.
+    cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
     broker.cluster = cluster
     return cluster
 

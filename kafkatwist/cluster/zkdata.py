@@ -22,6 +22,7 @@ ISR_CHANGE = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE + "/isr_change_"
 CONFIG_TOPICS = "/config/topics"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 #: kafkatwist's own: a broker asking the controller to move its leaders away
 #: (Kafka sends a ControlledShutdown request to the controller instead)
 CONTROLLED_SHUTDOWN = "/kafkatwist/controlled_shutdown"
@@ -285,3 +286,22 @@ def decodeClusterId(data: bytes) -> str:
     if not isinstance(clusterId, str):
         raise ZkDataError("cluster id: no id")
     return clusterId
+
+
+def encodeProducerIdBlock(brokerId: int, start: int, size: int) -> bytes:
+    # Kafka's ProducerIdBlockZNode: the last id is inclusive.
+    return _dump({"version": 1, "broker": brokerId, "block_start": str(start),
+                  "block_end": str(start + size - 1)})
+
+
+def decodeProducerIdBlockEnd(data: bytes) -> int:
+    """
+    @return: the last producer id of the latest block (-1: none yet).
+    """
+    if not data:
+        return -1
+    value = _load(data, "latest_producer_id_block")
+    try:
+        return int(value["block_end"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError("latest_producer_id_block: no block_end") from None

@@ -226,3 +226,17 @@ def test_delete_topic(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_producer_id_blocks_are_cluster_wide(cluster):
+    a, b = cluster(1), cluster(2)
+    starts = [a.service.reserveProducerIdBlock(1000), b.service.reserveProducerIdBlock(1000),
+              a.service.reserveProducerIdBlock(10)]
+    assert starts == [0, 1000, 2000]
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        assert Z.decodeProducerIdBlockEnd(zk.get("/latest_producer_id_block")[0]) == 2009
+    finally:
+        zk.stop()
+        zk.close()
