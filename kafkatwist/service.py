@@ -18,7 +18,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
-from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster
+from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster, stopCluster
 from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
@@ -175,9 +175,14 @@ class BrokerService(service.Service):
                 raise
         self.broker.logManager = self.logManager
         self.broker.logCleaner = makeLogCleaner(config, self.logManager)
-        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+        # In a cluster the coordinators start empty and load the partitions
+        # of their internal topic this broker comes to lead.
+        single = self.cluster is None
+        self.broker.groupCoordinator = makeGroupCoordinator(
+            self.broker, config, self.logManager, loadAll=single
+        )
         self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager
+            self.broker, config, self.logManager, loadAll=single
         )
 
     def _bindListeners(self) -> None:
@@ -334,7 +339,7 @@ class BrokerService(service.Service):
         if self.server is not None:
             yield self.server.stop()
         if self.cluster is not None:
-            self.cluster.stop()
+            stopCluster(self.cluster)
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+from kafkatwist.cluster.coordinators import CoordinatorMover
 from kafkatwist.cluster.service import ClusterService
 from kafkatwist.plugins.init_producer_id import ProducerIdManager
 
@@ -43,7 +44,7 @@ def makeCluster(config, broker) -> ClusterService:
     replicaManager = getattr(broker, "replicaManager", None)
     if replicaManager is None:
         replicaManager = RolesOnlyReplicaManager()
-    cluster = ClusterService(config, broker.advertisedListeners, replicaManager)
+    cluster = ClusterService(config, broker.advertisedListeners, CoordinatorMover(replicaManager, broker))
     # Idempotent and transactional producers' ids, unique over the cluster.
     cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
     broker.cluster = cluster
@@ -60,6 +61,7 @@ def startCluster(cluster: ClusterService, broker, logManager) -> None:
     # The broker's advertised listeners carry the bound ports by now.
     cluster.advertisedListeners = list(broker.advertisedListeners)
     cluster.logManager = logManager
+    cluster.replicaManager.start()
     cluster.start()
 
 
@@ -69,3 +71,14 @@ def controlledShutdown(cluster: ClusterService, config) -> None:
     for attempt in range(max(retries, 1)):
         if cluster.controlledShutdown(timeout=max(backoff, 5.0)):
             return
+
+
+def stopCluster(cluster: ClusterService) -> None:
+    """
+    Leave the cluster (the registration goes with the session), then stop
+    the coordinator loader.
+    """
+    cluster.stop()
+    stop = getattr(cluster.replicaManager, "stop", None)
+    if stop is not None:
+        stop()

@@ -170,3 +170,64 @@ def test_controller_and_leader_failover_on_kill_9(cluster):
     # replica again, registered.
     cluster.start(controller)
     waitUntil(lambda: controller in other.list_topics(timeout=10).brokers, what="rejoined")
+
+
+def test_group_coordinator_moves_with_its_partition(cluster):
+    from confluent_kafka import Consumer, Producer
+
+    for i in (1, 2, 3):
+        cluster.start(i)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("events", num_partitions=1, replication_factor=3)],
+                        request_timeout=20)["events"].result()
+    leader = partitions(admin, "events")[0][0]
+    producer = Producer({"bootstrap.servers": cluster.brokers[leader].bootstrap})
+    for i in range(10):
+        producer.produce("events", value=b"%d" % i)
+    assert producer.flush(20) == 0
+
+    def consume(bootstrap, count):
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "movers",
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+        consumer.subscribe(["events"])
+        got = []
+        deadline = time.monotonic() + 40
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+        consumer.close()
+        return got
+
+    assert len(consume(cluster.bootstrap(), 10)) == 10
+    # __consumer_offsets was created on first use, replicated three times.
+    internal = partitions(admin, "__consumer_offsets")
+    assert len(internal) == 3 and all(len(r) == 3 for _, r, _ in internal.values())
+    listed = admin.list_consumer_groups().result(timeout=20)
+    assert "movers" in {g.group_id for g in listed.valid}
+    # The broker leading the group's partition goes: another leads it, and
+    # its coordinator serves the group.
+    from kafkatwist.coordinator.formats import partitionFor
+
+    owner = internal[partitionFor("movers", 3)][0]
+    cluster.brokers[owner].kill()
+    survivors = [i for i in (1, 2, 3) if i != owner]
+    other = cluster.admin(*survivors)
+    waitUntil(lambda: partitions(other, "__consumer_offsets")[partitionFor("movers", 3)][0] in survivors,
+              timeout=30, what="a new leader of the group's partition")
+    if leader == owner:
+        waitUntil(lambda: partitions(other, "events")[0][0] in survivors, timeout=30)
+    # (Records written before may be gone with their broker until the
+    # replicas are replicated: new ones are consumed.)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(*survivors)})
+    for i in range(5):
+        producer.produce("events", value=b"after %d" % i)
+    assert producer.flush(20) == 0
+    assert consume(cluster.bootstrap(*survivors), 1)
+    for i in survivors:
+        log = cluster.brokers[i].output()
+        if f"__consumer_offsets-{partitionFor('movers', 3)} loaded here" in log:
+            break
+    else:
+        raise AssertionError("no surviving broker loaded the group's partition")
