@@ -231,3 +231,32 @@ def test_group_coordinator_moves_with_its_partition(cluster):
             break
     else:
         raise AssertionError("no surviving broker loaded the group's partition")
+
+
+def test_paused_controller_is_deposed_and_rejoins(cluster):
+    import signal
+
+    for i in (1, 2, 3):
+        cluster.start(i)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("p", num_partitions=3, replication_factor=3)],
+                        request_timeout=20)["p"].result()
+    controller = admin.list_topics(timeout=10).controller_id
+    paused = cluster.brokers[controller]
+    survivors = [i for i in (1, 2, 3) if i != controller]
+    other = cluster.admin(*survivors)
+    paused.process.send_signal(signal.SIGSTOP)
+    try:
+        waitUntil(lambda: other.list_topics(timeout=10).controller_id in survivors, timeout=30,
+                  what="a new controller while the old one is paused")
+        waitUntil(lambda: all(l in survivors for l, _, _ in partitions(other, "p").values()),
+                  timeout=30, what="leaders off the paused broker")
+    finally:
+        paused.process.send_signal(signal.SIGCONT)
+    # Woken, it finds its session gone: it registers again and follows the
+    # new controller instead of acting as one.
+    waitUntil(lambda: controller in other.list_topics(timeout=10).brokers, timeout=30, what="re-registered")
+    md = cluster.admin(controller).list_topics(timeout=10)
+    assert md.controller_id in survivors
+    assert "New ZooKeeper session" in paused.output()
