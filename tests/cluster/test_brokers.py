@@ -260,3 +260,53 @@ def test_paused_controller_is_deposed_and_rejoins(cluster):
     md = cluster.admin(controller).list_topics(timeout=10)
     assert md.controller_id in survivors
     assert "New ZooKeeper session" in paused.output()
+
+
+def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
+    from confluent_kafka import ElectionType, TopicPartition
+
+    for i in (1, 2, 3):
+        cluster.start(i, **{"auto.leader.rebalance.enable": "false"})
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("e", num_partitions=3, replication_factor=3)],
+                        request_timeout=20)["e"].result()
+    before = partitions(admin, "e")
+    # A clean stop of a preferred leader: its partitions move away ...
+    victim = before[0][1][0]
+    cluster.brokers[victim].stop()
+    others = [i for i in (1, 2, 3) if i != victim]
+    other = cluster.admin(*others)
+    waitUntil(lambda: all(l != victim for l, _, _ in partitions(other, "e").values()))
+    cluster.start(victim)
+    waitUntil(lambda: victim in other.list_topics(timeout=10).brokers)
+    # ... and stay away (no automatic rebalance here), until ElectLeaders.
+    # (Without replication the returning broker is not back in the ISR by
+    # itself: put it back as its leader would.)
+    import json
+
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import BadVersionError
+
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        for p in range(3):
+            path = f"/brokers/topics/e/partitions/{p}/state"
+            data, stat = zk.get(path)
+            state = json.loads(data)
+            if victim not in state["isr"]:
+                state["isr"].append(victim)
+                try:
+                    zk.set(path, json.dumps(state).encode(), version=stat.version)
+                except BadVersionError:
+                    pass  # its leader did (replication)
+    finally:
+        zk.stop()
+        zk.close()
+    waitUntil(lambda: all(victim in isr for _, _, isr in partitions(admin, "e").values()))
+    assert partitions(admin, "e")[0][0] != victim
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("e", p) for p in range(3)]).result(timeout=20)
+    assert all(error is None or "ELECTION_NOT_NEEDED" in str(error) for error in result.values())
+    waitUntil(lambda: all(leader == replicas[0] for leader, replicas, _ in partitions(admin, "e").values()),
+              what="preferred leaders back")
