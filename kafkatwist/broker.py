@@ -41,6 +41,9 @@ class Broker:
         self.replicaManager = None
         self.groupCoordinator = None
         self.transactionCoordinator = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with
+        #: zookeeper.connect, else None (a cluster of one)
+        self.cluster = None
         self.logCleaner = None
         self.authorizer = None
         #: read from the data directory once the service holds its lock

@@ -197,6 +197,11 @@ class IBroker(Interface):
         "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
         " or C{None} before it exists."
     )
+    cluster = Attribute(
+        "With C{zookeeper.connect}: the L{kafkatwist.cluster.service.ClusterService} (its "
+        "C{image}, a L{kafkatwist.cluster.image.ClusterImage}, is what Metadata and the admin "
+        "APIs answer from); C{None} for a broker that is a cluster of one."
+    )
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
     authorizer = Attribute("The L{IAuthorizer}, or C{None} when none is configured (everything allowed).")
     scramCredentials = Attribute(

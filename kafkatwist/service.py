@@ -18,6 +18,8 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster, stopCluster
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
     stopTransactionCoordinator,
@@ -121,6 +123,8 @@ class BrokerService(service.Service):
         self._periodic: list = []
         self._metricsPort = None
         self._dirLock: DataDirLock | None = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
+        self.cluster = None
 
     def prepare(self) -> None:
         """
@@ -160,8 +164,16 @@ class BrokerService(service.Service):
             config["plugin.paths"],
             config["plugin.load.failure.policy"],
         )
+        configuredClusterId = config["cluster.id"]
+        if config["zookeeper.connect"]:
+            self.cluster = makeCluster(config, self.broker)
+            # The cluster's id is ZooKeeper's; a data directory of another
+            # cluster is refused (Kafka's InconsistentClusterIdException).
+            configuredClusterId = self.cluster.connect(
+                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+            )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs, config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, configuredClusterId
         )
         # The dynamic broker configs stored by earlier runs: what is built
         # from here on reads them; what was built before the directory was
@@ -184,9 +196,14 @@ class BrokerService(service.Service):
                 raise
         self.broker.logManager = self.logManager
         self.broker.logCleaner = makeLogCleaner(config, self.logManager)
-        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+        # In a cluster the coordinators start empty and load the partitions
+        # of their internal topic this broker comes to lead.
+        single = self.cluster is None
+        self.broker.groupCoordinator = makeGroupCoordinator(
+            self.broker, config, self.logManager, loadAll=single
+        )
         self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager
+            self.broker, config, self.logManager, loadAll=single
         )
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)
@@ -229,6 +246,10 @@ class BrokerService(service.Service):
         super().startService()
         if self.server is None:
             self.prepare()
+        if self.cluster is not None:
+            # Here, not in prepare(): kazoo's threads must be started in the
+            # process that serves (twistd daemonizes in between).
+            startCluster(self.cluster, self.broker, self.logManager)
         self.server.start()
         ports = self.server.boundPorts()
         for listener in self.config.listeners:
@@ -336,8 +357,16 @@ class BrokerService(service.Service):
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
+        if self.cluster is not None and self.config["controlled.shutdown.enable"]:
+            # Leaders move away while this broker still serves (its
+            # followers fetch the last records from it).
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config
+            )
         if self.server is not None:
             yield self.server.stop()
+        if self.cluster is not None:
+            stopCluster(self.cluster)
         replicaManager = getattr(self.broker, "replicaManager", None)
         if replicaManager is not None:
             # Fetchers stopped and high watermarks written before the logs

@@ -6,7 +6,10 @@ where Kafka puts it; then, with the ACLs Kafka requires, that refusal must be
 gone.  Requests and responses go through the wire codec.
 """
 
+
 from __future__ import annotations
+
+import datetime
 
 import uuid
 from dataclasses import dataclass, field
@@ -410,6 +413,10 @@ CASES = [
          lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.DELETE)]),
     Case("DescribeLogDirs", 35, 4, dict(topics=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
+    Case("ElectLeaders", 43, 2,
+         dict(election_type=0, topic_partitions=(n(43, 2, "TopicPartitions", topic=TOPIC_OK, partitions=(0,)),),
+              timeout=datetime.timedelta(seconds=1)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER)]),
     Case("DescribeUserScramCredentials", 50, 0, dict(users=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("AlterUserScramCredentials", 51, 0,
