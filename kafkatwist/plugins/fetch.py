@@ -87,7 +87,6 @@ class FetchHandler(Handler):
         # would otherwise never end it.  Clients never notice: their
         # request timeouts are shorter still.
         self.maxWaitMs = broker.config["connections.max.idle.ms"]
-
         self.sessions = broker.fetchSessions
 
     def handle(self, context, request):
