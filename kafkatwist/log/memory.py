@@ -62,6 +62,10 @@ class MemorySegment(Segment):
     def sync(self, indexes: bool = False) -> None:
         pass
 
+    def truncateTo(self, size: int) -> None:
+        del self.data[size:]
+        self.size = size
+
     def delete(self) -> None:
         self.deleted = True
 
@@ -89,8 +93,11 @@ class MemoryPartitionLog(PartitionLog):
     def _newSegment(self, baseOffset: int, nowMs: int) -> MemorySegment:
         return MemorySegment(baseOffset, nowMs)
 
-    def _installCleaned(self, cleaned: MemorySegment, old: list) -> MemorySegment:
-        entries = [e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries]
+    def _installCleaned(self, cleaned: MemorySegment, old: list, goneAborted=frozenset()) -> MemorySegment:
+        entries = [
+            e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries
+            if (e.producerId, e.lastOffset) not in goneAborted
+        ]
         if entries:
             self.txnIndexOf(cleaned).replace(entries)
         for segment in old:

@@ -42,11 +42,15 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
-from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
 SESSIONS_FROM = 7
+#: a follower fetch refused CLUSTER_ACTION: every partition answers
+#: TOPIC_AUTHORIZATION_FAILED
+REFUSED_REPLICA = -1000
 
 
 class _Wanted:
@@ -91,14 +95,21 @@ class FetchHandler(Handler):
 
     def handle(self, context, request):
         version = context.apiVersion
+        replicaId = _replicaId(request, version)
+        if replicaId >= 0 and not self.allowed(
+            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ):
+            # Kafka's answer to a follower fetch without CLUSTER_ACTION.
+            replicaId = REFUSED_REPLICA
+        epochs = _leaderEpochs(version, request)
         if version >= SESSIONS_FROM and (
             request.session_id != INVALID_SESSION_ID or request.session_epoch != FINAL_EPOCH
         ):
-            return self._sessionFetch(context, request, version)
-        plan = self._plan(version, _entries(version, request), context)
-        return self._fetch(context, request, version, plan)
+            return self._sessionFetch(context, request, version, replicaId, epochs)
+        plan = self._plan(version, _entries(version, request), context, replicaId, epochs)
+        return self._fetch(context, request, version, plan, replicaId)
 
-    def _fetch(self, context, request, version, plan, session=None, pending=None):
+    def _fetch(self, context, request, version, plan, replicaId, session=None, pending=None):
         """
         Read C{plan} and answer, now or once C{min_bytes} arrived.  With a
         L{FetchContext} the answer goes to C{pending} through the sessions'
@@ -108,7 +119,10 @@ class FetchHandler(Handler):
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED
-        topics, total, errors = self._read(plan, maxBytes, readCommitted)
+        fromFollower = replicaId >= 0
+        if fromFollower:
+            self._recordFollower(replicaId, plan)
+        topics, total, errors = self._read(plan, maxBytes, readCommitted, fromFollower)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
             if session is None:
@@ -119,7 +133,8 @@ class FetchHandler(Handler):
         if pending is None:
             pending = context.respondLater()
         operation = DelayedFetch(
-            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending, session
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending, session,
+            fromFollower,
         )
         self.broker.fetchPurgatory.tryCompleteElseWatch(
             operation,
@@ -128,7 +143,7 @@ class FetchHandler(Handler):
         )
         return pending.deferred
 
-    def _sessionFetch(self, context, request, version):
+    def _sessionFetch(self, context, request, version, replicaId, epochs):
         pending = context.respondLater()
 
         def opened(session):
@@ -140,8 +155,8 @@ class FetchHandler(Handler):
                         encodeFetchResponse(version, [], session.errorCode, INVALID_SESSION_ID)
                     )
                 else:
-                    plan = self._plan(version, session.entries, context)
-                    self._fetch(context, request, version, plan, session, pending)
+                    plan = self._plan(version, session.entries, context, replicaId, epochs)
+                    self._fetch(context, request, version, plan, replicaId, session, pending)
             except Exception:
                 pending.complete(Failure())
 
@@ -151,7 +166,7 @@ class FetchHandler(Handler):
             forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
         self.sessions.open(
             _nowMs(context.clock), request.session_id, request.session_epoch,
-            version >= TOPIC_IDS_FROM, _replicaId(request, version) >= 0, _entries(version, request),
+            version >= TOPIC_IDS_FROM, replicaId >= 0, _entries(version, request),
             forgotten, opened,
         )
         return pending.deferred
@@ -180,16 +195,35 @@ class FetchHandler(Handler):
 
         self.sessions.respond(_nowMs(clock), session, results, chosen)
 
+    def _recordFollower(self, replicaId, plan) -> None:
+        """
+        Tell the replica manager how far the follower got: its fetch offset
+        is its log end.
+        """
+        replicaManager = self.broker.replicaManager
+        if replicaManager is None:
+            return
+        fetched = [
+            (w.key, w.offset, w.log.logEndOffset)
+            for _, wanted in plan for w in wanted if w.log is not None
+        ]
+        if fetched:
+            replicaManager.recordFollowerFetch(replicaId, fetched)
+
     @staticmethod
     def _encode(version, plan, topics):
         if version <= LEGACY_MAX_VERSION:
             return encodeDownConverted(version, plan, topics)
         return encodeFetchResponse(version, topics)
 
-    def _plan(self, version, entries, context) -> list[tuple[object, list[_Wanted]]]:
+    def _plan(
+        self, version, entries, context, replicaId=-1, epochs=None
+    ) -> list[tuple[object, list[_Wanted]]]:
         """
         @param entries: C{(topic key, partition, fetch offset, max bytes)};
             runs of one topic become one topic of the answer.
+        @param epochs: C{{(topic key, partition): current leader epoch}} for
+            the partitions a client named one for (KIP-320), or C{None}.
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
@@ -209,8 +243,9 @@ class FetchHandler(Handler):
                 else:
                     name = topicKey
                     missing = ErrorCode.unknown_topic_or_partition
-                if (
+                if replicaId == REFUSED_REPLICA or (
                     authorizer is not None
+                    and replicaId < 0
                     and name is not None
                     and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
                 ):
@@ -219,6 +254,14 @@ class FetchHandler(Handler):
                 wanted = []
                 plan.append((topicKey, wanted))
             log = logManager.getLog(name, partition) if name is not None else None
+            error = None if log is not None else missing
+            if log is not None:
+                # KIP-320 fencing and leadership: two attribute reads.
+                epoch = NO_EPOCH if epochs is None else epochs.get((topicKey, partition), NO_EPOCH)
+                if epoch != NO_EPOCH or not log.isLeader:
+                    error = checkReplica(log, epoch)
+                    if error is not None:
+                        log = None
             wanted.append(
                 _Wanted(
                     topicKey,
@@ -227,13 +270,13 @@ class FetchHandler(Handler):
                     offset,
                     partitionMaxBytes,
                     log,
-                    None if log is not None else missing,
+                    error,
                 )
             )
         return plan
 
     @staticmethod
-    def _read(plan, maxBytes, readCommitted):
+    def _read(plan, maxBytes, readCommitted, fromFollower=False):
         """
         Read every partition, Kafka's way: each partition up to its own
         limit and what is left of the response's; the first partition with
@@ -268,7 +311,8 @@ class FetchHandler(Handler):
                     continue
                 try:
                     info = log.read(
-                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted
+                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted,
+                        fromFollower,
                     )
                 except KafkaError as e:
                     partitions.append(
@@ -314,11 +358,15 @@ class DelayedFetch(DelayedOperation):
     """
 
     def __init__(
-        self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending, session=None
+        self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending, session=None,
+        fromFollower=False,
     ):
         super().__init__(clock)
         #: the L{FetchContext} of a request with a session, else C{None}
         self.session = session
+        #: a follower's fetch reads to the log end, a consumer's to the
+        #: high watermark
+        self.fromFollower = fromFollower
         self.handler = handler
         self.version = version
         self.plan = plan
@@ -340,9 +388,15 @@ class DelayedFetch(DelayedOperation):
                 for _, wanted in self.plan
                 for w in wanted
             )
-        else:
+        elif self.fromFollower:
             readable = any(
                 w.log is not None and w.log.logEndOffset > w.offset
+                for _, wanted in self.plan
+                for w in wanted
+            )
+        else:
+            readable = any(
+                w.log is not None and w.log.highWatermark > w.offset
                 for _, wanted in self.plan
                 for w in wanted
             )
@@ -350,7 +404,9 @@ class DelayedFetch(DelayedOperation):
             return False
         if self.minBytes <= 1:
             return self.forceComplete()
-        topics, total, errors = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        topics, total, errors = FetchHandler._read(
+            self.plan, self.maxBytes, self.readCommitted, self.fromFollower
+        )
         if total >= self.minBytes or errors:
             self._ready = topics
             if self.forceComplete():
@@ -376,16 +432,17 @@ class DelayedFetch(DelayedOperation):
                     partitions.append(PartitionData(w.partition, w.error))
                     continue
                 end = log.logEndOffset
+                hw = log.highWatermark
                 stable = log.lastStableOffset
                 # At the end (read_committed: at the last stable offset,
-                # which may be below the end).
-                if w.offset != (stable if self.readCommitted else end) or (
-                    w.offset < log.logStartOffset
-                ):
+                # which may be below the end; a consumer: at the high
+                # watermark).
+                limit = stable if self.readCommitted else end if self.fromFollower else hw
+                if w.offset != limit or w.offset < log.logStartOffset:
                     return False
                 partitions.append(
                     PartitionData(
-                        w.partition, ErrorCode.none, end, stable, log.logStartOffset,
+                        w.partition, ErrorCode.none, hw, stable, log.logStartOffset,
                         b"", aborted,
                     )
                 )
@@ -419,7 +476,9 @@ class DelayedFetch(DelayedOperation):
                         w.log = logManager.getLog(*w.key)
                         if w.log is None:
                             w.error = ErrorCode.unknown_topic_or_partition
-            topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+            topics, _, _ = FetchHandler._read(
+                self.plan, self.maxBytes, self.readCommitted, self.fromFollower
+            )
         return topics
 
 
@@ -468,6 +527,23 @@ def _replicaId(request, version: int) -> int:
         state = getattr(request, "replica_state", None)
         return state.replica_id if state is not None else -1
     return getattr(request, "replica_id", -1)
+
+
+def _leaderEpochs(version, request) -> dict | None:
+    """
+    The current leader epochs a client named (Fetch v9+, KIP-320), or
+    C{None} when it named none (the usual case: nothing to look up).
+    """
+    if version < 9:
+        return None
+    key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
+    epochs = {
+        (getattr(t, key), p.partition): p.current_leader_epoch
+        for t in request.topics
+        for p in t.partitions
+        if p.current_leader_epoch != NO_EPOCH
+    }
+    return epochs or None
 
 
 def _nowMs(clock) -> int:

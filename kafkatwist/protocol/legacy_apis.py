@@ -278,6 +278,37 @@ _WRITE_TXN_MARKERS_RESPONSE_V0 = response("WriteTxnMarkersResponse", 27, 0, [
 ])
 
 
+# -- OffsetForLeaderEpoch (23) v0-1 --------------------------------------------
+# v2 adds current_leader_epoch (KIP-320) and throttle_time, v3 replica_id;
+# before them the asker is a follower or an admin tool, never fenced.
+
+_OFFSET_FOR_LEADER_EPOCH_REQUEST_V0 = request(
+    "OffsetForLeaderEpochRequest", 23, 0, [
+        ("topics", [("OffsetForLeaderTopic", [
+            ("topic", "string"),
+            ("partitions", [("OffsetForLeaderPartition", [
+                ("partition", "int32"),
+                ("leader_epoch", "int32"),
+            ], {"current_leader_epoch": -1})]),
+        ])]),
+    ],
+    replica_id=-2,
+)
+
+
+def _offsetForLeaderEpochResponse(version: int) -> type:
+    fields = [("error_code", "error_code"), ("partition", "int32")]
+    if version >= 1:
+        fields.append(("leader_epoch", "int32"))
+    fields.append(("end_offset", "int64"))
+    return response("OffsetForLeaderEpochResponse", 23, version, [
+        ("topics", [("OffsetForLeaderTopicResult", [
+            ("topic", "string"),
+            ("partitions", [("EpochEndOffset", fields)]),
+        ])]),
+    ])
+
+
 #: ApiKey -> version -> (request class, response class)
 LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     0: {v: (PRODUCE_REQUESTS[v], PRODUCE_RESPONSES[v]) for v in PRODUCE_REQUESTS},
@@ -295,5 +326,8 @@ LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     31: {0: (_DELETE_ACLS_REQUEST_V0, _DELETE_ACLS_RESPONSE_V0)},
     27: {0: (_WRITE_TXN_MARKERS_REQUEST_V0, _WRITE_TXN_MARKERS_RESPONSE_V0)},
     32: {0: (_DESCRIBE_CONFIGS_REQUEST_V0, _DESCRIBE_CONFIGS_RESPONSE_V0)},
+    23: {
+        v: (_OFFSET_FOR_LEADER_EPOCH_REQUEST_V0, _offsetForLeaderEpochResponse(v)) for v in (0, 1)
+    },
     35: {0: (DescribeLogDirsRequestV1, DescribeLogDirsResponseV1)},
 }

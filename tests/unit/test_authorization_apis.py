@@ -6,7 +6,10 @@ where Kafka puts it; then, with the ACLs Kafka requires, that refusal must be
 gone.  Requests and responses go through the wire codec.
 """
 
+
 from __future__ import annotations
+
+import datetime
 
 import uuid
 from dataclasses import dataclass, field
@@ -77,6 +80,7 @@ class Broker:
     topicBytes: TopicBytes = field(default_factory=TopicBytes)
     scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
     advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
+    dynamicConfig: object = None
 
     def advertisedListenerFor(self, name):
         return self.advertisedListeners[0]
@@ -105,6 +109,9 @@ def broker(tmp_path):
         StandardAuthorizer(None, superUsers={"User:admin"}),
         clock=clock,
     )
+    from kafkatwist.dynamicconfig import DynamicBrokerConfig
+
+    broker.dynamicConfig = DynamicBrokerConfig(config, None)
     registry = HandlerRegistry(discoverPlugins())
     registry.build(broker)
     broker.handlers = registry.handlers
@@ -186,6 +193,11 @@ CASES = [
     Case("ListOffsets", 2, 7,
          dict(replica_id=-1, isolation_level=0, topics=(n(2, 7, "ListOffsetsTopic", name=TOPIC_OK, partitions=(
              n(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.topic_authorization_failed, [(T, TOPIC_OK, Op.DESCRIBE)]),
+    Case("OffsetForLeaderEpoch", 23, 4,
+         dict(replica_id=-1, topics=(n(23, 4, "OffsetForLeaderTopic", topic=TOPIC_OK, partitions=(
+             n(23, 4, "OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),)),)),
          lambda r: r.topics[0].partitions[0].error_code,
          E.topic_authorization_failed, [(T, TOPIC_OK, Op.DESCRIBE)]),
     Case("Metadata", 3, 12,
@@ -401,6 +413,10 @@ CASES = [
          lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.DELETE)]),
     Case("DescribeLogDirs", 35, 4, dict(topics=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
+    Case("ElectLeaders", 43, 2,
+         dict(election_type=0, topic_partitions=(n(43, 2, "TopicPartitions", topic=TOPIC_OK, partitions=(0,)),),
+              timeout=datetime.timedelta(seconds=1)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER)]),
     Case("DescribeUserScramCredentials", 50, 0, dict(users=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("AlterUserScramCredentials", 51, 0,
