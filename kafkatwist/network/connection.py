@@ -87,9 +87,12 @@ class RequestContext:
     TLS principal is the one known once the handshake completed).
     """
 
-    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId", "pending")
+    __slots__ = (
+        "_connection", "apiKey", "apiVersion", "correlationId", "clientId", "pending", "size",
+        "throttleMs",
+    )
 
-    def __init__(self, connection: "KafkaConnection", header) -> None:
+    def __init__(self, connection: "KafkaConnection", header, size: int = 0) -> None:
         self._connection = connection
         self.apiKey = header.apiKey
         self.apiVersion = header.apiVersion
@@ -97,6 +100,12 @@ class RequestContext:
         self.clientId = header.clientId
         #: the L{PendingResponse} once C{respondLater} was called
         self.pending = None
+        #: the request's size on the wire (its frame and size prefix)
+        self.size = size
+        #: how long the connection is throttled once the response is sent
+        #: (client quotas): set by the handler thread, carried to the
+        #: Processor with the response, which alone acts on it
+        self.throttleMs = 0
 
     connectionId = property(lambda self: self._connection.connectionId)
     listenerName = property(lambda self: self._connection.listenerName)
@@ -165,6 +174,8 @@ class KafkaConnection(Protocol):
     _pickedUpAt = 0.0
     _readsGrown = False
     _abortCall = None
+    #: the client-quota throttle in progress (a delayed call), if any
+    _throttleCall = None
 
     def __init__(self, owner, listenerName: str, index: int = 0, *, securityProtocol: str | None = None,
                  sasl=None) -> None:
@@ -239,6 +250,9 @@ class KafkaConnection(Protocol):
         if self._abortCall is not None and self._abortCall.active():
             self._abortCall.cancel()
         self._abortCall = None
+        if self._throttleCall is not None and self._throttleCall.active():
+            self._throttleCall.cancel()
+        self._throttleCall = None
         self._dropChunks()
         self._buffer = bytearray()
         if self.closeReason is None:
@@ -284,7 +298,7 @@ class KafkaConnection(Protocol):
 
     def _takeRequests(self) -> None:
         buffer = self._buffer
-        while not self._inflight and not self._closing and not self._muted:
+        while not self._inflight and not self._closing and not self._muted and self._throttleCall is None:
             if self._frameSize < 0:
                 if len(buffer) < 4:
                     return
@@ -379,12 +393,15 @@ class KafkaConnection(Protocol):
                 self.close(refusal)
                 return
         self._inflight = True
-        request = Request(self.owner, self, RequestContext(self, header), header, frame, memory)
+        request = Request(
+            self.owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory
+        )
         self.owner.submit(request)
 
     def _updateReading(self) -> None:
         pause = (
             self._muted
+            or self._throttleCall is not None
             or self._waitingForMemory
             or self._writePaused
             or (self._inflight and len(self._buffer) > 0)
@@ -500,6 +517,11 @@ class KafkaConnection(Protocol):
         self._inflight = False
         request, self._sending = self._sending, None
         self.owner.responseSent(self, request, self._pickedUpAt)
+        throttleMs = getattr(request.context, "throttleMs", 0) if request is not None else 0
+        if throttleMs > 0 and not self.closed:
+            # A client over its quota: read nothing more from it for that
+            # long (Kafka mutes the channel once the response is sent).
+            self._throttleCall = self.owner.clock.callLater(throttleMs / 1000.0, self._unthrottle)
         sasl = self.sasl
         if sasl is not None and sasl.failed:
             # The refusal is on its way; Kafka closes the connection after it.
@@ -508,6 +530,19 @@ class KafkaConnection(Protocol):
         if self._buffer:
             self._takeRequests()
         self._updateReading()
+
+    def _unthrottle(self) -> None:
+        self._throttleCall = None
+        if self.closed:
+            return
+        self.lastActive = self._seconds()
+        if self._buffer and not self._inflight:
+            self._takeRequests()
+        self._updateReading()
+
+    @property
+    def throttled(self) -> bool:
+        return self._throttleCall is not None
 
     def _dropChunks(self) -> None:
         closeRegions(self._chunks)

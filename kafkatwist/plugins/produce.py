@@ -47,6 +47,7 @@ from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, MAGIC_AT, TRAN
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
+from kafkatwist.quota.manager import addThrottle
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
@@ -168,11 +169,17 @@ class ProduceHandler(Handler):
                             )
                         )
             results.append((name, partitions))
+        quotas = getattr(self.broker, "clientQuotas", None)
+        throttleMs = 0
+        if quotas is not None:
+            # producer_byte_rate counts the whole request, as Kafka's does.
+            throttleMs = addThrottle(context, quotas.produced(context, getattr(context, "size", 0)))
         if request.acks == 0:
-            # Nothing is sent back; the connection unmutes at once.
+            # Nothing is sent back; the connection unmutes at once (or once
+            # a quota's throttle has passed).
             return None
         if type(request) is ProduceRequest:
-            return encodeProduceResponse(version, results)
+            return encodeProduceResponse(version, results, throttleMs)
         return self._response(version, results)
 
     def _transactional(self, context, request, producer, wake, account):
