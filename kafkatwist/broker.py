@@ -10,6 +10,7 @@ import threading
 from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
@@ -34,8 +35,17 @@ class Broker:
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
+        self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
+        #: acks=all produces waiting for their ISR (kafkatwist.replication)
+        self.producePurgatory = Purgatory("Produce", reaper=self.callInHandlerThread)
+        #: the L{IReplicaManager}; C{None} until the service builds it
+        #: (handlers then treat every log as a lone leader)
+        self.replicaManager = None
         self.groupCoordinator = None
         self.transactionCoordinator = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with
+        #: zookeeper.connect, else None (a cluster of one)
+        self.cluster = None
         self.logCleaner = None
         self.authorizer = None
         #: read from the data directory once the service holds its lock
@@ -68,6 +78,14 @@ class Broker:
             f(*args)
         else:
             call(f, *args)
+
+    def wakePartition(self, key) -> None:
+        """
+        Re-check what waits on partition C{key}: acks=all produces and
+        fetches (its high watermark or leadership changed).
+        """
+        self.producePurgatory.checkAndComplete(key)
+        self.fetchPurgatory.checkAndComplete(key)
 
     def advertisedListenerFor(self, listenerName: str):
         """

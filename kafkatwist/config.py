@@ -430,7 +430,7 @@ KEYS: dict[str, Key] = {
     k.name: k
     for k in [
         Key("node.id", _int(0), "1", "This broker's id."),
-        Key("broker.id", _int(-1), None, "Old name of node.id."),
+        Key("broker.id", _int(-1), None, "Old name of node.id (ZooKeeper-mode Kafka's); either may be set."),
         Key("cluster.id", _optionalString, None, "Cluster id; generated and kept in meta.properties when unset."),
         Key("listeners", _string, "PLAINTEXT://127.0.0.1:9092", "Where to listen: NAME://host:port, comma separated."),
         Key("advertised.listeners", _optionalString, None, "What clients are told to connect to; defaults to listeners."),
@@ -450,6 +450,8 @@ KEYS: dict[str, Key] = {
         Key("socket.send.buffer.bytes", _int(-1), "102400", "SO_SNDBUF (-1: OS default)."),
         Key("socket.receive.buffer.bytes", _int(-1), "102400", "SO_RCVBUF (-1: OS default)."),
         Key("connections.max.idle.ms", _long(1), "600000", "Idle connections are closed after this."),
+        Key("max.incremental.fetch.session.cache.slots", _int(0), "1000",
+            "Incremental fetch sessions (KIP-227) the broker keeps; 0: none."),
         Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all.", update=CLUSTER_WIDE),
         Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address.", update=CLUSTER_WIDE),
         Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key.", update=PER_BROKER),
@@ -489,7 +491,40 @@ KEYS: dict[str, Key] = {
         Key("max.partitions.per.request", _int(1), "10000",
             "Partitions one CreateTopics or CreatePartitions request may add in all (Kafka's "
             "fixed 10000); more is refused with POLICY_VIOLATION."),
-        Key("default.replication.factor", _int(1, 1), "1", "Single broker: always 1."),
+        Key("default.replication.factor", _int(1), "1",
+            "Replicas of topics created without a replication factor (auto-created ones too); above 1 "
+            "only with zookeeper.connect."),
+        Key("zookeeper.connect", _optionalString, None,
+            "ZooKeeper ensemble of the cluster, host:port[,host:port...][/chroot]; unset: this broker "
+            "is a cluster of one."),
+        Key("zookeeper.session.timeout.ms", _int(1000), "18000",
+            "ZooKeeper session timeout: a broker silent this long is dead to the cluster."),
+        Key("zookeeper.connection.timeout.ms", _optional(_int(1)), None,
+            "How long start-up waits for ZooKeeper (unset: zookeeper.session.timeout.ms)."),
+        Key("offsets.topic.replication.factor", _int(1, 32767), "3",
+            "Replicas of __consumer_offsets when it is created (capped at the live brokers then, as "
+            "Kafka; 1 without zookeeper.connect)."),
+        Key("transaction.state.log.replication.factor", _int(1, 32767), "3",
+            "Replicas of __transaction_state when it is created (capped like "
+            "offsets.topic.replication.factor)."),
+        Key("unclean.leader.election.enable", _bool, "false",
+            "Elect a replica outside the ISR when no ISR member is alive (data loss).",
+            update=CLUSTER_WIDE),
+        Key("auto.leader.rebalance.enable", _bool, "true",
+            "The controller moves leadership back to preferred replicas (the first of each "
+            "assignment) when a broker's share of them is off by more than "
+            "leader.imbalance.per.broker.percentage."),
+        Key("leader.imbalance.check.interval.seconds", _long(1), "300",
+            "How often the controller checks preferred-leader imbalance."),
+        Key("leader.imbalance.per.broker.percentage", _int(0, 100), "10",
+            "Share of a broker's preferred partitions it may not lead before the controller "
+            "rebalances."),
+        Key("controlled.shutdown.enable", _bool, "true",
+            "On SIGTERM, move leadership away from this broker before it leaves the cluster."),
+        Key("controlled.shutdown.max.retries", _int(0), "3",
+            "Attempts at controlled shutdown before the broker stops anyway."),
+        Key("controlled.shutdown.retry.backoff.ms", _long(0), "5000",
+            "Wait between controlled shutdown attempts."),
         Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted.", update=CLUSTER_WIDE),
         Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size.", update=CLUSTER_WIDE),
         Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this.", update=CLUSTER_WIDE),
@@ -507,6 +542,17 @@ KEYS: dict[str, Key] = {
         Key("log.cleanup.policy", _listOf("delete", "compact"), "delete", "Cleanup policy of new topics.", update=CLUSTER_WIDE),
         Key("log.index.size.max.bytes", _int(4), "10485760", "Largest offset index of a segment; the segment rolls when it is full.", update=CLUSTER_WIDE),
         Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met).", update=CLUSTER_WIDE),
+        Key("replica.lag.time.max.ms", _long(1), "30000",
+            "A follower that has not caught up with the leader for this long leaves the ISR."),
+        Key("replica.fetch.max.bytes", _int(0), "1048576", "Bytes a follower fetches per partition (at least one batch)."),
+        Key("replica.fetch.response.max.bytes", _int(0), "10485760", "Bytes a follower's fetch asks for in all."),
+        Key("replica.fetch.wait.max.ms", _int(0), "500", "How long a follower's fetch waits on the leader for data."),
+        Key("replica.fetch.min.bytes", _int(1), "1", "Bytes a follower's fetch waits for."),
+        Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
+        Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
+        Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("replica.high.watermark.checkpoint.interval.ms", _long(1), "5000",
+            "How often the high watermarks are written to replication-offset-checkpoint."),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
             "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
         Key("log.message.downconversion.enable", _bool, "true",
@@ -532,9 +578,6 @@ KEYS: dict[str, Key] = {
         Key("log.segment.delete.delay.ms", _long(0), "60000",
             "Kafka waits this long before removing a deleted segment's files; kafkatwist removes "
             "them once no reader holds them.", update=CLUSTER_WIDE),
-        Key("unclean.leader.election.enable", _bool, "false",
-            "One broker is every partition's only replica: there is no other leader to elect.",
-            update=CLUSTER_WIDE),
         Key("compression.gzip.level", _compressionLevel(-1, 1, 9), "-1",
             "Level of gzip when the broker compresses; kafkatwist keeps batches as the producer "
             "compressed them.", update=CLUSTER_WIDE),
@@ -609,7 +652,7 @@ KEYS: dict[str, Key] = {
 #: keys Kafka knows that make no sense for one broker; accepted silently
 _TOLERATED = re.compile(
     r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
-    r"|offsets\.topic\.replication\.factor|num\.recovery\.threads\.per\.data\.dir"
+    r"|num\.recovery\.threads\.per\.data\.dir"
     r"|broker\.rack|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
     r"|listener\.name\.)"
 )
@@ -863,6 +906,16 @@ class BrokerConfig:
 
         if raw.get("broker.id") is not None and "node.id" not in raw:
             self._values["node.id"] = self._values["broker.id"]
+        if raw.get("broker.id") is not None:
+            if self._values["broker.id"] < 0:
+                raise ConfigError("broker.id", "automatic broker ids (-1) are not supported: set one")
+            if self._values["node.id"] != self._values["broker.id"]:
+                raise ConfigError("broker.id", "differs from node.id (one is the other's alias)")
+        self._values["broker.id"] = self._values["node.id"]
+        if not self._values["zookeeper.connect"] and self._values["default.replication.factor"] > 1:
+            raise ConfigError(
+                "default.replication.factor", "above 1 needs a cluster (zookeeper.connect)"
+            )
 
         protocolMap = self._values["listener.security.protocol.map"]
         self.listeners = parseListeners("listeners", self._values["listeners"], protocolMap)

@@ -189,10 +189,18 @@ class IBroker(Interface):
         "L{ILogManager}; set before the first request, after plugin factories have run."
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    fetchSessions = Attribute(
+        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+    )
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     transactionCoordinator = Attribute(
         "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
         " or C{None} before it exists."
+    )
+    cluster = Attribute(
+        "With C{zookeeper.connect}: the L{kafkatwist.cluster.service.ClusterService} (its "
+        "C{image}, a L{kafkatwist.cluster.image.ClusterImage}, is what Metadata and the admin "
+        "APIs answer from); C{None} for a broker that is a cluster of one."
     )
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
     authorizer = Attribute("The L{IAuthorizer}, or C{None} when none is configured (everything allowed).")
@@ -460,6 +468,13 @@ class ILogManager(Interface):
             (partitions count, topic id, configs).
         """
 
+    logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
+
+    def directoryOf(topic, partition):
+        """
+        The directory of C{logDirs} holding a partition's log, or C{None}.
+        """
+
     def getLog(topic, partition):
         """
         @return: the L{IPartitionLog}, or C{None} if absent.
@@ -528,4 +543,81 @@ class ICoordinatorLog(Interface):
             records from its start, in offset order.  What cannot be read is
             skipped with one log line naming topic, partition and offsets;
             this never raises for damaged data.
+        """
+
+
+# ---------------------------------------------------------------------------
+# Cluster (issue 17): the seam between the control plane (kafkatwist.cluster)
+# and the replicas (kafkatwist.replication).  IReplicaManager is the
+# replication side's.
+
+
+class IAlterIsr(Interface):
+    """
+    How a leader changes its ISR: a conditional write of the partition's
+    state znode on C{partitionEpoch} (its ZooKeeper version), as
+    ZooKeeper-mode Kafka's leader does, then a notification under
+    C{/isr_change_notification}.
+    """
+
+    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+        """
+        @param onDone: called once, on any thread, as C{onDone(newPartitionEpoch,
+            None)} or C{onDone(None, KafkaError)}; after a failed conditional
+            write the leader waits for its next C{becomeLeader}.
+        """
+
+
+class IBrokerDirectory(Interface):
+    """
+    Live brokers as the cluster knows them.
+    """
+
+    def endpoint(brokerId, listenerName=None):
+        """
+        @return: C{(host, port)} of the broker's listener (the first one
+            without C{listenerName}), or C{None} if it is not alive.
+        """
+
+    def aliveBrokers():
+        """
+        @return: C{frozenset} of live broker ids.
+        """
+
+
+class IReplicaManager(Interface):
+    """
+    The broker's replicas (kafkatwist.replication), as the cluster layer
+    tells them their roles.  Every method returns at once; the work
+    (which touches disk: epoch checkpoints, truncation) runs on the replica
+    manager's own thread.
+    """
+
+    def becomeLeader(topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
+        """
+        Lead the partition in C{leaderEpoch} with this ISR.
+
+        @param partitionEpoch: the version of the partition's state znode
+            that carried this state (what L{IAlterIsr.alterIsr} is
+            conditional on).  An older C{leaderEpoch} than the one applied
+            is ignored.
+        """
+
+    def becomeFollower(topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
+        """
+        Follow C{leaderId} in C{leaderEpoch}: truncate to the divergence
+        point (OffsetForLeaderEpoch) and fetch from it.  An older
+        C{leaderEpoch} than the one applied is ignored.
+        """
+
+    def stopReplica(topic, partition, delete):
+        """
+        Stop leading or following the partition (the log itself is the
+        log manager's to delete).
+        """
+
+    def leaderEpochs():
+        """
+        @return: C{{(topic, partition): (role, leaderEpoch)}}, a snapshot,
+            role C{"leader"} or C{"follower"}.
         """

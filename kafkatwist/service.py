@@ -18,6 +18,8 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster, stopCluster
+from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
     stopTransactionCoordinator,
@@ -69,6 +71,39 @@ def openLogManager(config):
     return LogManager(config.logDirs, brokerLogDefaults(config))
 
 
+def makeReplicaManager(broker, config):
+    """
+    The replica manager, always: a single broker's is idle (nothing calls
+    C{becomeLeader}), so every log stays a lone leader.  With
+    C{zookeeper.connect} the cluster layer drives it.
+    """
+    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.replication.manager import ReplicaManager
+
+    return ReplicaManager(
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=broker.wakePartition
+    )
+
+
+def useLogManager(replicaManager, config, logManager) -> None:
+    """
+    Give the replica manager the open log.  In a cluster, logs wait for the
+    controller's word before taking appends.
+    """
+    replicaManager.logManager = logManager
+    if logManager is not None and _clustered(config):
+        logManager.newLogsLead = False
+        for partitionLog in logManager.logs():
+            partitionLog.isLeader = False
+
+
+def _clustered(config) -> bool:
+    try:
+        return bool(config["zookeeper.connect"])
+    except KeyError:
+        return False
+
+
 class BrokerService(service.Service):
     """
     @param reactor: the main (global) reactor, passed in by C{tap.py}.
@@ -88,6 +123,8 @@ class BrokerService(service.Service):
         self._periodic: list = []
         self._metricsPort = None
         self._dirLock: DataDirLock | None = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
+        self.cluster = None
 
     def prepare(self) -> None:
         """
@@ -108,6 +145,9 @@ class BrokerService(service.Service):
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
         self.broker = Broker(config, registry, None, self.reactor, None)
+        # Before anything that hands it on (the cluster layer takes it as
+        # its IReplicaManager); it gets the log once that is open.
+        self.broker.replicaManager = makeReplicaManager(self.broker, config)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self._bindListeners()
@@ -125,8 +165,16 @@ class BrokerService(service.Service):
             config["plugin.paths"],
             config["plugin.load.failure.policy"],
         )
+        configuredClusterId = config["cluster.id"]
+        if config["zookeeper.connect"]:
+            self.cluster = makeCluster(config, self.broker)
+            # The cluster's id is ZooKeeper's; a data directory of another
+            # cluster is refused (Kafka's InconsistentClusterIdException).
+            configuredClusterId = self.cluster.connect(
+                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+            )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs, config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, configuredClusterId
         )
         # The dynamic broker configs stored by earlier runs: what is built
         # from here on reads them; what was built before the directory was
@@ -149,12 +197,18 @@ class BrokerService(service.Service):
                 raise
         self.broker.logManager = self.logManager
         self.broker.logCleaner = makeLogCleaner(config, self.logManager)
-        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+        # In a cluster the coordinators start empty and load the partitions
+        # of their internal topic this broker comes to lead.
+        single = self.cluster is None
+        self.broker.groupCoordinator = makeGroupCoordinator(
+            self.broker, config, self.logManager, loadAll=single
+        )
         self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager
+            self.broker, config, self.logManager, loadAll=single
         )
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)
+        useLogManager(self.broker.replicaManager, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -193,6 +247,10 @@ class BrokerService(service.Service):
         super().startService()
         if self.server is None:
             self.prepare()
+        if self.cluster is not None:
+            # Here, not in prepare(): kazoo's threads must be started in the
+            # process that serves (twistd daemonizes in between).
+            startCluster(self.cluster, self.broker, self.logManager)
         self.server.start()
         ports = self.server.boundPorts()
         for listener in self.config.listeners:
@@ -212,6 +270,9 @@ class BrokerService(service.Service):
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            replicaManager.start()
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
         self._announceMetricsListener()
@@ -297,8 +358,23 @@ class BrokerService(service.Service):
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
+        if self.cluster is not None and self.config["controlled.shutdown.enable"]:
+            # Leaders move away while this broker still serves (its
+            # followers fetch the last records from it).
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config
+            )
         if self.server is not None:
             yield self.server.stop()
+        if self.cluster is not None:
+            stopCluster(self.cluster)
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            # Fetchers stopped and high watermarks written before the logs
+            # close; in the pool, since it joins threads and writes files.
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), replicaManager.stop
+            )
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

@@ -104,6 +104,10 @@ class BaseLogManager:
         (appends and retention are given the time explicitly).
     """
 
+    #: whether a log created here leads its partition at once (a single
+    #: broker); in a cluster it waits for the controller's word
+    newLogsLead = True
+
     def __init__(
         self, defaults: Mapping[str, Any] | None = None, *, clock: Callable[[], int] | None = None
     ) -> None:
@@ -189,6 +193,8 @@ class BaseLogManager:
             if validateOnly:
                 return topic.info()
             for log in self._createLogs(topic, range(numPartitions)):
+                if not self.newLogsLead:
+                    log.isLeader = False
                 self._logs[(name, log.partition)] = log
             self._topics[name] = topic
         _log.info(
@@ -227,6 +233,8 @@ class BaseLogManager:
                 return TopicInfo(name, topic.topicId, totalCount, dict(topic.overrides))
             grown = dataclasses.replace(topic, numPartitions=totalCount, epoch=topic.epoch + 1)
             for log in self._createLogs(grown, range(topic.numPartitions, totalCount)):
+                if not self.newLogsLead:
+                    log.isLeader = False
                 self._logs[(name, log.partition)] = log
             topic.numPartitions, topic.epoch = totalCount, grown.epoch
             self._persistTopic(topic)

@@ -10,9 +10,10 @@ altering ALTER_CONFIGS (CLUSTER_AUTHORIZATION_FAILED otherwise), as in
 Kafka.
 
 A Fetch answer that puts its client over C{consumer_byte_rate} is replaced
-by an empty one carrying the throttle, and its bytes are not counted, as
-Kafka's C{KafkaApis.handleFetchRequest} does: the client fetches the same
-offsets again once the throttle has passed.
+by an empty one carrying the throttle (and the fetch session it was
+answered in), and its bytes are not counted, as Kafka's
+C{KafkaApis.handleFetchRequest} does: the client fetches the same offsets
+again once the throttle has passed.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 #: the first Fetch version whose records are record batches (v4)
 _BATCH_FETCH_FROM = 4
+#: the first Fetch version with fetch sessions (KIP-227)
+_SESSIONS_FROM = 7
 
 
 def describeQuotas(quotas, components, strict: bool):
@@ -224,17 +227,30 @@ class FetchQuotaHandler(Handler):
             return result
         quotas.unfetched(context, result.size)
         addThrottle(context, throttleMs)
+        sessionId = _sessionOf(context.apiVersion, result)
         closeRegions(result.chunks)
-        return throttledFetchResponse(context.apiVersion, throttleMs)
+        return throttledFetchResponse(context.apiVersion, throttleMs, sessionId)
 
 
-def throttledFetchResponse(version: int, throttleMs: int) -> EncodedResponse:
+def _sessionOf(version: int, result: EncodedResponse) -> int:
+    """
+    The fetch session id a Fetch v7+ answer carries (after throttle_time_ms
+    and error_code), so that a throttled answer keeps the client's session
+    as Kafka's does.
+    """
+    head = result.chunks[0] if result.chunks else b""
+    if version < _SESSIONS_FROM or not isinstance(head, (bytes, bytearray, memoryview)) or len(head) < 10:
+        return 0
+    return int.from_bytes(bytes(head[6:10]), "big", signed=True)
+
+
+def throttledFetchResponse(version: int, throttleMs: int, sessionId: int = 0) -> EncodedResponse:
     """
     Kafka's answer to a throttled fetch: no partitions, the throttle time
-    (from v1).
+    (from v1), the fetch session kept (from v7).
     """
     if version >= _BATCH_FETCH_FROM:
-        return encodeFetchResponse(version, [], throttleMs=throttleMs)
+        return encodeFetchResponse(version, [], sessionId=sessionId, throttleMs=throttleMs)
     body = (throttleMs.to_bytes(4, "big") if version >= 1 else b"") + (0).to_bytes(4, "big")
     return EncodedResponse([body], len(body))
 

@@ -155,5 +155,5 @@ def test_store_is_durable(tmp_path):
 def test_throttled_fetch_answers():
     assert throttledFetchResponse(0, 250).chunks == [b"\0\0\0\0"]
     assert throttledFetchResponse(2, 250).chunks == [(250).to_bytes(4, "big") + b"\0\0\0\0"]
-    body = b"".join(throttledFetchResponse(12, 250).chunks)
-    assert body[:4] == (250).to_bytes(4, "big")
+    body = b"".join(throttledFetchResponse(12, 250, 77).chunks)
+    assert body[:10] == (250).to_bytes(4, "big") + b"\0\0" + (77).to_bytes(4, "big")
