@@ -211,37 +211,48 @@ class FetchQuotaHandler(Handler):
     def handle(self, context, request):
         result = self.wrapped.handle(context, request)
         quotas = getattr(self.broker, "clientQuotas", None)
-        if quotas is None or not quotas.active(CONSUMER_BYTE_RATE):
+        if quotas is None:
+            return result
+        bytesQuota = quotas.active(CONSUMER_BYTE_RATE)
+        if not bytesQuota and getattr(context, "throttleMs", 0) <= 0:
             return result
         if isinstance(result, Deferred):
             # A long poll: counted when it is answered (on the Processor).
-            return result.addCallback(self._counted, quotas, context)
-        return self._counted(result, quotas, context)
+            return result.addCallback(self._counted, quotas, context, bytesQuota)
+        return self._counted(result, quotas, context, bytesQuota)
 
     @staticmethod
-    def _counted(result, quotas, context):
+    def _counted(result, quotas, context, bytesQuota: bool):
         if not isinstance(result, EncodedResponse):
             return result
-        throttleMs = quotas.fetched(context, result.size)
+        throttleMs = quotas.fetched(context, result.size) if bytesQuota else 0
+        # Over either quota (bytes, or request_percentage found before the
+        # handler ran): Kafka answers empty and takes the bytes back.
+        throttleMs = addThrottle(context, throttleMs)
         if throttleMs <= 0:
             return result
-        quotas.unfetched(context, result.size)
-        addThrottle(context, throttleMs)
-        sessionId = _sessionOf(context.apiVersion, result)
+        errorCode, sessionId = _sessionOf(context.apiVersion, result)
+        if errorCode:
+            # A session error answer carries no data: sent as it is (the
+            # connection is still muted for the throttle).
+            return result
+        if bytesQuota:
+            quotas.unfetched(context, result.size)
         closeRegions(result.chunks)
         return throttledFetchResponse(context.apiVersion, throttleMs, sessionId)
 
 
-def _sessionOf(version: int, result: EncodedResponse) -> int:
+def _sessionOf(version: int, result: EncodedResponse) -> tuple[int, int]:
     """
-    The fetch session id a Fetch v7+ answer carries (after throttle_time_ms
-    and error_code), so that a throttled answer keeps the client's session
-    as Kafka's does.
+    The top-level error code and fetch session id a Fetch v7+ answer
+    carries (after throttle_time_ms), so that a throttled answer keeps the
+    client's session as Kafka's does.
     """
     head = result.chunks[0] if result.chunks else b""
     if version < _SESSIONS_FROM or not isinstance(head, (bytes, bytearray, memoryview)) or len(head) < 10:
-        return 0
-    return int.from_bytes(bytes(head[6:10]), "big", signed=True)
+        return 0, 0
+    head = bytes(head[4:10])
+    return int.from_bytes(head[:2], "big", signed=True), int.from_bytes(head[2:], "big", signed=True)
 
 
 def throttledFetchResponse(version: int, throttleMs: int, sessionId: int = 0) -> EncodedResponse:

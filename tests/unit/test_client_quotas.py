@@ -157,3 +157,46 @@ def test_throttled_fetch_answers():
     assert throttledFetchResponse(2, 250).chunks == [(250).to_bytes(4, "big") + b"\0\0\0\0"]
     body = b"".join(throttledFetchResponse(12, 250, 77).chunks)
     assert body[:10] == (250).to_bytes(4, "big") + b"\0\0" + (77).to_bytes(4, "big")
+
+
+class _Context:
+    principal = "User:ANONYMOUS"
+    clientId = "reader"
+    apiVersion = 12
+    throttleMs = 0
+
+
+class _Fetch:
+    minVersion, maxVersion = 0, 17
+
+    def __init__(self, body):
+        self.body = body
+
+    def handle(self, context, request):
+        from kafkatwist.protocol.codec import EncodedResponse
+
+        return EncodedResponse([self.body])
+
+
+def test_fetch_over_its_quota_is_answered_empty():
+    from types import SimpleNamespace
+
+    from kafkatwist.plugins.client_quotas import FetchQuotaHandler
+
+    now = [50_000]
+    store = ClientQuotaStore(None)
+    store.alter([(entity(client="reader"), [("consumer_byte_rate", 1000.0)])])
+    q = ClientQuotas(store, samples=2, windowSeconds=1, clock=lambda: now[0])
+    # throttle 0, error 0, session 9, then 3000 bytes of "data"
+    body = (0).to_bytes(4, "big") + b"\0\0" + (9).to_bytes(4, "big") + b"d" * 3000
+    handler = FetchQuotaHandler(SimpleNamespace(clientQuotas=q), _Fetch(body))
+    assert (handler.minVersion, handler.maxVersion) == (0, 17)
+    context = _Context()
+    answer = handler.handle(context, None)
+    assert context.throttleMs > 0
+    head = b"".join(answer.chunks)
+    assert head[:4] == context.throttleMs.to_bytes(4, "big")
+    assert head[4:10] == b"\0\0" + (9).to_bytes(4, "big")
+    assert answer.size < 100
+    # The bytes were taken back: the client's usage is as before.
+    assert q.throttle("consumer_byte_rate", "User:ANONYMOUS", "reader") == 0
