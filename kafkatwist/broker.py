@@ -15,6 +15,8 @@ from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
 from kafkatwist.metrics import TopicBytes
+from kafkatwist.quota.manager import ClientQuotas
+from kafkatwist.quota.store import ClientQuotaStore
 from kafkatwist.purgatory import DelayedActions, Purgatory
 from kafkatwist.security.credentials import CredentialStore
 
@@ -48,6 +50,13 @@ class Broker:
         self.authorizer = None
         #: read from the data directory once the service holds its lock
         self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0], load=False)
+        #: client quotas (AlterClientQuotas), read from the data directory
+        #: with the credentials
+        self.clientQuotas = ClientQuotas(
+            ClientQuotaStore.inDirectory(config.logDirs[0]),
+            config["quota.window.num"],
+            config["quota.window.size.seconds"],
+        )
         self.topicBytes = TopicBytes()
 
     def useHandlerThreads(self, call) -> None:

@@ -642,6 +642,8 @@ KEYS: dict[str, Key] = {
             "How often transactions past their timeout are aborted."),
         Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int(1), "3600000",
             "How often expired transactional ids are removed."),
+        Key("quota.window.num", _int(1), "11", "Samples client quotas measure usage over."),
+        Key("quota.window.size.seconds", _int(1), "1", "Length of one client quota sample."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]

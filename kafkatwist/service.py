@@ -158,6 +158,7 @@ class BrokerService(service.Service):
         # Security state is read once the directory is ours (nothing here
         # writes); a bad authorizer setting stops start-up before anything is.
         self.broker.scramCredentials.load()
+        self.broker.clientQuotas.store.load()
         self.broker.authorizer = loadAuthorizer(
             self.broker,
             config["authorizer.class.name"],

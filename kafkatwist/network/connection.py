@@ -87,9 +87,12 @@ class RequestContext:
     TLS principal is the one known once the handshake completed).
     """
 
-    __slots__ = ("_connection", "apiKey", "apiVersion", "correlationId", "clientId", "pending")
+    __slots__ = (
+        "_connection", "apiKey", "apiVersion", "correlationId", "clientId", "pending", "size",
+        "throttleMs",
+    )
 
-    def __init__(self, connection: "KafkaConnection", header) -> None:
+    def __init__(self, connection: "KafkaConnection", header, size: int = 0) -> None:
         self._connection = connection
         self.apiKey = header.apiKey
         self.apiVersion = header.apiVersion
@@ -97,6 +100,12 @@ class RequestContext:
         self.clientId = header.clientId
         #: the L{PendingResponse} once C{respondLater} was called
         self.pending = None
+        #: the request's size on the wire (its frame and size prefix)
+        self.size = size
+        #: how long the connection is throttled once the response is sent
+        #: (client quotas): set by the handler thread, carried to the
+        #: Processor with the response, which alone acts on it
+        self.throttleMs = 0
 
     connectionId = property(lambda self: self._connection.connectionId)
     listenerName = property(lambda self: self._connection.listenerName)
@@ -151,7 +160,7 @@ class KafkaConnection(Protocol):
         "quotaHost", "connectionId", "clientAddress", "layer", "lastActive", "closed",
         "closeReason", "_closing", "_abortCall", "_buffer", "_frameSize", "_inflight",
         "_waitingForMemory", "_muted", "_writePaused", "_readingPaused", "_readsGrown",
-        "_chunks", "_regionSent", "_sending", "_pickedUpAt", "_seconds",
+        "_chunks", "_regionSent", "_sending", "_pickedUpAt", "_seconds", "_throttleCall",
     )
 
     def __init__(self, owner, listenerName: str, index: int = 0, *, securityProtocol: str | None = None,
@@ -175,6 +184,8 @@ class KafkaConnection(Protocol):
         self.closeReason: str | None = None
         self._closing = False
         self._abortCall = None
+        #: the client-quota throttle in progress (a delayed call), if any
+        self._throttleCall = None
         self._buffer = bytearray()
         self._frameSize = -1
         self._inflight = False
@@ -246,6 +257,9 @@ class KafkaConnection(Protocol):
         if self._abortCall is not None and self._abortCall.active():
             self._abortCall.cancel()
         self._abortCall = None
+        if self._throttleCall is not None and self._throttleCall.active():
+            self._throttleCall.cancel()
+        self._throttleCall = None
         self._dropChunks()
         self._buffer = bytearray()
         if self.closeReason is None:
@@ -291,7 +305,7 @@ class KafkaConnection(Protocol):
 
     def _takeRequests(self) -> None:
         buffer = self._buffer
-        while not self._inflight and not self._closing and not self._muted:
+        while not self._inflight and not self._closing and not self._muted and self._throttleCall is None:
             if self._frameSize < 0:
                 if len(buffer) < 4:
                     return
@@ -386,12 +400,15 @@ class KafkaConnection(Protocol):
                 self.close(refusal)
                 return
         self._inflight = True
-        request = Request(self.owner, self, RequestContext(self, header), header, frame, memory)
+        request = Request(
+            self.owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory
+        )
         self.owner.submit(request)
 
     def _updateReading(self) -> None:
         pause = (
             self._muted
+            or self._throttleCall is not None
             or self._waitingForMemory
             or self._writePaused
             or (self._inflight and len(self._buffer) > 0)
@@ -510,6 +527,11 @@ class KafkaConnection(Protocol):
         self._inflight = False
         request, self._sending = self._sending, None
         self.owner.responseSent(self, request, self._pickedUpAt)
+        throttleMs = getattr(request.context, "throttleMs", 0) if request is not None else 0
+        if throttleMs > 0 and not self.closed:
+            # A client over its quota: read nothing more from it for that
+            # long (Kafka mutes the channel once the response is sent).
+            self._throttleCall = self.owner.clock.callLater(throttleMs / 1000.0, self._unthrottle)
         sasl = self.sasl
         if sasl is not None and sasl.failed:
             # The refusal is on its way; Kafka closes the connection after it.
@@ -518,6 +540,19 @@ class KafkaConnection(Protocol):
         if self._buffer:
             self._takeRequests()
         self._updateReading()
+
+    def _unthrottle(self) -> None:
+        self._throttleCall = None
+        if self.closed:
+            return
+        self.lastActive = self._seconds()
+        if self._buffer and not self._inflight:
+            self._takeRequests()
+        self._updateReading()
+
+    @property
+    def throttled(self) -> bool:
+        return self._throttleCall is not None
 
     def _dropChunks(self) -> None:
         if self._chunks:

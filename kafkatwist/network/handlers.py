@@ -13,6 +13,8 @@ response is encoded and written (L{kafkatwist.network.pending}).
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import threading
 import time
 
@@ -24,7 +26,9 @@ from kafkatwist.config import TLS_PROTOCOLS
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
 from kafkatwist.purgatory import DelayedActions
-from kafkatwist.protocol.apis import API_VERSIONS, apiName
+from kafkatwist.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, apiName
+from kafkatwist.protocol.entities import durationMs
+from kafkatwist.quota.store import REQUEST_PERCENTAGE
 from kafkatwist.network.transport import TLS_READ_CHUNK
 from kafkatwist.protocol.codec import (
     BYTES_TYPES,
@@ -36,6 +40,10 @@ from kafkatwist.protocol.codec import (
 from kafkatwist.protocol.versions import unsupportedApiVersionsBody
 
 log = Logger()
+
+#: requests client quotas never throttle: a client must always be able to
+#: learn the versions and authenticate (Kafka's exempt requests)
+_QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
 
 class HandlerPool:
@@ -159,7 +167,11 @@ class HandlerPool:
                     ),
                 )
             request.handler = handler
+            quotas = self._requestQuota(request)
+            started = time.thread_time_ns() if quotas is not None else 0
             result = handler.handle(request.context, body)
+            if quotas is not None:
+                quotas.handlerTime(request.context, time.thread_time_ns() - started)
         except Exception:
             self._abandon(request)
             return self._done(request, self._failed(Failure(), request))
@@ -193,9 +205,29 @@ class HandlerPool:
         if memory:
             request.processor.memoryPool.release(memory)
 
+    def _requestQuota(self, request: Request):
+        """
+        Kafka's request_percentage: the throttle a client's handler time so
+        far calls for goes on this request's response (handlers raise it
+        for their byte rates), and this request's handler time is counted.
+
+        @return: the broker's client quotas when the request counts.
+        """
+        quotas = getattr(self.broker, "clientQuotas", None)
+        if quotas is None or request.header.apiKey in _QUOTA_EXEMPT:
+            return None
+        if quotas.active(REQUEST_PERCENTAGE):
+            request.context.throttleMs = quotas.requestThrottle(request.context)
+            return quotas
+        return None
+
     def _encode(self, request: Request, result) -> Response:
         if result is None:
             return Response(request, None)
+        throttleMs = getattr(request.context, "throttleMs", 0)
+        if throttleMs > 0 and hasattr(result, "throttle_time"):
+            if durationMs(result.throttle_time) < throttleMs:
+                result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttleMs))
         header = request.header
         try:
             chunks = encodeResponseFrame(header.apiKey, header.apiVersion, header.correlationId, result)

@@ -49,6 +49,7 @@ from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, MAGIC_AT, TRAN
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
+from kafkatwist.quota.manager import addThrottle
 from kafkatwist.replication.delayed import DelayedProduce, Waiting
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
@@ -176,20 +177,26 @@ class ProduceHandler(Handler):
                             )
                         )
             results.append((name, partitions))
+        quotas = getattr(self.broker, "clientQuotas", None)
+        throttleMs = 0
+        if quotas is not None:
+            # producer_byte_rate counts the whole request, as Kafka's does.
+            throttleMs = addThrottle(context, quotas.produced(context, getattr(context, "size", 0)))
         if request.acks == 0:
-            # Nothing is sent back; the connection unmutes at once.
+            # Nothing is sent back; the connection unmutes at once (or once
+            # a quota's throttle has passed).
             return None
         if waits:
             return self._awaitReplicas(context, request, version, results, waits, pending)
-        answer = self._encode(request, version, results)
+        answer = self._encode(request, version, results, throttleMs)
         if pending is not None:
             pending.complete(answer)
             return None
         return answer
 
-    def _encode(self, request, version, results):
+    def _encode(self, request, version, results, throttleMs=0):
         if type(request) is ProduceRequest:
-            return encodeProduceResponse(version, results)
+            return encodeProduceResponse(version, results, throttleMs)
         return self._response(version, results)
 
     def _awaitReplicas(self, context, request, version, results, waits, pending):
@@ -209,6 +216,7 @@ class ProduceHandler(Handler):
                     ])
                     for name, partitions in results
                 ],
+                getattr(context, "throttleMs", 0),
             )
 
         if pending is None:

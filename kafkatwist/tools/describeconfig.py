@@ -6,15 +6,14 @@ where its value comes from, in the layout of C{kafka-configs.sh --describe
 
 from __future__ import annotations
 
-from kafkatwist.config import KEYS
-
-from kafkatwist.config import KEYS
+from kafkatwist.config import keySpec
 
 
 def describeConfig(config, out) -> None:
     out.write(f"All configs for broker {config.nodeId} are:\n")
     for key, text, explicit in config.describe():
-        sensitive = key in KEYS and KEYS[key].sensitive
+        spec = keySpec(key)
+        sensitive = spec is not None and spec.sensitive
         shown = "null" if text is None else text
         source = "STATIC_BROKER_CONFIG" if explicit else "DEFAULT_CONFIG"
         synonyms = "" if text is None and not explicit else f"{source}:{key}={shown}"

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
+
+from kafkatwist.quota.manager import ClientQuotas
+from kafkatwist.quota.store import ClientQuotaStore
 from twisted.internet.task import Clock
 
 from kafkatwist.fetchsessions import FetchSessions
@@ -81,6 +84,7 @@ class Broker:
     scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
     advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
     dynamicConfig: object = None
+    clientQuotas: object = field(default_factory=lambda: ClientQuotas(ClientQuotaStore(None)))
 
     def advertisedListenerFor(self, name):
         return self.advertisedListeners[0]
@@ -422,6 +426,13 @@ CASES = [
     Case("AlterUserScramCredentials", 51, 0,
          dict(deletions=(n(51, 0, "ScramCredentialDeletion", name="u", mechanism=1),), upsertions=()),
          lambda r: r.results[0].error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER)]),
+    Case("DescribeClientQuotas", 48, 1, dict(components=(), strict=False),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE_CONFIGS)]),
+    Case("AlterClientQuotas", 49, 1,
+         dict(entries=(n(49, 1, "EntryData", entity=(n(49, 1, "EntityData", entity_type="user", entity_name="u"),),
+                         ops=(n(49, 1, "OpData", key="producer_byte_rate", value=1000.0, remove=False),)),),
+              validate_only=True),
+         lambda r: r.entries[0].error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER_CONFIGS)]),
 ]
 
 

@@ -249,3 +249,39 @@ def test_connection_stays_small():
     connection.connectionLost(None)
     fresh, _ = connect(owner)
     assert sys.getsizeof(fresh.__dict__) < 600
+
+
+def test_quota_throttle_mutes_until_it_has_passed():
+    """
+    A response whose request was throttled (client quotas): the Processor
+    reads nothing more from the connection until the throttle has passed,
+    then takes the pipelined request.
+    """
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1) + apiVersionsFrame(2))
+    first = owner.submitted[0]
+    first.context.throttleMs = 250
+    respond(connection, first, b"first")
+    assert connection.throttled
+    assert len(owner.submitted) == 1
+    assert transport.producerState == "paused"
+    reactor = owner.clock.reactor
+    reactor.advance(0.2)
+    assert len(owner.submitted) == 1
+    reactor.advance(0.06)
+    assert not connection.throttled
+    assert [r.header.correlationId for r in owner.submitted] == [1, 2]
+    respond(connection, owner.submitted[1], b"second")
+    assert transport.producerState == "producing"
+
+
+def test_closing_a_throttled_connection_cancels_the_throttle():
+    owner = FakeOwner()
+    connection, transport = connect(owner)
+    connection.dataReceived(apiVersionsFrame(1))
+    owner.submitted[0].context.throttleMs = 1000
+    respond(connection, owner.submitted[0])
+    assert owner.clock.reactor.getDelayedCalls()
+    connection.connectionLost(None)
+    assert not [c for c in owner.clock.reactor.getDelayedCalls() if c.active()]
