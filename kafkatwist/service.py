@@ -110,12 +110,16 @@ def makeReplicaManager(broker, config):
     )
 
 
-def useLogManager(replicaManager, config, logManager) -> None:
+def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
     """
-    Give the replica manager the open log.  In a cluster, logs wait for the
-    controller's word before taking appends.
+    Give the replica manager the open log, and the cluster layer (with
+    C{zookeeper.connect}) as its L{IAlterIsr} and L{IBrokerDirectory}.  In
+    a cluster, logs wait for the controller's word before taking appends.
     """
     replicaManager.logManager = logManager
+    if cluster is not None:
+        replicaManager.alterIsr = cluster
+        replicaManager.directory = cluster
     if logManager is not None and _clustered(config):
         logManager.newLogsLead = False
         for partitionLog in logManager.logs():
@@ -204,7 +208,9 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager
         )
-        useLogManager(self.broker.replicaManager, config, self.logManager)
+        useLogManager(
+            self.broker.replicaManager, config, self.logManager, getattr(self.broker, "cluster", None)
+        )
 
     def _bindListeners(self) -> None:
         try:
