@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # `make fuzz FUZZ_ARGS="--seconds 600"`; see `python -m tests.fuzz --help`.
 FUZZ_ARGS ?= --frames 1000000
 
-.PHONY: install run test bench fuzz spark-demo certs clean
+.PHONY: install run test bench fuzz spark-demo certs clean cluster cluster-stop
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,9 +41,17 @@ fuzz: install
 spark-demo: install
 	$(BIN)/python spark/examples/run_demo.py $(ARGS)
 
+# ZooKeeper (Debian's package, installed if missing) and three brokers on
+# 127.0.0.1:9092-9094, data and logs under ./cluster/ (see README, Cluster).
+cluster: install
+	$(BIN)/python -m kafkatwist.cluster.local start --dir cluster $(ARGS)
+
+cluster-stop:
+	$(BIN)/python -m kafkatwist.cluster.local stop --dir cluster
+
 # A throwaway CA, server and client certificates in certs/ (openssl only; see README, TLS).
 certs:
 	sh deploy/make-certs.sh certs
 
 clean:
-	rm -rf $(VENV) build *.egg-info data
+	rm -rf $(VENV) build *.egg-info data cluster

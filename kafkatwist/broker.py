@@ -10,6 +10,8 @@ import threading
 from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.fetchsessions import FetchSessions
+from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
 from kafkatwist.metrics import TopicBytes
@@ -20,6 +22,9 @@ from kafkatwist.security.credentials import CredentialStore
 class Broker:
     def __init__(self, config, registry, logManager, mainReactor, clusterId: str) -> None:
         self.config = config
+        #: dynamic broker configs over C{config} (the service loads them
+        #: from the data directory)
+        self.dynamicConfig = DynamicBrokerConfig(config, None)
         self.registry = registry
         self.logManager = logManager
         self.nodeId = config.nodeId
@@ -28,6 +33,7 @@ class Broker:
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
+        self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
         #: acks=all produces waiting for their ISR (kafkatwist.replication)
         self.producePurgatory = Purgatory("Produce", reaper=self.callInHandlerThread)
         #: the L{IReplicaManager}; C{None} until the service builds it
@@ -35,6 +41,9 @@ class Broker:
         self.replicaManager = None
         self.groupCoordinator = None
         self.transactionCoordinator = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with
+        #: zookeeper.connect, else None (a cluster of one)
+        self.cluster = None
         self.logCleaner = None
         self.authorizer = None
         #: read from the data directory once the service holds its lock

@@ -189,10 +189,18 @@ class IBroker(Interface):
         "L{ILogManager}; set before the first request, after plugin factories have run."
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    fetchSessions = Attribute(
+        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+    )
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     transactionCoordinator = Attribute(
         "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
         " or C{None} before it exists."
+    )
+    cluster = Attribute(
+        "With C{zookeeper.connect}: the L{kafkatwist.cluster.service.ClusterService} (its "
+        "C{image}, a L{kafkatwist.cluster.image.ClusterImage}, is what Metadata and the admin "
+        "APIs answer from); C{None} for a broker that is a cluster of one."
     )
     clock = Attribute("L{IThreadSafeClock} for broker-wide timers (not tied to a connection).")
     authorizer = Attribute("The L{IAuthorizer}, or C{None} when none is configured (everything allowed).")
@@ -460,6 +468,13 @@ class ILogManager(Interface):
             (partitions count, topic id, configs).
         """
 
+    logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
+
+    def directoryOf(topic, partition):
+        """
+        The directory of C{logDirs} holding a partition's log, or C{None}.
+        """
+
     def getLog(topic, partition):
         """
         @return: the L{IPartitionLog}, or C{None} if absent.
@@ -486,6 +501,13 @@ class ILogManager(Interface):
         """
         Apply C{changes}: C{list} of (key, op, value) with op 'SET',
         'DELETE', 'APPEND', 'SUBTRACT' (IncrementalAlterConfigs).
+        """
+
+    def setBrokerDefaults(defaults):
+        """
+        New broker-level settings (C{log.*} and the other keys topics
+        inherit, key -> value) after a dynamic broker config update: every
+        topic resolves its config again.
         """
 
     def close():

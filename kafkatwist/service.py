@@ -18,6 +18,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster, stopCluster
 from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
@@ -26,9 +27,16 @@ from kafkatwist.coordinator.transaction.wiring import (
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
-from kafkatwist.log.cleaner import LogCleaner
-from kafkatwist.network.affinity import availableCpus, requestThreadCpus
+from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.network.server import SocketServer
+from kafkatwist.reconfigure import (
+    ConnectionLimits,
+    HandlerThreads,
+    ListenerKeystores,
+    brokerLogDefaults,
+    makeLogCleaner,
+    reconfigurables,
+)
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.sdnotify import Notifier
 from kafkatwist.security.plugin import loadAuthorizer
@@ -61,39 +69,6 @@ def openLogManager(config):
     from kafkatwist.log import LogManager
 
     return LogManager(config.logDirs, brokerLogDefaults(config))
-
-
-def brokerLogDefaults(config) -> dict:
-    """
-    The broker settings the log manager resolves topic defaults from: every
-    key that is set (the log reads the ones it knows, through the
-    registry's topic keys, L{kafkatwist.config.TOPIC_KEYS}).
-    """
-    return {name: config[name] for name in KEYS if config[name] is not None}
-
-
-def makeLogCleaner(config, logManager):
-    """
-    The log cleaner (C{log.cleaner.*}), or C{None} when disabled or without
-    a log.  Its processes keep off the CPUs of the request threads.
-    """
-    if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
-        return None
-    available = availableCpus()
-    requestCpus = requestThreadCpus(config["request.threads.cpu.affinity"], available)
-    cpus = None
-    if available and requestCpus and available - requestCpus:
-        cpus = frozenset(available - requestCpus)
-    return LogCleaner(
-        logManager,
-        threads=config["log.cleaner.threads"],
-        dedupeBufferSize=config["log.cleaner.dedupe.buffer.size"],
-        ioBufferSize=config["log.cleaner.io.buffer.size"],
-        loadFactor=config["log.cleaner.io.buffer.load.factor"],
-        maxIoBytesPerSecond=config["log.cleaner.io.max.bytes.per.second"],
-        backoffMs=config["log.cleaner.backoff.ms"],
-        cpus=cpus,
-    )
 
 
 def makeReplicaManager(broker, config):
@@ -152,6 +127,8 @@ class BrokerService(service.Service):
         self._periodic: list = []
         self._metricsPort = None
         self._dirLock: DataDirLock | None = None
+        #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
+        self.cluster = None
 
     def prepare(self) -> None:
         """
@@ -191,9 +168,28 @@ class BrokerService(service.Service):
             config["plugin.paths"],
             config["plugin.load.failure.policy"],
         )
+        configuredClusterId = config["cluster.id"]
+        if config["zookeeper.connect"]:
+            self.cluster = makeCluster(config, self.broker)
+            # The cluster's id is ZooKeeper's; a data directory of another
+            # cluster is refused (Kafka's InconsistentClusterIdException).
+            configuredClusterId = self.cluster.connect(
+                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+            )
         self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs, config.nodeId, config["cluster.id"]
+            config.logDirs, config.nodeId, configuredClusterId
         )
+        # The dynamic broker configs stored by earlier runs: what is built
+        # from here on reads them; what was built before the directory was
+        # ours (the network layer) is reconfigured.
+        dynamic = DynamicBrokerConfig.inDirectory(config)
+        dynamic.load()
+        self.broker.dynamicConfig = dynamic
+        for reconfigurable in (
+            HandlerThreads(self.server), ConnectionLimits(self.server), ListenerKeystores(self.server)
+        ):
+            reconfigurable.reconfigure(config, dynamic.current)
+        config = dynamic.current
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
@@ -204,13 +200,18 @@ class BrokerService(service.Service):
                 raise
         self.broker.logManager = self.logManager
         self.broker.logCleaner = makeLogCleaner(config, self.logManager)
-        self.broker.groupCoordinator = makeGroupCoordinator(self.broker, config, self.logManager)
+        # In a cluster the coordinators start empty and load the partitions
+        # of their internal topic this broker comes to lead.
+        single = self.cluster is None
+        self.broker.groupCoordinator = makeGroupCoordinator(
+            self.broker, config, self.logManager, loadAll=single
+        )
         self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager
+            self.broker, config, self.logManager, loadAll=single
         )
-        useLogManager(
-            self.broker.replicaManager, config, self.logManager, getattr(self.broker, "cluster", None)
-        )
+        for reconfigurable in reconfigurables(self.broker, self.server):
+            dynamic.addReconfigurable(reconfigurable)
+        useLogManager(self.broker.replicaManager, config, self.logManager, self.cluster)
 
     def _bindListeners(self) -> None:
         try:
@@ -249,6 +250,10 @@ class BrokerService(service.Service):
         super().startService()
         if self.server is None:
             self.prepare()
+        if self.cluster is not None:
+            # Here, not in prepare(): kazoo's threads must be started in the
+            # process that serves (twistd daemonizes in between).
+            startCluster(self.cluster, self.broker, self.logManager)
         self.server.start()
         ports = self.server.boundPorts()
         for listener in self.config.listeners:
@@ -263,7 +268,7 @@ class BrokerService(service.Service):
         log.info(
             "{processors} network threads, {handlers} request handler threads",
             processors=self.config["num.network.threads"],
-            handlers=self.config["num.io.threads"],
+            handlers=self.server.handlerPool.numThreads,
         )
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
@@ -356,8 +361,16 @@ class BrokerService(service.Service):
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
+        if self.cluster is not None and self.config["controlled.shutdown.enable"]:
+            # Leaders move away while this broker still serves (its
+            # followers fetch the last records from it).
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config
+            )
         if self.server is not None:
             yield self.server.stop()
+        if self.cluster is not None:
+            stopCluster(self.cluster)
         replicaManager = getattr(self.broker, "replicaManager", None)
         if replicaManager is not None:
             # Fetchers stopped and high watermarks written before the logs

@@ -40,3 +40,14 @@ def broker(tmp_path_factory):
     b.start()
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """
+    A standalone ZooKeeper for the session (L{tests.zookeeper}); its
+    C{connect(name)} gives each test a chroot of its own.
+    """
+    from tests.zookeeper import zookeeperSession
+
+    yield from zookeeperSession(tmp_path_factory)

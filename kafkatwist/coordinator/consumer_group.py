@@ -342,6 +342,17 @@ class ConsumerGroupManager:
             for memberId in group.members:
                 self._c.cancelTimer((SESSION, group.groupId, memberId))
 
+    def unload(self, belongs) -> None:
+        """
+        Forget the groups C{belongs(groupId)} selects (their partition moved
+        to another broker's coordinator), with their timers.
+        """
+        for groupId in [g for g in self._groups if belongs(g)]:
+            group = self._groups.pop(groupId)
+            for memberId, member in group.members.items():
+                self._c.cancelTimer((SESSION, groupId, memberId))
+                self._c.cancelTimer((REBALANCE, groupId, memberId, member.memberEpoch))
+
     # ------------------------------------------------------------------
     # ConsumerGroupHeartbeat
 

@@ -153,6 +153,10 @@ class GroupCoordinator:
         check armed by L{load}.
     @param offsetMetadataMaxBytes: C{offset.metadata.max.bytes}.
     @param newMemberId: makes the unique part of a new member id.
+    @param ownsAllPartitions: one broker coordinates every group; in a
+        cluster (C{False}) only those of the C{__consumer_offsets}
+        partitions this broker leads, each loaded by L{loadPartition} and
+        dropped by L{unloadPartition} (others are NOT_COORDINATOR).
 
     @ivar nowMs: the time of the current input.
     """
@@ -170,8 +174,12 @@ class GroupCoordinator:
         newMemberJoinTimeoutMs: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
         newMemberId: Callable[[], str] = lambda: str(uuid.uuid4()),
         consumerGroups: Mapping | None = None,
+        ownsAllPartitions: bool = True,
     ) -> None:
         self._numPartitions = numPartitions
+        #: the partitions whose groups are loaded here (None: all)
+        self._owned: set[int] | None = None if ownsAllPartitions else set()
+        self._loading: set[int] = set()
         self._initialRebalanceDelayMs = initialRebalanceDelayMs
         self._minSessionTimeoutMs = minSessionTimeoutMs
         self._maxSessionTimeoutMs = maxSessionTimeoutMs
@@ -293,6 +301,10 @@ class GroupCoordinator:
             return E.invalid_group_id
         if not self._active:
             return E.coordinator_not_available
+        if self._owned is not None:
+            partition = self.partitionOf(groupId)
+            if partition not in self._owned:
+                return E.coordinator_load_in_progress if partition in self._loading else E.not_coordinator
         return None
 
     def validateCurrentMember(
@@ -1331,6 +1343,62 @@ class GroupCoordinator:
         @param pendingTxnOffsets: offsets of open transactions (see
             L{TransactionalOffsets.load}).
         """
+        self._take(snapshots, offsets, consumerGroups, topics, pendingTxnOffsets)
+
+    @_entry
+    def beginLoading(self, partition: int) -> None:
+        """
+        This broker leads C{partition} and is reading it back: its groups
+        are COORDINATOR_LOAD_IN_PROGRESS until L{loadPartition}.
+        """
+        if self._owned is not None and partition not in self._owned:
+            self._loading.add(partition)
+
+    @_entry
+    def loadPartition(
+        self,
+        partition: int,
+        snapshots: Iterable[GroupSnapshot],
+        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+        consumerGroups: Mapping | None = None,
+        topics: TopicImage | None = None,
+        pendingTxnOffsets: Mapping | None = None,
+    ) -> None:
+        """
+        Take the groups of one C{__consumer_offsets} partition this broker
+        now leads (Kafka's C{onElection}): as L{load}, for that partition.
+        """
+        if self._owned is None:
+            return
+        self._loading.discard(partition)
+        if partition in self._owned:
+            return
+        self._owned.add(partition)
+        self._take(snapshots, offsets, consumerGroups, topics, pendingTxnOffsets)
+
+    @_entry
+    def unloadPartition(self, partition: int) -> None:
+        """
+        This broker no longer leads C{partition} (Kafka's C{onResignation}):
+        its groups are dropped, parked JoinGroup/SyncGroup requests
+        answered NOT_COORDINATOR; the new leader's coordinator loads them.
+        """
+        if self._owned is None:
+            return
+        self._loading.discard(partition)
+        if partition not in self._owned:
+            return
+        self._owned.discard(partition)
+        for group in [g for g in self._groups.values() if self.partitionOf(g.groupId) == partition]:
+            for member in group.allMembers():
+                self._invokeJoin(group, member, JoinGroupResult.failed(member.memberId, E.not_coordinator))
+                self._invokeSync(group, member, SyncGroupResult(E.not_coordinator))
+            self.retire(group)
+        self.consumerGroups.unload(lambda groupId: self.partitionOf(groupId) == partition)
+        self.txnOffsets.unload(lambda groupId: self.partitionOf(groupId) == partition)
+        log.info("unloaded the groups of {topic}-{partition}", topic="__consumer_offsets", partition=partition)
+
+    def _take(self, snapshots, offsets, consumerGroups, topics, pendingTxnOffsets) -> None:
         if pendingTxnOffsets:
             self.txnOffsets.load(pendingTxnOffsets)
         loaded: dict[str, GroupMetadata] = {}

@@ -34,6 +34,7 @@ def loadGroups(
     coordinatorLog,
     consumerGroups: ConsumerGroupRecords | None = None,
     pendingTxn: dict | None = None,
+    partitions=None,
 ) -> tuple[list[GroupSnapshot], dict[str, dict[TopicPartition, OffsetAndMetadata]]]:
     """
     Read everything back.
@@ -53,11 +54,12 @@ def loadGroups(
         L{OffsetAndMetadata}.  A group may have offsets without a snapshot
         (simple consumers that never joined).
     @param consumerGroups: collects the KIP-848 groups' records, if given.
+    @param partitions: the partitions to read (default: all).
     """
     groups: dict[str, GroupSnapshot] = {}
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
     events = getattr(coordinatorLog, "replayEvents", None)
-    for partition in range(coordinatorLog.numPartitions):
+    for partition in range(coordinatorLog.numPartitions) if partitions is None else partitions:
         foreign = 0
         firstForeign = None
         offset = None

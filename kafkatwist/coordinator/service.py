@@ -47,7 +47,7 @@ class GroupCoordinatorService:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def load(self, topics=None) -> None:
+    def load(self, topics=None, partitions=None) -> None:
         """
         Read the groups and offsets back from the log and hand them to the
         machine (at start-up, before serving; blocking).
@@ -55,13 +55,35 @@ class GroupCoordinatorService:
         @param topics: the broker's topics as a
             L{kafkatwist.coordinator.consumer_group.TopicImage}, which maps
             the topic ids of KIP-848 groups' records to names.
+        @param partitions: the partitions to read (default: all; none in a
+            cluster, where they are loaded one by one, L{loadPartition}).
         """
         consumerGroups = ConsumerGroupRecords()
         pending: dict = {}
-        snapshots, offsets = loadGroups(self.log, consumerGroups, pending)
+        snapshots, offsets = loadGroups(self.log, consumerGroups, pending, partitions=partitions)
         self.runtime.call(
             self.machine.load, snapshots, offsets, consumerGroups.groups, topics, pending
         )
+
+    def loadPartition(self, partition: int, topics=None) -> None:
+        """
+        Become the coordinator of C{partition}'s groups (this broker now
+        leads that C{__consumer_offsets} partition): read them back, then
+        serve them.  Blocking: a loader thread's, never a reactor's.
+        """
+        self.runtime.call(self.machine.beginLoading, partition)
+        consumerGroups = ConsumerGroupRecords()
+        pending: dict = {}
+        snapshots, offsets = loadGroups(self.log, consumerGroups, pending, partitions=(partition,))
+        self.runtime.call(
+            self.machine.loadPartition, partition, snapshots, offsets, consumerGroups.groups, topics, pending
+        )
+
+    def unloadPartition(self, partition: int) -> None:
+        """
+        Stop coordinating C{partition}'s groups (another broker leads it).
+        """
+        self.runtime.call(self.machine.unloadPartition, partition)
 
     def shutdown(self) -> None:
         """

@@ -89,6 +89,7 @@ class TransactionalOffsets:
         self._pending: dict[int, dict[str, dict[TopicPartition, PendingTxnOffset]]] = {}
         # group id -> producer ids with offsets pending in it
         self._byGroup: dict[str, set[int]] = {}
+        self._top = 0
         self._seq = itertools.count(1)
 
     # ------------------------------------------------------------------
@@ -114,7 +115,7 @@ class TransactionalOffsets:
         @param pending: producer id -> group id -> (topic, partition) ->
             C{(OffsetAndMetadata, record offset, superseded)}, as replayed.
         """
-        top = 0
+        top = self._top
         for producerId, groups in pending.items():
             for groupId, offsets in groups.items():
                 for tp, (offset, recordOffset, superseded) in offsets.items():
@@ -123,7 +124,18 @@ class TransactionalOffsets:
                         PendingTxnOffset(offset, recordOffset, superseded),
                     )
                     top = max(top, recordOffset)
+        # Loaded a partition at a time in a cluster: never count back.
+        self._top = top
         self._seq = itertools.count(top + 1)
+
+    def unload(self, belongs) -> None:
+        """
+        Forget the open transactions' offsets of the groups C{belongs}
+        selects (their partition moved to another broker).
+        """
+        for groupId in [g for g in self._byGroup if belongs(g)]:
+            for producerId in list(self._byGroup.get(groupId, ())):
+                self._drop(producerId, groupId)
 
     def _add(self, producerId: int, groupId: str, tp, entry: PendingTxnOffset) -> None:
         self._pending.setdefault(producerId, {}).setdefault(groupId, {})[tp] = entry

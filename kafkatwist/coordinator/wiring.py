@@ -30,7 +30,7 @@ def _setting(config, key: str):
     return KEYS[key].defaultValue() if value is None else value
 
 
-def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordinatorService:
+def makeGroupCoordinator(broker, config, logManager, clock=None, loadAll: bool = True) -> GroupCoordinatorService:
     """
     Build the coordinator, load its groups and offsets, and start its
     periodic offset expiry.
@@ -47,6 +47,9 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
         C{__consumer_offsets}; C{None} keeps groups in memory only.
     @param clock: the coordinator's clock; by default a started
         L{TimerThread}, which L{stopGroupCoordinator} stops.
+    @param loadAll: coordinate every group (one broker); C{False} in a
+        cluster, where partitions are loaded as this broker comes to lead
+        them (L{GroupCoordinatorService.loadPartition}).
     @return: the loaded L{GroupCoordinatorService}; the caller sets it as
         C{broker.groupCoordinator}.
     """
@@ -77,11 +80,17 @@ def makeGroupCoordinator(broker, config, logManager, clock=None) -> GroupCoordin
             assignors=tuple(_setting(config, "group.consumer.assignors")),
             maxSize=_setting(config, "group.consumer.max.size"),
         ),
+        ownsAllPartitions=loadAll,
     )
-    coordinator.load(
-        TopicImage({name: (info.topicId, info.numPartitions) for name, info in logManager.topics().items()})
-    )
+    coordinator.load(topicImage(logManager), partitions=None if loadAll else ())
     return coordinator
+
+
+def topicImage(logManager) -> TopicImage:
+    """
+    The broker's topics as KIP-848 groups' records name them (by id).
+    """
+    return TopicImage({name: (info.topicId, info.numPartitions) for name, info in logManager.topics().items()})
 
 
 def stopGroupCoordinator(coordinator) -> None:

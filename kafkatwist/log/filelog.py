@@ -471,12 +471,12 @@ class FilePartitionLog(PartitionLog):
         self.cache.pin(segment)
         return segment
 
-    def _installCleaned(self, baseOffset: int, old: list) -> FileSegment:
+    def _installCleaned(self, baseOffset: int, old: list, goneAborted=frozenset()) -> FileSegment:
         # The cleaner wrote <baseOffset>.*.cleaned; see kafkatwist.log.swap.
         # The replaced segments' aborted transactions go to the index under
         # the cleaned segment's name first (the first old segment's, so a
         # crash at any step leaves them indexed), then the others' go.
-        index = self._mergeTxnIndexes(baseOffset, old)
+        index = self._mergeTxnIndexes(baseOffset, old, goneAborted)
         swap.commit(self.directory, baseOffset)
         for segment in old:
             segment.delete()
@@ -496,13 +496,20 @@ class FilePartitionLog(PartitionLog):
                 _unlinkQuietly(self._txnIndexPath(self.directory, replaced.baseOffset))
         return segment
 
-    def _mergeTxnIndexes(self, baseOffset: int, old: list) -> TransactionIndex | None:
+    def _mergeTxnIndexes(self, baseOffset: int, old: list, goneAborted) -> TransactionIndex | None:
         entries = []
+        had = False
         for segment in old:
             index = getattr(segment, "txnIndex", None)
             if index is not None:
-                entries.extend(index.entries)
+                had = True
+                entries.extend(
+                    e for e in index.entries if (e.producerId, e.lastOffset) not in goneAborted
+                )
         if not entries:
+            if had:
+                # Every entry went: no file under the cleaned segment's name.
+                _unlinkQuietly(self._txnIndexPath(self.directory, baseOffset))
             return None
         index = TransactionIndex(baseOffset, self._txnIndexPath(self.directory, baseOffset))
         index.replace(entries)

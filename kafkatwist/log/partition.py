@@ -43,15 +43,17 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from bisect import bisect_right
 
 from zope.interface import implementer
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
-from kafkatwist.log.compaction import requireKeys
 from kafkatwist.log.config import LogConfig
 from kafkatwist.log.epochs import LeaderEpochCache
+from kafkatwist.log.recordchecks import checkClientRecords
+from kafkatwist.log.timestamps import checkTimestamps
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -218,8 +220,10 @@ class PartitionLog:
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
         markers = None if isFromClient else self._readMarkers(data, batches)
-        if isFromClient and config.compacts:
-            requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
+        if isFromClient:
+            checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config)
+        if isFromClient and not config.logAppendTime:
+            checkTimestamps(data, batches, config, nowMs)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -712,10 +716,24 @@ class PartitionLog:
             segment.size + appendBytes > config.segmentBytes
             or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
             or segment.isFull(config.segmentIndexBytes)
-            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.rollMs
+            or segment.timeWaitedForRoll(nowMs, maxTimestamp)
+            > config.rollMs - self._rollJitter(segment, config)
         ):
             return self._roll(nowMs)
         return segment
+
+    def _rollJitter(self, segment, config) -> int:
+        """
+        Kafka's C{segment.jitter.ms}: up to that much off the roll time, a
+        different amount per segment (derived from its name, so the same
+        after a restart) so that partitions do not all roll at once.
+        """
+        if config.segmentJitterMs <= 0:
+            return 0
+        bound = min(config.segmentJitterMs, config.rollMs)
+        if bound <= 0:
+            return 0
+        return zlib.crc32(f"{self.topic}-{self.partition}-{segment.baseOffset}".encode()) % bound
 
     def _roll(self, nowMs: int):
         old = self.activeSegment
@@ -1036,7 +1054,7 @@ class PartitionLog:
 
     # -- compaction ----------------------------------------------------------
 
-    def replaceSegments(self, replacedBases: list[int], cleaned) -> bool:
+    def replaceSegments(self, replacedBases: list[int], cleaned, goneAborted=()) -> bool:
         """
         Swap a cleaned segment in for the consecutive segments whose base
         offsets are C{replacedBases}: the log cleaner's last step, a few
@@ -1044,6 +1062,9 @@ class PartitionLog:
 
         @param cleaned: the cleaned segment as the storage has it (see
             C{_installCleaned}).
+        @param goneAborted: C{(producerId, markerOffset)} of the aborted
+            transactions whose entries leave the aborted-transaction index
+            (their data is gone).
         @return: C{False}, with nothing changed, if the log is closed or
             those segments are no longer all there (retention deleted
             some, or one of them became active); the caller then discards
@@ -1060,7 +1081,7 @@ class PartitionLog:
             if first + len(old) >= len(segments):
                 return False
             try:
-                new = self._installCleaned(cleaned, old)
+                new = self._installCleaned(cleaned, old, frozenset(goneAborted))
             except OSError:
                 # Half swapped on disk: the next start's recovery finishes
                 # the swap; until then the partition is offline.
@@ -1094,6 +1115,20 @@ class PartitionLog:
                 )
         return found
 
+    def producerMarkerEpochs(self) -> dict[int, int]:
+        """
+        Producer id -> epoch, for the producers the partition knows with no
+        data batch since their last epoch bump: their last batch is a
+        marker of that epoch, which the cleaner must keep (Kafka's
+        C{lastRecordsOfActiveProducers} without a data offset).
+        """
+        with self._lock:
+            return {
+                producerId: entry.epoch
+                for producerId, entry in self.producerState.producers.items()
+                if not entry.batches
+            }
+
     def producerLastOffsets(self) -> dict[int, int]:
         """
         Producer id -> last offset of its last batch, for every producer
@@ -1106,10 +1141,12 @@ class PartitionLog:
                 if entry.batches
             }
 
-    def _installCleaned(self, cleaned, old: list):
+    def _installCleaned(self, cleaned, old: list, goneAborted: frozenset):
         """
         Replace the segments C{old} by C{cleaned} in storage, under the
-        lock; the log publishes the returned segment.
+        lock; the log publishes the returned segment, whose
+        aborted-transaction index holds C{old}'s entries but those of
+        C{goneAborted}.
         """
         raise NotImplementedError
 

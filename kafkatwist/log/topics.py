@@ -263,6 +263,30 @@ class BaseLogManager:
         _log.info("Topic {topic} configs now {configs}", topic=name, configs=overrides)
         return topic.info()
 
+    def setBrokerDefaults(self, defaults: Mapping[str, Any]) -> None:
+        """
+        New broker-level settings (a dynamic broker config update): every
+        topic's config is resolved again, so a topic inheriting a changed
+        default sees it on its next append, retention or cleaning pass.
+        Overrides were validated on their own and stay valid.
+
+        @raise KafkaError: INVALID_CONFIG for a bad broker value; nothing
+            changed.
+        """
+        brokerDefaults = BrokerLogDefaults(defaults)
+        with self._lock:
+            configs = {
+                name: LogConfig.resolve(topic.overrides, brokerDefaults)
+                for name, topic in self._topics.items()
+            }
+            self.brokerDefaults = brokerDefaults
+            for name, topic in self._topics.items():
+                topic.config = configs[name]
+                for partition in range(topic.numPartitions):
+                    log = self._logs.get((name, partition))
+                    if log is not None:
+                        log.config = configs[name]
+
     # -- periodic work -------------------------------------------------------------
 
     def runRetention(self, nowMs: int) -> int:

@@ -20,15 +20,23 @@ AlterConfigs) are in L{kafkatwist.plugins.admin_configs}.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 
 from twisted.logger import Logger
 
+from kafkatwist.cluster.answers import brokerEndpoints
 from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
+from kafkatwist.log.config import (
+    TOPIC_CONFIGS,
+    describeTopicConfig,
+    unknownTopicConfig,
+    validateTopicConfigs,
+)
+from kafkatwist.log.records import TopicInfo
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
@@ -40,7 +48,7 @@ from kafkatwist.protocol.apis import (
     DESCRIBE_CLUSTER,
     responseType,
 )
-from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
+from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, durationMs, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import clusterOperations, filterAuthorized
 
@@ -62,6 +70,40 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 HIGH_WATERMARK = -1
 #: DescribeCluster endpoint types
 _BROKERS, _CONTROLLERS = 1, 2
+
+
+def _knownTopics(broker) -> dict:
+    """
+    The topics as this broker answers for them: the cluster's (from
+    ZooKeeper) in a cluster, else the log's.
+
+    @return: C{dict} name -> L{TopicInfo}.
+    """
+    cluster = _cluster(broker)
+    if cluster is None:
+        return broker.logManager.topics()
+    image = cluster.image
+    return {
+        name: TopicInfo(name, a.topicId, len(a.partitions), dict(image.configs.get(name, {})))
+        for name, a in image.topics.items()
+        if name not in image.deleting
+    }
+
+
+def _timeoutSeconds(request) -> float:
+    """
+    A request's C{timeout_ms} in seconds: how long Kafka's controller
+    waits for the change to reach the metadata before answering anyway.
+    """
+    timeout = getattr(request, "timeout", None)
+    return max(durationMs(timeout), 1) / 1000.0 if timeout is not None else 30.0
+
+
+def _hasLeaders(image, name: str) -> bool:
+    assignment = image.topics.get(name)
+    return assignment is not None and all(
+        image.leader(name, p) != -1 for p in assignment.partitions
+    )
 
 
 def _failure(error: KafkaError) -> tuple[ErrorCode, str]:
@@ -109,10 +151,49 @@ def _singleBrokerRF(replicationFactor: int) -> KafkaError:
     )
 
 
-def _checkAssignments(nodeId: int, brokerLists, expectedReplicas: int | None = None) -> None:
+def _cluster(broker):
     """
-    Kafka's C{validateManualPartitionAssignment}, on a cluster of one.
+    The broker's L{kafkatwist.cluster.service.ClusterService}, or C{None}
+    for a broker that is a cluster of one.
+    """
+    return getattr(broker, "cluster", None)
 
+
+def _registered(broker) -> frozenset:
+    cluster = _cluster(broker)
+    return cluster.aliveBrokers() if cluster is not None else frozenset({broker.nodeId})
+
+
+def _clusterCall(method, *args, timeout: float = 30.0):
+    """
+    Call a cluster admin method (its last argument C{onDone(result,
+    error)}) and wait for its answer: a ZooKeeper write on the cluster's
+    owner thread, waited for on this handler thread as Kafka's handler
+    threads write ZooKeeper themselves.
+
+    @raise KafkaError: what it answered, or REQUEST_TIMED_OUT.
+    """
+    done = threading.Event()
+    box = []
+
+    def onDone(result, error):
+        box.append((result, error))
+        done.set()
+
+    method(*args, onDone)
+    if not done.wait(timeout):
+        raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
+    result, error = box[0]
+    if error is not None:
+        raise error
+    return result
+
+
+def _checkAssignments(registered, brokerLists, expectedReplicas: int | None = None) -> None:
+    """
+    Kafka's C{validateManualPartitionAssignment}.
+
+    @param registered: the ids of the registered brokers.
     @param brokerLists: the replica list of each new partition.
     @param expectedReplicas: the replication factor the lists must have
         (existing partitions'), or C{None} to take the first list's.
@@ -132,7 +213,7 @@ def _checkAssignments(nodeId: int, brokerLists, expectedReplicas: int | None = N
                 f"The manual partition assignment includes the broker {duplicate} more than once.",
             )
         for brokerId in brokerIds:
-            if brokerId != nodeId:
+            if brokerId not in registered:
                 raise KafkaError(
                     ErrorCode.invalid_replica_assignment,
                     f"The manual partition assignment includes broker {brokerId}, but no such "
@@ -169,6 +250,7 @@ class CreateTopicsHandler(Handler):
         validateOnly = bool(getattr(request, "validate_only", False))
         results = []
         answered = set()
+        created = []
         tooMany = _requestLimitError(
             self.broker, sum(self._requested(topic) for topic in request.topics)
         )
@@ -194,11 +276,14 @@ class CreateTopicsHandler(Handler):
                 error = KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             else:
                 try:
-                    info = self._create(topic, validateOnly)
+                    info, replicationFactor = self._create(topic, validateOnly)
                 except KafkaError as e:
                     error = e
                 else:
-                    results.append(self._success(Result, Config, info, validateOnly, name in describable))
+                    results.append(self._success(
+                        Result, Config, info, validateOnly, name in describable, replicationFactor
+                    ))
+                    created.append(name)
                     continue
             code, message = _failure(error)
             results.append(
@@ -214,7 +299,19 @@ class CreateTopicsHandler(Handler):
                     configs=None,
                 )
             )
-        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+        response = make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+        cluster = _cluster(self.broker)
+        if cluster is None or validateOnly or not created:
+            return response
+        # Kafka answers once the new partitions have leaders (or at the
+        # request's timeout): clients produce right after.
+        pending = context.respondLater()
+        cluster.waitFor(
+            lambda image: all(_hasLeaders(image, name) for name in created),
+            _timeoutSeconds(request),
+            lambda _: pending.complete(response),
+        )
+        return pending.deferred
 
     def _requested(self, topic) -> int:
         # Kafka's count (validateTotalNumberOfPartitions): assignments, or
@@ -236,7 +333,9 @@ class CreateTopicsHandler(Handler):
                 f"Authorization failed: {CLUSTER_METADATA_TOPIC} is the cluster metadata log",
             )
         validateTopicName(name)
-        if name in logManager.topics():
+        cluster = _cluster(self.broker)
+        existing = cluster.image.topics if cluster is not None else logManager.topics()
+        if name in existing:
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         configs = {}
         nulls = []
@@ -251,7 +350,7 @@ class CreateTopicsHandler(Handler):
             )
         for key in configs:
             if key not in TOPIC_CONFIGS:
-                raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
+                raise unknownTopicConfig(key)
         validateTopicConfigs(configs)
         numPartitions = topic.num_partitions
         replicationFactor = topic.replication_factor
@@ -275,7 +374,7 @@ class CreateTopicsHandler(Handler):
                     ErrorCode.invalid_replica_assignment,
                     f"Found multiple manual partition assignments for partition {duplicate}",
                 )
-            _checkAssignments(self.broker.nodeId, (a.broker_ids for a in topic.assignments))
+            _checkAssignments(_registered(self.broker), (a.broker_ids for a in topic.assignments))
             if sorted(indexes) != list(range(len(indexes))):
                 raise KafkaError(
                     ErrorCode.invalid_replica_assignment,
@@ -292,21 +391,48 @@ class CreateTopicsHandler(Handler):
                 ErrorCode.invalid_partitions,
                 "Number of partitions was set to an invalid non-positive value.",
             )
-        elif replicationFactor > 1:
+        elif replicationFactor > 1 and cluster is None:
             raise _singleBrokerRF(replicationFactor)
+        if cluster is not None:
+            return self._createInCluster(cluster, topic, name, numPartitions, replicationFactor, configs, validateOnly)
         # The log manager logs the creation (with the topic id), once.
-        return logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly)
+        return logManager.createTopic(name, numPartitions, configs, validateOnly=validateOnly), 1
 
-    def _success(self, Result, Config, info, validateOnly: bool, mayDescribeConfigs: bool = True):
+    def _createInCluster(self, cluster, topic, name, numPartitions, replicationFactor, configs, validateOnly):
+        """
+        Kafka's ZooKeeper-mode creation: the assignment (given, or Kafka's
+        over the live brokers) and configs are written to ZooKeeper; the
+        controller elects the leaders, each replica's broker creates its log.
+        """
+        config = self.broker.config
+        if topic.assignments:
+            assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+        else:
+            if numPartitions == -1:
+                numPartitions = config["num.partitions"]
+            if replicationFactor == -1:
+                replicationFactor = config["default.replication.factor"]
+            assignment = cluster.assign(numPartitions, replicationFactor)
+        replicationFactor = len(next(iter(assignment.values())))
+        # The log's checks of the configs (combinations, limits), with nothing written.
+        self.broker.logManager.createTopic(name, len(assignment), configs, validateOnly=True)
+        if validateOnly:
+            return TopicInfo(name, ZERO_UUID, len(assignment), dict(configs)), replicationFactor
+        topicId = _clusterCall(cluster.createTopic, name, assignment, {k: str(v) for k, v in configs.items()})
+        return TopicInfo(name, topicId, len(assignment), dict(configs)), replicationFactor
+
+    def _success(self, Result, Config, info, validateOnly: bool, mayDescribeConfigs: bool = True,
+                 replicationFactor: int = 1):
         configs = None
         configError = ErrorCode.none
         if Config is not None and not mayDescribeConfigs:
             configError = ErrorCode.topic_authorization_failed
         elif Config is not None:
             try:
-                if validateOnly:
-                    # Nothing to ask the log about: describe what the topic
-                    # would get, its overrides over the broker's defaults.
+                if validateOnly or _cluster(self.broker) is not None:
+                    # Nothing to ask the log about (or the log of this
+                    # broker may hold no replica): describe what the topic
+                    # gets, its overrides over the broker's defaults.
                     logManager = self.broker.logManager
                     entries = describeTopicConfig(info.configs, logManager.brokerDefaults)
                     described = describeTopicEntries(self.broker, entries)
@@ -335,7 +461,7 @@ class CreateTopicsHandler(Handler):
             error_message=None,
             topic_config_error_code=configError,
             num_partitions=info.numPartitions,
-            replication_factor=1,
+            replication_factor=replicationFactor,
             configs=configs,
         )
 
@@ -388,8 +514,10 @@ class DeleteTopicsHandler(Handler):
             return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
         logManager = self.broker.logManager
-        known = logManager.topics()
+        cluster = _cluster(self.broker)
+        known = _knownTopics(self.broker)
         byId = {info.topicId: name for name, info in known.items()}
+        deleted = []
         names = Counter(name for name, topicId in wanted if name is not None and not topicId)
         ids = Counter(topicId for name, topicId in wanted if name is None and topicId)
         # A topic named once by name and once by id is ambiguous: Kafka
@@ -453,13 +581,29 @@ class DeleteTopicsHandler(Handler):
                 answer(name, info.topicId, ErrorCode.invalid_request, _internal(name, "deleted"))
                 continue
             try:
-                logManager.deleteTopic(name)
+                if cluster is not None:
+                    # Queued in ZooKeeper: the controller removes the topic,
+                    # each broker then deletes its replicas.
+                    _clusterCall(cluster.deleteTopic, name)
+                    deleted.append(name)
+                else:
+                    logManager.deleteTopic(name)
             except KafkaError as e:
                 answer(name, info.topicId, *_failure(e))
                 continue
             self._wakeFetches(name, info.numPartitions)
             answer(name, info.topicId, ErrorCode.none)
-        return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+        response = make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+        if not deleted:
+            return response
+        # Kafka answers once the topics are gone from the metadata.
+        pending = context.respondLater()
+        cluster.waitFor(
+            lambda image: not any(name in image.topics for name in deleted),
+            _timeoutSeconds(request),
+            lambda _: pending.complete(response),
+        )
+        return pending.deferred
 
     def _wakeFetches(self, name: str, numPartitions: int) -> None:
         # Long-poll fetches parked on the deleted partitions answer now
@@ -511,12 +655,13 @@ class CreatePartitionsHandler(Handler):
         return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
     def _added(self, topic) -> int:
-        info = self.broker.logManager.topics().get(topic.name)
+        info = _knownTopics(self.broker).get(topic.name)
         return max(topic.count - info.numPartitions, 0) if info is not None else 0
 
     def _grow(self, topic, validateOnly: bool) -> None:
         logManager = self.broker.logManager
-        info = logManager.topics().get(topic.name)
+        cluster = _cluster(self.broker)
+        info = _knownTopics(self.broker).get(topic.name)
         if info is None:
             raise KafkaError(
                 ErrorCode.unknown_topic_or_partition,
@@ -537,6 +682,10 @@ class CreatePartitionsHandler(Handler):
                 f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
                 "would not be an increase.",
             )
+        expectedReplicas = 1
+        if cluster is not None:
+            existing = cluster.image.topics[topic.name].partitions
+            expectedReplicas = len(existing[min(existing)])
         if topic.assignments is not None:
             added = topic.count - current
             if len(topic.assignments) != added:
@@ -546,9 +695,20 @@ class CreatePartitionsHandler(Handler):
                     f"{len(topic.assignments)} assignment(s) were specified.",
                 )
             _checkAssignments(
-                self.broker.nodeId, (a.broker_ids for a in topic.assignments), expectedReplicas=1
+                _registered(self.broker), (a.broker_ids for a in topic.assignments),
+                expectedReplicas=expectedReplicas,
             )
-        logManager.createPartitions(topic.name, topic.count, validateOnly=validateOnly)
+        if cluster is not None:
+            if topic.assignments is not None:
+                assignment = {
+                    current + i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)
+                }
+            else:
+                assignment = cluster.assign(topic.count - current, expectedReplicas, firstPartition=current)
+            if not validateOnly:
+                _clusterCall(cluster.addPartitions, topic.name, assignment)
+        else:
+            logManager.createPartitions(topic.name, topic.count, validateOnly=validateOnly)
         if not validateOnly:
             log.info(
                 "Topic {topic} grew from {old} to {new} partitions",
@@ -671,17 +831,26 @@ class DescribeClusterHandler(Handler):
                 else f"Unsupported endpoint type {endpointType}"
             )
             return make(cls, error_code=code, error_message=message, brokers=(), **values)
-        endpoint = broker.advertisedListenerFor(context.listenerName)
-        brokers = (
-            make(
-                Broker,
-                broker_id=broker.nodeId,
-                host=endpoint.host,
-                port=endpoint.port,
-                rack=None,
-                is_fenced=False,
-            ),
-        )
+        cluster = _cluster(broker)
+        if cluster is not None:
+            image = cluster.image
+            values["controller_id"] = image.controllerId
+            brokers = tuple(
+                make(Broker, broker_id=brokerId, host=host, port=port, rack=rack, is_fenced=False)
+                for brokerId, host, port, rack in brokerEndpoints(image, context.listenerName)
+            )
+        else:
+            endpoint = broker.advertisedListenerFor(context.listenerName)
+            brokers = (
+                make(
+                    Broker,
+                    broker_id=broker.nodeId,
+                    host=endpoint.host,
+                    port=endpoint.port,
+                    rack=None,
+                    is_fenced=False,
+                ),
+            )
         if request.include_cluster_authorized_operations:
             values["cluster_authorized_operations"] = clusterOperations(self.authorizer, context)
         return make(cls, error_code=ErrorCode.none, error_message=None, brokers=brokers, **values)

@@ -11,8 +11,11 @@ Fetch v0-3 carry message formats v0/v1: their answers are down-converted
 With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise).
 
-Fetch sessions (KIP-227) are not kept: every answer carries session id 0,
-which tells clients to send full fetch requests.
+Fetch v7+ keeps incremental fetch sessions (KIP-227,
+L{kafkatwist.fetchsessions}): a request with a session is looked at by the
+sessions' owner first, read here as any other, and its answer trimmed to
+the partitions with news by the owner again.  A sessionless request (id 0,
+epoch -1, or any request below v7) never goes near the owner.
 
 read_committed (isolation level 1): each partition is read up to its last
 stable offset, with the aborted transactions the records overlap (the
@@ -28,6 +31,7 @@ from twisted.python.failure import Failure
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
+from kafkatwist.fetchsessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
 from kafkatwist.protocol.entities import durationMs
 from kafkatwist.plugins.fetch_downconvert import LEGACY_MAX_VERSION, encodeDownConverted
@@ -43,6 +47,7 @@ from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
+SESSIONS_FROM = 7
 #: a follower fetch refused CLUSTER_ACTION: every partition answers
 #: TOPIC_AUTHORIZATION_FAILED
 REFUSED_REPLICA = -1000
@@ -87,6 +92,8 @@ class FetchHandler(Handler):
         # request timeouts are shorter still.
         self.maxWaitMs = broker.config["connections.max.idle.ms"]
 
+        self.sessions = broker.fetchSessions
+
     def handle(self, context, request):
         version = context.apiVersion
         replicaId = _replicaId(request, version)
@@ -95,7 +102,20 @@ class FetchHandler(Handler):
         ):
             # Kafka's answer to a follower fetch without CLUSTER_ACTION.
             replicaId = REFUSED_REPLICA
-        plan = self._plan(version, request, context, replicaId)
+        epochs = _leaderEpochs(version, request)
+        if version >= SESSIONS_FROM and (
+            request.session_id != INVALID_SESSION_ID or request.session_epoch != FINAL_EPOCH
+        ):
+            return self._sessionFetch(context, request, version, replicaId, epochs)
+        plan = self._plan(version, _entries(version, request), context, replicaId, epochs)
+        return self._fetch(context, request, version, plan, replicaId)
+
+    def _fetch(self, context, request, version, plan, replicaId, session=None, pending=None):
+        """
+        Read C{plan} and answer, now or once C{min_bytes} arrived.  With a
+        L{FetchContext} the answer goes to C{pending} through the sessions'
+        owner.
+        """
         maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -106,11 +126,15 @@ class FetchHandler(Handler):
         topics, total, errors = self._read(plan, maxBytes, readCommitted, fromFollower)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
-            return self._encode(version, plan, topics)
+            if session is None:
+                return self._encode(version, plan, topics)
+            self._respond(version, context.clock, session, topics, pending)
+            return pending.deferred
         _close(topics)
-        pending = context.respondLater()
+        if pending is None:
+            pending = context.respondLater()
         operation = DelayedFetch(
-            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending,
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending, session,
             fromFollower,
         )
         self.broker.fetchPurgatory.tryCompleteElseWatch(
@@ -119,6 +143,58 @@ class FetchHandler(Handler):
             maxWaitMs / 1000.0,
         )
         return pending.deferred
+
+    def _sessionFetch(self, context, request, version, replicaId, epochs):
+        pending = context.respondLater()
+
+        def opened(session):
+            try:
+                if isinstance(session, Failure):
+                    pending.complete(session)
+                elif session.kind == FetchContext.ERROR:
+                    pending.complete(
+                        encodeFetchResponse(version, [], session.errorCode, INVALID_SESSION_ID)
+                    )
+                else:
+                    plan = self._plan(version, session.entries, context, replicaId, epochs)
+                    self._fetch(context, request, version, plan, replicaId, session, pending)
+            except Exception:
+                pending.complete(Failure())
+
+        if version >= TOPIC_IDS_FROM:
+            forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
+        else:
+            forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
+        self.sessions.open(
+            _nowMs(context.clock), request.session_id, request.session_epoch,
+            version >= TOPIC_IDS_FROM, replicaId >= 0, _entries(version, request),
+            forgotten, opened,
+        )
+        return pending.deferred
+
+    def _respond(self, version, clock, session, topics, pending) -> None:
+        """
+        Hand what was read to the sessions' owner, which keeps the
+        partitions to send; encode those and complete C{pending}.
+        """
+        results = [(topicKey, p) for topicKey, partitions in topics for p in partitions]
+
+        def chosen(outcome):
+            if isinstance(outcome, Failure):
+                _close(topics)
+                pending.complete(outcome)
+                return
+            errorCode, sessionId, sent = outcome
+            kept = {id(p) for _, p in sent}
+            closeRegions([p.records for _, p in results if id(p) not in kept])
+            try:
+                answer = encodeFetchResponse(version, _grouped(sent), errorCode, sessionId)
+            except Exception:
+                _close(topics)
+                answer = Failure()
+            pending.complete(answer)
+
+        self.sessions.respond(_nowMs(clock), session, results, chosen)
 
     def _recordFollower(self, replicaId, plan) -> None:
         """
@@ -141,54 +217,63 @@ class FetchHandler(Handler):
             return encodeDownConverted(version, plan, topics)
         return encodeFetchResponse(version, topics)
 
-    def _plan(self, version, request, context, replicaId=-1) -> list[tuple[object, list[_Wanted]]]:
+    def _plan(
+        self, version, entries, context, replicaId=-1, epochs=None
+    ) -> list[tuple[object, list[_Wanted]]]:
+        """
+        @param entries: C{(topic key, partition, fetch offset, max bytes)};
+            runs of one topic become one topic of the answer.
+        @param epochs: C{{(topic key, partition): current leader epoch}} for
+            the partitions a client named one for (KIP-320), or C{None}.
+        """
         logManager = self.broker.logManager
         authorizer = self.authorizer
         byId = None
         plan = []
-        for fetchTopic in request.topics:
-            if version >= TOPIC_IDS_FROM:
-                # Only ids need the topic table; names go straight to getLog
-                # (this runs for every fetch).
-                if byId is None:
-                    byId = {info.topicId: name for name, info in logManager.topics().items()}
-                topicKey = fetchTopic.topic_id
-                name = byId.get(topicKey)
-                missing = ErrorCode.unknown_topic_id
-            else:
-                topicKey = name = fetchTopic.topic
-                missing = ErrorCode.unknown_topic_or_partition
-            if replicaId == REFUSED_REPLICA or (
-                authorizer is not None
-                and replicaId < 0
-                and name is not None
-                and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
-            ):
-                # READ refused: no log is looked at.
-                name, missing = None, ErrorCode.topic_authorization_failed
-            wanted = []
-            for p in fetchTopic.partitions:
-                log = logManager.getLog(name, p.partition) if name is not None else None
-                error = None if log is not None else missing
-                if log is not None:
-                    # KIP-320 fencing and leadership: two attribute reads.
-                    epoch = getattr(p, "current_leader_epoch", NO_EPOCH)
-                    if epoch != NO_EPOCH or not log.isLeader:
-                        error = checkReplica(log, epoch)
-                        if error is not None:
-                            log = None
-                wanted.append(
-                    _Wanted(
-                        topicKey,
-                        (name, p.partition),
-                        p.partition,
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        log,
-                        error,
-                    )
+        previous = _NO_TOPIC
+        for topicKey, partition, offset, partitionMaxBytes in entries:
+            if topicKey != previous:
+                previous = topicKey
+                if version >= TOPIC_IDS_FROM:
+                    # Only ids need the topic table; names go straight to
+                    # getLog (this runs for every fetch).
+                    if byId is None:
+                        byId = {info.topicId: name for name, info in logManager.topics().items()}
+                    name = byId.get(topicKey)
+                    missing = ErrorCode.unknown_topic_id
+                else:
+                    name = topicKey
+                    missing = ErrorCode.unknown_topic_or_partition
+                if replicaId == REFUSED_REPLICA or (
+                    authorizer is not None
+                    and replicaId < 0
+                    and name is not None
+                    and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
+                ):
+                    # READ refused: no log is looked at.
+                    name, missing = None, ErrorCode.topic_authorization_failed
+                wanted = []
+                plan.append((topicKey, wanted))
+            log = logManager.getLog(name, partition) if name is not None else None
+            error = None if log is not None else missing
+            if log is not None:
+                # KIP-320 fencing and leadership: two attribute reads.
+                epoch = NO_EPOCH if epochs is None else epochs.get((topicKey, partition), NO_EPOCH)
+                if epoch != NO_EPOCH or not log.isLeader:
+                    error = checkReplica(log, epoch)
+                    if error is not None:
+                        log = None
+            wanted.append(
+                _Wanted(
+                    topicKey,
+                    (name, partition),
+                    partition,
+                    offset,
+                    partitionMaxBytes,
+                    log,
+                    error,
                 )
-            plan.append((topicKey, wanted))
+            )
         return plan
 
     @staticmethod
@@ -206,6 +291,7 @@ class FetchHandler(Handler):
         errors = False
         minOneBatch = True
         topics = []
+        aborted = () if readCommitted else None
         for topicKey, wanted in plan:
             partitions = []
             for w in wanted:
@@ -213,6 +299,16 @@ class FetchHandler(Handler):
                 if log is None:
                     partitions.append(PartitionData(w.partition, w.error))
                     errors = True
+                    continue
+                if w.offset == log.logEndOffset and w.offset >= log.logStartOffset:
+                    # Caught up: nothing to read, only the offsets to tell
+                    # (most partitions of a consumer's every poll).
+                    partitions.append(
+                        PartitionData(
+                            w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset, b"", aborted,
+                        )
+                    )
                     continue
                 try:
                     info = log.read(
@@ -263,10 +359,12 @@ class DelayedFetch(DelayedOperation):
     """
 
     def __init__(
-        self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending,
+        self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending, session=None,
         fromFollower=False,
     ):
         super().__init__(clock)
+        #: the L{FetchContext} of a request with a session, else C{None}
+        self.session = session
         #: a follower's fetch reads to the log end, a consumer's to the
         #: high watermark
         self.fromFollower = fromFollower
@@ -321,7 +419,10 @@ class DelayedFetch(DelayedOperation):
     def canExpireHere(self) -> bool:
         # The common expiry -- a consumer polling an idle partition -- needs
         # no read: answer it with offsets only, saving a hop to a handler
-        # thread and back.
+        # thread and back.  Not with a session: its owner's work never runs
+        # on a Processor (work queued behind it would read the log there).
+        if self.session is not None:
+            return False
         topics = []
         aborted = () if self.readCommitted else None
         for topicKey, wanted in self.plan:
@@ -352,14 +453,19 @@ class DelayedFetch(DelayedOperation):
 
     def onComplete(self) -> None:
         try:
-            answer = self._answer()
+            topics = self._topics()
+            _account(self.handler.broker, self.plan, topics)
+            if self.session is not None:
+                self.handler._respond(self.version, self.clock, self.session, topics, self.pending)
+                return
+            answer = self.handler._encode(self.version, self.plan, topics)
         except Exception:
             # Whatever broke, the request must not stay in flight forever:
             # a failure closes the connection with a log line.
             answer = Failure()
         self.pending.complete(answer)
 
-    def _answer(self):
+    def _topics(self):
         topics, self._ready = self._ready, None
         if topics is None:
             # The topic may have been deleted (DeleteTopics wakes parked
@@ -374,8 +480,44 @@ class DelayedFetch(DelayedOperation):
             topics, _, _ = FetchHandler._read(
                 self.plan, self.maxBytes, self.readCommitted, self.fromFollower
             )
-        _account(self.handler.broker, self.plan, topics)
-        return self.handler._encode(self.version, self.plan, topics)
+        return topics
+
+
+_NO_TOPIC = object()
+
+
+def _entries(version, request) -> list[tuple]:
+    """
+    The request's partitions as C{(topic key, partition, fetch offset,
+    partition max bytes)}: the key is the topic id from v13, the name below.
+    """
+    if version >= TOPIC_IDS_FROM:
+        return [
+            (t.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes)
+            for t in request.topics
+            for p in t.partitions
+        ]
+    return [
+        (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for t in request.topics
+        for p in t.partitions
+    ]
+
+
+def _grouped(results) -> list[tuple[object, list[PartitionData]]]:
+    """
+    C{(topic key, PartitionData)} as the encoder takes them: consecutive
+    partitions of one topic under one topic, as Kafka's FetchResponse does.
+    """
+    topics = []
+    previous = _NO_TOPIC
+    for topicKey, data in results:
+        if topicKey != previous:
+            previous = topicKey
+            partitions = []
+            topics.append((topicKey, partitions))
+        partitions.append(data)
+    return topics
 
 
 def _replicaId(request, version: int) -> int:
@@ -386,6 +528,27 @@ def _replicaId(request, version: int) -> int:
         state = getattr(request, "replica_state", None)
         return state.replica_id if state is not None else -1
     return getattr(request, "replica_id", -1)
+
+
+def _leaderEpochs(version, request) -> dict | None:
+    """
+    The current leader epochs a client named (Fetch v9+, KIP-320), or
+    C{None} when it named none (the usual case: nothing to look up).
+    """
+    if version < 9:
+        return None
+    key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
+    epochs = {
+        (getattr(t, key), p.partition): p.current_leader_epoch
+        for t in request.topics
+        for p in t.partitions
+        if p.current_leader_epoch != NO_EPOCH
+    }
+    return epochs or None
+
+
+def _nowMs(clock) -> int:
+    return int(clock.seconds() * 1000)
 
 
 def _account(broker, plan, topics) -> None:

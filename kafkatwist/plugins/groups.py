@@ -29,6 +29,7 @@ Version ranges cover librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
 from __future__ import annotations
 
 
+from kafkatwist.cluster.answers import coordinatorFor
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.coordinator.requests import JoinRequest, SyncRequest
 from kafkatwist.coordinator.results import (
@@ -124,7 +125,7 @@ class FindCoordinatorHandler(Handler):
         else:
             keys = (request.key,)
         endpoint = self.broker.advertisedListenerFor(context.listenerName)
-        answers = [(key, *(self._refusal(context, keyType, key) or self._lookup(keyType, endpoint))) for key in keys]
+        answers = [(key, *(self._refusal(context, keyType, key) or self._lookup(keyType, endpoint, key, context.listenerName))) for key in keys]
         if has(cls, "coordinators"):
             Coordinator = nested(cls, "Coordinator")
             return make(
@@ -167,11 +168,15 @@ class FindCoordinatorHandler(Handler):
             return (E.transactional_id_authorization_failed, -1, "", -1)
         return None
 
-    def _lookup(self, keyType: int, endpoint) -> tuple[ErrorCode, int, str, int]:
+    def _lookup(self, keyType: int, endpoint, key: str = "", listenerName: str = "") -> tuple[ErrorCode, int, str, int]:
         """
         @return: C{(error, nodeId, host, port)}; on error the node is
-            Kafka's C{Node.noNode()} (-1, "", -1).
+            Kafka's C{Node.noNode()} (-1, "", -1).  In a cluster: the leader
+            of the internal topic's partition that holds C{key}.
         """
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is not None and keyType in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+            return coordinatorFor(cluster, self.broker.config, keyType, key, listenerName)
         if keyType == KEY_TYPE_GROUP:
             if self.broker.groupCoordinator is None:
                 return (E.coordinator_not_available, -1, "", -1)

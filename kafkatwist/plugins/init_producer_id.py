@@ -15,7 +15,10 @@ aborted.  PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, as Kafka
 answers.
 
 Producer ids come from a block reserved in C{producer-id-block} in the
-first data directory, so a restart never hands out an id again.
+first data directory, so a restart never hands out an id again; in a
+cluster, from a block reserved in ZooKeeper's C{/latest_producer_id_block}
+(Kafka's ZooKeeper-mode C{ProducerIdManager}), so no two brokers hand out
+the same id.
 """
 
 from __future__ import annotations
@@ -40,12 +43,24 @@ BLOCK_SIZE = 1000
 class ProducerIdManager:
     """
     Hands out producer ids, reserving them on disk a block at a time.
+
+    @param reserveBlock: C{reserveBlock(size)} reserves the next block
+        durably and returns its first id (by default: the
+        C{producer-id-block} file of C{directory}).
     """
 
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, "producer-id-block")
+    def __init__(self, directory: str | None = None, reserveBlock=None) -> None:
         self._lock = threading.Lock()
-        self._next = self._blockEnd = self._readReserved()
+        if reserveBlock is None:
+            self.path = os.path.join(directory, "producer-id-block")
+            reserveBlock = self._reserveOnDisk
+        self._reserveBlock = reserveBlock
+        self._next = self._blockEnd = 0
+
+    def _reserveOnDisk(self, size: int) -> int:
+        start = max(self._readReserved(), self._blockEnd)
+        self._reserve(start + size)
+        return start
 
     def _readReserved(self) -> int:
         try:
@@ -65,8 +80,8 @@ class ProducerIdManager:
     def nextId(self) -> int:
         with self._lock:
             if self._next >= self._blockEnd:
-                self._blockEnd = self._next + BLOCK_SIZE
-                self._reserve(self._blockEnd)
+                start = self._reserveBlock(BLOCK_SIZE)
+                self._next, self._blockEnd = start, start + BLOCK_SIZE
             producerId = self._next
             self._next += 1
             return producerId
@@ -106,9 +121,13 @@ class InitProducerIdHandler(Handler):
             cls,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
-            producer_id=self.ids.nextId(),
+            producer_id=self._producerIds().nextId(),
             producer_epoch=0,
         )
+
+    def _producerIds(self) -> ProducerIdManager:
+        cluster = getattr(self.broker, "cluster", None)
+        return cluster.producerIds if cluster is not None else self.ids
 
     def _transactional(self, context, cls, request, expectedId, expectedEpoch):
         version = context.apiVersion
@@ -129,7 +148,7 @@ class InitProducerIdHandler(Handler):
         reply = Reply(context, response)
         coordinator.initProducerId(
             reply, transactionalId, durationMs(request.transaction_timeout), expectedId,
-            expectedEpoch, self.ids.nextId(),
+            expectedEpoch, self._producerIds().nextId(),
         )
         return reply.response()
 

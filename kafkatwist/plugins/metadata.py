@@ -10,6 +10,7 @@ the cluster or the topic; the authorized-operations fields are computed.
 
 import uuid
 
+from kafkatwist.cluster.answers import autoCreate, brokerEndpoints, clusterPartitions
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
@@ -36,11 +37,23 @@ class MetadataHandler(Handler):
         Partition = nested(cls, "MetadataResponsePartition")
         broker = self.broker
         nodeId = broker.nodeId
-        endpoint = broker.advertisedListenerFor(context.listenerName)
-        brokers = (make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port, rack=None),)
+        cluster = getattr(broker, "cluster", None)
+        image = cluster.image if cluster is not None else None
+        controllerId = nodeId
+        if image is not None:
+            brokers = tuple(
+                make(Broker, node_id=brokerId, host=host, port=port, rack=rack)
+                for brokerId, host, port, rack in brokerEndpoints(image, context.listenerName)
+            )
+            controllerId = image.controllerId
+            known = {name: a for name, a in image.topics.items() if name not in image.deleting}
+        else:
+            endpoint = broker.advertisedListenerFor(context.listenerName)
+            brokers = (make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port, rack=None),)
 
         logManager = broker.logManager
-        known = logManager.topics() if logManager is not None else {}
+        if image is None:
+            known = logManager.topics() if logManager is not None else {}
         requested = request.topics
         invalid = []
         if requested is None or (version == 0 and not requested):
@@ -89,6 +102,12 @@ class MetadataHandler(Handler):
                 if not self._mayCreate(context, name):
                     topics.append(self._errorTopic(Topic, name, None, ErrorCode.topic_authorization_failed))
                     continue
+                if image is not None:
+                    # Kafka's auto-creation in a cluster: the topic is
+                    # written to ZooKeeper, its leaders come later.
+                    code = autoCreate(cluster, broker.config, name)
+                    topics.append(self._errorTopic(Topic, name, None, code))
+                    continue
                 try:
                     info = logManager.createTopic(name, broker.config["num.partitions"], {})
                 except KafkaError as e:
@@ -101,19 +120,22 @@ class MetadataHandler(Handler):
                     self._errorTopic(Topic, name, None, ErrorCode.unknown_topic_or_partition)
                 )
                 continue
-            partitions = tuple(
-                make(
-                    Partition,
-                    error_code=ErrorCode.none,
-                    partition_index=index,
-                    leader_id=nodeId,
-                    leader_epoch=0,
-                    replica_nodes=(nodeId,),
-                    isr_nodes=(nodeId,),
-                    offline_replicas=(),
+            if image is not None:
+                partitions = clusterPartitions(Partition, image, name, info)
+            else:
+                partitions = tuple(
+                    make(
+                        Partition,
+                        error_code=ErrorCode.none,
+                        partition_index=index,
+                        leader_id=nodeId,
+                        leader_epoch=0,
+                        replica_nodes=(nodeId,),
+                        isr_nodes=(nodeId,),
+                        offline_replicas=(),
+                    )
+                    for index in range(info.numPartitions)
                 )
-                for index in range(info.numPartitions)
-            )
             topics.append(
                 make(
                     Topic,
@@ -133,7 +155,7 @@ class MetadataHandler(Handler):
             throttle_time=NO_THROTTLE,
             brokers=brokers,
             cluster_id=broker.clusterId,
-            controller_id=nodeId,
+            controller_id=controllerId,
             topics=tuple(topics),
             cluster_authorized_operations=(
                 clusterOperations(authorizer, context) if includeClusterOps else OPERATIONS_OMITTED

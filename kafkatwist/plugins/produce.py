@@ -146,7 +146,7 @@ class ProduceHandler(Handler):
                 # Kafka's answer before it looks for the topic, so a refused
                 # client does not learn which topics exist.
                 partitions = [
-                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None, ())
                     for data in topic.partition_data
                 ]
             elif name in INTERNAL_TOPICS:
@@ -154,7 +154,7 @@ class ProduceHandler(Handler):
                 # only the broker appends there, as in Kafka.
                 partitions = [
                     (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
-                     f"clients may not write to the internal topic {name}")
+                     f"clients may not write to the internal topic {name}", ())
                     for data in topic.partition_data
                 ]
             elif verified is None:
@@ -167,7 +167,7 @@ class ProduceHandler(Handler):
                 for data in topic.partition_data:
                     guard = verified.get((name, data.index))
                     if isinstance(guard, ErrorCode):
-                        partitions.append((data.index, guard, -1, -1, -1, None))
+                        partitions.append((data.index, guard, -1, -1, -1, None, ()))
                     else:
                         partitions.append(
                             self._append(
@@ -321,18 +321,18 @@ class ProduceHandler(Handler):
         index = data.index
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
-            return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None)
+            return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None, ())
         records = data.records
         if not records:
             return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
-                    "the produce request carries no records")
+                    "the produce request carries no records", ())
         if waits is not None:
             isrSize = log.isrSize
             if isrSize is not None and isrSize < log.config.minInsyncReplicas:
                 # Kafka refuses before the append: nothing would be durable.
                 return (index, ErrorCode.not_enough_replicas, -1, -1, log.logStartOffset,
                         f"the ISR has {isrSize} replicas, min.insync.replicas is "
-                        f"{log.config.minInsyncReplicas}")
+                        f"{log.config.minInsyncReplicas}", ())
         try:
             if guard is not None:
                 info = log.append(records, nowMs, verificationGuard=guard)
@@ -341,7 +341,7 @@ class ProduceHandler(Handler):
                     records = _fromLegacy(version, records, log.config)
                 info = log.append(records, nowMs)
         except KafkaError as e:
-            return (index, e.code, -1, -1, log.logStartOffset, e.message)
+            return (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
         if not info.duplicate:
             # A retried batch (idempotent producer) appended nothing: no fetch
             # has anything new to see.  It is acknowledged with its original
@@ -351,13 +351,18 @@ class ProduceHandler(Handler):
         if waits is not None and log._highWatermark is not None:
             # A replicated partition: the ISR must have it first.
             waits.append(Waiting(topic, index, log, info.lastOffset + 1, log.leaderEpoch))
-        return (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None)
+        return (
+            index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None, ()
+        )
 
     @staticmethod
     def _response(version, results):
         cls = responseType(PRODUCE, version)
         Topic = nested(cls, "TopicProduceResponse")
         Partition = nested(cls, "PartitionProduceResponse")
+        BatchIndexAndErrorMessage = (
+            nested(cls, "BatchIndexAndErrorMessage") if version >= 8 else None
+        )
         topics = tuple(
             make(
                 Topic,
@@ -370,10 +375,13 @@ class ProduceHandler(Handler):
                         base_offset=base,
                         log_append_time=timestampMs(appendTime),
                         log_start_offset=start,
-                        record_errors=(),
+                        record_errors=tuple(
+                            make(BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                            for i, m in recordErrors
+                        ),
                         error_message=message,
                     )
-                    for index, error, base, appendTime, start, message in partitions
+                    for index, error, base, appendTime, start, message, recordErrors in partitions
                 ),
             )
             for name, partitions in results

@@ -11,7 +11,8 @@ version (Fetch v0-2's C{max_bytes}: no response limit).
 
 Where an old version's layout is the next version's, the table names
 C{kio}'s class for that version (OffsetFetch v0 is v1's layout;
-CreateTopics v1's request is v2's; CreateAcls v0's response is v1's).
+CreateTopics v1's request is v2's; CreateAcls v0's response is v1's;
+DescribeLogDirs v0 is v1's).
 
 Produce v0-2 live in L{kafkatwist.protocol.legacy}.
 """
@@ -21,6 +22,12 @@ from __future__ import annotations
 from kio.schema.create_acls.v1.response import CreateAclsResponse as CreateAclsResponseV1
 from kio.schema.create_topics.v2.request import CreateTopicsRequest as CreateTopicsRequestV2
 from kio.schema.delete_topics.v1.request import DeleteTopicsRequest as DeleteTopicsRequestV1
+from kio.schema.describe_log_dirs.v1.request import (
+    DescribeLogDirsRequest as DescribeLogDirsRequestV1,
+)
+from kio.schema.describe_log_dirs.v1.response import (
+    DescribeLogDirsResponse as DescribeLogDirsResponseV1,
+)
 from kio.schema.offset_fetch.v1.request import OffsetFetchRequest as OffsetFetchRequestV1
 from kio.schema.offset_fetch.v1.response import OffsetFetchResponse as OffsetFetchResponseV1
 
@@ -322,4 +329,5 @@ LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     23: {
         v: (_OFFSET_FOR_LEADER_EPOCH_REQUEST_V0, _offsetForLeaderEpochResponse(v)) for v in (0, 1)
     },
+    35: {0: (DescribeLogDirsRequestV1, DescribeLogDirsResponseV1)},
 }

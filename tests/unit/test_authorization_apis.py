@@ -6,7 +6,10 @@ where Kafka puts it; then, with the ACLs Kafka requires, that refusal must be
 gone.  Requests and responses go through the wire codec.
 """
 
+
 from __future__ import annotations
+
+import datetime
 
 import uuid
 from dataclasses import dataclass, field
@@ -15,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet.task import Clock
 
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.config import BrokerConfig, Listener
 from kafkatwist.coordinator import GroupCoordinatorService
@@ -72,9 +76,11 @@ class Broker:
     clusterId: str = "cluster"
     clock: object = None
     fetchPurgatory: FakePurgatory = field(default_factory=FakePurgatory)
+    fetchSessions: FetchSessions = field(default_factory=lambda: FetchSessions(1000))
     topicBytes: TopicBytes = field(default_factory=TopicBytes)
     scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
     advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
+    dynamicConfig: object = None
 
     def advertisedListenerFor(self, name):
         return self.advertisedListeners[0]
@@ -103,6 +109,9 @@ def broker(tmp_path):
         StandardAuthorizer(None, superUsers={"User:admin"}),
         clock=clock,
     )
+    from kafkatwist.dynamicconfig import DynamicBrokerConfig
+
+    broker.dynamicConfig = DynamicBrokerConfig(config, None)
     registry = HandlerRegistry(discoverPlugins())
     registry.build(broker)
     broker.handlers = registry.handlers
@@ -402,6 +411,12 @@ CASES = [
          dict(group_id=GROUP_OK, topics=(n(47, 0, "OffsetDeleteRequestTopic", name=TOPIC_OK, partitions=(
              n(47, 0, "OffsetDeleteRequestPartition", partition_index=0),)),)),
          lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.DELETE)]),
+    Case("DescribeLogDirs", 35, 4, dict(topics=None),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
+    Case("ElectLeaders", 43, 2,
+         dict(election_type=0, topic_partitions=(n(43, 2, "TopicPartitions", topic=TOPIC_OK, partitions=(0,)),),
+              timeout=datetime.timedelta(seconds=1)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER)]),
     Case("DescribeUserScramCredentials", 50, 0, dict(users=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("AlterUserScramCredentials", 51, 0,

@@ -165,6 +165,9 @@ class TransactionCoordinator:
     @param expiryIntervalMs: C{transaction.remove.expired.transaction.cleanup.interval.ms}.
     @param retryBackoffMs: wait before asking a partition again for a
         marker, or writing a Complete record again.
+    @param ownsAllPartitions: one broker coordinates every transactional
+        id; in a cluster (C{False}) only those of the C{__transaction_state}
+        partitions it leads (L{loadPartition}, L{unloadPartition}).
     """
 
     def __init__(
@@ -177,8 +180,14 @@ class TransactionCoordinator:
         expiryIntervalMs: int = 3_600_000,
         retryBackoffMs: int = 100,
         coordinatorEpoch: int = 0,
+        ownsAllPartitions: bool = True,
     ) -> None:
         self.numPartitions = numPartitions
+        #: the partitions whose ids are loaded here (None: all), and the
+        #: coordinator epoch (the partition's leader epoch) of each
+        self._owned: set[int] | None = None if ownsAllPartitions else set()
+        self._loading: set[int] = set()
+        self._epochs: dict[int, int] = {}
         self._maxTimeoutMs = maxTimeoutMs
         self._expirationMs = expirationMs
         self._abortIntervalMs = abortIntervalMs
@@ -220,7 +229,7 @@ class TransactionCoordinator:
                 snapshot.producerId,
                 snapshot.producerEpoch,
                 snapshot.state is S.PREPARE_COMMIT,
-                self.coordinatorEpoch,
+                self._epochs.get(meta.partition, self.coordinatorEpoch),
                 frozenset(partitions),
                 token,
             )
@@ -238,6 +247,50 @@ class TransactionCoordinator:
 
         @param loaded: C{(transactional id, partition, value)}.
         """
+        self._take(loaded)
+        self._active = self._loaded = True
+        self._completeLeftOver(self._txns.values())
+        self._setTimer(ABORT_SWEEP, self._abortIntervalMs)
+        self._setTimer(EXPIRY_SWEEP, self._expiryIntervalMs)
+
+    @_entry
+    def beginLoading(self, partition: int) -> None:
+        if self._owned is not None and partition not in self._owned:
+            self._loading.add(partition)
+
+    @_entry
+    def loadPartition(self, partition: int, loaded, coordinatorEpoch: int) -> None:
+        """
+        Take the transactional ids of one C{__transaction_state} partition
+        this broker now leads (at C{coordinatorEpoch}, its leader epoch,
+        which the markers it writes carry); prepared transactions get their
+        markers.
+        """
+        if self._owned is None:
+            return
+        self._loading.discard(partition)
+        self._epochs[partition] = coordinatorEpoch
+        if partition in self._owned:
+            return
+        self._owned.add(partition)
+        self._take(loaded)
+        self._completeLeftOver([m for m in self._txns.values() if m.partition == partition])
+
+    @_entry
+    def unloadPartition(self, partition: int) -> None:
+        """
+        This broker no longer leads C{partition}: its ids are forgotten
+        here (the new leader's coordinator loads them).
+        """
+        if self._owned is None:
+            return
+        self._loading.discard(partition)
+        self._owned.discard(partition)
+        for transactionalId in [t for t, m in self._txns.items() if m.partition == partition]:
+            del self._txns[transactionalId]
+            self._markersPending.pop(transactionalId, None)
+
+    def _take(self, loaded) -> None:
         for transactionalId, partition, value in loaded:
             self._txns[transactionalId] = TxnMetadata(
                 transactionalId,
@@ -253,16 +306,15 @@ class TransactionCoordinator:
                 ),
                 partition=partition,
             )
-        self._active = self._loaded = True
-        for meta in list(self._txns.values()):
+
+    def _completeLeftOver(self, metas) -> None:
+        for meta in list(metas):
             if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 log.info(
                     "transactional id {id}: completing its {state} left at the last stop",
                     id=meta.transactionalId, state=meta.state.displayName,
                 )
                 self._sendMarkers(meta)
-        self._setTimer(ABORT_SWEEP, self._abortIntervalMs)
-        self._setTimer(EXPIRY_SWEEP, self._expiryIntervalMs)
 
     @_entry
     def shutdown(self) -> None:
@@ -270,11 +322,15 @@ class TransactionCoordinator:
         for key in (ABORT_SWEEP, EXPIRY_SWEEP):
             self._fx.append(CancelTimer(key))
 
-    def _statusError(self) -> ErrorCode | None:
+    def _statusError(self, transactionalId: str | None = None) -> ErrorCode | None:
         if not self._loaded:
             return E.coordinator_load_in_progress
         if not self._active:
             return E.not_coordinator
+        if self._owned is not None and transactionalId is not None:
+            partition = partitionOf(transactionalId, self.numPartitions)
+            if partition not in self._owned:
+                return E.coordinator_load_in_progress if partition in self._loading else E.not_coordinator
         return None
 
     # ------------------------------------------------------------------
@@ -341,7 +397,7 @@ class TransactionCoordinator:
         def fail(error: ErrorCode) -> None:
             self._respond(replyTo, InitProducerIdResult(error))
 
-        error = self._statusError()
+        error = self._statusError(transactionalId)
         if error is not None:
             return fail(error)
         if not 0 < timeoutMs <= self._maxTimeoutMs:
@@ -424,7 +480,7 @@ class TransactionCoordinator:
         """
         @return: C{(metadata, None)} or C{(None, error)}.
         """
-        error = self._statusError()
+        error = self._statusError(transactionalId)
         if error is not None:
             return None, error
         meta = self._txns.get(transactionalId)
@@ -677,10 +733,10 @@ class TransactionCoordinator:
         """
         @return: (by C{replyTo}) a L{TxnDescription} per id, in order.
         """
-        error = self._statusError()
         out = []
         for transactionalId in transactionalIds:
             meta = self._txns.get(transactionalId)
+            error = self._statusError(transactionalId)
             if error is not None:
                 out.append(TxnDescription(transactionalId, error))
             elif meta is None or meta.state is S.DEAD:

@@ -69,13 +69,13 @@ class TransactionStateLog(OffsetsTopicLog):
         return getattr(partitionLog, "leaderEpoch", 0) or 0
 
 
-def loadTransactions(coordinatorLog) -> list[tuple[str, int, TxnLogValue]]:
+def loadTransactions(coordinatorLog, partitions=None) -> list[tuple[str, int, TxnLogValue]]:
     """
     @return: C{(transactional id, partition, value)} for every id whose
         last record is not a tombstone.
     """
     found: dict[str, tuple[int, TxnLogValue]] = {}
-    for partition in range(coordinatorLog.numPartitions):
+    for partition in range(coordinatorLog.numPartitions) if partitions is None else partitions:
         offset = None
         try:
             for offset, key, value in coordinatorLog.replay(partition):

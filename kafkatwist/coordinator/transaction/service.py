@@ -95,11 +95,27 @@ class TransactionCoordinatorService:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def load(self) -> None:
+    def load(self, partitions=None) -> None:
         """
         Read the transactional ids back and start serving (blocking).
+
+        @param partitions: the partitions to read (default: all; none in a
+            cluster, where they are loaded one by one, L{loadPartition}).
         """
-        self.runtime.call(self.machine.load, loadTransactions(self.log))
+        self.runtime.call(self.machine.load, loadTransactions(self.log, partitions))
+
+    def loadPartition(self, partition: int, coordinatorEpoch: int) -> None:
+        """
+        Become the coordinator of C{partition}'s transactional ids (this
+        broker now leads it at leader epoch C{coordinatorEpoch}).
+        Blocking: a loader thread's, never a reactor's.
+        """
+        self.runtime.call(self.machine.beginLoading, partition)
+        loaded = loadTransactions(self.log, partitions=(partition,))
+        self.runtime.call(self.machine.loadPartition, partition, loaded, coordinatorEpoch)
+
+    def unloadPartition(self, partition: int) -> None:
+        self.runtime.call(self.machine.unloadPartition, partition)
 
     def shutdown(self) -> None:
         self.runtime.stop(self.machine.shutdown)

@@ -22,7 +22,7 @@ __all__ = ["makeTransactionCoordinator", "stopTransactionCoordinator"]
 log = Logger()
 
 
-def makeTransactionCoordinator(broker, config, logManager, clock=None):
+def makeTransactionCoordinator(broker, config, logManager, clock=None, loadAll: bool = True):
     """
     Build the coordinator, load C{__transaction_state} and start its
     sweeps.
@@ -39,6 +39,9 @@ def makeTransactionCoordinator(broker, config, logManager, clock=None):
     @param logManager: the L{kafkatwist.interfaces.ILogManager}.
     @param clock: the coordinator's clock; by default a started
         L{TimerThread}, which L{stopTransactionCoordinator} stops.
+    @param loadAll: coordinate every transactional id (one broker);
+        C{False} in a cluster, where partitions are loaded as this broker
+        comes to lead them.
     @return: the loaded L{TransactionCoordinatorService}; the caller sets
         it as C{broker.transactionCoordinator}.
     """
@@ -72,8 +75,9 @@ def makeTransactionCoordinator(broker, config, logManager, clock=None):
         expiryIntervalMs=_setting(
             config, "transaction.remove.expired.transaction.cleanup.interval.ms"
         ),
+        ownsAllPartitions=loadAll,
     )
-    coordinator.load()
+    coordinator.load(partitions=None if loadAll else ())
     return coordinator
 
 

@@ -1,0 +1,271 @@
+"""
+The controller's state machine, sans-io (Kafka's C{KafkaController} with
+its partition and replica state machines, in the shape of the group
+coordinator's: inputs in, effects out).
+
+It is level-triggered: every input carries the current L{ClusterImage},
+and C{reconcile} compares what the image says with what it should say --
+every partition with a live leader from its ISR, no dead broker in an ISR,
+no leader on a broker shutting down, queued deletions carried out -- and
+asks for the conditional writes that close the gap.  A write that loses a
+race (the state changed under it) fails in the shell, which reads the
+state again; the next image is reconciled in turn.  So the machine keeps
+no copy of the cluster, only what is its own: its epoch and the brokers it
+is moving leaders away from.
+
+Elections follow Kafka's (C{PartitionLeaderElectionAlgorithms}): the
+first live replica, in assignment order, that is in the ISR; outside the
+ISR only when C{unclean.leader.election.enable} (or an unclean
+ElectLeaders) allows it.  An ISR never becomes empty: with no live member
+the partition is left leaderless (leader -1) with its last ISR, so the
+replica that had everything is elected when it comes back.
+"""
+
+from __future__ import annotations
+
+from twisted.logger import Logger
+
+from kafkatwist.cluster.effects import DeleteTopic, Respond, SetTimer, WriteState
+from kafkatwist.cluster.image import ClusterImage
+from kafkatwist.cluster.zkdata import NO_LEADER, PartitionState
+from kafkatwist.errors import ErrorCode
+
+log = Logger()
+
+PREFERRED, UNCLEAN = 0, 1
+#: the timer of the preferred-leader check
+REBALANCE_TIMER = "leader-rebalance"
+
+
+class ControllerMachine:
+    """
+    @param brokerId: this broker (the controller while active).
+    @param unclean: C{unclean.leader.election.enable}.
+    @param autoRebalance: C{auto.leader.rebalance.enable}.
+    @param rebalanceIntervalMs: C{leader.imbalance.check.interval.seconds}, in ms.
+    @param imbalancePercentage: C{leader.imbalance.per.broker.percentage}.
+    """
+
+    def __init__(self, brokerId: int, unclean: bool = False, autoRebalance: bool = True,
+                 rebalanceIntervalMs: int = 300_000, imbalancePercentage: int = 10) -> None:
+        self.brokerId = brokerId
+        self.unclean = unclean
+        self.autoRebalance = autoRebalance
+        self.rebalanceIntervalMs = rebalanceIntervalMs
+        self.imbalancePercentage = imbalancePercentage
+        #: the controller epoch while active, else None
+        self.epoch: int | None = None
+
+    # -- inputs ------------------------------------------------------------------
+
+    def activate(self, nowMs: int, epoch: int, image: ClusterImage) -> list:
+        self.epoch = epoch
+        log.info("Broker {id} is the controller (epoch {epoch})", id=self.brokerId, epoch=epoch)
+        effects = self.reconcile(nowMs, image)
+        if self.autoRebalance:
+            effects.append(SetTimer(REBALANCE_TIMER, self.rebalanceIntervalMs))
+        return effects
+
+    def resign(self, nowMs: int) -> list:
+        if self.epoch is not None:
+            log.info("Broker {id} is no longer the controller (epoch {epoch})",
+                     id=self.brokerId, epoch=self.epoch)
+        self.epoch = None
+        return []
+
+    @property
+    def active(self) -> bool:
+        return self.epoch is not None
+
+    def reconcile(self, nowMs: int, image: ClusterImage) -> list:
+        """
+        The writes that bring C{image} to what it should be.
+        """
+        if self.epoch is None:
+            return []
+        effects: list = []
+        live = image.live()
+        leaving = image.shuttingDown & live
+        for topic in sorted(image.deleting):
+            effects.append(DeleteTopic(topic))
+        for topic, partition, replicas, state in image.partitions():
+            if topic in image.deleting:
+                continue
+            effect = self._partition(topic, partition, replicas, state, live, leaving)
+            if effect is not None:
+                effects.append(effect)
+        return effects
+
+    def timerFired(self, nowMs: int, key, image: ClusterImage) -> list:
+        if key != REBALANCE_TIMER or self.epoch is None:
+            return []
+        effects = self._rebalance(image)
+        effects.append(SetTimer(REBALANCE_TIMER, self.rebalanceIntervalMs))
+        return effects
+
+    def electLeaders(self, nowMs: int, replyTo, electionType: int, partitions, image: ClusterImage) -> list:
+        """
+        ElectLeaders (43): per partition C{(topic, partition, ErrorCode,
+        message)}, answered through C{replyTo}.
+
+        @param partitions: (topic, partition) pairs, or C{None} for every
+            partition (preferred election of all that need one).
+        """
+        if self.epoch is None:
+            return [Respond(replyTo, ErrorCode.not_controller)]
+        live = image.live()
+        effects: list = []
+        results = []
+        wanted = partitions
+        if wanted is None:
+            wanted = [(t, p) for t, p, replicas, state in image.partitions()
+                      if state is not None and replicas and state.leader != replicas[0]]
+        for topic, partition in wanted:
+            assignment = image.topics.get(topic)
+            replicas = assignment.partitions.get(partition) if assignment is not None else None
+            state = image.states.get((topic, partition))
+            if replicas is None or state is None or topic in image.deleting:
+                results.append((topic, partition, ErrorCode.unknown_topic_or_partition, None))
+                continue
+            if electionType == PREFERRED:
+                preferred = replicas[0]
+                if state.leader == preferred and preferred in live:
+                    results.append((topic, partition, ErrorCode.election_not_needed, None))
+                elif preferred in live and preferred in state.isr and preferred not in image.shuttingDown:
+                    effects.append(self._write(topic, state, partition, preferred, state.isr, "preferred"))
+                    results.append((topic, partition, ErrorCode.none, None))
+                else:
+                    results.append((topic, partition, ErrorCode.preferred_leader_not_available,
+                                    f"Failed to elect leader for partition {topic}-{partition} under "
+                                    f"strategy PreferredReplicaPartitionLeaderElectionStrategy"))
+            else:
+                if state.leader in live:
+                    results.append((topic, partition, ErrorCode.election_not_needed, None))
+                    continue
+                candidate = self._electable(replicas, state, live, image.shuttingDown, unclean=True)
+                if candidate is None:
+                    results.append((topic, partition, ErrorCode.eligible_leaders_not_available,
+                                    f"Failed to elect leader for partition {topic}-{partition} under "
+                                    f"strategy OfflinePartitionLeaderElectionStrategy(true)"))
+                    continue
+                leader, isr = candidate
+                effects.append(self._write(topic, state, partition, leader, isr, "unclean (ElectLeaders)"))
+                results.append((topic, partition, ErrorCode.none, None))
+        effects.append(Respond(replyTo, results))
+        return effects
+
+    # -- decisions -------------------------------------------------------------------
+
+    def _partition(self, topic, partition, replicas, state: PartitionState | None, live, leaving):
+        if state is None:
+            # A new partition (Kafka's NewPartition -> OnlinePartition): the
+            # live replicas are the ISR, the first of them leads.
+            alive = [r for r in replicas if r in live]
+            if not alive:
+                return None
+            isr = tuple(r for r in alive if r not in leaving) or tuple(alive)
+            return WriteState(topic, partition, PartitionState(isr[0], 0, isr, self.epoch), -1, "new partition")
+        leaderOk = state.leader in live and state.leader not in leaving
+        if not leaderOk:
+            candidate = self._electable(replicas, state, live, leaving, unclean=self.unclean)
+            if candidate is not None:
+                leader, isr = candidate
+                why = "controlled shutdown" if state.leader in leaving else "offline leader"
+                if leader not in state.isr:
+                    why = "unclean (no live ISR member)"
+                return self._write(topic, state, partition, leader, isr, why)
+            if state.leader in live:
+                # Shutting down with nobody in the ISR to take over: it keeps
+                # leading (Kafka's controlled shutdown gives up on it too).
+                return None
+            if state.leader == NO_LEADER:
+                return None
+            # Offline: no leader, and the ISR keeps its last member so that
+            # replica is elected (cleanly) when it returns.
+            isr = _shrink(state.isr, live)
+            return self._write(topic, state, partition, NO_LEADER, isr, "offline, no live ISR member")
+        # The leader is fine: take dead and departing followers out of the ISR.
+        isr = tuple(r for r in state.isr if r == state.leader or (r in live and r not in leaving))
+        if isr != state.isr:
+            return self._write(topic, state, partition, state.leader, isr, "replica offline")
+        return None
+
+    def _electable(self, replicas, state: PartitionState, live, leaving, unclean: bool):
+        """
+        @return: (leader, isr) or C{None}.
+        """
+        isrLive = [r for r in state.isr if r in live and r not in leaving]
+        for replica in replicas:
+            if replica in isrLive:
+                return replica, tuple(r for r in state.isr if r in isrLive)
+        if unclean:
+            for replica in replicas:
+                if replica in live and replica not in leaving:
+                    return replica, (replica,)
+        return None
+
+    def _write(self, topic, state: PartitionState, partition, leader, isr, why) -> WriteState:
+        new = PartitionState(leader, state.leaderEpoch + 1, tuple(isr), self.epoch)
+        return WriteState(topic, partition, new, state.zkVersion, why)
+
+    def _rebalance(self, image: ClusterImage) -> list:
+        """
+        Kafka's C{checkAndTriggerAutoLeaderRebalance}: a broker that leads
+        too few of the partitions it is preferred for gets them back.
+        """
+        live = image.live()
+        preferredOf: dict[int, list] = {}
+        for topic, partition, replicas, state in image.partitions():
+            if state is None or not replicas or topic in image.deleting:
+                continue
+            preferredOf.setdefault(replicas[0], []).append((topic, partition, state))
+        effects = []
+        for broker, owned in sorted(preferredOf.items()):
+            if broker not in live or broker in image.shuttingDown:
+                continue
+            notLed = [(t, p, s) for t, p, s in owned if s.leader != broker]
+            if not notLed or len(notLed) * 100 <= len(owned) * self.imbalancePercentage:
+                continue
+            for topic, partition, state in notLed:
+                if broker in state.isr:
+                    effects.append(self._write(topic, state, partition, broker, state.isr, "preferred"))
+        return effects
+
+
+def _shrink(isr, live) -> tuple:
+    """
+    Kafka's C{removeReplicasFromIsr}: dead members leave, but the last one
+    stays.
+    """
+    kept = tuple(r for r in isr if r in live)
+    return kept or tuple(isr[-1:])
+
+
+def assignReplicas(brokers, numPartitions: int, replicationFactor: int, startIndex: int,
+                   nextReplicaShift: int, firstPartition: int = 0) -> dict[int, tuple[int, ...]]:
+    """
+    Kafka's rack-unaware C{assignReplicasToBrokers}: leaders round-robin
+    from a start index, followers shifted so a broker's followers spread
+    over the others.
+
+    @param brokers: live broker ids.
+    @param startIndex: where the first leader falls (Kafka: random).
+    @param nextReplicaShift: the first follower's offset (Kafka: random).
+    @param firstPartition: the first partition's number (CreatePartitions
+        continues an existing topic).
+    """
+    ids = sorted(brokers)
+    n = len(ids)
+    result = {}
+    currentPartition = firstPartition
+    shift = nextReplicaShift
+    for i in range(numPartitions):
+        if currentPartition > 0 and currentPartition % n == 0:
+            shift += 1
+        first = (currentPartition + startIndex) % n
+        replicas = [ids[first]]
+        for j in range(replicationFactor - 1):
+            replicas.append(ids[(first + 1 + (shift + j) % (n - 1)) % n])
+        result[firstPartition + i] = tuple(replicas)
+        currentPartition += 1
+    return result

@@ -1,0 +1,61 @@
+"""
+The cluster as this broker last read it from ZooKeeper: an immutable
+L{ClusterImage}, replaced whole by the cluster owner thread after each
+change, read without locks by handler threads (Metadata, FindCoordinator,
+DescribeCluster...) and by the controller's state machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from kafkatwist.cluster.zkdata import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
+
+_EMPTY = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ClusterImage:
+    """
+    @ivar brokers: live (registered) brokers by id.
+    @ivar controllerId: the controller's broker id, or -1.
+    @ivar topics: each topic's assignment (id and replicas per partition).
+    @ivar states: each partition's state znode, by (topic, partition);
+        absent until the controller first writes it.
+    @ivar configs: each topic's overrides (C{/config/topics}).
+    @ivar deleting: topics queued for deletion (C{/admin/delete_topics}).
+    @ivar shuttingDown: brokers that asked to have their leaders moved away.
+    """
+
+    brokers: "MappingProxyType[int, BrokerInfo]" = field(default_factory=lambda: _EMPTY)
+    controllerId: int = -1
+    topics: "MappingProxyType[str, TopicAssignment]" = field(default_factory=lambda: _EMPTY)
+    states: "MappingProxyType[tuple[str, int], PartitionState]" = field(default_factory=lambda: _EMPTY)
+    configs: "MappingProxyType[str, dict]" = field(default_factory=lambda: _EMPTY)
+    deleting: frozenset = frozenset()
+    shuttingDown: frozenset = frozenset()
+    clusterId: str | None = None
+    #: bumped by every published image (tests and waits compare it)
+    serial: int = field(default=0, compare=False)
+
+    def live(self) -> frozenset:
+        return frozenset(self.brokers)
+
+    def leader(self, topic: str, partition: int) -> int:
+        state = self.states.get((topic, partition))
+        if state is None or state.leader not in self.brokers:
+            return NO_LEADER
+        return state.leader
+
+    def partitions(self):
+        """
+        @return: iterator of (topic, partition, replicas, state or None).
+        """
+        for name, assignment in self.topics.items():
+            for partition, replicas in assignment.partitions.items():
+                yield name, partition, replicas, self.states.get((name, partition))
+
+
+def freeze(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(dict(mapping))

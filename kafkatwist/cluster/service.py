@@ -1,0 +1,983 @@
+"""
+The cluster service: this broker's ZooKeeper session, its registration,
+its view of the cluster (published as L{ClusterImage}s), the controller
+shell when this broker is the controller, and what the replica manager is
+told.
+
+How brokers learn leadership: from ZooKeeper watches, not from the
+controller's LeaderAndIsr/UpdateMetadata/StopReplica requests (see the
+README, "Cluster").  Every broker watches the broker registrations, the
+topic assignments and every partition's state znode; when a state it
+hosts changes leader epoch it calls the replica manager's C{becomeLeader}
+or C{becomeFollower}.  The controller is the only writer of leaders (a
+leader writes its own ISR, conditionally, through L{IAlterIsr}).
+
+Threads: everything here runs on the cluster owner thread
+(L{kafkatwist.cluster.owner.OwnerThread}, C{kafkatwist-cluster}) except
+the public methods, which hand work to it, and L{image}, which any thread
+reads.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
+from kazoo.protocol.states import KazooState
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from kafkatwist.cluster import zkdata as Z
+from kafkatwist.cluster.controller import ControllerMachine, assignReplicas
+from kafkatwist.cluster.effects import DeleteTopic, Respond, SetTimer, WriteState
+from kafkatwist.cluster.image import ClusterImage, freeze
+from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
+from kafkatwist.startup import StartupError
+
+log = Logger()
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class ClusterStartError(StartupError):
+    """
+    The broker cannot join the cluster (ZooKeeper unreachable, its id taken).
+    """
+
+
+def _nowMs() -> int:
+    return int(time.time() * 1000)
+
+
+@implementer(IAlterIsr, IBrokerDirectory)
+class ClusterService:
+    """
+    @param config: the L{kafkatwist.config.BrokerConfig}.
+    @param replicaManager: the L{IReplicaManager} told about leadership.
+    @param logManager: the broker's L{ILogManager}: replicas this broker
+        hosts get a local log (created with the topic's id and configs);
+        deleted topics lose theirs.
+    """
+
+    def __init__(self, config, advertisedListeners, replicaManager, logManager=None,
+                 kazooFactory=KazooClient, owner: OwnerThread | None = None) -> None:
+        self.config = config
+        self.brokerId = config.nodeId
+        self.advertisedListeners = list(advertisedListeners)
+        self.replicaManager = replicaManager
+        self.logManager = logManager
+        self.sessionTimeoutMs = config["zookeeper.session.timeout.ms"]
+        self._kazooFactory = kazooFactory
+        self.zk = kazooFactory(
+            hosts=config["zookeeper.connect"], timeout=self.sessionTimeoutMs / 1000.0,
+        )
+        self.owner = owner or OwnerThread()
+        #: read by any thread; replaced whole by the owner
+        self.image = ClusterImage()
+        self.controller = ControllerMachine(
+            self.brokerId,
+            unclean=config["unclean.leader.election.enable"],
+            autoRebalance=config["auto.leader.rebalance.enable"],
+            rebalanceIntervalMs=config["leader.imbalance.check.interval.seconds"] * 1000,
+            imbalancePercentage=config["leader.imbalance.per.broker.percentage"],
+        )
+        # -- owned by the owner thread --
+        self._brokers: dict[int, Z.BrokerInfo] = {}
+        self._topics: dict[str, Z.TopicAssignment] = {}
+        self._states: dict[tuple[str, int], Z.PartitionState] = {}
+        self._configs: dict[str, dict] = {}
+        self._deleting: set[str] = set()
+        self._shuttingDown: set[int] = set()
+        self._controllerId = -1
+        self._epochZkVersion: int | None = None
+        self._applied: dict[tuple[str, int], tuple[int, int]] = {}
+        self._waits: list = []
+        self._timers: dict = {}
+        self._serial = 0
+        self._clusterId: str | None = None
+        self._clusterIdWasStored = False
+        self._stopping = False
+        self._started = False
+        self._sessionId = None
+
+    # -- start and stop (caller's thread) --------------------------------------------
+
+    def connect(self, localClusterId=None) -> str:
+        """
+        Check ZooKeeper, create the cluster's persistent paths, and read (or
+        first write) the cluster id, with a session of its own that is
+        closed again: this runs before twistd daemonizes, and threads (kazoo's,
+        the owner) do not survive the fork.  L{start} opens the session
+        that lasts.  Blocking: start-up only.
+
+        @param localClusterId: callable giving an id to store when ZooKeeper
+            has none yet (this broker's C{meta.properties} one).
+        @return: the cluster id.
+        @raise ClusterStartError: ZooKeeper cannot be reached.
+        """
+        self._ensureChroot()
+        zk = self._kazooFactory(hosts=self.config["zookeeper.connect"], timeout=self.sessionTimeoutMs / 1000.0)
+        self._startSession(zk)
+        try:
+            for path in Z.PERSISTENT_PATHS:
+                zk.ensure_path(path)
+            try:
+                data, _ = zk.get(Z.CLUSTER_ID)
+                self._clusterId = Z.decodeClusterId(data)
+                self._clusterIdWasStored = True
+            except NoNodeError:
+                clusterId = localClusterId() if localClusterId is not None else _newClusterId()
+                try:
+                    zk.create(Z.CLUSTER_ID, Z.encodeClusterId(clusterId), makepath=True)
+                    self._clusterId = clusterId
+                except NodeExistsError:
+                    data, _ = zk.get(Z.CLUSTER_ID)
+                    self._clusterId = Z.decodeClusterId(data)
+                    self._clusterIdWasStored = True
+        except (KazooException, Z.ZkDataError) as e:
+            raise ClusterStartError(f"ZooKeeper at {self.config['zookeeper.connect']}: {e}") from None
+        finally:
+            zk.stop()
+            zk.close()
+        return self._clusterId
+
+    def _startSession(self, zk) -> None:
+        timeout = (self.config["zookeeper.connection.timeout.ms"] or self.sessionTimeoutMs) / 1000.0
+        try:
+            zk.start(timeout=timeout)
+        except Exception as e:
+            raise ClusterStartError(
+                f"cannot reach ZooKeeper at {self.config['zookeeper.connect']}: {e or type(e).__name__}"
+            ) from None
+
+    def _ensureChroot(self) -> None:
+        """
+        Create C{zookeeper.connect}'s chroot if missing, as Kafka does.
+        """
+        hosts, slash, chroot = self.config["zookeeper.connect"].partition("/")
+        if not slash or not chroot.strip("/"):
+            return
+        bare = self._kazooFactory(hosts=hosts, timeout=self.sessionTimeoutMs / 1000.0)
+        self._startSession(bare)
+        try:
+            bare.ensure_path("/" + chroot.strip("/"))
+        finally:
+            bare.stop()
+            bare.close()
+
+    def start(self, timeout: float | None = None) -> None:
+        """
+        Open the broker's ZooKeeper session, register this broker, read the
+        cluster, take part in the controller election.  Blocks until the
+        first image is published.
+
+        @raise ClusterStartError: ZooKeeper unreachable, or this id held by
+            another live session.
+        """
+        self._startSession(self.zk)
+        self.zk.add_listener(self._sessionChanged)
+        self._started = True
+        self.owner.start()
+        wait = timeout if timeout is not None else 1.5 * self.sessionTimeoutMs / 1000.0 + 10
+        self.owner.call(self._register, wait, timeout=wait + 5)
+        self.owner.call(self._readAll, timeout=wait + 5)
+
+    def controlledShutdown(self, timeout: float) -> bool:
+        """
+        Kafka's controlled shutdown: ask the controller to move this
+        broker's leaders away and wait until it leads nothing another ISR
+        member could lead.  Blocking (call it off the reactors).
+
+        @return: whether that was reached in time.
+        """
+        try:
+            self.zk.create(Z.controlledShutdownPath(self.brokerId), b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except KazooException as e:
+            log.warn("Controlled shutdown could not be requested: {e}", e=e)
+            return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._leadsMovable(self.image):
+                log.info("Controlled shutdown of broker {id} complete", id=self.brokerId)
+                return True
+            time.sleep(0.1)
+        log.warn("Controlled shutdown of broker {id} timed out after {s}s", id=self.brokerId, s=timeout)
+        return False
+
+    def _leadsMovable(self, image: ClusterImage) -> bool:
+        live = image.live()
+        for topic, partition, replicas, state in image.partitions():
+            if state is not None and state.leader == self.brokerId:
+                if any(r != self.brokerId and r in live for r in state.isr):
+                    return True
+        return False
+
+    def stop(self) -> None:
+        """
+        Leave the cluster: the session closes, so the registration (and the
+        controller znode, if this broker held it) vanish at once.
+        """
+        self._stopping = True
+        if not self._started:
+            return
+        try:
+            self.owner.call(self._resign, timeout=5)
+        except Exception:
+            pass
+        self.owner.stop()
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception:
+            log.failure("closing the ZooKeeper session failed")
+
+    # -- IBrokerDirectory (any thread) ---------------------------------------------------
+
+    def endpoint(self, brokerId, listenerName=None):
+        info = self.image.brokers.get(brokerId)
+        return info.endpoint(listenerName) if info is not None else None
+
+    def aliveBrokers(self):
+        return self.image.live()
+
+    # -- IAlterIsr (any thread) ---------------------------------------------------------
+
+    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+        self.owner.submit(self._alterIsr, topic, partition, leaderId, leaderEpoch, tuple(newIsr),
+                          partitionEpoch, onDone)
+
+    def _alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+        current = self._states.get((topic, partition))
+        controllerEpoch = current.controllerEpoch if current is not None else 0
+        state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch)
+        try:
+            stat = self.zk.set(Z.statePath(topic, partition), Z.encodeState(state), version=partitionEpoch)
+        except (BadVersionError, NoNodeError):
+            self._readState(topic, partition)
+            self._settle()
+            onDone(None, KafkaError(ErrorCode.invalid_update_version,
+                                    f"the state of {topic}-{partition} changed under the ISR update"))
+            return
+        except KazooException as e:
+            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+            return
+        self._states[(topic, partition)] = Z.PartitionState(
+            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version
+        )
+        self._applied[(topic, partition)] = (leaderEpoch, leaderId)
+        try:
+            self.zk.create(Z.ISR_CHANGE_PREFIX, Z.encodeIsrChange([(topic, partition)]), sequence=True)
+        except KazooException:
+            pass  # the controller reads states by watch; the notification is for Kafka's tools
+        log.info("ISR of {topic}-{partition} is now {isr} (leader {leader}, epoch {epoch})",
+                 topic=topic, partition=partition, isr=list(newIsr), leader=leaderId, epoch=leaderEpoch)
+        self._settle()
+        onDone(stat.version, None)
+
+    # -- producer ids (any thread; blocking) -----------------------------------------------
+
+    def reserveProducerIdBlock(self, size: int) -> int:
+        """
+        Reserve the next C{size} producer ids cluster-wide (Kafka's
+        C{/latest_producer_id_block}, written conditionally on its version).
+
+        @return: the first id of the block.
+        @raise KafkaError: ZooKeeper did not answer.
+        """
+        return self.owner.call(self._reserveProducerIdBlock, size)
+
+    def _reserveProducerIdBlock(self, size: int) -> int:
+        for _ in range(100):
+            try:
+                data, stat = self.zk.get(Z.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    self.zk.create(Z.PRODUCER_ID_BLOCK, Z.encodeProducerIdBlock(self.brokerId, 0, size))
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = Z.decodeProducerIdBlockEnd(data) + 1
+            try:
+                self.zk.set(Z.PRODUCER_ID_BLOCK, Z.encodeProducerIdBlock(self.brokerId, start, size),
+                            version=stat.version)
+                return start
+            except BadVersionError:
+                continue  # another broker took that block
+        raise KafkaError(ErrorCode.coordinator_not_available, "no producer id block could be reserved")
+
+    # -- admin (any thread; answers on the owner thread) ---------------------------------
+
+    def createTopic(self, name: str, assignment: dict, configs: dict, onDone, topicId=None) -> None:
+        """
+        Write a topic's configs and assignment (Kafka's
+        C{AdminZkClient.createTopicWithAssignment}); the controller elects
+        its leaders.  C{onDone(topicId or None, KafkaError or None)}.
+        """
+        self.owner.submit(self._createTopic, name, assignment, configs, topicId or uuid.uuid4(), onDone)
+
+    def _createTopic(self, name, assignment, configs, topicId, onDone):
+        try:
+            if self.zk.exists(Z.topicPath(name)) is not None:
+                raise NodeExistsError()
+            self.zk.ensure_path(Z.CONFIG_TOPICS)
+            self.zk.set(Z.topicConfigPath(name), Z.encodeTopicConfig(configs)) if self.zk.exists(
+                Z.topicConfigPath(name)) else self.zk.create(Z.topicConfigPath(name), Z.encodeTopicConfig(configs))
+            self.zk.create(Z.topicPath(name), Z.encodeTopic(topicId, assignment))
+        except NodeExistsError:
+            onDone(None, KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists."))
+            return
+        except KazooException as e:
+            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+            return
+        log.info("Topic {topic} ({topicId}) created in ZooKeeper: {assignment}",
+                 topic=name, topicId=str(topicId), assignment=assignment)
+        self._readTopics()
+        self._settle()
+        onDone(topicId, None)
+
+    def addPartitions(self, name: str, assignment: dict, onDone) -> None:
+        """
+        Grow a topic (CreatePartitions): C{assignment} holds the new
+        partitions' replicas.  C{onDone(None, KafkaError or None)}.
+        """
+        self.owner.submit(self._addPartitions, name, assignment, onDone)
+
+    def _addPartitions(self, name, added, onDone):
+        try:
+            data, stat = self.zk.get(Z.topicPath(name))
+            current = Z.decodeTopic(name, data)
+            merged = dict(current.partitions)
+            if set(added) & set(merged):
+                raise KafkaError(ErrorCode.invalid_partitions, "partitions exist already")
+            merged.update(added)
+            self.zk.set(Z.topicPath(name), Z.encodeTopic(current.topicId, merged), version=stat.version)
+        except NoNodeError:
+            onDone(None, KafkaError(ErrorCode.unknown_topic_or_partition,
+                                    "This server does not host this topic-partition."))
+            return
+        except BadVersionError:
+            onDone(None, KafkaError(ErrorCode.reassignment_in_progress, "The topic changed meanwhile."))
+            return
+        except KafkaError as e:
+            onDone(None, e)
+            return
+        except (KazooException, Z.ZkDataError) as e:
+            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+            return
+        self._readTopic(name)
+        self._settle()
+        onDone(None, None)
+
+    def deleteTopic(self, name: str, onDone) -> None:
+        """
+        Queue a topic for deletion (C{/admin/delete_topics/<name>}); the
+        controller removes it, every broker then deletes its replicas.
+        """
+        self.owner.submit(self._deleteTopic, name, onDone)
+
+    def _deleteTopic(self, name, onDone):
+        try:
+            self.zk.create(Z.deleteTopicPath(name), b"", makepath=True)
+        except NodeExistsError:
+            pass
+        except KazooException as e:
+            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+            return
+        self._readDeletions()
+        self._settle()
+        onDone(None, None)
+
+    def electLeaders(self, electionType: int, partitions, onDone) -> None:
+        """
+        ElectLeaders on the controller: C{onDone(results)} with per
+        partition (topic, partition, ErrorCode, message), or
+        C{onDone(ErrorCode.not_controller)}.
+        """
+        self.owner.submit(self._electLeaders, electionType, partitions, onDone)
+
+    def _electLeaders(self, electionType, partitions, onDone):
+        self._perform(self.controller.electLeaders(_nowMs(), onDone, electionType, partitions, self.image))
+        self._settle()
+
+    def waitFor(self, predicate, timeout: float, onDone) -> None:
+        """
+        Call C{onDone(True)} once C{predicate(image)} holds for a published
+        image, or C{onDone(False)} after C{timeout} seconds.  On the owner.
+        """
+        self.owner.submit(self._waitFor, predicate, timeout, onDone)
+
+    def _waitFor(self, predicate, timeout, onDone):
+        if predicate(self.image):
+            onDone(True)
+            return
+        entry = [predicate, onDone, None]
+        entry[2] = self.owner.callLater(timeout, self._waitExpired, entry)
+        self._waits.append(entry)
+
+    def _waitExpired(self, entry):
+        if entry in self._waits:
+            self._waits.remove(entry)
+            entry[1](False)
+
+    # -- session (kazoo threads hand over) --------------------------------------------------
+
+    def _sessionChanged(self, state) -> None:
+        # On a kazoo thread: only hand over.
+        if state == KazooState.LOST:
+            self.owner.submit(self._sessionLost)
+        elif state == KazooState.CONNECTED:
+            self.owner.submit(self._sessionConnected)
+
+    def _sessionLost(self):
+        if self._stopping:
+            return
+        log.warn("ZooKeeper session of broker {id} expired", id=self.brokerId)
+        self._resign()
+
+    def _sessionConnected(self):
+        if self._stopping:
+            return
+        sessionId = self.zk.client_id[0] if self.zk.client_id else None
+        if sessionId == self._sessionId:
+            return  # reconnected within the session: watches and znodes are still there
+        log.info("New ZooKeeper session for broker {id}: registering again", id=self.brokerId)
+        try:
+            self._register(1.5 * self.sessionTimeoutMs / 1000.0 + 5)
+            self._readAll()
+        except Exception:
+            log.failure("re-registering broker {id} failed", id=self.brokerId)
+
+    def _watched(self, event) -> None:
+        # On a kazoo thread: only hand over.
+        self.owner.submit(self._onEvent, event.path)
+
+    # -- registration and reading (owner) ------------------------------------------------------
+
+    def _register(self, wait: float) -> None:
+        path = Z.brokerPath(self.brokerId)
+        data = Z.encodeBroker(self.brokerId, self.advertisedListeners,
+                              self.config["listener.security.protocol.map"])
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.zk.create(path, data, ephemeral=True)
+                break
+            except NodeExistsError:
+                stat = self.zk.exists(path)
+                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterStartError(
+                        f"broker id {self.brokerId} is registered by another session "
+                        f"({path} in ZooKeeper): is another broker using it?"
+                    ) from None
+                # A previous process of this broker (killed) whose session has
+                # not expired yet: wait for ZooKeeper to drop it.
+                time.sleep(0.2)
+        self._sessionId = self.zk.client_id[0]
+        log.info("Broker {id} registered in ZooKeeper at {path}", id=self.brokerId, path=path)
+
+    def _readAll(self) -> None:
+        self._readBrokers()
+        self._readTopics(all=True)
+        self._readDeletions()
+        self._readShutdowns()
+        self._readController()
+        self._settle()
+        self._removeStrays()
+
+    def _onEvent(self, path: str) -> None:
+        if self._stopping or path is None:
+            return
+        if path == Z.BROKER_IDS:
+            self._readBrokers()
+        elif path == Z.TOPICS:
+            self._readTopics()
+        elif path == Z.CONTROLLER:
+            self._readController()
+        elif path == Z.DELETE_TOPICS:
+            self._readDeletions()
+        elif path == Z.ISR_CHANGE:
+            self._readIsrChanges()
+        elif path == Z.CONTROLLED_SHUTDOWN:
+            self._readShutdowns()
+        elif path.startswith(Z.TOPICS + "/"):
+            parts = path[len(Z.TOPICS) + 1:].split("/")
+            if len(parts) == 1:
+                self._readTopic(parts[0])
+            elif len(parts) == 4 and parts[3] == "state":
+                try:
+                    self._readState(parts[0], int(parts[2]))
+                except ValueError:
+                    return
+        self._settle()
+
+    def _get(self, path):
+        """
+        The data and stat of C{path}, watched; C{None} if absent (its
+        creation is watched then).
+        """
+        try:
+            return self.zk.get(path, watch=self._watched)
+        except NoNodeError:
+            if self.zk.exists(path, watch=self._watched) is not None:
+                return self._get(path)
+            return None
+
+    def _children(self, path) -> list:
+        try:
+            return self.zk.get_children(path, watch=self._watched)
+        except NoNodeError:
+            self.zk.exists(path, watch=self._watched)
+            return []
+
+    def _readBrokers(self) -> None:
+        ids = set()
+        for child in self._children(Z.BROKER_IDS):
+            try:
+                ids.add(int(child))
+            except ValueError:
+                continue
+        for brokerId in list(self._brokers):
+            if brokerId not in ids:
+                del self._brokers[brokerId]
+                log.info("Broker {id} left the cluster", id=brokerId)
+        for brokerId in ids - set(self._brokers):
+            try:
+                data, _ = self.zk.get(Z.brokerPath(brokerId))
+                self._brokers[brokerId] = Z.decodeBroker(brokerId, data)
+                log.info("Broker {id} joined the cluster: {endpoints}", id=brokerId,
+                         endpoints=self._brokers[brokerId].endpoints)
+            except NoNodeError:
+                continue
+            except Z.ZkDataError as e:
+                log.warn("Ignoring broker registration: {e}", e=e)
+
+    def _readTopics(self, all: bool = False) -> None:
+        names = set(self._children(Z.TOPICS))
+        for name in list(self._topics):
+            if name not in names:
+                self._forgetTopic(name)
+        for name in names:
+            if all or name not in self._topics:
+                self._readTopic(name)
+
+    def _forgetTopic(self, name: str) -> None:
+        self._topics.pop(name, None)
+        self._configs.pop(name, None)
+        for key in [k for k in self._states if k[0] == name]:
+            del self._states[key]
+
+    def _readTopic(self, name: str) -> None:
+        found = self._get(Z.topicPath(name))
+        if found is None:
+            self._forgetTopic(name)
+            return
+        try:
+            assignment = Z.decodeTopic(name, found[0])
+        except Z.ZkDataError as e:
+            log.warn("Ignoring topic znode: {e}", e=e)
+            return
+        self._topics[name] = assignment
+        try:
+            data, _ = self.zk.get(Z.topicConfigPath(name))
+            self._configs[name] = Z.decodeTopicConfig(name, data)
+        except NoNodeError:
+            self._configs[name] = {}
+        except Z.ZkDataError as e:
+            log.warn("Ignoring topic configs: {e}", e=e)
+            self._configs[name] = {}
+        for partition in assignment.partitions:
+            self._readState(name, partition)
+
+    def _readState(self, topic: str, partition: int) -> None:
+        found = self._get(Z.statePath(topic, partition))
+        if found is None:
+            self._states.pop((topic, partition), None)
+            return
+        data, stat = found
+        try:
+            self._states[(topic, partition)] = Z.decodeState(topic, partition, data, stat.version)
+        except Z.ZkDataError as e:
+            log.warn("Ignoring partition state: {e}", e=e)
+
+    def _readDeletions(self) -> None:
+        self._deleting = set(self._children(Z.DELETE_TOPICS))
+
+    def _readShutdowns(self) -> None:
+        ids = set()
+        for child in self._children(Z.CONTROLLED_SHUTDOWN):
+            try:
+                ids.add(int(child))
+            except ValueError:
+                continue
+        self._shuttingDown = ids
+
+    def _readIsrChanges(self) -> None:
+        children = self._children(Z.ISR_CHANGE)
+        if not self.controller.active:
+            return
+        # States are watched: the notifications are only cleared, as
+        # Kafka's controller does once it has read them.
+        for child in children:
+            try:
+                self.zk.delete(f"{Z.ISR_CHANGE}/{child}")
+            except NoNodeError:
+                pass
+
+    def _readController(self) -> None:
+        found = self._get(Z.CONTROLLER)
+        if found is None:
+            if self._stopping:
+                return
+            try:
+                self.zk.create(Z.CONTROLLER, Z.encodeController(self.brokerId), ephemeral=True)
+            except NodeExistsError:
+                found = self._get(Z.CONTROLLER)
+                if found is None:
+                    return
+            else:
+                self._controllerId = self.brokerId
+                self._becomeController()
+                return
+        data, stat = found
+        try:
+            controllerId = Z.decodeController(data)
+        except Z.ZkDataError as e:
+            log.warn("Unreadable controller znode: {e}", e=e)
+            return
+        self._controllerId = controllerId
+        if controllerId == self.brokerId and stat.ephemeralOwner == self.zk.client_id[0]:
+            if not self.controller.active:
+                self._becomeController()
+        elif self.controller.active:
+            self._resign()
+
+    def _becomeController(self) -> None:
+        """
+        Bump C{/controller_epoch} (conditionally: two would-be controllers
+        cannot both); its new version fences every later write.
+        """
+        while True:
+            try:
+                data, stat = self.zk.get(Z.CONTROLLER_EPOCH)
+                epoch = Z.decodeControllerEpoch(data) + 1
+                newStat = self.zk.set(Z.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+                break
+            except NoNodeError:
+                try:
+                    self.zk.create(Z.CONTROLLER_EPOCH, b"1")
+                    epoch, newStat = 1, self.zk.exists(Z.CONTROLLER_EPOCH)
+                    break
+                except NodeExistsError:
+                    continue
+            except BadVersionError:
+                log.warn("Controller epoch moved under broker {id}: another controller", id=self.brokerId)
+                self._controllerId = -1
+                return
+        self._epochZkVersion = newStat.version
+        # Everything read afresh, in case a watch was missed while another
+        # broker was controller.
+        self._readBrokers()
+        self._readTopics(all=True)
+        self._readDeletions()
+        self._readShutdowns()
+        self._publish()
+        self._perform(self.controller.activate(_nowMs(), epoch, self.image))
+        self._readIsrChanges()
+
+    def _resign(self) -> None:
+        self._perform(self.controller.resign(_nowMs()))
+        self._epochZkVersion = None
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    # -- publishing, local replicas, controller effects (owner) ------------------------------------
+
+    def _publish(self) -> ClusterImage:
+        self._serial += 1
+        self.image = ClusterImage(
+            brokers=freeze(self._brokers),
+            controllerId=self._controllerId if self._controllerId in self._brokers else -1,
+            topics=freeze(self._topics),
+            states=freeze(self._states),
+            configs=freeze(self._configs),
+            deleting=frozenset(self._deleting),
+            shuttingDown=frozenset(self._shuttingDown),
+            clusterId=self._clusterId,
+            serial=self._serial,
+        )
+        return self.image
+
+    def _settle(self) -> None:
+        """
+        Publish the view, bring local replicas in line with it, and, on
+        the controller, perform what the state machine asks; again while
+        its writes change the view.
+        """
+        for _ in range(10):
+            image = self._publish()
+            self._applyLocal(image)
+            if not self.controller.active:
+                break
+            if not self._perform(self.controller.reconcile(_nowMs(), image)):
+                break
+        image = self.image
+        for entry in list(self._waits):
+            try:
+                satisfied = entry[0](image)
+            except Exception:
+                log.failure("cluster wait predicate failed")
+                satisfied = True
+            if satisfied:
+                self._waits.remove(entry)
+                entry[2].cancel()
+                entry[1](True)
+
+    def _perform(self, effects) -> bool:
+        """
+        @return: whether ZooKeeper was written (the view changed).
+        """
+        wrote = False
+        for effect in effects:
+            kind = type(effect)
+            if kind is WriteState:
+                wrote = self._writeState(effect) or wrote
+            elif kind is DeleteTopic:
+                wrote = self._deleteTopicZnodes(effect.topic) or wrote
+            elif kind is Respond:
+                try:
+                    effect.replyTo(effect.result)
+                except Exception:
+                    log.failure("answering {r} failed", r=effect.replyTo)
+            elif kind is SetTimer:
+                old = self._timers.pop(effect.key, None)
+                if old is not None:
+                    old.cancel()
+                self._timers[effect.key] = self.owner.callLater(
+                    effect.delayMs / 1000.0, self._timerFired, effect.key
+                )
+            else:
+                raise TypeError(f"unknown effect {effect!r}")
+        return wrote
+
+    def _timerFired(self, key) -> None:
+        self._timers.pop(key, None)
+        self._perform(self.controller.timerFired(_nowMs(), key, self.image))
+        self._settle()
+
+    def _fenced(self):
+        """
+        A ZooKeeper transaction that commits only while this broker's
+        controller epoch is current.
+        """
+        transaction = self.zk.transaction()
+        transaction.check(Z.CONTROLLER_EPOCH, self._epochZkVersion)
+        return transaction
+
+    def _commit(self, transaction, what: str) -> bool | None:
+        """
+        @return: C{True} committed, C{False} an operation failed (stale
+            state), C{None} fenced (this broker was deposed: it resigned).
+        """
+        results = transaction.commit()
+        if results and isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            log.warn("Controller {id} was deposed while writing {what}", id=self.brokerId, what=what)
+            self._resign()
+            self._readController()
+            return None
+        return not any(isinstance(r, Exception) for r in results)
+
+    def _writeState(self, effect: WriteState) -> bool:
+        topic, partition, state = effect.topic, effect.partition, effect.state
+        path = Z.statePath(topic, partition)
+        if self._epochZkVersion is None:
+            return False
+        try:
+            if effect.expectedVersion < 0:
+                self.zk.ensure_path(Z.partitionPath(topic, partition))
+                transaction = self._fenced()
+                transaction.create(path, Z.encodeState(state))
+            else:
+                transaction = self._fenced()
+                transaction.set_data(path, Z.encodeState(state), version=effect.expectedVersion)
+            committed = self._commit(transaction, path)
+        except KazooException as e:
+            log.warn("Writing {path} failed: {e}", path=path, e=e)
+            return False
+        if committed is None:
+            return False
+        if not committed:
+            self._readState(topic, partition)
+            return True
+        log.info(
+            "Partition {topic}-{partition}: leader {leader}, leader epoch {epoch}, ISR {isr} ({why})",
+            topic=topic, partition=partition, leader=state.leader, epoch=state.leaderEpoch,
+            isr=list(state.isr), why=effect.why,
+        )
+        self._readState(topic, partition)
+        return True
+
+    def _deleteTopicZnodes(self, name: str) -> bool:
+        paths = []
+        try:
+            for partition in self.zk.get_children(Z.partitionsPath(name)):
+                base = f"{Z.partitionsPath(name)}/{partition}"
+                paths.extend(f"{base}/{c}" for c in self.zk.get_children(base))
+                paths.append(base)
+            paths.append(Z.partitionsPath(name))
+        except NoNodeError:
+            pass
+        if self.zk.exists(Z.topicPath(name)) is not None:
+            paths.append(Z.topicPath(name))
+        if self.zk.exists(Z.topicConfigPath(name)) is not None:
+            paths.append(Z.topicConfigPath(name))
+        paths.append(Z.deleteTopicPath(name))
+        transaction = self._fenced()
+        for path in paths:
+            transaction.delete(path)
+        try:
+            committed = self._commit(transaction, f"the deletion of {name}")
+        except (KazooException, NotEmptyError) as e:
+            log.warn("Deleting topic {topic} failed: {e}", topic=name, e=e)
+            return False
+        if committed:
+            log.info("Topic {topic} deleted from ZooKeeper", topic=name)
+        self._readTopics()
+        self._readDeletions()
+        return committed is not None
+
+    def _applyLocal(self, image: ClusterImage) -> None:
+        """
+        Tell the replica manager about every hosted partition whose leader
+        epoch changed, and stop the replicas this broker no longer hosts.
+        """
+        me = self.brokerId
+        hosted = set()
+        for topic, partition, replicas, state in image.partitions():
+            if me not in replicas or state is None or topic in image.deleting:
+                continue
+            key = (topic, partition)
+            hosted.add(key)
+            seen = (state.leaderEpoch, state.leader)
+            if self._applied.get(key) == seen:
+                continue
+            if not self._ensureLocalLog(image, topic):
+                continue
+            self._applied[key] = seen
+            try:
+                if state.leader == me:
+                    self.replicaManager.becomeLeader(
+                        topic, partition, state.leaderEpoch, state.isr, replicas, state.zkVersion
+                    )
+                else:
+                    self.replicaManager.becomeFollower(
+                        topic, partition, state.leader, state.leaderEpoch, replicas, state.zkVersion
+                    )
+            except Exception:
+                log.failure("replica manager failed on {topic}-{partition}", topic=topic, partition=partition)
+        gone = [key for key in self._applied if key not in hosted]
+        deletedTopics = set()
+        for key in gone:
+            del self._applied[key]
+            topic, partition = key
+            deleted = topic not in image.topics or topic in image.deleting
+            try:
+                self.replicaManager.stopReplica(topic, partition, deleted)
+            except Exception:
+                log.failure("replica manager failed to stop {topic}-{partition}", topic=topic, partition=partition)
+            if deleted:
+                deletedTopics.add(topic)
+        for topic in deletedTopics:
+            self._deleteLocal(topic)
+
+    def _ensureLocalLog(self, image: ClusterImage, name: str) -> bool:
+        logManager = self.logManager
+        if logManager is None:
+            return True
+        assignment = image.topics[name]
+        count = max(assignment.partitions) + 1
+        local = logManager.topics().get(name)
+        try:
+            if local is not None and local.topicId != assignment.topicId and name not in INTERNAL_TOPICS:
+                # The name was deleted and created again while this broker
+                # was away: the old replica is another topic's.
+                log.info("Local topic {topic} ({old}) is not the cluster's ({new}): replaced",
+                         topic=name, old=str(local.topicId), new=str(assignment.topicId))
+                logManager.deleteTopic(name)
+                local = None
+            if local is None:
+                logManager.createTopic(name, count, image.configs.get(name, {}), topicId=assignment.topicId)
+            elif local.numPartitions < count:
+                logManager.createPartitions(name, count)
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists:
+                log.warn("Cannot host {topic} here: {e}", topic=name, e=e)
+                return False
+        except OSError as e:
+            log.warn("Cannot host {topic} here: {e}", topic=name, e=e)
+            return False
+        return True
+
+    def _deleteLocal(self, name: str) -> None:
+        if self.logManager is None or name in INTERNAL_TOPICS:
+            return
+        try:
+            self.logManager.deleteTopic(name)
+        except KafkaError:
+            pass  # the replica manager deleted it already
+        except OSError as e:
+            log.warn("Deleting the local replicas of {topic} failed: {e}", topic=name, e=e)
+
+    def _removeStrays(self) -> None:
+        """
+        Local topics the cluster no longer has (deleted while this broker
+        was down) are deleted -- only when ZooKeeper already held this
+        cluster's id, so a broker pointed at an empty ZooKeeper keeps its
+        data.
+        """
+        if self.logManager is None or not self._clusterIdWasStored:
+            return
+        for name in list(self.logManager.topics()):
+            if name not in self._topics and name not in INTERNAL_TOPICS:
+                log.info("Local topic {topic} is not in the cluster any more: deleted", topic=name)
+                self._deleteLocal(name)
+
+    # -- assignment (any thread) -------------------------------------------------------------------
+
+    def assign(self, numPartitions: int, replicationFactor: int, firstPartition: int = 0) -> dict:
+        """
+        Replicas for new partitions over the live brokers, as Kafka assigns
+        them (rack-unaware).
+
+        @raise KafkaError: INVALID_REPLICATION_FACTOR with more replicas
+            than live brokers.
+        """
+        live = self.image.live()
+        if replicationFactor > len(live):
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"Replication factor: {replicationFactor} larger than available brokers: {len(live)}.",
+            )
+        n = len(live)
+        return assignReplicas(live, numPartitions, replicationFactor,
+                              random.randrange(n), random.randrange(n), firstPartition)
+
+
+def _newClusterId() -> str:
+    return Z.encodeTopicId(uuid.uuid4())

@@ -1,0 +1,84 @@
+"""
+Building the cluster service into the broker (only with
+C{zookeeper.connect}): L{kafkatwist.service.BrokerService} calls
+L{makeCluster} once its listeners are bound (the registration advertises
+their ports), L{startCluster} once the log and coordinators exist, and
+L{controlledShutdown} then C{stop()} when it stops.
+"""
+
+from __future__ import annotations
+
+from twisted.logger import Logger
+
+from kafkatwist.cluster.coordinators import CoordinatorMover
+from kafkatwist.cluster.service import ClusterService
+from kafkatwist.plugins.init_producer_id import ProducerIdManager
+
+log = Logger()
+
+
+class RolesOnlyReplicaManager:
+    """
+    The replica manager a cluster uses when the broker has none (before
+    the replication side is built in): it keeps each hosted partition's
+    role and leader epoch and logs changes; nothing is replicated.
+    """
+
+    def __init__(self) -> None:
+        self.roles: dict = {}
+
+    def becomeLeader(self, topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
+        self.roles[(topic, partition)] = ("leader", leaderEpoch)
+
+    def becomeFollower(self, topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
+        self.roles[(topic, partition)] = ("follower", leaderEpoch)
+
+    def stopReplica(self, topic, partition, delete):
+        self.roles.pop((topic, partition), None)
+
+    def leaderEpochs(self):
+        return dict(self.roles)
+
+
+def makeCluster(config, broker) -> ClusterService:
+    replicaManager = getattr(broker, "replicaManager", None)
+    if replicaManager is None:
+        replicaManager = RolesOnlyReplicaManager()
+    cluster = ClusterService(config, broker.advertisedListeners, CoordinatorMover(replicaManager, broker))
+    # Idempotent and transactional producers' ids, unique over the cluster.
+    cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
+    broker.cluster = cluster
+    return cluster
+
+
+def startCluster(cluster: ClusterService, broker, logManager) -> None:
+    """
+    Register and read the cluster; its replicas get local logs from now on.
+
+    @raise kafkatwist.cluster.service.ClusterStartError: ZooKeeper unreachable, or this id registered by a
+        live broker.
+    """
+    # The broker's advertised listeners carry the bound ports by now.
+    cluster.advertisedListeners = list(broker.advertisedListeners)
+    cluster.logManager = logManager
+    cluster.replicaManager.start()
+    cluster.start()
+
+
+def controlledShutdown(cluster: ClusterService, config) -> None:
+    retries = config["controlled.shutdown.max.retries"]
+    backoff = config["controlled.shutdown.retry.backoff.ms"] / 1000.0
+    for attempt in range(max(retries, 1)):
+        if cluster.controlledShutdown(timeout=max(backoff, 5.0)):
+            return
+
+
+def stopCluster(cluster: ClusterService) -> None:
+    """
+    Leave the cluster (the registration goes with the session), then stop
+    the coordinator loader.
+    """
+    cluster.stop()
+    stop = getattr(cluster.replicaManager, "stop", None)
+    if stop is not None:
+        stop()

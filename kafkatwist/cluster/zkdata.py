@@ -1,0 +1,307 @@
+"""
+ZooKeeper paths and the JSON of their znodes, in ZooKeeper-mode Kafka's
+layout (its C{ZkData.scala}), so Kafka's tools reading ZooKeeper make sense
+of a kafkatwist cluster.  Decoders raise L{ZkDataError} on anything they
+cannot read; callers log it and go on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE = "/isr_change_notification"
+ISR_CHANGE_PREFIX = ISR_CHANGE + "/isr_change_"
+CONFIG_TOPICS = "/config/topics"
+CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+#: kafkatwist's own: a broker asking the controller to move its leaders away
+#: (Kafka sends a ControlledShutdown request to the controller instead)
+CONTROLLED_SHUTDOWN = "/kafkatwist/controlled_shutdown"
+
+#: every persistent parent the cluster writes under (Kafka's C{PersistentZkPaths})
+PERSISTENT_PATHS = (
+    BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, "/cluster", CONTROLLED_SHUTDOWN,
+)
+
+#: no leader (Kafka's C{LeaderAndIsr.NoLeader})
+NO_LEADER = -1
+
+
+class ZkDataError(ValueError):
+    """
+    A znode's data is not what Kafka's layout says.
+    """
+
+
+def brokerPath(brokerId: int) -> str:
+    return f"{BROKER_IDS}/{brokerId}"
+
+
+def topicPath(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitionsPath(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partitionPath(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}"
+
+
+def statePath(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topicConfigPath(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def deleteTopicPath(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def controlledShutdownPath(brokerId: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{brokerId}"
+
+
+def _load(data: bytes | None, what: str) -> dict:
+    try:
+        value = json.loads((data or b"").decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ZkDataError(f"{what}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ZkDataError(f"{what}: not a JSON object")
+    return value
+
+
+def _dump(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _nowMs() -> str:
+    return str(int(time.time() * 1000))
+
+
+# -- brokers -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """
+    A registered broker: its endpoints by listener name.
+    """
+
+    brokerId: int
+    endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
+    rack: str | None = None
+
+    def endpoint(self, listenerName: str | None = None) -> tuple[str, int] | None:
+        for name, host, port in self.endpoints:
+            if listenerName is None or name == listenerName:
+                return host, port
+        return None
+
+
+def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: str | None = None) -> bytes:
+    """
+    @param listeners: the advertised L{kafkatwist.config.Listener}s.
+    """
+    endpoints = [f"{l.name}://{l.host}:{l.port}" for l in listeners]
+    first = listeners[0]
+    value = {
+        "version": 5,
+        "host": first.host,
+        "port": first.port,
+        "endpoints": endpoints,
+        "listener_security_protocol_map": {l.name: protocolMap.get(l.name, l.name) for l in listeners},
+        "jmx_port": -1,
+        "timestamp": _nowMs(),
+        "features": {},
+    }
+    if rack is not None:
+        value["rack"] = rack
+    return _dump(value)
+
+
+def decodeBroker(brokerId: int, data: bytes) -> BrokerInfo:
+    value = _load(data, f"broker {brokerId}")
+    endpoints = []
+    for endpoint in value.get("endpoints") or ():
+        try:
+            name, rest = endpoint.split("://", 1)
+            host, _, port = rest.rpartition(":")
+            endpoints.append((name, host.strip("[]"), int(port)))
+        except (AttributeError, ValueError):
+            raise ZkDataError(f"broker {brokerId}: bad endpoint {endpoint!r}") from None
+    if not endpoints:
+        raise ZkDataError(f"broker {brokerId}: no endpoints")
+    return BrokerInfo(brokerId, tuple(endpoints), value.get("rack"))
+
+
+# -- controller ------------------------------------------------------------------
+
+
+def encodeController(brokerId: int) -> bytes:
+    return _dump({"version": 2, "brokerid": brokerId, "timestamp": _nowMs()})
+
+
+def decodeController(data: bytes) -> int:
+    value = _load(data, "controller")
+    brokerId = value.get("brokerid")
+    if not isinstance(brokerId, int):
+        raise ZkDataError("controller: no brokerid")
+    return brokerId
+
+
+def decodeControllerEpoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ZkDataError(f"controller_epoch: {data[:40]!r} is not a number") from None
+
+
+# -- topics ----------------------------------------------------------------------
+
+
+def encodeTopicId(topicId: uuid.UUID) -> str:
+    # Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, unpadded.
+    return base64.urlsafe_b64encode(topicId.bytes).rstrip(b"=").decode("ascii")
+
+
+def decodeTopicId(text: str) -> uuid.UUID:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return uuid.UUID(bytes=raw)
+    except (ValueError, TypeError):
+        raise ZkDataError(f"bad topic id {text!r}") from None
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """
+    A topic's znode: its id and each partition's replicas (the first is the
+    preferred leader).
+    """
+
+    name: str
+    topicId: uuid.UUID
+    partitions: dict[int, tuple[int, ...]]
+
+
+def encodeTopic(topicId: uuid.UUID, partitions: dict[int, tuple[int, ...]]) -> bytes:
+    return _dump({
+        "version": 3,
+        "topic_id": encodeTopicId(topicId),
+        "partitions": {str(p): list(replicas) for p, replicas in sorted(partitions.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    })
+
+
+def decodeTopic(name: str, data: bytes) -> TopicAssignment:
+    value = _load(data, f"topic {name}")
+    topicId = value.get("topic_id")
+    partitions = value.get("partitions")
+    if not isinstance(partitions, dict) or not isinstance(topicId, str):
+        raise ZkDataError(f"topic {name}: no topic_id or partitions")
+    try:
+        assignment = {int(p): tuple(int(b) for b in replicas) for p, replicas in partitions.items()}
+    except (TypeError, ValueError):
+        raise ZkDataError(f"topic {name}: bad partitions") from None
+    return TopicAssignment(name, decodeTopicId(topicId), assignment)
+
+
+def encodeTopicConfig(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(configs)})
+
+
+def decodeTopicConfig(name: str, data: bytes) -> dict[str, str]:
+    value = _load(data, f"config of topic {name}")
+    configs = value.get("config") or {}
+    if not isinstance(configs, dict):
+        raise ZkDataError(f"config of topic {name}: not an object")
+    return {str(k): str(v) for k, v in configs.items()}
+
+
+# -- partition state ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """
+    A partition's C{state} znode (Kafka's C{LeaderIsrAndControllerEpoch});
+    C{zkVersion} is the znode's version, the partition epoch every
+    conditional write of it names.
+    """
+
+    leader: int
+    leaderEpoch: int
+    isr: tuple[int, ...]
+    controllerEpoch: int
+    zkVersion: int = -1
+
+
+def encodeState(state: PartitionState) -> bytes:
+    return _dump({
+        "controller_epoch": state.controllerEpoch,
+        "leader": state.leader,
+        "version": 1,
+        "leader_epoch": state.leaderEpoch,
+        "isr": list(state.isr),
+    })
+
+
+def decodeState(topic: str, partition: int, data: bytes, zkVersion: int) -> PartitionState:
+    value = _load(data, f"state of {topic}-{partition}")
+    try:
+        return PartitionState(
+            int(value["leader"]), int(value["leader_epoch"]),
+            tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]), zkVersion,
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"state of {topic}-{partition}: missing or bad fields") from None
+
+
+def encodeIsrChange(partitions) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+
+
+def encodeClusterId(clusterId: str) -> bytes:
+    return _dump({"version": "1", "id": clusterId})
+
+
+def decodeClusterId(data: bytes) -> str:
+    value = _load(data, "cluster id")
+    clusterId = value.get("id")
+    if not isinstance(clusterId, str):
+        raise ZkDataError("cluster id: no id")
+    return clusterId
+
+
+def encodeProducerIdBlock(brokerId: int, start: int, size: int) -> bytes:
+    # Kafka's ProducerIdBlockZNode: the last id is inclusive.
+    return _dump({"version": 1, "broker": brokerId, "block_start": str(start),
+                  "block_end": str(start + size - 1)})
+
+
+def decodeProducerIdBlockEnd(data: bytes) -> int:
+    """
+    @return: the last producer id of the latest block (-1: none yet).
+    """
+    if not data:
+        return -1
+    value = _load(data, "latest_producer_id_block")
+    try:
+        return int(value["block_end"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError("latest_producer_id_block: no block_end") from None

@@ -1,0 +1,242 @@
+"""
+The control plane in process against a real ZooKeeper: three
+L{ClusterService}s with recording replica managers, no network listeners.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from kafkatwist.cluster import zkdata as Z
+from kafkatwist.cluster.controller import PREFERRED, UNCLEAN
+from kafkatwist.cluster.service import ClusterService
+from kafkatwist.config import BrokerConfig
+from kafkatwist.errors import ErrorCode
+from tests.cluster.stubs import RecordingReplicaManager
+
+
+def waitUntil(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Node:
+    def __init__(self, connect, brokerId, **overrides):
+        settings = {
+            "node.id": str(brokerId),
+            "zookeeper.connect": connect,
+            "zookeeper.session.timeout.ms": "4000",
+            "listeners": f"PLAINTEXT://127.0.0.1:{19000 + brokerId}",
+        }
+        settings.update(overrides)
+        self.config = BrokerConfig(settings)
+        self.replicas = RecordingReplicaManager()
+        self.service = ClusterService(self.config, self.config.advertisedListeners, self.replicas)
+
+    def start(self):
+        self.service.connect()
+        self.service.start()
+        return self
+
+    def stop(self):
+        self.service.stop()
+
+    @property
+    def image(self):
+        return self.service.image
+
+
+@pytest.fixture
+def cluster(zookeeper):
+    connect = zookeeper.connect("cp")
+    nodes = []
+
+    def start(brokerId, **overrides):
+        node = Node(connect, brokerId, **overrides).start()
+        nodes.append(node)
+        return node
+
+    start.connect = connect
+    yield start
+    for node in nodes:
+        node.stop()
+
+
+def call(method, *args):
+    done = threading.Event()
+    box = []
+
+    def onDone(*result):
+        box.append(result)
+        done.set()
+
+    method(*args, onDone)
+    assert done.wait(20), "no answer"
+    return box[0]
+
+
+def test_registration_and_controller(cluster):
+    a, b, c = cluster(1), cluster(2), cluster(3)
+    for node in (a, b, c):
+        waitUntil(lambda: node.image.live() == {1, 2, 3}, what="three live brokers")
+    assert {n.image.controllerId for n in (a, b, c)} == {1}
+    assert a.service.controller.active and not b.service.controller.active
+    assert b.service.endpoint(3) == ("127.0.0.1", 19003)
+    assert a.image.clusterId == b.image.clusterId is not None
+    # Kafka's layout: a tool reading ZooKeeper sees the broker and controller.
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        info = Z.decodeBroker(2, zk.get("/brokers/ids/2")[0])
+        assert info.endpoint("PLAINTEXT") == ("127.0.0.1", 19002)
+        assert Z.decodeController(zk.get("/controller")[0]) == 1
+        assert int(zk.get("/controller_epoch")[0]) >= 1
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_topic_leaders_and_failover(cluster):
+    a, b, c = cluster(1), cluster(2), cluster(3)
+    waitUntil(lambda: a.image.live() == {1, 2, 3})
+    assignment = a.service.assign(6, 3)
+    assert all(len(set(r)) == 3 for r in assignment.values())
+    assert sorted(r[0] for r in assignment.values()) == [1, 1, 2, 2, 3, 3]
+    topicId, error = call(b.service.createTopic, "t", assignment, {"retention.ms": "1000"})
+    assert error is None
+    for node in (a, b, c):
+        waitUntil(lambda: len([s for (t, _), s in node.image.states.items() if t == "t"]) == 6,
+                  what="six states")
+    for p, replicas in assignment.items():
+        state = a.image.states[("t", p)]
+        assert state.leader == replicas[0] and state.leaderEpoch == 0 and set(state.isr) == {1, 2, 3}
+    assert a.image.topics["t"].topicId == topicId
+    assert c.image.configs["t"] == {"retention.ms": "1000"}
+    # Every hosting broker was told its role.
+    waitUntil(lambda: len(c.replicas.roles) == 6)
+    for (t, p), role in c.replicas.roles.items():
+        assert role[0] == ("leader" if assignment[p][0] == 3 else "follower")
+
+    # Broker 2 goes: its partitions get a leader from the ISR, and it leaves every ISR.
+    led = [p for p, r in assignment.items() if r[0] == 2]
+    b.stop()
+    def moved():
+        states = [a.image.states.get(("t", p)) for p in assignment]
+        return all(s and s.leader in (1, 3) and 2 not in s.isr for s in states)
+    waitUntil(moved, what="leaders moved off broker 2")
+    for p in led:
+        state = a.image.states[("t", p)]
+        assert state.leaderEpoch == 1 and state.leader == [r for r in assignment[p] if r != 2][0]
+
+    # The controller goes: another broker takes over, with a higher epoch.
+    oldEpoch = a.service.controller.epoch
+    a.stop()
+    waitUntil(lambda: c.service.controller.active, what="broker 3 controller")
+    assert c.service.controller.epoch > oldEpoch
+    waitUntil(lambda: all(c.image.states[("t", p)].leader == 3 for p in assignment),
+              what="broker 3 leads everything")
+    # Nobody else in the ISR: the ISR keeps broker 3 alone.
+    assert all(c.image.states[("t", p)].isr == (3,) for p in assignment)
+
+
+def test_offline_partition_waits_for_its_isr(cluster):
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    _, error = call(a.service.createTopic, "solo", {0: (2,)}, {})
+    assert error is None
+    waitUntil(lambda: a.image.leader("solo", 0) == 2)
+    b.stop()
+    waitUntil(lambda: a.image.states[("solo", 0)].leader == -1, what="offline")
+    assert a.image.states[("solo", 0)].isr == (2,)
+    # It returns: elected again, cleanly.
+    b2 = cluster(2)
+    waitUntil(lambda: a.image.leader("solo", 0) == 2, what="broker 2 back as leader")
+    waitUntil(lambda: b2.replicas.roles.get(("solo", 0), ("",))[0] == "leader", what="told it leads")
+
+
+def test_unclean_election(cluster):
+    a = cluster(1, **{"unclean.leader.election.enable": "false"})
+    b = cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    _, error = call(a.service.createTopic, "u", {0: (2, 1)}, {})
+    waitUntil(lambda: a.image.leader("u", 0) == 2)
+    # Broker 1 drops out of the ISR (as its leader would write it).
+    state = a.image.states[("u", 0)]
+    newVersion, error = call(b.service.alterIsr, "u", 0, 2, state.leaderEpoch, (2,), state.zkVersion)
+    assert error is None and newVersion == state.zkVersion + 1
+    # A stale partition epoch is refused.
+    _, error = call(b.service.alterIsr, "u", 0, 2, state.leaderEpoch, (2, 1), state.zkVersion)
+    assert error.code == ErrorCode.invalid_update_version
+    waitUntil(lambda: a.image.states[("u", 0)].isr == (2,))
+    b.stop()
+    waitUntil(lambda: a.image.states[("u", 0)].leader == -1, what="offline")
+    results = call(a.service.electLeaders, PREFERRED, [("u", 0)])[0]
+    assert results[0][2] == ErrorCode.preferred_leader_not_available
+    results = call(a.service.electLeaders, UNCLEAN, [("u", 0)])[0]
+    assert results[0][2] == ErrorCode.none
+    waitUntil(lambda: a.image.leader("u", 0) == 1, what="unclean leader")
+    assert a.image.states[("u", 0)].isr == (1,)
+
+
+def test_preferred_election_and_controlled_shutdown(cluster):
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    _, error = call(a.service.createTopic, "p", {0: (2, 1), 1: (1, 2)}, {})
+    waitUntil(lambda: a.image.leader("p", 0) == 2 and a.image.leader("p", 1) == 1)
+    # Controlled shutdown of broker 2: its leadership moves first.
+    assert b.service.controlledShutdown(10)
+    assert a.image.leader("p", 0) == 1
+    assert a.image.states[("p", 0)].isr == (1,)
+    b.stop()
+    b2 = cluster(2)
+    waitUntil(lambda: 2 in a.image.live() and 2 not in a.image.shuttingDown)
+    # The follower catches up (its leader writes it back into the ISR) ...
+    state = a.image.states[("p", 0)]
+    call(a.service.alterIsr, "p", 0, 1, state.leaderEpoch, (1, 2), state.zkVersion)
+    # ... and a preferred election gives it its partition back.
+    results = call(a.service.electLeaders, PREFERRED, None)[0]
+    assert [(t, p, code) for t, p, code, _ in results] == [("p", 0, ErrorCode.none)]
+    waitUntil(lambda: a.image.leader("p", 0) == 2, what="preferred leader back")
+    waitUntil(lambda: b2.replicas.roles[("p", 0)][0] == "leader", what="broker 2 told it leads")
+
+
+def test_delete_topic(cluster):
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    call(a.service.createTopic, "gone", {0: (1, 2), 1: (2, 1)}, {})
+    waitUntil(lambda: len(b.replicas.roles) == 2)
+    _, error = call(b.service.deleteTopic, "gone")
+    assert error is None
+    waitUntil(lambda: "gone" not in a.image.topics and "gone" not in b.image.topics)
+    waitUntil(lambda: sorted(b.replicas.stopped) == [("gone", 0, True), ("gone", 1, True)])
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        assert zk.exists("/brokers/topics/gone") is None
+        assert zk.get_children("/admin/delete_topics") == []
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_producer_id_blocks_are_cluster_wide(cluster):
+    a, b = cluster(1), cluster(2)
+    starts = [a.service.reserveProducerIdBlock(1000), b.service.reserveProducerIdBlock(1000),
+              a.service.reserveProducerIdBlock(10)]
+    assert starts == [0, 1000, 2000]
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        assert Z.decodeProducerIdBlockEnd(zk.get("/latest_producer_id_block")[0]) == 2009
+    finally:
+        zk.stop()
+        zk.close()

@@ -1,0 +1,154 @@
+"""
+The controller's state machine without ZooKeeper: images in, writes out.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kafkatwist.cluster.controller import PREFERRED, UNCLEAN, ControllerMachine, assignReplicas
+from kafkatwist.cluster.effects import DeleteTopic, Respond, SetTimer, WriteState
+from kafkatwist.cluster.image import ClusterImage, freeze
+from kafkatwist.cluster.zkdata import (
+    BrokerInfo,
+    PartitionState,
+    TopicAssignment,
+    decodeState,
+    decodeTopic,
+    decodeTopicId,
+    encodeState,
+    encodeTopic,
+    encodeTopicId,
+)
+from kafkatwist.errors import ErrorCode
+
+TID = uuid.UUID(int=7)
+
+
+def image(live, partitions, states=None, deleting=(), shuttingDown=()):
+    return ClusterImage(
+        brokers=freeze({b: BrokerInfo(b, (("PLAINTEXT", "h", 9000 + b),)) for b in live}),
+        controllerId=min(live),
+        topics=freeze({"t": TopicAssignment("t", TID, dict(partitions))}),
+        states=freeze({("t", p): s for p, s in (states or {}).items()}),
+        deleting=frozenset(deleting),
+        shuttingDown=frozenset(shuttingDown),
+    )
+
+
+def active(**kw):
+    machine = ControllerMachine(1, **kw)
+    machine.epoch = 5
+    return machine
+
+
+def writes(effects):
+    return {(e.topic, e.partition): (e.state.leader, e.state.leaderEpoch, e.state.isr, e.expectedVersion)
+            for e in effects if isinstance(e, WriteState)}
+
+
+def test_inactive_writes_nothing():
+    assert ControllerMachine(1).reconcile(0, image({1, 2}, {0: (1, 2)})) == []
+
+
+def test_new_partitions_get_the_first_live_replica():
+    effects = active().reconcile(0, image({2, 3}, {0: (1, 2, 3), 1: (3, 1)}))
+    assert writes(effects) == {("t", 0): (2, 0, (2, 3), -1), ("t", 1): (3, 0, (3,), -1)}
+    assert all(e.state.controllerEpoch == 5 for e in effects)
+
+
+def test_activation_arms_the_rebalance_check():
+    effects = ControllerMachine(1, rebalanceIntervalMs=1000).activate(0, 3, image({1}, {}))
+    assert effects[-1] == SetTimer("leader-rebalance", 1000)
+
+
+def test_offline_leader_is_replaced_from_the_isr_in_assignment_order():
+    states = {0: PartitionState(1, 4, (1, 3, 2), 2, zkVersion=9)}
+    effects = active().reconcile(0, image({2, 3}, {0: (1, 2, 3)}, states))
+    assert writes(effects) == {("t", 0): (2, 5, (3, 2), 9)}
+
+
+def test_dead_follower_leaves_the_isr():
+    states = {0: PartitionState(1, 4, (1, 2, 3), 2, zkVersion=9)}
+    assert writes(active().reconcile(0, image({1, 2}, {0: (1, 2, 3)}, states))) == {
+        ("t", 0): (1, 5, (1, 2), 9)
+    }
+
+
+def test_no_live_isr_member_leaves_the_partition_offline_with_its_last_isr():
+    states = {0: PartitionState(1, 4, (1,), 2, zkVersion=9)}
+    live = image({2, 3}, {0: (1, 2, 3)}, states)
+    assert writes(active().reconcile(0, live)) == {("t", 0): (-1, 5, (1,), 9)}
+    # Already offline: nothing more to write.
+    offline = image({2, 3}, {0: (1, 2, 3)}, {0: PartitionState(-1, 5, (1,), 2, zkVersion=10)})
+    assert writes(active().reconcile(0, offline)) == {}
+    # Unclean election allowed: a live replica outside the ISR.
+    assert writes(active(unclean=True).reconcile(0, offline)) == {("t", 0): (2, 6, (2,), 10)}
+    # The ISR member returns: elected cleanly.
+    back = image({1, 2, 3}, {0: (1, 2, 3)}, {0: PartitionState(-1, 5, (1,), 2, zkVersion=10)})
+    assert writes(active().reconcile(0, back)) == {("t", 0): (1, 6, (1,), 10)}
+
+
+def test_controlled_shutdown_moves_leadership_and_isr():
+    states = {0: PartitionState(2, 0, (2, 1, 3), 1, zkVersion=0), 1: PartitionState(1, 0, (1, 2), 1, zkVersion=0)}
+    effects = active().reconcile(0, image({1, 2, 3}, {0: (2, 1, 3), 1: (1, 2)}, states, shuttingDown={2}))
+    assert writes(effects) == {("t", 0): (1, 1, (1, 3), 0), ("t", 1): (1, 1, (1,), 0)}
+    # Alone in its ISR: it keeps leading.
+    alone = {0: PartitionState(2, 0, (2,), 1, zkVersion=0)}
+    assert writes(active().reconcile(0, image({1, 2}, {0: (2, 1)}, alone, shuttingDown={2}))) == {}
+
+
+def test_deletion_comes_first_and_skips_the_topics_partitions():
+    effects = active().reconcile(0, image({1}, {0: (1,)}, deleting={"t"}))
+    assert effects == [DeleteTopic("t")]
+
+
+def test_preferred_rebalance_over_the_imbalance_threshold():
+    states = {p: PartitionState(2, 1, (2, 1), 1, zkVersion=3) for p in range(4)}
+    partitions = {p: (1, 2) for p in range(4)}
+    effects = active(imbalancePercentage=10).timerFired(0, "leader-rebalance", image({1, 2}, partitions, states))
+    assert writes(effects) == {("t", p): (1, 2, (2, 1), 3) for p in range(4)}
+    assert isinstance(effects[-1], SetTimer)
+
+
+def test_elect_leaders():
+    states = {0: PartitionState(2, 1, (2, 1), 1, zkVersion=3), 1: PartitionState(-1, 1, (3,), 1, zkVersion=3)}
+    live = image({1, 2}, {0: (1, 2), 1: (1, 2, 3)}, states)
+    answered = []
+    effects = active().electLeaders(0, answered.append, PREFERRED, [("t", 0), ("t", 1), ("t", 9)], live)
+    assert isinstance(effects[-1], Respond)
+    codes = [(p, code) for _, p, code, _ in effects[-1].result]
+    assert codes == [(0, ErrorCode.none), (1, ErrorCode.preferred_leader_not_available),
+                     (9, ErrorCode.unknown_topic_or_partition)]
+    assert writes(effects) == {("t", 0): (1, 2, (2, 1), 3)}
+    effects = active().electLeaders(0, answered.append, UNCLEAN, [("t", 0), ("t", 1)], live)
+    assert [code for _, _, code, _ in effects[-1].result] == [ErrorCode.election_not_needed, ErrorCode.none]
+    assert writes(effects) == {("t", 1): (1, 2, (1,), 3)}
+    notController = ControllerMachine(1).electLeaders(0, answered.append, PREFERRED, None, live)
+    assert notController == [Respond(answered.append, ErrorCode.not_controller)]
+
+
+def test_assignment_is_kafkas_round_robin():
+    # Kafka's AdminUtils example: 5 brokers, 10 partitions, 3 replicas,
+    # start index 0 and shift 0.
+    assignment = assignReplicas([0, 1, 2, 3, 4], 10, 3, 0, 0)
+    assert assignment[0] == (0, 1, 2)
+    assert assignment[4] == (4, 0, 1)
+    assert assignment[5] == (0, 2, 3)
+    assert assignment[9] == (4, 1, 2)
+    leaders = [r[0] for r in assignment.values()]
+    assert sorted(leaders) == sorted([0, 1, 2, 3, 4] * 2)
+    assert all(len(set(r)) == 3 for r in assignment.values())
+    assert assignReplicas([7], 2, 1, 0, 0) == {0: (7,), 1: (7,)}
+    assert set(assignReplicas([1, 2, 3], 2, 2, 1, 1, firstPartition=3)) == {3, 4}
+
+
+def test_znodes_in_kafkas_json():
+    state = PartitionState(2, 7, (2, 3), 4)
+    assert decodeState("t", 0, encodeState(state), 11) == PartitionState(2, 7, (2, 3), 4, 11)
+    assert b'"leader_epoch":7' in encodeState(state)
+    topicId = uuid.uuid4()
+    assert decodeTopicId(encodeTopicId(topicId)) == topicId
+    assert len(encodeTopicId(topicId)) == 22
+    decoded = decodeTopic("t", encodeTopic(topicId, {1: (3, 1), 0: (1, 2)}))
+    assert decoded == TopicAssignment("t", topicId, {0: (1, 2), 1: (3, 1)})

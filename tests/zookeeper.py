@@ -1,0 +1,51 @@
+"""
+A real ZooKeeper for the cluster tests: Debian's package, installed on first
+use when missing, one standalone server per test session on a free loopback
+port with its own data directory.  Tests that need one take the
+C{zookeeper} fixture; without ZooKeeper they are skipped with one line.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kafkatwist.cluster.zkserver import ZooKeeperServer, ZooKeeperUnavailable
+
+_chroots = itertools.count()
+
+
+class ZooKeeperFixture:
+    """
+    @ivar server: the L{ZooKeeperServer}.
+    """
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        self.server = server
+
+    def connect(self, name: str | None = None) -> str:
+        """
+        A C{zookeeper.connect} with a chroot of its own, so tests sharing the
+        server never see each other's clusters.
+        """
+        return f"{self.server.connect}/{name or 'kt'}-{next(_chroots)}"
+
+
+_unavailable: str | None = None
+
+
+def zookeeperSession(tmp_path_factory):
+    global _unavailable
+    if _unavailable is not None:
+        pytest.skip(_unavailable)
+    server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")))
+    try:
+        server.start()
+    except ZooKeeperUnavailable as e:
+        _unavailable = f"cluster tests skipped: {e}"
+        pytest.skip(_unavailable)
+    try:
+        yield ZooKeeperFixture(server)
+    finally:
+        server.stop()
