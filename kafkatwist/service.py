@@ -101,6 +101,27 @@ def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
             partitionLog.isLeader = False
 
 
+def awaitCoordinatorReplication(broker, config, logManager) -> None:
+    """
+    The coordinators' appends wait for the ISR of a replicated partition
+    (Kafka's coordinators write with acks=all), so a committed offset or a
+    transaction's state survives its leader.
+    """
+    from kafkatwist.replication.delayed import ReplicationWaiter
+
+    replicaManager = broker.replicaManager
+    if logManager is None or replicaManager is None:
+        return
+    waiter = ReplicationWaiter(
+        logManager, broker.producePurgatory, replicaManager.clock,
+        config["offsets.commit.timeout.ms"],
+    )
+    for coordinator in (broker.groupCoordinator, broker.transactionCoordinator):
+        runtime = getattr(coordinator, "runtime", None)
+        if runtime is not None:
+            runtime.awaitReplication = waiter
+
+
 def _clustered(config) -> bool:
     try:
         return bool(config["zookeeper.connect"])
@@ -212,6 +233,7 @@ class BrokerService(service.Service):
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(self.broker.replicaManager, config, self.logManager, self.cluster)
+        awaitCoordinatorReplication(self.broker, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:

@@ -148,3 +148,54 @@ def test_no_loss_no_duplicates_through_leader_kills(zkCluster):
         timeout=30, what="identical replicas",
     )
     assert dumps
+
+
+def test_committed_offsets_survive_the_coordinators_broker(zkCluster):
+    for i in (1, 2, 3):
+        zkCluster.start(i, **REPLICATION)
+    admin = zkCluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("c", num_partitions=1, replication_factor=3)],
+                        request_timeout=20)["c"].result()
+    waitUntil(lambda: (partitions(admin, "c") or {}).get(0, (-1,))[0] in (1, 2, 3),
+              what="a leader for c-0")
+    producer = Producer({"bootstrap.servers": zkCluster.bootstrap(), "acks": "all"})
+    for n in range(20):
+        producer.produce("c", value=b"%d" % n, partition=0)
+    assert producer.flush(30) == 0
+
+    def consumer():
+        return Consumer({
+            "bootstrap.servers": zkCluster.bootstrap(), "group.id": "grp",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        })
+
+    first = consumer()
+    first.assign([TopicPartition("c", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 12 and time.monotonic() < deadline:
+        message = first.poll(1)
+        if message is not None and message.error() is None:
+            got.append(message)
+    first.commit(offsets=[TopicPartition("c", 0, 12)], asynchronous=False)
+    first.close()
+    # The coordinator: the leader of the group's __consumer_offsets partition.
+    coordinator = admin.describe_consumer_groups(["grp"])["grp"].result().coordinator.id
+    zkCluster.brokers[coordinator].kill()
+    survivors = [i for i in (1, 2, 3) if i != coordinator]
+
+    def committed():
+        c = Consumer({
+            "bootstrap.servers": zkCluster.bootstrap(*survivors), "group.id": "grp",
+            "enable.auto.commit": False,
+        })
+        try:
+            [tp] = c.committed([TopicPartition("c", 0)], timeout=10)
+            return tp.offset if tp.offset == 12 else None
+        except Exception:
+            return None
+        finally:
+            c.close()
+
+    assert waitUntil(committed, timeout=60, what="the committed offset on the new coordinator") == 12
