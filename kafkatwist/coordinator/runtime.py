@@ -236,13 +236,20 @@ class CoordinatorRuntime:
             self._appending += 1
         queue.submit(self._append, append)
 
+    #: C{awaitReplication(topic, partition, requiredOffset, onDone)}: calls
+    #: C{onDone(error)} once the partition's ISR has everything below
+    #: C{requiredOffset} (Kafka's coordinators append with acks=all); set
+    #: by the broker, C{None} answers at once
+    awaitReplication = None
+
     def _append(self, append: Append) -> None:
         # On the partition's executor, off the owner.
+        info = None
         try:
             if append.producer is None and append.marker is None:
-                self._log.append(append.partition, append.records)
+                info = self._log.append(append.partition, append.records)
             else:
-                self._log.append(
+                info = self._log.append(
                     append.partition, append.records, producer=append.producer,
                     marker=append.marker,
                 )
@@ -266,6 +273,20 @@ class CoordinatorRuntime:
                 topic=self._log.topic,
                 partition=append.partition,
             )
+        awaitReplication = self.awaitReplication
+        if error == E.none and awaitReplication is not None and info is not None:
+            awaitReplication(
+                self._log.topic, append.partition, info.lastOffset + 1,
+                lambda replicated: self._appended(append, replicated),
+            )
+            return
+        self._appended(append, error)
+
+    def _appended(self, append: Append, error) -> None:
+        """
+        The append is done (replicated, where the partition is): its outcome
+        goes to the owner.  Any thread.
+        """
         self.input(self._machine.appendCompleted, append.token, error)
         with self._appendsLock:
             self._appending -= 1
