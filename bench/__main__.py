@@ -24,6 +24,8 @@ SUITES = {
     "spark_ingest": ("bench.spark_ingest", "kafkatwist data source vs Parquet in Spark (issue 5)"),
     "compaction": ("bench.compaction", "log cleaner: __consumer_offsets size and restart time, cleaner throughput beside a producer (issue 14)"),
     "fuzz": ("bench.fuzz", "the fuzzer's results (make fuzz): frames/s, crashes, tracebacks, RSS (issue 11)"),
+    "fetch_sessions": ("bench.fetch_sessions", "broker CPU per Fetch for a consumer of 1,000 partitions with and without a fetch session (issue 16)"),
+    "transactions": ("bench.transactions", "transactional produce vs idempotent, read_committed fetch CPU vs read_uncommitted (issue 15)"),
     "security": ("bench.security", "SASL handshakes/s, produce CPU with 10,000 ACLs vs no authorizer (issue 13)"),
 }
 DEFAULT = "comparison"

@@ -10,6 +10,8 @@ import threading
 from zope.interface import implementer
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.fetchsessions import FetchSessions
+from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
 from kafkatwist.metrics import TopicBytes
@@ -20,6 +22,9 @@ from kafkatwist.security.credentials import CredentialStore
 class Broker:
     def __init__(self, config, registry, logManager, mainReactor, clusterId: str) -> None:
         self.config = config
+        #: dynamic broker configs over C{config} (the service loads them
+        #: from the data directory)
+        self.dynamicConfig = DynamicBrokerConfig(config, None)
         self.registry = registry
         self.logManager = logManager
         self.nodeId = config.nodeId
@@ -28,6 +33,12 @@ class Broker:
         self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
+        self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
+        #: acks=all produces waiting for their ISR (kafkatwist.replication)
+        self.producePurgatory = Purgatory("Produce", reaper=self.callInHandlerThread)
+        #: the L{IReplicaManager}; C{None} until the service builds it
+        #: (handlers then treat every log as a lone leader)
+        self.replicaManager = None
         self.groupCoordinator = None
         self.transactionCoordinator = None
         #: the L{kafkatwist.cluster.service.ClusterService} with
@@ -58,6 +69,14 @@ class Broker:
             f(*args)
         else:
             call(f, *args)
+
+    def wakePartition(self, key) -> None:
+        """
+        Re-check what waits on partition C{key}: acks=all produces and
+        fetches (its high watermark or leadership changed).
+        """
+        self.producePurgatory.checkAndComplete(key)
+        self.fetchPurgatory.checkAndComplete(key)
 
     def advertisedListenerFor(self, listenerName: str):
         """

@@ -113,6 +113,12 @@ class ConfigType(enum.IntEnum):
     PASSWORD = 9
 
 
+#: Kafka's update modes of a broker key (its documentation's "Update Mode")
+READ_ONLY = "read-only"
+PER_BROKER = "per-broker"
+CLUSTER_WIDE = "cluster-wide"
+
+
 @dataclass(frozen=True)
 class Key:
     """
@@ -123,6 +129,10 @@ class Key:
         (STRING when absent).
     @ivar default: the default as text, or C{None} (unset).
     @ivar sensitive: never shown (DescribeConfigs' PASSWORD).
+    @ivar update: Kafka's "Update Mode": L{READ_ONLY} (set in
+        C{server.properties} and restart), L{CLUSTER_WIDE} (also as a
+        dynamic config, per broker or as the cluster default) or
+        L{PER_BROKER} (dynamic, per broker only).
     """
 
     name: str
@@ -130,6 +140,11 @@ class Key:
     default: str | None
     doc: str
     sensitive: bool = False
+    update: str = "read-only"
+
+    @property
+    def dynamic(self) -> bool:
+        return self.update != READ_ONLY
 
     @property
     def type(self) -> ConfigType:
@@ -257,6 +272,30 @@ def _optional(parseValue: Callable[[str, str], Any]) -> Callable[[str, str], Any
     return _ofType(getattr(parseValue, "configType", ConfigType.STRING))(parse)
 
 
+_MESSAGE_FORMAT = re.compile(r"^(0\.(8|9|10|11)(\.\d+)?|[1-3]\.\d+)(-IV\d+)?$")
+
+
+def _messageFormatVersion(key: str, raw: str) -> str:
+    """
+    A Kafka release (C{0.10.2}, C{2.8}, C{3.0-IV1}), as Kafka 3.x accepts.
+    """
+    value = raw.strip()
+    if not _MESSAGE_FORMAT.match(value):
+        raise ConfigError(key, f"{raw!r} is not a Kafka version such as 0.10.2, 2.8 or 3.0-IV1")
+    return value
+
+
+def _compressionLevel(special: int | None, lo: int, hi: int):
+    plain = _int(lo, hi)
+
+    def parse(key: str, raw: str) -> int:
+        if special is not None and raw.strip() == str(special):
+            return special
+        return plain(key, raw)
+
+    return _ofType(ConfigType.INT)(parse)
+
+
 def _optionalLong(lo: int = 0) -> Callable[[str, str], int | None]:
     return _optional(_long(lo))
 
@@ -346,6 +385,46 @@ def _mechanisms(key: str, raw: str) -> list[str]:
 #: C{listener.name.<listener, lower case>.sasl.enabled.mechanisms}
 _LISTENER_MECHANISMS = re.compile(r"^listener\.name\.([^.]+)\.sasl\.enabled\.mechanisms$")
 
+#: the SSL keys a listener may set for itself, C{listener.name.<listener,
+#: lower case>.<key>} (Kafka's per-listener security configs): in
+#: C{server.properties}, or dynamically per broker -- how a certificate is
+#: rotated without a restart.
+LISTENER_SSL_KEYS = (
+    "ssl.keystore.location",
+    "ssl.key.password",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.cipher.suites",
+)
+_LISTENER_SSL = re.compile(r"^listener\.name\.([^.]+)\.(ssl\..+)$")
+
+
+def listenerSslKey(name: str) -> tuple[str, str] | None:
+    """
+    @return: C{(LISTENER, key)} for C{listener.name.<listener>.<key>} with
+        C{key} one of L{LISTENER_SSL_KEYS}, else C{None}.
+    """
+    match = _LISTENER_SSL.match(name)
+    if match is None or match[2] not in LISTENER_SSL_KEYS:
+        return None
+    return match[1].upper(), match[2]
+
+
+def keySpec(name: str) -> Key | None:
+    """
+    The registry entry of C{name}: a broker key, or the base key of a
+    listener's own SSL key (updated per broker).
+    """
+    spec = KEYS.get(name)
+    if spec is not None:
+        return spec
+    prefixed = listenerSslKey(name)
+    if prefixed is None:
+        return None
+    base = KEYS[prefixed[1]]
+    return Key(name, base.parse, None, f"{base.doc} For listener {prefixed[0]}.", base.sensitive, PER_BROKER)
+
 
 KEYS: dict[str, Key] = {
     k.name: k
@@ -361,7 +440,7 @@ KEYS: dict[str, Key] = {
         Key("log.dirs", _optionalString, None, "Data directories (comma separated); first one wins over log.dir."),
         Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
         Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
-        Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers."),
+        Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers.", update=CLUSTER_WIDE),
         Key("request.threads.cpu.affinity", _cpuAffinity, "auto",
             "CPUs the Processors and handler threads run on: auto (all on one CPU when the process "
             "may use several), none (wherever the OS puts them), or CPU numbers such as 3 or 0,2-3."),
@@ -371,19 +450,21 @@ KEYS: dict[str, Key] = {
         Key("socket.send.buffer.bytes", _int(-1), "102400", "SO_SNDBUF (-1: OS default)."),
         Key("socket.receive.buffer.bytes", _int(-1), "102400", "SO_RCVBUF (-1: OS default)."),
         Key("connections.max.idle.ms", _long(1), "600000", "Idle connections are closed after this."),
-        Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all."),
-        Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address."),
-        Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key."),
-        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True),
-        Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
-        Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
+        Key("max.incremental.fetch.session.cache.slots", _int(0), "1000",
+            "Incremental fetch sessions (KIP-227) the broker keeps; 0: none."),
+        Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all.", update=CLUSTER_WIDE),
+        Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address.", update=CLUSTER_WIDE),
+        Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key.", update=PER_BROKER),
+        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True, update=PER_BROKER),
+        Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates.", update=PER_BROKER),
+        Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate.", update=PER_BROKER),
         Key("ssl.principal.mapping.rules", _principalRules, "DEFAULT",
             "Client certificate DN to principal name: RULE:pattern/replacement/[LU] and DEFAULT, "
             "comma separated, first match wins."),
-        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
+        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3).", update=PER_BROKER),
         Key("ssl.cipher.suites", _list, "",
             "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
-            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
+            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite).", update=PER_BROKER),
         Key("sasl.enabled.mechanisms", _mechanisms, "GSSAPI",
             "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, "
             "GSSAPI, is not implemented); per listener: listener.name.<name>.sasl.enabled.mechanisms."),
@@ -427,7 +508,8 @@ KEYS: dict[str, Key] = {
             "Replicas of __transaction_state when it is created (capped like "
             "offsets.topic.replication.factor)."),
         Key("unclean.leader.election.enable", _bool, "false",
-            "Elect a replica outside the ISR when no ISR member is alive (data loss)."),
+            "Elect a replica outside the ISR when no ISR member is alive (data loss).",
+            update=CLUSTER_WIDE),
         Key("auto.leader.rebalance.enable", _bool, "true",
             "The controller moves leadership back to preferred replicas (the first of each "
             "assignment) when a broker's share of them is off by more than "
@@ -443,43 +525,90 @@ KEYS: dict[str, Key] = {
             "Attempts at controlled shutdown before the broker stops anyway."),
         Key("controlled.shutdown.retry.backoff.ms", _long(0), "5000",
             "Wait between controlled shutdown attempts."),
-        Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
-        Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),
-        Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this."),
-        Key("log.roll.hours", _int(1), "168", "Roll a segment older than this (when log.roll.ms is unset)."),
-        Key("log.retention.ms", _optionalLong(-1), None, "Delete segments older than this (-1: forever)."),
-        Key("log.retention.minutes", _optional(_int(-1)), None, "As log.retention.ms, in minutes."),
-        Key("log.retention.hours", _int(-1), "168", "As log.retention.ms, in hours."),
-        Key("log.retention.bytes", _long(-1), "-1", "Delete old segments past this size per partition."),
+        Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted.", update=CLUSTER_WIDE),
+        Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size.", update=CLUSTER_WIDE),
+        Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this.", update=CLUSTER_WIDE),
+        Key("log.roll.hours", _int(1), "168", "Roll a segment older than this (when log.roll.ms is unset).", update=CLUSTER_WIDE),
+        Key("log.retention.ms", _optionalLong(-1), None, "Delete segments older than this (-1: forever).", update=CLUSTER_WIDE),
+        Key("log.retention.minutes", _optional(_int(-1)), None, "As log.retention.ms, in minutes.", update=CLUSTER_WIDE),
+        Key("log.retention.hours", _int(-1), "168", "As log.retention.ms, in hours.", update=CLUSTER_WIDE),
+        Key("log.retention.bytes", _long(-1), "-1", "Delete old segments past this size per partition.", update=CLUSTER_WIDE),
         Key("log.retention.check.interval.ms", _long(1), "300000", "How often retention runs."),
-        Key("log.index.interval.bytes", _int(0), "4096", "Bytes between offset index entries."),
-        Key("log.flush.interval.messages", _long(1), str(LONG_MAX), "Fsync after this many messages (1: before acknowledging)."),
-        Key("log.flush.interval.ms", _optionalLong(0), None, "Fsync data older than this."),
+        Key("log.index.interval.bytes", _int(0), "4096", "Bytes between offset index entries.", update=CLUSTER_WIDE),
+        Key("log.flush.interval.messages", _long(1), str(LONG_MAX), "Fsync after this many messages (1: before acknowledging).", update=CLUSTER_WIDE),
+        Key("log.flush.interval.ms", _optionalLong(0), None, "Fsync data older than this.", update=CLUSTER_WIDE),
         Key("log.flush.scheduler.interval.ms", _long(1), "1000", "How often time-based flush is checked."),
-        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics."),
-        Key("log.cleanup.policy", _listOf("delete", "compact"), "delete", "Cleanup policy of new topics."),
-        Key("log.index.size.max.bytes", _int(4), "10485760", "Largest offset index of a segment; the segment rolls when it is full."),
-        Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met)."),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics.", update=CLUSTER_WIDE),
+        Key("log.cleanup.policy", _listOf("delete", "compact"), "delete", "Cleanup policy of new topics.", update=CLUSTER_WIDE),
+        Key("log.index.size.max.bytes", _int(4), "10485760", "Largest offset index of a segment; the segment rolls when it is full.", update=CLUSTER_WIDE),
+        Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met).", update=CLUSTER_WIDE),
+        Key("replica.lag.time.max.ms", _long(1), "30000",
+            "A follower that has not caught up with the leader for this long leaves the ISR."),
+        Key("replica.fetch.max.bytes", _int(0), "1048576", "Bytes a follower fetches per partition (at least one batch)."),
+        Key("replica.fetch.response.max.bytes", _int(0), "10485760", "Bytes a follower's fetch asks for in all."),
+        Key("replica.fetch.wait.max.ms", _int(0), "500", "How long a follower's fetch waits on the leader for data."),
+        Key("replica.fetch.min.bytes", _int(1), "1", "Bytes a follower's fetch waits for."),
+        Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
+        Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
+        Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("replica.high.watermark.checkpoint.interval.ms", _long(1), "5000",
+            "How often the high watermarks are written to replication-offset-checkpoint."),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
-            "Final compression of topics' data; kafkatwist keeps what the producer sent."),
+            "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
+        Key("log.message.downconversion.enable", _bool, "true",
+            "Whether Fetch v0-3 may be answered by converting stored batches to the old message "
+            "formats; when false such fetches get UNSUPPORTED_VERSION.", update=CLUSTER_WIDE),
+        Key("log.message.format.version", _messageFormatVersion, "3.0-IV1",
+            "Deprecated (Kafka 3.0): accepted and ignored, as by Kafka 3.x with "
+            "inter.broker.protocol.version 3.0 or later; batches are always stored in format v2."),
+        Key("log.message.timestamp.difference.max.ms", _long(0), str(LONG_MAX),
+            "Deprecated: both limits below when they are unset.", update=CLUSTER_WIDE),
+        Key("log.message.timestamp.before.max.ms", _long(0), str(LONG_MAX),
+            "How far a CreateTime timestamp may be behind the broker's clock; older records are "
+            "refused with INVALID_TIMESTAMP.", update=CLUSTER_WIDE),
+        Key("log.message.timestamp.after.max.ms", _long(0), str(LONG_MAX),
+            "How far a CreateTime timestamp may be ahead of the broker's clock.", update=CLUSTER_WIDE),
+        Key("log.roll.jitter.ms", _optionalLong(0), None,
+            "Up to this much is taken off segment.ms per segment, so segments do not all roll at "
+            "once.", update=CLUSTER_WIDE),
+        Key("log.roll.jitter.hours", _int(0), "0", "As log.roll.jitter.ms, in hours.", update=CLUSTER_WIDE),
+        Key("log.preallocate", _bool, "false",
+            "Kafka preallocates segment files; kafkatwist's segments grow as written (no effect on "
+            "what is stored or served).", update=CLUSTER_WIDE),
+        Key("log.segment.delete.delay.ms", _long(0), "60000",
+            "Kafka waits this long before removing a deleted segment's files; kafkatwist removes "
+            "them once no reader holds them.", update=CLUSTER_WIDE),
+        Key("compression.gzip.level", _compressionLevel(-1, 1, 9), "-1",
+            "Level of gzip when the broker compresses; kafkatwist keeps batches as the producer "
+            "compressed them.", update=CLUSTER_WIDE),
+        Key("compression.lz4.level", _compressionLevel(None, 1, 17), "9",
+            "Level of lz4 when the broker compresses (see compression.gzip.level).", update=CLUSTER_WIDE),
+        Key("compression.zstd.level", _compressionLevel(None, -131072, 22), "3",
+            "Level of zstd when the broker compresses (see compression.gzip.level).", update=CLUSTER_WIDE),
+        Key("log.local.retention.ms", _long(-2), "-2",
+            "Tiered storage's local retention (-2: retention.ms); without tiered storage all data "
+            "is local and retention.ms applies.", update=CLUSTER_WIDE),
+        Key("log.local.retention.bytes", _long(-2), "-2",
+            "Tiered storage's local retention (-2: retention.bytes); see log.local.retention.ms.",
+            update=CLUSTER_WIDE),
         Key("log.cleaner.enable", _bool, "true", "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
-        Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process."),
+        Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process.", update=CLUSTER_WIDE),
         Key("log.cleaner.dedupe.buffer.size", _long(1 << 16), "134217728",
-            "Memory for the key-hash -> offset maps of all cleaner threads together."),
-        Key("log.cleaner.io.buffer.size", _int(1 << 12), "524288", "Read and write buffer memory of all cleaner threads together."),
+            "Memory for the key-hash -> offset maps of all cleaner threads together.", update=CLUSTER_WIDE),
+        Key("log.cleaner.io.buffer.size", _int(1 << 12), "524288", "Read and write buffer memory of all cleaner threads together.", update=CLUSTER_WIDE),
         Key("log.cleaner.io.buffer.load.factor", _double(0.01, 1.0), "0.9",
-            "How full a dedupe map may get before a cleaning pass stops mapping."),
+            "How full a dedupe map may get before a cleaning pass stops mapping.", update=CLUSTER_WIDE),
         Key("log.cleaner.io.max.bytes.per.second", _double(1.0, 1.7976931348623157e308), "1.7976931348623157E308",
-            "Bytes per second the cleaners may read and write together."),
-        Key("log.cleaner.backoff.ms", _long(0), "15000", "Sleep of a cleaner thread that found nothing to clean."),
+            "Bytes per second the cleaners may read and write together.", update=CLUSTER_WIDE),
+        Key("log.cleaner.backoff.ms", _long(0), "15000", "Sleep of a cleaner thread that found nothing to clean.", update=CLUSTER_WIDE),
         Key("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5",
-            "Default min.cleanable.dirty.ratio: dirty share of a log above which it is cleaned."),
+            "Default min.cleanable.dirty.ratio: dirty share of a log above which it is cleaned.", update=CLUSTER_WIDE),
         Key("log.cleaner.delete.retention.ms", _long(0), "86400000",
-            "Default delete.retention.ms: how long tombstones stay after the cleaner first sees them."),
+            "Default delete.retention.ms: how long tombstones stay after the cleaner first sees them.", update=CLUSTER_WIDE),
         Key("log.cleaner.min.compaction.lag.ms", _long(0), "0",
-            "Default min.compaction.lag.ms: records younger than this are not compacted."),
+            "Default min.compaction.lag.ms: records younger than this are not compacted.", update=CLUSTER_WIDE),
         Key("log.cleaner.max.compaction.lag.ms", _long(1), str(LONG_MAX),
-            "Default max.compaction.lag.ms: records older than this are compacted whatever the dirty ratio."),
+            "Default max.compaction.lag.ms: records older than this are compacted whatever the dirty ratio.", update=CLUSTER_WIDE),
         Key("group.initial.rebalance.delay.ms", _int(0), "3000", "Wait for more members before the first rebalance of an empty group."),
         Key("group.min.session.timeout.ms", _int(0), "6000", "Smallest session timeout a member may ask for."),
         Key("group.max.session.timeout.ms", _int(0), "1800000", "Largest session timeout a member may ask for."),
@@ -632,7 +761,47 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         _topicKey("compression.type", "compression.type",
                   "Final compression of the topic's data; kafkatwist stores batches as the "
                   "producer compressed them."),
+        _topicKey("message.downconversion.enable", "log.message.downconversion.enable",
+                  "Whether consumers fetching with Fetch v0-3 get the topic's batches converted "
+                  "to the old message formats (else UNSUPPORTED_VERSION)."),
+        _topicKey("message.format.version", "log.message.format.version",
+                  "Deprecated (Kafka 3.0): accepted and ignored; batches are stored in format v2."),
+        _topicKey("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms",
+                  "Deprecated: the two limits below when they are unset."),
+        _topicKey("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
+                  "How far a CreateTime timestamp may be behind the broker's clock (INVALID_TIMESTAMP)."),
+        _topicKey("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
+                  "How far a CreateTime timestamp may be ahead of the broker's clock (INVALID_TIMESTAMP)."),
+        TopicKey("segment.jitter.ms", (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
+                 "Up to this much is taken off segment.ms per segment."),
+        _topicKey("preallocate", "log.preallocate",
+                  "Preallocate segment files (no effect here: segments grow as written)."),
+        _topicKey("file.delete.delay.ms", "log.segment.delete.delay.ms",
+                  "Delay before a deleted segment's files are removed (here: once no reader holds them)."),
+        _topicKey("unclean.leader.election.enable", "unclean.leader.election.enable",
+                  "Elect an out-of-sync replica as leader (one broker: no other replica)."),
+        _topicKey("compression.gzip.level", "compression.gzip.level", "gzip level when the broker compresses."),
+        _topicKey("compression.lz4.level", "compression.lz4.level", "lz4 level when the broker compresses."),
+        _topicKey("compression.zstd.level", "compression.zstd.level", "zstd level when the broker compresses."),
+        _topicKey("local.retention.ms", "log.local.retention.ms",
+                  "Tiered storage's local retention (-2: retention.ms; all data is local here)."),
+        _topicKey("local.retention.bytes", "log.local.retention.bytes",
+                  "Tiered storage's local retention (-2: retention.bytes; all data is local here)."),
     ]
+}
+
+
+#: Kafka 3.x topic configs kafkatwist refuses, and why (INVALID_CONFIG with
+#: this reason rather than "unknown")
+UNSUPPORTED_TOPIC_KEYS = {
+    "remote.storage.enable": "Tiered Storage functionality is disabled in the broker. Topic cannot "
+    "be configured with remote log storage.",
+    "remote.log.copy.disable": "Tiered Storage functionality is disabled in the broker.",
+    "remote.log.delete.on.disable": "Tiered Storage functionality is disabled in the broker.",
+    "leader.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
+    "replication to throttle.",
+    "follower.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
+    "replication to throttle.",
 }
 
 
@@ -720,7 +889,11 @@ class BrokerConfig:
         for key in raw:
             if key not in KEYS and not _TOLERATED.match(key):
                 warn(f"Unknown configuration key {key!r} ignored")
-            elif key.startswith("listener.name.") and not _LISTENER_MECHANISMS.match(key):
+            elif (
+                key.startswith("listener.name.")
+                and not _LISTENER_MECHANISMS.match(key)
+                and listenerSslKey(key) is None
+            ):
                 # Per-listener JAAS logins and the like: credentials live in
                 # the SCRAM store here.
                 warn(f"Configuration key {key!r} is not used by kafkatwist")
@@ -759,23 +932,12 @@ class BrokerConfig:
         logDirs = self._values["log.dirs"]
         self.logDirs = _list("log.dirs", logDirs) if logDirs else [self._values["log.dir"]]
 
-        if any(l.tls for l in self.listeners):
-            if not self._values["ssl.keystore.location"]:
-                raise ConfigError("ssl.keystore.location", "an SSL listener needs a PEM key and certificate")
-        if self._values["ssl.client.auth"] != "none" and not self._values["ssl.truststore.location"]:
-            if any(l.tls for l in self.listeners):
-                raise ConfigError(
-                    "ssl.truststore.location",
-                    f"ssl.client.auth={self._values['ssl.client.auth']} needs a CA bundle to verify clients",
-                )
+        self._listenerSsl = self._listenerSslKeys(raw)
+        for listener in self.listeners:
+            if listener.tls:
+                self._checkSsl(listener.name)
         for key in ("ssl.keystore.location", "ssl.truststore.location"):
-            path = self._values[key]
-            if path:
-                try:
-                    with open(path, "rb"):
-                        pass
-                except OSError as e:
-                    raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+            _readable(key, self._values[key])
         self._saslMechanisms = self._listenerMechanisms(raw)
         if self._values["group.min.session.timeout.ms"] > self._values["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms", "is above group.max.session.timeout.ms")
@@ -817,6 +979,41 @@ class BrokerConfig:
                 raise ConfigError(key, f"listener {listener.name} ({listener.securityProtocol}) needs a SASL mechanism")
             result[listener.name] = mechanisms
         return result
+
+    def _listenerSslKeys(self, raw: dict[str, str]) -> dict[str, dict[str, Any]]:
+        names = {l.name for l in self.listeners}
+        result: dict[str, dict[str, Any]] = {}
+        for key, value in raw.items():
+            prefixed = listenerSslKey(key)
+            if prefixed is None:
+                continue
+            listener, base = prefixed
+            if listener not in names:
+                raise ConfigError(key, f"there is no listener {listener}")
+            result.setdefault(listener, {})[base] = KEYS[base].parse(key, value)
+        return result
+
+    def _checkSsl(self, listenerName: str) -> None:
+        settings = self.sslSettings(listenerName)
+        prefix = f"listener.name.{listenerName.lower()}."
+        where = lambda key: prefix + key if key in self._listenerSsl.get(listenerName, {}) else key
+        if not settings["ssl.keystore.location"]:
+            raise ConfigError("ssl.keystore.location", "an SSL listener needs a PEM key and certificate")
+        if settings["ssl.client.auth"] != "none" and not settings["ssl.truststore.location"]:
+            raise ConfigError(
+                where("ssl.truststore.location"),
+                f"ssl.client.auth={settings['ssl.client.auth']} needs a CA bundle to verify clients",
+            )
+        for key in ("ssl.keystore.location", "ssl.truststore.location"):
+            _readable(where(key), settings[key])
+
+    def sslSettings(self, listenerName: str) -> dict[str, Any]:
+        """
+        The SSL settings of listener C{listenerName}: its own
+        C{listener.name.<name>.ssl.*} keys over the plain C{ssl.*} ones.
+        """
+        own = self._listenerSsl.get(listenerName, {})
+        return {key: own.get(key, self._values[key]) for key in LISTENER_SSL_KEYS}
 
     def saslMechanisms(self, listenerName: str) -> list[str]:
         """
@@ -868,7 +1065,20 @@ class BrokerConfig:
             if spec.sensitive and text is not None:
                 text = None
             rows.append((name, text, name in self.explicit))
+        for name in sorted(self.raw):
+            if listenerSslKey(name) is not None:
+                spec = keySpec(name)
+                rows.append((name, None if spec.sensitive else self.raw[name], name in self.explicit))
         return rows
+
+
+def _readable(key: str, path: str | None) -> None:
+    if path:
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
 
 
 def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None) -> BrokerConfig:
@@ -891,4 +1101,4 @@ def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None)
 
 if __name__ == "__main__":  # pragma: no cover - a quick way to list the keys
     for name, spec in KEYS.items():
-        sys.stdout.write(f"{name}\t{spec.default}\t{spec.doc}\n")
+        sys.stdout.write(f"{name}\t{spec.default}\t{spec.update}\t{spec.doc}\n")

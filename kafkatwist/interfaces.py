@@ -189,6 +189,9 @@ class IBroker(Interface):
         "L{ILogManager}; set before the first request, after plugin factories have run."
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    fetchSessions = Attribute(
+        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+    )
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     transactionCoordinator = Attribute(
         "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
@@ -465,6 +468,13 @@ class ILogManager(Interface):
             (partitions count, topic id, configs).
         """
 
+    logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
+
+    def directoryOf(topic, partition):
+        """
+        The directory of C{logDirs} holding a partition's log, or C{None}.
+        """
+
     def getLog(topic, partition):
         """
         @return: the L{IPartitionLog}, or C{None} if absent.
@@ -491,6 +501,13 @@ class ILogManager(Interface):
         """
         Apply C{changes}: C{list} of (key, op, value) with op 'SET',
         'DELETE', 'APPEND', 'SUBTRACT' (IncrementalAlterConfigs).
+        """
+
+    def setBrokerDefaults(defaults):
+        """
+        New broker-level settings (C{log.*} and the other keys topics
+        inherit, key -> value) after a dynamic broker config update: every
+        topic resolves its config again.
         """
 
     def close():
@@ -565,4 +582,42 @@ class IBrokerDirectory(Interface):
     def aliveBrokers():
         """
         @return: C{frozenset} of live broker ids.
+        """
+
+
+class IReplicaManager(Interface):
+    """
+    The broker's replicas (kafkatwist.replication), as the cluster layer
+    tells them their roles.  Every method returns at once; the work
+    (which touches disk: epoch checkpoints, truncation) runs on the replica
+    manager's own thread.
+    """
+
+    def becomeLeader(topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
+        """
+        Lead the partition in C{leaderEpoch} with this ISR.
+
+        @param partitionEpoch: the version of the partition's state znode
+            that carried this state (what L{IAlterIsr.alterIsr} is
+            conditional on).  An older C{leaderEpoch} than the one applied
+            is ignored.
+        """
+
+    def becomeFollower(topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
+        """
+        Follow C{leaderId} in C{leaderEpoch}: truncate to the divergence
+        point (OffsetForLeaderEpoch) and fetch from it.  An older
+        C{leaderEpoch} than the one applied is ignored.
+        """
+
+    def stopReplica(topic, partition, delete):
+        """
+        Stop leading or following the partition (the log itself is the
+        log manager's to delete).
+        """
+
+    def leaderEpochs():
+        """
+        @return: C{{(topic, partition): (role, leaderEpoch)}}, a snapshot,
+            role C{"leader"} or C{"follower"}.
         """

@@ -234,6 +234,8 @@ def render(broker, server) -> str:
     for topic in sorted(bytesOut):
         w.sample("kafka_server_bytes_out_total", bytesOut[topic], topic=topic)
 
+    _renderFetchSessions(w, broker.fetchSessions.published)
+
     logManager = broker.logManager
     endOffsets: dict[tuple[str, int], int] = {}
     if logManager is not None:
@@ -271,6 +273,24 @@ def render(broker, server) -> str:
                 if end is not None:
                     w.sample("kafka_consumergroup_lag", max(0, end - committed), **labels)
     return w.text()
+
+
+def _renderFetchSessions(w: _Writer, stats) -> None:
+    # kafka.server:type=FetchSessionCache, as the JMX exporter names it
+    w.declare("kafka_server_fetchsessioncache_numincrementalfetchsessions", "gauge",
+              "Incremental fetch sessions kept.")
+    w.sample("kafka_server_fetchsessioncache_numincrementalfetchsessions", stats.sessions)
+    w.declare("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", "gauge",
+              "Partitions in all incremental fetch sessions.")
+    w.sample("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", stats.partitions)
+    w.declare("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", "counter",
+              "Fetch sessions evicted to make room for another.")
+    w.sample("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", stats.evictions)
+    w.declare("kafka_server_fetch_session_requests_total", "counter",
+              "Fetch requests with session metadata, by kind: full (opens a session), incremental, "
+              "sessionless (closes one) and error (FETCH_SESSION_ID_NOT_FOUND and the like).")
+    for kind, count in sorted(stats.requests.items()):
+        w.sample("kafka_server_fetch_session_requests_total", count, kind=kind)
 
 
 #: Kafka's log cleaner gauges: (JMX type, name) -> help

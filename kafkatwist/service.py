@@ -27,9 +27,16 @@ from kafkatwist.coordinator.transaction.wiring import (
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
 from kafkatwist.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
-from kafkatwist.log.cleaner import LogCleaner
-from kafkatwist.network.affinity import availableCpus, requestThreadCpus
+from kafkatwist.dynamicconfig import DynamicBrokerConfig
 from kafkatwist.network.server import SocketServer
+from kafkatwist.reconfigure import (
+    ConnectionLimits,
+    HandlerThreads,
+    ListenerKeystores,
+    brokerLogDefaults,
+    makeLogCleaner,
+    reconfigurables,
+)
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.sdnotify import Notifier
 from kafkatwist.security.plugin import loadAuthorizer
@@ -64,37 +71,37 @@ def openLogManager(config):
     return LogManager(config.logDirs, brokerLogDefaults(config))
 
 
-def brokerLogDefaults(config) -> dict:
+def makeReplicaManager(broker, config):
     """
-    The broker settings the log manager resolves topic defaults from: every
-    key that is set (the log reads the ones it knows, through the
-    registry's topic keys, L{kafkatwist.config.TOPIC_KEYS}).
+    The replica manager, always: a single broker's is idle (nothing calls
+    C{becomeLeader}), so every log stays a lone leader.  With
+    C{zookeeper.connect} the cluster layer drives it.
     """
-    return {name: config[name] for name in KEYS if config[name] is not None}
+    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.replication.manager import ReplicaManager
 
-
-def makeLogCleaner(config, logManager):
-    """
-    The log cleaner (C{log.cleaner.*}), or C{None} when disabled or without
-    a log.  Its processes keep off the CPUs of the request threads.
-    """
-    if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
-        return None
-    available = availableCpus()
-    requestCpus = requestThreadCpus(config["request.threads.cpu.affinity"], available)
-    cpus = None
-    if available and requestCpus and available - requestCpus:
-        cpus = frozenset(available - requestCpus)
-    return LogCleaner(
-        logManager,
-        threads=config["log.cleaner.threads"],
-        dedupeBufferSize=config["log.cleaner.dedupe.buffer.size"],
-        ioBufferSize=config["log.cleaner.io.buffer.size"],
-        loadFactor=config["log.cleaner.io.buffer.load.factor"],
-        maxIoBytesPerSecond=config["log.cleaner.io.max.bytes.per.second"],
-        backoffMs=config["log.cleaner.backoff.ms"],
-        cpus=cpus,
+    return ReplicaManager(
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=broker.wakePartition
     )
+
+
+def useLogManager(replicaManager, config, logManager) -> None:
+    """
+    Give the replica manager the open log.  In a cluster, logs wait for the
+    controller's word before taking appends.
+    """
+    replicaManager.logManager = logManager
+    if logManager is not None and _clustered(config):
+        logManager.newLogsLead = False
+        for partitionLog in logManager.logs():
+            partitionLog.isLeader = False
+
+
+def _clustered(config) -> bool:
+    try:
+        return bool(config["zookeeper.connect"])
+    except KeyError:
+        return False
 
 
 class BrokerService(service.Service):
@@ -138,6 +145,9 @@ class BrokerService(service.Service):
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
         self.broker = Broker(config, registry, None, self.reactor, None)
+        # Before anything that hands it on (the cluster layer takes it as
+        # its IReplicaManager); it gets the log once that is open.
+        self.broker.replicaManager = makeReplicaManager(self.broker, config)
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self._bindListeners()
@@ -165,6 +175,17 @@ class BrokerService(service.Service):
         self.broker.clusterId = loadOrCreateClusterId(
             config.logDirs, config.nodeId, configuredClusterId
         )
+        # The dynamic broker configs stored by earlier runs: what is built
+        # from here on reads them; what was built before the directory was
+        # ours (the network layer) is reconfigured.
+        dynamic = DynamicBrokerConfig.inDirectory(config)
+        dynamic.load()
+        self.broker.dynamicConfig = dynamic
+        for reconfigurable in (
+            HandlerThreads(self.server), ConnectionLimits(self.server), ListenerKeystores(self.server)
+        ):
+            reconfigurable.reconfigure(config, dynamic.current)
+        config = dynamic.current
         if self.logManagerFactory is not None:
             self._dirLock.handOver()
             try:
@@ -184,6 +205,9 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager, loadAll=single
         )
+        for reconfigurable in reconfigurables(self.broker, self.server):
+            dynamic.addReconfigurable(reconfigurable)
+        useLogManager(self.broker.replicaManager, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:
@@ -240,11 +264,14 @@ class BrokerService(service.Service):
         log.info(
             "{processors} network threads, {handlers} request handler threads",
             processors=self.config["num.network.threads"],
-            handlers=self.config["num.io.threads"],
+            handlers=self.server.handlerPool.numThreads,
         )
         for line in self.broker.registry.describe():
             log.info("ApiKey {line}", line=line)
         self._startLogTasks()
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            replicaManager.start()
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
         self._announceMetricsListener()
@@ -340,6 +367,13 @@ class BrokerService(service.Service):
             yield self.server.stop()
         if self.cluster is not None:
             stopCluster(self.cluster)
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        if replicaManager is not None:
+            # Fetchers stopped and high watermarks written before the logs
+            # close; in the pool, since it joins threads and writes files.
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), replicaManager.stop
+            )
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)
             stopGroupCoordinator(self.broker.groupCoordinator)

@@ -158,7 +158,7 @@ class OffsetsTopicLog:
         maxBytes = LOAD_BUFFER_BYTES
         while offset < end:
             try:
-                data = readRecords(partitionLog.read(offset, maxBytes).records)
+                data = readRecords(partitionLog.read(offset, maxBytes, toLogEnd=True).records)
             except (KafkaError, OSError) as e:
                 offset = self._skipUnreadable(partitionLog, where, offset, end, e)
                 continue
@@ -257,7 +257,7 @@ class OffsetsTopicLog:
 
         def readable(at: int) -> bool:
             try:
-                readRecords(partitionLog.read(at, 1).records)
+                readRecords(partitionLog.read(at, 1, toLogEnd=True).records)
             except (KafkaError, OSError):
                 return False
             return True

@@ -471,6 +471,7 @@ class LogCleaner:
             producerLastOffsets=ltc.log.producerLastOffsets(),
             maxMessageBytes=config.maxMessageBytes,
             abortedTxns=ltc.log.abortedTransactions(ltc.firstUncleanable),
+            producerEpochs=ltc.log.producerMarkerEpochs(),
         )
 
     def cleanLog(self, ltc: LogToClean, runner: _Runner, threadId: int = 0) -> CleaningStats | None:
@@ -489,7 +490,7 @@ class LogCleaner:
             if self._stopping:
                 ok = False
             else:
-                ok = partitionLog.replaceSegments(result.replaced, cleaned)
+                ok = partitionLog.replaceSegments(result.replaced, cleaned, result.goneAborted)
             if ok:
                 swapped.append(result)
             elif directory is not None:

@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from kafkatwist.log.compaction import AbortedBatches, BatchFilter, batchPayload, mapRecords
+from kafkatwist.log.compaction import (
+    AbortedBatches,
+    BatchFilter,
+    TransactionCleaning,
+    batchPayload,
+    mapRecords,
+)
 from kafkatwist.log.offsetmap import OffsetMap
 from kafkatwist.log.stored import decompressedLimit
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, AssignedBatch
@@ -106,6 +112,9 @@ class CleanTask:
     #: C{(producerId, firstOffset, lastOffset)} of aborted transactions
     #: that may have data in the cleaned range
     abortedTxns: list = field(default_factory=list)
+    #: producer id -> epoch, for the producers with no data batch since
+    #: their last epoch bump (their marker of that epoch stays)
+    producerEpochs: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,6 +128,9 @@ class GroupResult:
     replaced: list[int]
     size: int
     earliestHorizonMs: int | None
+    #: C{(producerId, markerOffset)} of aborted transactions whose data is
+    #: gone: their entries leave the aborted-transaction index
+    goneAborted: tuple = ()
 
 
 @dataclass
@@ -385,6 +397,8 @@ def cleanLog(
         task.firstUncleanable,
         decompressedLimit(task.maxMessageBytes),
         aborted,
+        TransactionCleaning(task.abortedTxns),
+        task.producerEpochs,
     )
     nextBases = _nextBases(task)
     cleanable = [s for s in task.segments if s.baseOffset < endOffset]
@@ -408,7 +422,12 @@ def cleanLog(
             stats.earliestHorizonMs is None or horizon < stats.earliestHorizonMs
         ):
             stats.earliestHorizonMs = horizon
-        onGroup(sink, GroupResult(group[0].baseOffset, [s.baseOffset for s in group], sink.size, horizon))
+        gone = tuple(filter_.transactions.gone)
+        filter_.transactions.gone.clear()
+        onGroup(
+            sink,
+            GroupResult(group[0].baseOffset, [s.baseOffset for s in group], sink.size, horizon, gone),
+        )
     stats.bufferUtilization = offsetMap.utilization
     stats.endTime = time.monotonic()
     stats.cpuSecs = time.process_time() - cpuStart

@@ -29,11 +29,18 @@ Rules, as Kafka's cleaner applies them:
     aborted transaction (L{AbortedBatches}, from the aborted-transaction
     indexes) is neither mapped nor kept -- it must not hide an older
     committed value of its key -- except as the empty last batch of its
-    producer; markers are kept as they are (Kafka drops them once their
-    transaction's data is gone and C{delete.retention.ms} passed; here they
-    stay, which costs a few bytes per transaction and partition).  The
-    cleaned range never reaches the last stable offset, so every
-    transaction in it is complete.
+    producer.  Markers (L{TransactionCleaning}): an ABORT marker stays
+    while any batch of its transaction is left, a COMMIT marker while any
+    batch of its transaction was seen by the pass; then it is removable:
+    the first pass that finds it so gives it a delete horizon (as a
+    tombstone's), a pass after the horizon drops it -- unless it is the
+    last batch of its producer (it carries the producer's latest epoch) or
+    of the cleaned range.  An aborted transaction whose data is gone leaves
+    the aborted-transaction index with it (L{TransactionCleaning.gone}): an
+    entry whose marker is gone would make a read_committed consumer drop
+    the producer's later, committed batches.  The cleaned range never
+    reaches the last stable offset, so every transaction in it is
+    complete.
 
 Pure functions, no I/O.
 """
@@ -49,6 +56,7 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.offsetmap import keyHash
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
 from kafkatwist.log.stored import decompressedLimit, inflate
+from kafkatwist.protocol.markers import ABORT, COMMIT
 from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint, zigzagVarint
 
 __all__ = [
@@ -56,11 +64,12 @@ __all__ = [
     "AbortedBatches",
     "BatchFilter",
     "Retained",
+    "TransactionCleaning",
     "batchPayload",
     "deleteHorizon",
     "mapRecords",
     "recordsOf",
-    "requireKeys",
+    "keylessRecords",
 ]
 
 #: KIP-534: the batch's base timestamp is its delete horizon
@@ -287,6 +296,69 @@ class AbortedBatches:
         return i >= 0 and ranges[i][0] <= baseOffset <= ranges[i][1]
 
 
+class TransactionCleaning:
+    """
+    What one pass learns about transactions, batch by batch in offset
+    order across all its groups (Kafka's C{CleanedTransactionMetadata}):
+    whether a marker is removable.
+
+    @param aborted: C{(producerId, firstOffset, lastOffset)} of the aborted
+        transactions that may have data in the cleaned range.
+    @ivar gone: C{(producerId, markerOffset)} of the aborted transactions
+        whose data the pass found gone: their index entries go (collected
+        per cleaned segment; the caller empties it).
+    """
+
+    def __init__(self, aborted=()) -> None:
+        self._pending = sorted(aborted, key=lambda t: t[1])
+        self._next = 0
+        #: producer id -> [whether a batch of its aborted transaction was seen]
+        self._ongoingAborted: dict[int, list] = {}
+        #: producers with a (not aborted) transactional batch since their last marker
+        self._ongoingCommitted: set[int] = set()
+        self.gone: list[tuple[int, int]] = []
+
+    def _consumeUpTo(self, offset: int) -> None:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next][1] <= offset:
+            self._ongoingAborted.setdefault(pending[self._next][0], [False])
+            self._next += 1
+
+    def onBatch(self, producerId: int, lastOffset: int) -> None:
+        """
+        A transactional data batch (kept or not) was read.
+        """
+        self._consumeUpTo(lastOffset)
+        seen = self._ongoingAborted.get(producerId)
+        if seen is not None:
+            seen[0] = True
+        else:
+            self._ongoingCommitted.add(producerId)
+
+    def onMarker(self, producerId: int, offset: int, controlType: int | None) -> bool:
+        """
+        A control batch was read (C{controlType} C{None}: it has no record).
+
+        @return: whether it may go (once its delete horizon has passed).
+        """
+        self._consumeUpTo(offset)
+        if controlType is None:
+            # Cleaned empty already: nothing for a reader in it.
+            return True
+        if controlType == ABORT:
+            seen = self._ongoingAborted.pop(producerId, None)
+            if seen is not None and seen[0]:
+                return False
+            self.gone.append((producerId, offset))
+            return True
+        if controlType == COMMIT:
+            if producerId in self._ongoingCommitted:
+                self._ongoingCommitted.discard(producerId)
+                return False
+            return True
+        return False
+
+
 class BatchFilter:
     """
     The record filter of one cleaning pass.
@@ -302,6 +374,11 @@ class BatchFilter:
     @param upperBound: the end of the cleanable range; the batch ending
         there is kept even if empty.
     @param maxDecompressedBytes: how far a batch may inflate.
+    @param aborted: the aborted transactions' batches (L{AbortedBatches}).
+    @param transactions: the pass's L{TransactionCleaning}.
+    @param producerEpochs: producer id -> epoch of the producers the
+        partition knows with no data batch since their last epoch bump:
+        their marker of that epoch is their last batch, and stays.
     """
 
     def __init__(
@@ -315,8 +392,12 @@ class BatchFilter:
         upperBound: int,
         maxDecompressedBytes: int,
         aborted: AbortedBatches | None = None,
+        transactions: TransactionCleaning | None = None,
+        producerEpochs: dict | None = None,
     ) -> None:
         self.aborted = aborted if aborted else None
+        self.transactions = transactions if transactions is not None else TransactionCleaning()
+        self.producerEpochs = producerEpochs or {}
         self.entries = entries
         self.latestOffset = latestOffset
         self.firstDirty = firstDirty
@@ -337,6 +418,8 @@ class BatchFilter:
         @raise CorruptRecordError: the batch's records are malformed.
         """
         baseOffset = header[0]
+        if header[5] & _TRANSACTIONAL_BIT and not header[5] & _CONTROL_BIT:
+            self.transactions.onBatch(header[9], baseOffset + header[6])
         if (
             not header[6]
             and baseOffset not in self.live
@@ -364,7 +447,7 @@ class BatchFilter:
         size = LOG_OVERHEAD + batchLength
         original = view[position : position + size]
         if attributes & _CONTROL_BIT:
-            return Retained(original, count, maxTimestamp, deleteHorizon(attributes, baseTimestamp))
+            return self._marker(header, view, position, size, original)
         lastOffset = baseOffset + lastOffsetDelta
         if self.aborted is not None and self.aborted.contains(attributes, producerId, baseOffset):
             return self._empty(header, lastOffset)
@@ -422,6 +505,38 @@ class BatchFilter:
         if horizon is None and tombstones:
             horizon = self.nowMs + self.deleteRetentionMs
         return self._rewrite(header, data, kept, horizon)
+
+    def _marker(self, header: tuple, view, position: int, size: int, original) -> Retained:
+        """
+        Keep a control batch, give it its delete horizon, or drop it.
+        """
+        baseOffset, attributes, lastOffsetDelta = header[0], header[5], header[6]
+        baseTimestamp, maxTimestamp, producerId, count = header[7], header[8], header[9], header[12]
+        lastOffset = baseOffset + lastOffsetDelta
+        horizon = deleteHorizon(attributes, baseTimestamp)
+        records = None
+        controlType = None
+        if count:
+            data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
+            records = recordsOf(data, count, lastOffsetDelta)
+            key = records[0][4]
+            if key is not None and len(key) >= 4:
+                controlType = struct.unpack_from(">h", key, 2)[0]
+            else:
+                # Not a marker this broker can read: keep it as it is.
+                controlType = -1
+        removable = self.transactions.onMarker(producerId, lastOffset, controlType)
+        if (
+            not removable
+            or lastOffset + 1 == self.upperBound
+            or self.producerEpochs.get(producerId) == header[10]
+        ):
+            return Retained(original, count, maxTimestamp, horizon)
+        if not count or (horizon is not None and self.nowMs >= horizon):
+            return _DROPPED
+        if horizon is not None:
+            return Retained(original, count, maxTimestamp, horizon)
+        return self._rewrite(header, data, records, self.nowMs + self.deleteRetentionMs)
 
     def _denseLive(self, header: tuple, original, data) -> Retained | None:
         """
@@ -604,32 +719,44 @@ def emptyBatch(header: tuple) -> bytearray:
     return batch
 
 
-def requireKeys(buf, batches, topicPartition: str, maxMessageBytes: int) -> None:
+def dataRecords(buf, batches, maxMessageBytes: int, wanted=None):
     """
-    Refuse records without a key, as Kafka does for a compacted topic
-    (C{LogValidator}: a keyless record could never be compacted away).
+    Yield C{(header, records)} for each data batch of a validated record
+    set C{buf} (control batches skipped), its records as L{recordsOf} walks
+    them, decompressed if need be.
 
-    @param batches: the L{kafkatwist.protocol.batch.ValidBatch}es of
-        C{buf}, already validated.
-    @param maxMessageBytes: the topic's C{max.message.bytes}, which bounds
-        how far a batch may inflate.
-    @raise KafkaError: INVALID_RECORD, or CORRUPT_MESSAGE for records that
-        do not decode.
+    @param wanted: C{wanted(header)}: whether to walk that batch (all when
+        C{None}).
+    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
     """
     view = memoryview(buf).cast("B")
     limit = decompressedLimit(maxMessageBytes)
     for batchIndex, (position, header) in enumerate(batches):
-        if header.attributes & _CONTROL_BIT:
+        if header.attributes & _CONTROL_BIT or (wanted is not None and not wanted(header)):
             continue
         try:
             data = batchPayload(view, position, header.size, header.attributes, limit)
             records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
         except CorruptRecordError as e:
             raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
-        for record in records:
-            if record[4] is None:
-                raise KafkaError(
-                    ErrorCode.invalid_record,
-                    f"Compacted topic cannot accept message without key in topic partition "
-                    f"{topicPartition}.",
-                )
+        yield header, records
+
+
+def keylessRecords(view, position: int, header, limit: int) -> list[int]:
+    """
+    The indexes, in their batch, of the records without a key: what a
+    compacted topic refuses (Kafka's C{LogValidator}: a keyless record could
+    never be compacted away).
+
+    @param header: the batch's header, already validated.
+    @param limit: how far the batch may inflate.
+    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
+    """
+    if header.attributes & _CONTROL_BIT:
+        return []
+    try:
+        data = batchPayload(view, position, header.size, header.attributes, limit)
+        records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
+    except CorruptRecordError as e:
+        raise KafkaError(ErrorCode.corrupt_message, f"batch at {position}: {e}") from None
+    return [index for index, record in enumerate(records) if record[4] is None]

@@ -20,7 +20,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkatwist.config import KEYS, TOPIC_KEYS, ConfigError, ConfigSource, ConfigType, TopicKey
+from kafkatwist.config import (
+    KEYS,
+    TOPIC_KEYS,
+    UNSUPPORTED_TOPIC_KEYS,
+    ConfigError,
+    ConfigSource,
+    ConfigType,
+    TopicKey,
+)
 from kafkatwist.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -34,6 +42,7 @@ __all__ = [
     "applyConfigChanges",
     "checkCombination",
     "describeTopicConfig",
+    "unknownTopicConfig",
     "validateTopicConfigs",
 ]
 
@@ -62,6 +71,22 @@ class ConfigEntry:
 
 def _invalid(key: str, why: str) -> KafkaError:
     return KafkaError(ErrorCode.invalid_config, f"{key}: {why}")
+
+
+def _unknown(key: str) -> KafkaError:
+    why = UNSUPPORTED_TOPIC_KEYS.get(key)
+    return _invalid(key, why or "unknown topic config")
+
+
+def unknownTopicConfig(key: str) -> KafkaError:
+    """
+    The admin APIs' answer to a topic config kafkatwist does not have:
+    Kafka's words, or why a Kafka 3.x key is refused here.
+    """
+    why = UNSUPPORTED_TOPIC_KEYS.get(key)
+    if why:
+        return _invalid(key, why)
+    return KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
 
 
 def _text(value: Any) -> str:
@@ -172,7 +197,7 @@ def validateTopicConfigs(configs: Mapping[str, Any]) -> dict[str, str]:
     for key, value in configs.items():
         definition = TOPIC_CONFIGS.get(key)
         if definition is None:
-            raise _invalid(key, "unknown topic config")
+            raise _unknown(key)
         if value is None:
             raise _invalid(key, "a value is required")
         definition.parse(key, value)
@@ -200,7 +225,7 @@ def applyConfigChanges(
         op = _OPS.get(op, op) if isinstance(op, int) else str(op).upper()
         definition = TOPIC_CONFIGS.get(key)
         if definition is None:
-            raise _invalid(key, "unknown topic config")
+            raise _unknown(key)
         if op == "SET":
             result[key] = value
         elif op == "DELETE":
@@ -248,6 +273,12 @@ class LogConfig:
     minCompactionLagMs: int = 0
     maxCompactionLagMs: int = INT64_MAX
     minCleanableDirtyRatio: float = 0.5
+    messageDownconversionEnable: bool = True
+    #: how far CreateTime timestamps may be behind / ahead of the broker's
+    #: clock (Kafka's rule: the deprecated difference key when unset)
+    messageTimestampBeforeMaxMs: int = INT64_MAX
+    messageTimestampAfterMaxMs: int = INT64_MAX
+    segmentJitterMs: int = 0
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, str], defaults: BrokerLogDefaults) -> LogConfig:
@@ -272,6 +303,10 @@ class LogConfig:
             minCompactionLagMs=values["min.compaction.lag.ms"],
             maxCompactionLagMs=values["max.compaction.lag.ms"],
             minCleanableDirtyRatio=values["min.cleanable.dirty.ratio"],
+            messageDownconversionEnable=values["message.downconversion.enable"],
+            messageTimestampBeforeMaxMs=_orDifference(values, "message.timestamp.before.max.ms"),
+            messageTimestampAfterMaxMs=_orDifference(values, "message.timestamp.after.max.ms"),
+            segmentJitterMs=values["segment.jitter.ms"],
         )
 
     @property
@@ -303,6 +338,11 @@ class LogConfig:
         if self.compacts:
             return min(self.segmentMs, self.maxCompactionLagMs)
         return self.segmentMs
+
+
+def _orDifference(values: Mapping[str, Any], key: str) -> int:
+    value = values[key]
+    return values["message.timestamp.difference.max.ms"] if value == INT64_MAX else value
 
 
 def checkCombination(config: LogConfig) -> None:

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from twisted.logger import Logger
 
 from kafkatwist.log import swap
+from kafkatwist.log.epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kafkatwist.log.partition import PartitionLog
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -118,6 +120,7 @@ class FilePartitionLog(PartitionLog):
             config,
             [segment],
             producerIdExpirationMs=producerIdExpirationMs,
+            epochCache=LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT)),
         )
 
     @classmethod
@@ -175,8 +178,10 @@ class FilePartitionLog(PartitionLog):
                     error=e,
                 )
                 clean = False
+        epochCache = LeaderEpochCache.load(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         if not clean:
             segments = cls._recover(directory, segments, recoveryPoint, config.indexIntervalBytes)
+            cls._recoverEpochs(directory, segments, recoveryPoint, epochCache)
         end = segments[-1].nextOffset
         for what, checkpointed in (("recovery point", recoveryPoint),
                                    ("log start offset", logStartOffset)):
@@ -195,6 +200,8 @@ class FilePartitionLog(PartitionLog):
                 )
                 break
         recoveryPoint = end
+        if not epochCache.entries:
+            cls._seedEpochs(directory, segments, logStartOffset, epochCache)
         producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
         intact = cls._openTxnIndexes(directory, segments)
         cls._loadProducerState(directory, segments, producerState, nowMs, fromStart=not intact)
@@ -209,7 +216,48 @@ class FilePartitionLog(PartitionLog):
             recoveryPoint=recoveryPoint,
             producerState=producerState,
             producerIdExpirationMs=producerIdExpirationMs,
+            epochCache=epochCache,
         )
+
+    @staticmethod
+    def _seedEpochs(directory: str, segments: list, logStartOffset: int, cache) -> None:
+        """
+        A log written before it kept a leader-epoch checkpoint (every batch
+        stamped with the broker's epoch 0): the epoch of its first batch
+        from its start, in memory (the file is written at the next change).
+        So OffsetForLeaderEpoch answers a client validating its position
+        with the log end rather than "unknown", which would reset it.
+        """
+        for segment in segments:
+            if segment.size == 0:
+                continue
+            try:
+                for header in segment.batchHeaders(logStartOffset):
+                    if header.partitionLeaderEpoch >= 0:
+                        start = max(logStartOffset, segment.baseOffset)
+                        cache.entries = ((header.partitionLeaderEpoch, start),)
+                        cache.latestEpoch = header.partitionLeaderEpoch
+                    return
+            except (OSError, _ScanError) as e:
+                log.warn("{dir}: no leader epoch found: {error}", dir=directory, error=e)
+                return
+
+    @staticmethod
+    def _recoverEpochs(directory: str, segments: list, recoveryPoint: int, cache) -> None:
+        """
+        The leader epochs of the batches recovery re-read (as Kafka's
+        recovery assigns them): the checkpoint may predate them.
+        """
+        try:
+            for i, segment in enumerate(segments):
+                following = segments[i + 1] if i + 1 < len(segments) else None
+                if following is not None and following.baseOffset <= recoveryPoint:
+                    continue
+                for header in segment.batchHeaders(max(recoveryPoint, segment.baseOffset)):
+                    if header.partitionLeaderEpoch > cache.latestEpoch:
+                        cache.assign(header.partitionLeaderEpoch, header.baseOffset)
+        except (OSError, _ScanError) as e:
+            log.warn("{dir}: leader epochs not recovered: {error}", dir=directory, error=e)
 
     # -- producer state snapshots ------------------------------------------------------
 
@@ -423,12 +471,12 @@ class FilePartitionLog(PartitionLog):
         self.cache.pin(segment)
         return segment
 
-    def _installCleaned(self, baseOffset: int, old: list) -> FileSegment:
+    def _installCleaned(self, baseOffset: int, old: list, goneAborted=frozenset()) -> FileSegment:
         # The cleaner wrote <baseOffset>.*.cleaned; see kafkatwist.log.swap.
         # The replaced segments' aborted transactions go to the index under
         # the cleaned segment's name first (the first old segment's, so a
         # crash at any step leaves them indexed), then the others' go.
-        index = self._mergeTxnIndexes(baseOffset, old)
+        index = self._mergeTxnIndexes(baseOffset, old, goneAborted)
         swap.commit(self.directory, baseOffset)
         for segment in old:
             segment.delete()
@@ -448,17 +496,36 @@ class FilePartitionLog(PartitionLog):
                 _unlinkQuietly(self._txnIndexPath(self.directory, replaced.baseOffset))
         return segment
 
-    def _mergeTxnIndexes(self, baseOffset: int, old: list) -> TransactionIndex | None:
+    def _mergeTxnIndexes(self, baseOffset: int, old: list, goneAborted) -> TransactionIndex | None:
         entries = []
+        had = False
         for segment in old:
             index = getattr(segment, "txnIndex", None)
             if index is not None:
-                entries.extend(index.entries)
+                had = True
+                entries.extend(
+                    e for e in index.entries if (e.producerId, e.lastOffset) not in goneAborted
+                )
         if not entries:
+            if had:
+                # Every entry went: no file under the cleaned segment's name.
+                _unlinkQuietly(self._txnIndexPath(self.directory, baseOffset))
             return None
         index = TransactionIndex(baseOffset, self._txnIndexPath(self.directory, baseOffset))
         index.replace(entries)
         return index
+
+    def _reactivate(self, segment) -> None:
+        segment.writeLock = self._lock
+        self.cache.pin(segment)
+
+    def _rebuildProducerState(self, deletedBases: list) -> None:
+        for base in deletedBases:
+            _unlinkQuietly(self._txnIndexPath(self.directory, base))
+        self.producerState.clear()
+        self._loadProducerState(
+            self.directory, self._view[1], self.producerState, int(time.time() * 1000)
+        )
 
     def _deactivate(self, segment) -> None:
         segment.persistIndexesOrWarn("at roll")

@@ -332,6 +332,12 @@ class LogManager(BaseLogManager):
     def _partitionPath(self, logDir: str, topic: str, partition: int) -> str:
         return os.path.join(logDir, f"{topic}-{partition}")
 
+    def directoryOf(self, topic: str, partition: int) -> str | None:
+        """
+        The log directory (of C{logDirs}) holding a partition, or C{None}.
+        """
+        return self._dirOf.get((topic, partition))
+
     def _pickDir(self, counts: dict[str, int] | None = None) -> str:
         # Kafka's rule: the directory holding the fewest partitions.
         if counts is None:

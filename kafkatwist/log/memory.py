@@ -62,6 +62,10 @@ class MemorySegment(Segment):
     def sync(self, indexes: bool = False) -> None:
         pass
 
+    def truncateTo(self, size: int) -> None:
+        del self.data[size:]
+        self.size = size
+
     def delete(self) -> None:
         self.deleted = True
 
@@ -89,8 +93,11 @@ class MemoryPartitionLog(PartitionLog):
     def _newSegment(self, baseOffset: int, nowMs: int) -> MemorySegment:
         return MemorySegment(baseOffset, nowMs)
 
-    def _installCleaned(self, cleaned: MemorySegment, old: list) -> MemorySegment:
-        entries = [e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries]
+    def _installCleaned(self, cleaned: MemorySegment, old: list, goneAborted=frozenset()) -> MemorySegment:
+        entries = [
+            e for s in old if getattr(s, "txnIndex", None) for e in s.txnIndex.entries
+            if (e.producerId, e.lastOffset) not in goneAborted
+        ]
         if entries:
             self.txnIndexOf(cleaned).replace(entries)
         for segment in old:
@@ -108,9 +115,15 @@ class MemoryLogManager(BaseLogManager):
     @param clock: milliseconds since the epoch (segment creation times).
     """
 
+    #: no data directory: nothing for DescribeLogDirs to describe
+    logDirs: list[str] = []
+
     def __init__(self, defaults=None, *, clock=None) -> None:
         super().__init__(defaults, clock=clock)
         self.producerIdExpirationMs = producerIdExpirationMs(defaults)
+
+    def directoryOf(self, topic: str, partition: int) -> None:
+        return None
 
     def _createLog(self, topic: TopicState, partition: int) -> MemoryPartitionLog:
         return MemoryPartitionLog(

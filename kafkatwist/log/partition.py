@@ -43,14 +43,17 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from bisect import bisect_right
 
 from zope.interface import implementer
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
-from kafkatwist.log.compaction import requireKeys
 from kafkatwist.log.config import LogConfig
+from kafkatwist.log.epochs import LeaderEpochCache
+from kafkatwist.log.recordchecks import checkClientRecords
+from kafkatwist.log.timestamps import checkTimestamps
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -61,8 +64,11 @@ from kafkatwist.log.throttle import storageLog
 from kafkatwist.log.txnindex import AbortedTxn, TransactionIndex
 from kafkatwist.protocol.batch import (
     CONTROL_BIT,
+    HEADER_SIZE,
     PREFIX,
+    AssignedBatch,
     assignOffsets,
+    batchError,
     iterBatchHeaders,
     validateRecordSet,
 )
@@ -98,6 +104,7 @@ class PartitionLog:
         leaderEpoch: int = 0,
         producerState: ProducerStateManager | None = None,
         producerIdExpirationMs: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        epochCache: LeaderEpochCache | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -120,6 +127,21 @@ class PartitionLog:
             producerState.name = f"{topic}-{partition}"
             producerState.expirationMs = producerIdExpirationMs
         self.producerState = producerState
+        self.epochs = epochCache if epochCache is not None else LeaderEpochCache(None)
+        self.epochs.truncateFromEnd(self._end[0])
+        self.epochs.truncateFromStart(self._logStartOffset)
+
+    #: whether this replica takes appends from clients and coordinators
+    #: (the replica manager clears it on a follower; a single broker leads
+    #: every partition)
+    isLeader = True
+    #: the high watermark, or C{None} while it is the log end offset (a
+    #: leader alone in its ISR, and every log of a single broker): the
+    #: replica manager sets it; reads for consumers stop there
+    _highWatermark: int | None = None
+    #: the ISR's size as the replica manager last published it (C{None}:
+    #: not replicated, and min.insync.replicas is not checked)
+    isrSize: int | None = None
 
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"
@@ -147,12 +169,22 @@ class PartitionLog:
 
     @property
     def highWatermark(self) -> int:
-        return self._end[0]
+        end = self._end[0]
+        hw = self._highWatermark
+        return end if hw is None or hw > end else hw
+
+    def setHighWatermark(self, offset: int | None) -> None:
+        """
+        Publish the high watermark (C{None}: it follows the log end).
+        Called by the replica manager's thread only.
+        """
+        self._highWatermark = offset
 
     @property
     def lastStableOffset(self) -> int:
-        # The log end first (see the module docs).
-        end = self._end[0]
+        # The log end first (see the module docs); never past the high
+        # watermark (Kafka's LSO is bounded by it).
+        end = self.highWatermark
         first = self.producerState.firstUnstableOffset
         if first is None or first >= end:
             return end
@@ -188,8 +220,10 @@ class PartitionLog:
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
         markers = None if isFromClient else self._readMarkers(data, batches)
-        if isFromClient and config.compacts:
-            requireKeys(data, batches, f"{self.topic}-{self.partition}", config.maxMessageBytes)
+        if isFromClient:
+            checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config)
+        if isFromClient and not config.logAppendTime:
+            checkTimestamps(data, batches, config, nowMs)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -198,7 +232,19 @@ class PartitionLog:
         logAppendTime = nowMs if config.logAppendTime else None
         with self._lock:
             self._checkOpen()
+            if not self.isLeader:
+                raise KafkaError(
+                    ErrorCode.not_leader_or_follower,
+                    f"this broker does not lead {self.topic}-{self.partition}",
+                )
             firstOffset = self._end[0]
+            leaderEpoch = self.leaderEpoch
+            if leaderEpoch > self.epochs.latestEpoch:
+                # The first append of this leader's epoch: once per epoch.
+                try:
+                    self.epochs.assign(leaderEpoch, firstOffset)
+                except OSError as e:
+                    raise self._storageError("leader-epoch-checkpoint", e) from None
             producers = None
             for _, header in batches:
                 if header.producerId >= 0:
@@ -218,7 +264,7 @@ class PartitionLog:
                 batches,
                 firstOffset,
                 logAppendTime=logAppendTime,
-                leaderEpoch=self.leaderEpoch,
+                leaderEpoch=leaderEpoch,
             )
             last = assigned[-1]
             maxTimestamp, offsetOfMax = -1, -1
@@ -323,6 +369,271 @@ class PartitionLog:
         batch = buildMarkerBatch(producerId, producerEpoch, commit, coordinatorEpoch, nowMs)
         return self.append(batch, nowMs, isFromClient=False)
 
+    # -- replication -----------------------------------------------------------
+
+    def appendAsFollower(
+        self, records, nowMs: int, leaderEpoch: int | None = None
+    ) -> AppendInfo | None:
+        """
+        Append batches fetched from the leader as they are: their offsets
+        and leader epochs are the leader's (nothing is rewritten), each
+        batch's CRC is checked, the producer state is replayed from their
+        headers and the leader-epoch cache learns the epochs.
+
+        @param leaderEpoch: the leader epoch the data was fetched in: if
+            this replica has since changed role or epoch, nothing is
+            appended (NOT_LEADER_OR_FOLLOWER).
+        @return: what was appended, or C{None} for an empty record set.
+        @raise KafkaError: CORRUPT_MESSAGE for a damaged batch (nothing is
+            appended), OFFSET_OUT_OF_RANGE for a batch below the log end or
+            offsets that go backwards, KAFKA_STORAGE_ERROR.
+        """
+        data = records if isinstance(records, (bytes, bytearray)) else bytes(records)
+        view = memoryview(data)
+        end = len(view)
+        position = 0
+        batches = []
+        while position < end:
+            if end - position < HEADER_SIZE:
+                # Fetch answers may end in a partial batch (a size limit).
+                break
+            header, error = batchError(view, position, end - position, cleaned=True)
+            if error is not None:
+                if header is not None and header.size > end - position:
+                    break
+                raise error
+            batches.append((position, header))
+            position += header.size
+        if not batches:
+            return None
+        if position < end:
+            data = data[:position]
+        with self._lock:
+            self._checkOpen()
+            if leaderEpoch is not None and (self.isLeader or self.leaderEpoch != leaderEpoch):
+                raise KafkaError(
+                    ErrorCode.not_leader_or_follower,
+                    f"{self.topic}-{self.partition} is no longer a follower in epoch {leaderEpoch}",
+                )
+            expected = self._end[0]
+            assigned = []
+            maxTimestamp, offsetOfMax = -1, -1
+            for at, header in batches:
+                if header.baseOffset < expected:
+                    raise KafkaError(
+                        ErrorCode.offset_out_of_range,
+                        f"{self.topic}-{self.partition}: replicated batch at offset "
+                        f"{header.baseOffset} is below {expected}",
+                    )
+                last = header.baseOffset + header.lastOffsetDelta
+                assigned.append(
+                    AssignedBatch(at, header.size, header.baseOffset, last, header.maxTimestamp, last)
+                )
+                if header.maxTimestamp > maxTimestamp:
+                    maxTimestamp, offsetOfMax = header.maxTimestamp, last
+                expected = last + 1
+            epochs = self.epochs
+            try:
+                for _, header in batches:
+                    if header.partitionLeaderEpoch > epochs.latestEpoch:
+                        epochs.assign(header.partitionLeaderEpoch, header.baseOffset)
+            except OSError as e:
+                raise self._storageError("leader-epoch-checkpoint", e) from None
+            firstOffset = batches[0][1].baseOffset
+            segment = self._maybeRoll(len(data), maxTimestamp, expected - 1, nowMs)
+            segment.append(data, assigned, self.config.indexIntervalBytes)
+            markers = None
+            if any(h.attributes & CONTROL_BIT for _, h in batches):
+                markers = iter(self._readMarkers(data, [b for b in batches]))
+            state = self.producerState
+            completed = []
+            for _, header in batches:
+                marker = next(markers) if markers is not None and header.attributes & CONTROL_BIT else None
+                done = state.replay(header, marker)
+                if done is not None:
+                    completed.append(done)
+            self._end = (expected, segment, segment.size)
+            for txn in completed:
+                if txn.isAborted:
+                    try:
+                        self.txnIndexOf(segment).append(
+                            AbortedTxn(
+                                txn.producerId, txn.firstOffset, txn.lastOffset,
+                                state.lastStableOffsetAfter(txn),
+                            )
+                        )
+                    except (OSError, ValueError):
+                        self.txnIndexDamaged = True
+            numRecords = sum(header.recordsCount for _, header in batches)
+            if self._unflushedRecords == 0:
+                self._dirtySinceMs = nowMs
+            self._unflushedRecords += numRecords
+            if self._unflushedRecords >= self.config.flushMessages:
+                try:
+                    self._flushLocked()
+                except OSError as e:
+                    raise self._storageError("fsync", e) from None
+            return AppendInfo(
+                firstOffset=firstOffset,
+                lastOffset=expected - 1,
+                logAppendTime=-1,
+                logStartOffset=self._logStartOffset,
+                maxTimestamp=maxTimestamp,
+                offsetOfMaxTimestamp=offsetOfMax,
+                numRecords=numRecords,
+                validBytes=len(data),
+            )
+
+    def truncateTo(self, offset: int) -> bool:
+        """
+        Remove every batch at or after C{offset} (a batch that straddles it
+        goes whole), with its index entries, producer state, aborted
+        transactions and leader epochs: a follower's log diverging from its
+        new leader's (KIP-101/279).
+
+        @return: whether anything was removed.
+        """
+        with self._lock:
+            self._checkOpen()
+            if offset >= self._end[0]:
+                return False
+            if offset <= self._logStartOffset:
+                self._truncateFully(offset if offset > self._logStartOffset else self._logStartOffset)
+                return True
+            bases, segments = self._view
+            i = bisect_right(bases, offset) - 1
+            keep, doomed = segments[: i + 1], segments[i + 1 :]
+            segment = keep[-1]
+            position = segment.positionOfBatchContaining(offset)
+            self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in doomed]
+            if segment is not self.activeSegment:
+                self._reactivate(segment)
+            self._setSegments(keep)
+            for old in doomed:
+                old.delete()
+            try:
+                segment.truncateTo(position)
+                segment.reindex(self.config.indexIntervalBytes)
+            except OSError as e:
+                self._closed = True
+                raise self._storageError("truncation", e) from None
+            newEnd = segment.nextOffset
+            self._end = (newEnd, segment, segment.size)
+            self._afterTruncation(newEnd, [s.baseOffset for s in doomed])
+            return True
+
+    def truncateFullyAndStartAt(self, offset: int) -> None:
+        """
+        Delete everything and start empty at C{offset} (a follower whose
+        fetch offset the leader no longer has).
+        """
+        with self._lock:
+            self._checkOpen()
+            self._truncateFully(offset)
+
+    def _truncateFully(self, offset: int) -> None:
+        doomed = self._view[1]
+        self._rolledUnflushed = []
+        for old in doomed:
+            old.delete()
+        try:
+            new = self._newSegment(offset, 0)
+        except OSError as e:
+            # No segment left: the partition is offline until a restart.
+            self._closed = True
+            raise self._storageError("truncation", e) from None
+        self._setSegments([new])
+        self._end = (offset, new, 0)
+        self._logStartOffset = offset
+        try:
+            self.epochs.clear()
+        except OSError as e:
+            self._storageError("leader-epoch-checkpoint", e)
+        self._afterTruncation(offset, [s.baseOffset for s in doomed])
+
+    def _afterTruncation(self, newEnd: int, deletedBases: list) -> None:
+        """
+        Under the lock, the log now ends at C{newEnd}: bring what is
+        derived from it back in line.
+        """
+        self.recoveryPoint = min(self.recoveryPoint, newEnd)
+        if self._highWatermark is not None and self._highWatermark > newEnd:
+            self._highWatermark = newEnd
+        self._unflushedRecords = 0
+        self._dirtySinceMs = None
+        try:
+            self.epochs.truncateFromEnd(newEnd)
+        except OSError as e:
+            self._storageError("leader-epoch-checkpoint", e)
+        self._rebuildProducerState(deletedBases)
+
+    def _rebuildProducerState(self, deletedBases: list) -> None:
+        """
+        After a truncation: the producer state and aborted-transaction
+        indexes again from the batches left (storage may start from a
+        snapshot).
+        """
+        state = self.producerState
+        state.clear()
+        for segment in self._view[1]:
+            index = getattr(segment, "txnIndex", None)
+            if index is not None:
+                index.truncateTo(segment.baseOffset)
+            for header, marker in segment.batchHeaders(segment.baseOffset, markers=True):
+                if marker is not None and not marker.isTransactionMarker:
+                    continue
+                done = state.replay(
+                    header, None if marker is None else (marker.isAborted, marker.coordinatorEpoch)
+                )
+                if done is not None and done.isAborted:
+                    self.txnIndexOf(segment).append(
+                        AbortedTxn(done.producerId, done.firstOffset, done.lastOffset,
+                                   state.lastStableOffsetAfter(done))
+                    )
+
+    def becomeLeader(self, leaderEpoch: int) -> int:
+        """
+        Lead in C{leaderEpoch}: appends are taken and stamped with it from
+        now on, and the epoch begins at the log end (Kafka's
+        C{maybeAssignEpochStartOffset}).
+
+        @return: the offset the epoch begins at.
+        """
+        with self._lock:
+            self.leaderEpoch = leaderEpoch
+            self.isLeader = True
+            end = self._end[0]
+            if not self._closed:
+                try:
+                    self.epochs.assign(leaderEpoch, end)
+                except OSError as e:
+                    self._storageError("leader-epoch-checkpoint", e)
+            return end
+
+    def becomeFollower(self, leaderEpoch: int) -> None:
+        """
+        Follow in C{leaderEpoch}: no appends but replicated ones; the high
+        watermark is pinned where it is (a follower learns it from its
+        leader).
+        """
+        with self._lock:
+            self.leaderEpoch = leaderEpoch
+            self.isLeader = False
+            if self._highWatermark is None:
+                self._highWatermark = self._end[0]
+
+    def _epochsFromStart(self) -> None:
+        try:
+            self.epochs.truncateFromStart(self._logStartOffset)
+        except OSError as e:
+            self._storageError("leader-epoch-checkpoint", e)
+
+    def _reactivate(self, segment) -> None:
+        """
+        An inactive segment becomes the active one again (a truncation
+        removed the segments after it).
+        """
+
     def _completeTxns(self, completed, segment) -> None:
         """
         Under the lock, after the end was published: index the aborted
@@ -405,10 +716,24 @@ class PartitionLog:
             segment.size + appendBytes > config.segmentBytes
             or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
             or segment.isFull(config.segmentIndexBytes)
-            or segment.timeWaitedForRoll(nowMs, maxTimestamp) > config.rollMs
+            or segment.timeWaitedForRoll(nowMs, maxTimestamp)
+            > config.rollMs - self._rollJitter(segment, config)
         ):
             return self._roll(nowMs)
         return segment
+
+    def _rollJitter(self, segment, config) -> int:
+        """
+        Kafka's C{segment.jitter.ms}: up to that much off the roll time, a
+        different amount per segment (derived from its name, so the same
+        after a restart) so that partitions do not all roll at once.
+        """
+        if config.segmentJitterMs <= 0:
+            return 0
+        bound = min(config.segmentJitterMs, config.rollMs)
+        if bound <= 0:
+            return 0
+        return zlib.crc32(f"{self.topic}-{self.partition}-{segment.baseOffset}".encode()) % bound
 
     def _roll(self, nowMs: int):
         old = self.activeSegment
@@ -477,17 +802,26 @@ class PartitionLog:
                         raise
 
     def read(
-        self, offset: int, maxBytes: int, minOneBatch: bool = True, readCommitted: bool = False
+        self,
+        offset: int,
+        maxBytes: int,
+        minOneBatch: bool = True,
+        readCommitted: bool = False,
+        toLogEnd: bool = False,
     ) -> ReadInfo:
         """
         See L{IPartitionLog.read}.
 
         @param readCommitted: stop at the last stable offset, and report
             the aborted transactions the records overlap.
+        @param toLogEnd: read up to the log end offset (a follower's fetch)
+            rather than the high watermark (a consumer's).
         """
         try:
             return self._onView(
-                lambda view: self._read(view, offset, maxBytes, minOneBatch, readCommitted)
+                lambda view: self._read(
+                    view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd
+                )
             )
         except FileNotFoundError:
             raise KafkaError(
@@ -496,17 +830,26 @@ class PartitionLog:
             ) from None
 
     def _read(
-        self, view, offset: int, maxBytes: int, minOneBatch: bool, readCommitted: bool = False
+        self,
+        view,
+        offset: int,
+        maxBytes: int,
+        minOneBatch: bool,
+        readCommitted: bool = False,
+        toLogEnd: bool = False,
     ) -> ReadInfo:
         # A cleaned log has gaps: the batch holding an offset may be gone,
         # and the read then starts at the next batch (in this segment or a
         # later one), as Kafka's does.
         logEndOffset, active, activeSize = self._end
         logStartOffset = self._logStartOffset
+        highWatermark = self._highWatermark
+        if highWatermark is None or highWatermark > logEndOffset:
+            highWatermark = logEndOffset
         # After the end (see the module docs).
         first = self.producerState.firstUnstableOffset
         lastStable = (
-            logEndOffset if first is None or first >= logEndOffset
+            highWatermark if first is None or first >= highWatermark
             else max(first, logStartOffset)
         )
         if offset < logStartOffset or offset > logEndOffset:
@@ -515,7 +858,7 @@ class PartitionLog:
                 f"offset {offset} is outside [{logStartOffset}, {logEndOffset}] "
                 f"of {self.topic}-{self.partition}",
             )
-        limit = lastStable if readCommitted else logEndOffset
+        limit = lastStable if readCommitted else logEndOffset if toLogEnd else highWatermark
         records = b""
         aborted = None
         if offset < limit:
@@ -554,7 +897,7 @@ class PartitionLog:
             aborted = ()
         return ReadInfo(
             records=records,
-            highWatermark=logEndOffset,
+            highWatermark=highWatermark,
             logStartOffset=logStartOffset,
             lastStableOffset=lastStable,
             abortedTransactions=aborted,
@@ -636,6 +979,7 @@ class PartitionLog:
                 )
             if offset > self._logStartOffset:
                 self._logStartOffset = offset
+                self._epochsFromStart()
                 self._deleteSegments(
                     lambda segment, nextBase: nextBase is not None and nextBase <= offset, 0
                 )
@@ -700,6 +1044,7 @@ class PartitionLog:
         remaining = self._view[1][len(doomed) :]
         self._setSegments(remaining)
         self._logStartOffset = max(self._logStartOffset, remaining[0].baseOffset)
+        self._epochsFromStart()
         self.recoveryPoint = max(self.recoveryPoint, min(self._logStartOffset, self._end[0]))
         self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in doomed]
         for segment in doomed:
@@ -709,7 +1054,7 @@ class PartitionLog:
 
     # -- compaction ----------------------------------------------------------
 
-    def replaceSegments(self, replacedBases: list[int], cleaned) -> bool:
+    def replaceSegments(self, replacedBases: list[int], cleaned, goneAborted=()) -> bool:
         """
         Swap a cleaned segment in for the consecutive segments whose base
         offsets are C{replacedBases}: the log cleaner's last step, a few
@@ -717,6 +1062,9 @@ class PartitionLog:
 
         @param cleaned: the cleaned segment as the storage has it (see
             C{_installCleaned}).
+        @param goneAborted: C{(producerId, markerOffset)} of the aborted
+            transactions whose entries leave the aborted-transaction index
+            (their data is gone).
         @return: C{False}, with nothing changed, if the log is closed or
             those segments are no longer all there (retention deleted
             some, or one of them became active); the caller then discards
@@ -733,7 +1081,7 @@ class PartitionLog:
             if first + len(old) >= len(segments):
                 return False
             try:
-                new = self._installCleaned(cleaned, old)
+                new = self._installCleaned(cleaned, old, frozenset(goneAborted))
             except OSError:
                 # Half swapped on disk: the next start's recovery finishes
                 # the swap; until then the partition is offline.
@@ -767,6 +1115,20 @@ class PartitionLog:
                 )
         return found
 
+    def producerMarkerEpochs(self) -> dict[int, int]:
+        """
+        Producer id -> epoch, for the producers the partition knows with no
+        data batch since their last epoch bump: their last batch is a
+        marker of that epoch, which the cleaner must keep (Kafka's
+        C{lastRecordsOfActiveProducers} without a data offset).
+        """
+        with self._lock:
+            return {
+                producerId: entry.epoch
+                for producerId, entry in self.producerState.producers.items()
+                if not entry.batches
+            }
+
     def producerLastOffsets(self) -> dict[int, int]:
         """
         Producer id -> last offset of its last batch, for every producer
@@ -779,10 +1141,12 @@ class PartitionLog:
                 if entry.batches
             }
 
-    def _installCleaned(self, cleaned, old: list):
+    def _installCleaned(self, cleaned, old: list, goneAborted: frozenset):
         """
         Replace the segments C{old} by C{cleaned} in storage, under the
-        lock; the log publishes the returned segment.
+        lock; the log publishes the returned segment, whose
+        aborted-transaction index holds C{old}'s entries but those of
+        C{goneAborted}.
         """
         raise NotImplementedError
 

@@ -387,6 +387,29 @@ class Segment:
             reader.close()
         return end if found is None else found
 
+    def positionOfBatchContaining(self, offset: int) -> int:
+        """
+        The position of the batch holding C{offset} or, if none does, the
+        first after it; the size if there is none (a truncation point).
+        """
+        reader = self._openReader()
+        try:
+            found = self._findBatch(reader, offset, self.size)
+        except _ScanError as e:
+            raise self._damageError(offset) from e
+        finally:
+            reader.close()
+        return self.size if found is None else found
+
+    def reindex(self, indexIntervalBytes: int) -> None:
+        """
+        Rebuild the indexes and the end offset from the batches (after a
+        truncation).
+        """
+        self.nextOffset = self.baseOffset
+        self._rollingBasedTimestamp = None
+        self._rebuildIndexes(indexIntervalBytes)
+
     def _findBatch(self, reader, offset: int, end: int) -> int | None:
         offsetIndex, _ = self.indexes()
         indexed, start = offsetIndex.lookupEntry(offset)

@@ -104,6 +104,10 @@ class BaseLogManager:
         (appends and retention are given the time explicitly).
     """
 
+    #: whether a log created here leads its partition at once (a single
+    #: broker); in a cluster it waits for the controller's word
+    newLogsLead = True
+
     def __init__(
         self, defaults: Mapping[str, Any] | None = None, *, clock: Callable[[], int] | None = None
     ) -> None:
@@ -189,6 +193,8 @@ class BaseLogManager:
             if validateOnly:
                 return topic.info()
             for log in self._createLogs(topic, range(numPartitions)):
+                if not self.newLogsLead:
+                    log.isLeader = False
                 self._logs[(name, log.partition)] = log
             self._topics[name] = topic
         _log.info(
@@ -227,6 +233,8 @@ class BaseLogManager:
                 return TopicInfo(name, topic.topicId, totalCount, dict(topic.overrides))
             grown = dataclasses.replace(topic, numPartitions=totalCount, epoch=topic.epoch + 1)
             for log in self._createLogs(grown, range(topic.numPartitions, totalCount)):
+                if not self.newLogsLead:
+                    log.isLeader = False
                 self._logs[(name, log.partition)] = log
             topic.numPartitions, topic.epoch = totalCount, grown.epoch
             self._persistTopic(topic)
@@ -254,6 +262,30 @@ class BaseLogManager:
             self._persistTopic(topic)
         _log.info("Topic {topic} configs now {configs}", topic=name, configs=overrides)
         return topic.info()
+
+    def setBrokerDefaults(self, defaults: Mapping[str, Any]) -> None:
+        """
+        New broker-level settings (a dynamic broker config update): every
+        topic's config is resolved again, so a topic inheriting a changed
+        default sees it on its next append, retention or cleaning pass.
+        Overrides were validated on their own and stay valid.
+
+        @raise KafkaError: INVALID_CONFIG for a bad broker value; nothing
+            changed.
+        """
+        brokerDefaults = BrokerLogDefaults(defaults)
+        with self._lock:
+            configs = {
+                name: LogConfig.resolve(topic.overrides, brokerDefaults)
+                for name, topic in self._topics.items()
+            }
+            self.brokerDefaults = brokerDefaults
+            for name, topic in self._topics.items():
+                topic.config = configs[name]
+                for partition in range(topic.numPartitions):
+                    log = self._logs.get((name, partition))
+                    if log is not None:
+                        log.config = configs[name]
 
     # -- periodic work -------------------------------------------------------------
 

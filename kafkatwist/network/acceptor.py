@@ -62,6 +62,14 @@ class ConnectionQuotas:
             if not self._perIp[host]:
                 del self._perIp[host]
 
+    def update(self, maxConnections: int, maxPerIp: int) -> None:
+        """
+        New limits (a dynamic update): connections above them stay, new
+        ones wait until the count is under.
+        """
+        with self._lock:
+            self.maxConnections, self.maxPerIp = maxConnections, maxPerIp
+
     def count(self, host: str) -> int:
         with self._lock:
             return self._perIp[host]

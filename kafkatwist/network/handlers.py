@@ -46,14 +46,40 @@ class HandlerPool:
         self.cpus = cpus
         self._threads: list[threading.Thread] = []
         self._warnedLegacy: set[str] = set()
+        self._started = 0
+        self._running = False
+        self._resizeLock = threading.Lock()
 
     def start(self) -> None:
-        for index in range(self.numThreads):
-            thread = threading.Thread(
-                target=self._run, name=f"kafkatwist-request-handler-{index}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        with self._resizeLock:
+            self._running = True
+            for _ in range(self.numThreads):
+                self._startThread()
+
+    def _startThread(self) -> None:
+        thread = threading.Thread(
+            target=self._run, name=f"kafkatwist-request-handler-{self._started}", daemon=True
+        )
+        self._started += 1
+        thread.start()
+        self._threads.append(thread)
+
+    def resize(self, numThreads: int) -> None:
+        """
+        C{num.io.threads} updated dynamically: start threads, or tell the
+        surplus to end once they have taken what is queued before (as
+        Kafka's pool does).  Safe from any thread.
+        """
+        with self._resizeLock:
+            if not self._running:
+                pass
+            elif numThreads > self.numThreads:
+                for _ in range(numThreads - self.numThreads):
+                    self._startThread()
+            elif numThreads < self.numThreads:
+                self.channel.close(self.numThreads - numThreads)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self.numThreads = numThreads
 
     def join(self, timeout: float) -> bool:
         """

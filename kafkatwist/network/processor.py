@@ -100,7 +100,7 @@ class Processor:
             factory = _ConnectionFactory(self, listener)
             if listener.tls:
                 factory = TLSMemoryBIOFactory(
-                    server.tlsContextFactory, False, factory, clock=self.reactor
+                    server.tlsContextFactoryFor(listener.name), False, factory, clock=self.reactor
                 )
             self._factories[listener.name] = factory
         self.stats = RequestStats()

@@ -18,7 +18,7 @@ from kafkatwist.network.affinity import availableCpus, requestThreadCpus, showCp
 from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
-from kafkatwist.network.tls import ServerContextFactory
+from kafkatwist.network.tls import ReloadableContextFactory, listenerContextFactory
 from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 log = Logger()
@@ -51,18 +51,15 @@ class SocketServer:
         # leaves work for the others.
         self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
         self.quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
-        self.tlsContextFactory = None
         #: client certificate -> principal (ssl.principal.mapping.rules)
         self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
-        if any(l.tls for l in self.listeners):
-            self.tlsContextFactory = ServerContextFactory(
-                config["ssl.keystore.location"],
-                config["ssl.key.password"],
-                config["ssl.truststore.location"],
-                config["ssl.client.auth"],
-                config["ssl.enabled.protocols"],
-                config["ssl.cipher.suites"],
-            )
+        #: TLS listener name -> its context factory (replaced by a dynamic
+        #: keystore update)
+        self.tlsContextFactories = {
+            l.name: ReloadableContextFactory(listenerContextFactory(config.sslSettings(l.name)))
+            for l in self.listeners
+            if l.tls
+        }
         #: CPUs the Processors and handler threads keep to (None: any)
         self.requestThreadCpus = requestThreadCpus(config["request.threads.cpu.affinity"], availableCpus())
         self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]
@@ -72,6 +69,9 @@ class SocketServer:
         self.acceptors: list[Acceptor] = []
         self._lock = threading.Lock()
         self.connectionsByListener: Counter[str] = Counter()
+
+    def tlsContextFactoryFor(self, listenerName: str):
+        return self.tlsContextFactories.get(listenerName)
 
     def saslSettings(self, listener) -> tuple:
         """

@@ -223,3 +223,44 @@ class ServerContextFactory:
 
     def serverConnectionForTLS(self, tlsProtocol) -> SSL.Connection:
         return SSL.Connection(self._context, None)
+
+
+def listenerContextFactory(settings) -> ServerContextFactory:
+    """
+    The context factory of one listener from its SSL settings
+    (L{kafkatwist.config.BrokerConfig.sslSettings}).
+
+    @raise ConfigError: a file or setting that cannot be used.
+    """
+    return ServerContextFactory(
+        settings["ssl.keystore.location"],
+        settings["ssl.key.password"],
+        settings["ssl.truststore.location"],
+        settings["ssl.client.auth"],
+        settings["ssl.enabled.protocols"],
+        settings["ssl.cipher.suites"],
+    )
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class ReloadableContextFactory:
+    """
+    A listener's TLS settings, replaceable while it serves (a dynamic
+    keystore update): each new connection is made from the context current
+    when it is accepted; connections already made keep theirs.
+
+    Threads: L{replace} from a request handler thread, connections made on
+    Processor threads; the swap is one reference assignment.
+    """
+
+    def __init__(self, factory: ServerContextFactory) -> None:
+        self.current = factory
+
+    def replace(self, factory: ServerContextFactory) -> None:
+        self.current = factory
+
+    def getContext(self) -> SSL.Context:
+        return self.current.getContext()
+
+    def serverConnectionForTLS(self, tlsProtocol) -> SSL.Connection:
+        return self.current.serverConnectionForTLS(tlsProtocol)

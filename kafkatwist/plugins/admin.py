@@ -30,7 +30,12 @@ from kafkatwist.cluster.answers import brokerEndpoints
 from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.log.config import TOPIC_CONFIGS, describeTopicConfig, validateTopicConfigs
+from kafkatwist.log.config import (
+    TOPIC_CONFIGS,
+    describeTopicConfig,
+    unknownTopicConfig,
+    validateTopicConfigs,
+)
 from kafkatwist.log.records import TopicInfo
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
@@ -345,7 +350,7 @@ class CreateTopicsHandler(Handler):
             )
         for key in configs:
             if key not in TOPIC_CONFIGS:
-                raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
+                raise unknownTopicConfig(key)
         validateTopicConfigs(configs)
         numPartitions = topic.num_partitions
         replicationFactor = topic.replication_factor
@@ -765,6 +770,8 @@ class DeleteRecordsHandler(Handler):
         partitionLog = logManager.getLog(topic, index)
         if partitionLog is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
+        if not partitionLog.isLeader:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{index}")
         offset = partition.offset
         if offset == HIGH_WATERMARK:
             offset = partitionLog.highWatermark

@@ -2,18 +2,22 @@
 Configuration admin APIs: DescribeConfigs, IncrementalAlterConfigs and the
 legacy AlterConfigs, over topic and broker resources.
 
-Where values come from, as DescribeConfigs reports it (C{config_source}):
+Where values come from, as DescribeConfigs reports it (C{config_source}),
+highest precedence first:
 
   - C{DYNAMIC_TOPIC_CONFIG}: a topic override (CreateTopics configs,
     IncrementalAlterConfigs);
+  - C{DYNAMIC_BROKER_CONFIG}: a dynamic config of this broker (a BROKER
+    resource named by its id);
+  - C{DYNAMIC_DEFAULT_BROKER_CONFIG}: a cluster-wide dynamic default (the
+    BROKER resource C{""});
   - C{STATIC_BROKER_CONFIG}: set in C{server.properties} or with
     C{--override} (the broker's C{BrokerConfig.explicit} keys);
-  - C{DEFAULT_CONFIG}: neither.
+  - C{DEFAULT_CONFIG}: none of these.
 
-Broker configs are static here -- kafkatwist has no dynamic broker config
-(Kafka's C{DYNAMIC_BROKER_CONFIG} and C{DYNAMIC_DEFAULT_BROKER_CONFIG} never
-occur) -- so every broker entry is read-only and altering one is refused
-with INVALID_REQUEST, the code Kafka gives for "Cannot update these configs
+Altering a BROKER resource goes to L{kafkatwist.dynamicconfig}: the keys
+the registry marks dynamic are stored and applied at once, the others are
+refused with INVALID_REQUEST and Kafka's "Cannot update these configs
 dynamically".
 
 The topic entry's source is worked out here from the broker's explicit
@@ -28,10 +32,10 @@ from dataclasses import dataclass, field
 from itertools import dropwhile
 
 from kafkatwist.config import KEYS as BROKER_KEYS
-from kafkatwist.config import TOPIC_KEYS
+from kafkatwist.config import TOPIC_KEYS, keySpec, listenerSslKey
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType
+from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType, unknownTopicConfig
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.protocol.apis import (
     ALTER_CONFIGS,
@@ -103,19 +107,36 @@ class ConfigDescription:
     synonyms: tuple[tuple[str, str | None, int], ...] = field(default=())
 
 
-def _explicit(config) -> tuple[frozenset, dict]:
+def _layers(broker) -> list:
     """
-    @return: the broker keys set in C{server.properties}/C{--override}, and
-        their raw values; nothing for a broker without a L{BrokerConfig}.
+    Where broker values come from, highest precedence first: the broker's
+    L{kafkatwist.dynamicconfig.DynamicBrokerConfig} layers, or for a broker
+    without one its static settings and the registry's defaults.
     """
-    if config is None:
-        return frozenset(), {}
-    return frozenset(getattr(config, "explicit", ())), dict(getattr(config, "raw", {}))
+    dynamic = getattr(broker, "dynamicConfig", None)
+    if dynamic is not None:
+        return dynamic.layers()
+    config = getattr(broker, "config", None)
+    explicit = frozenset(getattr(config, "explicit", ())) if config is not None else frozenset()
+    raw = dict(getattr(config, "raw", {})) if config is not None else {}
+    defaults = {name: key.default for name, key in BROKER_KEYS.items() if key.default is not None}
+    return [
+        ({name: raw[name] for name in explicit if name in raw}, ConfigSource.STATIC_BROKER_CONFIG),
+        (defaults, ConfigSource.DEFAULT_CONFIG),
+    ]
 
 
-def _brokerDefault(name: str) -> str | None:
-    key = BROKER_KEYS.get(name)
-    return key.default if key is not None else None
+def _synonyms(layers, group, sensitive: bool = False) -> list[tuple[str, str | None, int]]:
+    """
+    Kafka's synonym list of a broker key's group: each layer in precedence
+    order, the group's keys finest first within it.
+    """
+    return [
+        (name, None if sensitive else layer[name], int(source))
+        for layer, source in layers
+        for name in group
+        if name in layer
+    ]
 
 
 def describeTopic(broker, name: str) -> list[ConfigDescription]:
@@ -124,11 +145,12 @@ def describeTopic(broker, name: str) -> list[ConfigDescription]:
     synonyms.
 
     Synonyms list the topic override, then each broker key that would supply
-    the value (finest first) as set statically, then their defaults.  Kafka
-    drops the coarser broker synonyms (C{log.retention.hours}) from a topic
-    entry, so it reports C{retention.ms} as DEFAULT_CONFIG even when the
-    broker sets C{log.retention.hours}; here that case says
-    STATIC_BROKER_CONFIG, which is true.
+    the value (finest first) per source: dynamic per broker, dynamic
+    cluster default, static, default.  Kafka drops the coarser broker
+    synonyms (C{log.retention.hours}) from a topic entry, so it reports
+    C{retention.ms} as DEFAULT_CONFIG even when the broker sets
+    C{log.retention.hours}; here that case says where the value does come
+    from.
 
     @raise KafkaError: UNKNOWN_TOPIC_OR_PARTITION.
     """
@@ -140,7 +162,7 @@ def describeTopicEntries(broker, entries) -> list[ConfigDescription]:
     L{describeTopic} from the log's view of a topic's configs (key ->
     L{kafkatwist.log.ConfigEntry}), also for a topic not created yet.
     """
-    explicit, raw = _explicit(getattr(broker, "config", None))
+    layers = _layers(broker)
     result = []
     for key in sorted(entries):
         entry = entries[key]
@@ -150,13 +172,7 @@ def describeTopicEntries(broker, entries) -> list[ConfigDescription]:
         synonyms = []
         if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG:
             synonyms.append((key, entry.value, int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
-        for synonym in group:
-            if synonym in explicit:
-                synonyms.append((synonym, raw[synonym], int(ConfigSource.STATIC_BROKER_CONFIG)))
-        for synonym in group:
-            default = _brokerDefault(synonym)
-            if default is not None:
-                synonyms.append((synonym, default, int(ConfigSource.DEFAULT_CONFIG)))
+        synonyms += _synonyms(layers, group)
         source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
         result.append(
             ConfigDescription(
@@ -173,45 +189,47 @@ def describeTopicEntries(broker, entries) -> list[ConfigDescription]:
     return result
 
 
-def describeBroker(broker) -> list[ConfigDescription]:
+def describeBroker(broker, perBroker: bool = True) -> list[ConfigDescription]:
     """
-    Every broker config kafkatwist knows, as Kafka describes a broker's own
-    resource: read-only (all static), sensitive values hidden.
+    The broker configs as Kafka describes a broker resource, sensitive
+    values hidden, dynamic keys writable: for this broker's id every key
+    kafkatwist knows (and the listeners' own SSL keys that are set); for
+    the cluster default (C{""}) only the dynamic defaults set.
 
-    Synonyms follow Kafka's rule exactly: static settings of the synonym
-    group, then defaults, dropping those before the first entry for the key
-    itself (so C{log.retention.hours} shows only its own entries).
+    Synonyms follow Kafka's rule exactly: the synonym group per source
+    (dynamic per broker, dynamic default, static, default), dropping those
+    before the first entry for the key itself (so C{log.retention.hours}
+    shows only its own entries).
     """
-    config = broker.config
-    explicit, raw = _explicit(config)
+    layers = _layers(broker)
+    if perBroker:
+        names = set(BROKER_KEYS)
+        names.update(name for layer, _ in layers for name in layer if listenerSslKey(name))
+    else:
+        layers = [(l, s) for l, s in layers if s != ConfigSource.DYNAMIC_BROKER_CONFIG]
+        names = {
+            name
+            for layer, source in layers
+            if source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+            for name in layer
+        }
     result = []
-    for name, text, isExplicit in config.describe():
-        spec = BROKER_KEYS.get(name)
+    for name in sorted(names):
+        spec = keySpec(name)
         sensitive = spec is not None and spec.sensitive
         group = _GROUP_OF.get(name, (name,))
-        full = [
-            (s, raw.get(s), int(ConfigSource.STATIC_BROKER_CONFIG)) for s in group if s in explicit
-        ]
-        full += [
-            (s, _brokerDefault(s), int(ConfigSource.DEFAULT_CONFIG))
-            for s in group
-            if _brokerDefault(s) is not None
-        ]
         synonyms = tuple(
-            (s, None if sensitive else value, source)
-            for s, value, source in dropwhile(lambda item: item[0] != name, full)
+            dropwhile(lambda item: item[0] != name, _synonyms(layers, group, sensitive))
         )
-        if isExplicit:
-            source = int(ConfigSource.STATIC_BROKER_CONFIG)
-        else:
-            source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
+        own = [(layer[name], source) for layer, source in layers if name in layer]
+        text, source = own[0] if own else (None, ConfigSource.DEFAULT_CONFIG)
         result.append(
             ConfigDescription(
                 name=name,
                 value=None if sensitive else text,
-                source=source,
+                source=int(source),
                 configType=int(spec.type if spec is not None else ConfigType.STRING),
-                readOnly=True,
+                readOnly=spec is None or not spec.dynamic,
                 isSensitive=sensitive,
                 documentation=spec.doc if spec is not None else None,
                 synonyms=synonyms,
@@ -362,12 +380,7 @@ class DescribeConfigsHandler(Handler):
             validateTopicName(name)
             return describeTopic(self.broker, name)
         if resourceType == BROKER:
-            if not checkBrokerResource(self.broker, name):
-                # The cluster-wide defaults are the dynamic default broker
-                # configs, which kafkatwist never has: Kafka answers an
-                # empty list too.
-                return []
-            return describeBroker(self.broker)
+            return describeBroker(self.broker, checkBrokerResource(self.broker, name))
         raise _unsupportedType(resourceType)
 
 
@@ -402,25 +415,25 @@ class _AlterConfigsBase(Handler):
 
     def _alter(self, resource, validateOnly: bool) -> None:
         resourceType, name = resource.resource_type, resource.resource_name
+        names = [c.name for c in resource.configs]
         if resourceType == BROKER:
-            checkBrokerResource(self.broker, name)
-            if resource.configs:
-                keys = ", ".join(sorted({c.name for c in resource.configs}))
-                # Kafka's message for non-dynamic keys, and its code
-                # (KAFKA-13609: INVALID_REQUEST, not INVALID_CONFIG).
-                raise KafkaError(
-                    ErrorCode.invalid_request,
-                    f"Cannot update these configs dynamically: {keys}. kafkatwist's broker "
-                    "configs are static: set them in server.properties or with --override "
-                    "and restart the broker",
-                )
+            perBroker = checkBrokerResource(self.broker, name)
+            if len(set(names)) != len(names):
+                raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+            dynamic = self.broker.dynamicConfig
+            # Kafka's code for a refused broker config is INVALID_REQUEST
+            # (KAFKA-13609), whatever the reason.
+            dynamic.alter(
+                perBroker,
+                lambda layer: self._brokerLayer(dynamic.current, layer, resource.configs),
+                validateOnly=validateOnly,
+            )
             return
         if resourceType != TOPIC:
             raise _unsupportedType(resourceType)
         if not name:
             raise KafkaError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
         validateTopicName(name)
-        names = [c.name for c in resource.configs]
         if len(set(names)) != len(names):
             raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
         changes = self._changes(name, resource.configs)
@@ -430,6 +443,12 @@ class _AlterConfigsBase(Handler):
         logManager.alterTopicConfigs(name, changes, validateOnly=validateOnly)
 
     def _changes(self, topic: str, configs) -> list[tuple[str, str, str | None]]:
+        raise NotImplementedError
+
+    def _brokerLayer(self, current, layer: dict[str, str], configs) -> dict[str, str]:
+        """
+        A broker resource's dynamic layer (key -> text) after the request.
+        """
         raise NotImplementedError
 
 
@@ -458,9 +477,7 @@ class IncrementalAlterConfigsHandler(_AlterConfigsBase):
                 continue
             definition = TOPIC_CONFIGS.get(config.name)
             if definition is None:
-                raise KafkaError(
-                    ErrorCode.invalid_config, f"Unknown topic config name: {config.name}"
-                )
+                raise unknownTopicConfig(config.name)
             if op in ("APPEND", "SUBTRACT") and definition.configType != ConfigType.LIST:
                 # Kafka's code and words; the log itself says INVALID_REQUEST.
                 raise KafkaError(
@@ -468,11 +485,44 @@ class IncrementalAlterConfigsHandler(_AlterConfigsBase):
                     f"Can't {op} to key {config.name} because its type is not LIST.",
                 )
             changes.append((config.name, op, config.value))
-        if nulls:
-            raise KafkaError(
-                ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}"
-            )
+        _refuseNulls(nulls)
         return changes
+
+    def _brokerLayer(self, current, layer, configs):
+        nulls = []
+        for config in configs:
+            op = _OPERATIONS.get(config.config_operation)
+            if op is None:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"Unknown operation type {config.config_operation} for {config.name}",
+                )
+            if op == "DELETE":
+                layer.pop(config.name, None)
+                continue
+            if config.value is None:
+                nulls.append(config.name)
+                continue
+            if op == "SET":
+                layer[config.name] = config.value
+                continue
+            spec = keySpec(config.name)
+            if spec is None or spec.type != ConfigType.LIST:
+                raise KafkaError(
+                    ErrorCode.invalid_config,
+                    f"Can't {op} to key {config.name} because its type is not LIST.",
+                )
+            items = [item for item in (current.get(config.name) or ()) if item]
+            if config.name in layer:
+                items = [item.strip() for item in layer[config.name].split(",") if item.strip()]
+            given = [item.strip() for item in config.value.split(",") if item.strip()]
+            if op == "APPEND":
+                items += [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            layer[config.name] = ",".join(items)
+        _refuseNulls(nulls)
+        return layer
 
 
 class AlterConfigsHandler(_AlterConfigsBase):
@@ -486,23 +536,29 @@ class AlterConfigsHandler(_AlterConfigsBase):
     minVersion = 0
     maxVersion = 2
 
+    def _brokerLayer(self, current, layer, configs):
+        # The given configs are the whole layer.
+        _refuseNulls([c.name for c in configs if c.value is None])
+        return {c.name: c.value for c in configs}
+
     def _changes(self, topic, configs):
-        nulls = [c.name for c in configs if c.value is None]
-        if nulls:
-            raise KafkaError(
-                ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}"
-            )
+        _refuseNulls([c.name for c in configs if c.value is None])
         for config in configs:
             if config.name not in TOPIC_CONFIGS:
-                raise KafkaError(
-                    ErrorCode.invalid_config, f"Unknown topic config name: {config.name}"
-                )
+                raise unknownTopicConfig(config.name)
         current = self.broker.logManager.topics().get(topic)
         given = {c.name for c in configs}
         overrides = current.configs if current is not None else {}
         changes = [(key, "DELETE", None) for key in overrides if key not in given]
         changes += [(c.name, "SET", c.value) for c in configs]
         return changes
+
+
+def _refuseNulls(nulls: list[str]) -> None:
+    if nulls:
+        raise KafkaError(
+            ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}"
+        )
 
 
 describeConfigs = HandlerPlugin(

@@ -149,14 +149,21 @@ class ConsumerGroupHeartbeatHandler(Handler):
         return reply.response()
 
 
+#: ConsumerGroupDescribe v1's member_type of a consumer-protocol member
+CONSUMER_MEMBER = 1
+
+
 class ConsumerGroupDescribeHandler(Handler):
     """
-    ConsumerGroupDescribe v0.
+    ConsumerGroupDescribe v0-1.  v1 (Kafka 4.x) adds each member's
+    C{member_type}: always 1 (the consumer protocol) here, as a consumer
+    group takes no members of the classic protocol (Kafka's 0 is a classic
+    member of an upgraded group).
     """
 
     apiKey = CONSUMER_GROUP_DESCRIBE
     minVersion = 0
-    maxVersion = 0
+    maxVersion = 1
 
     def handle(self, context, request):
         cls = responseType(CONSUMER_GROUP_DESCRIBE, context.apiVersion)
@@ -222,6 +229,7 @@ class ConsumerGroupDescribeHandler(Handler):
                         subscribed_topic_regex=m.subscribedTopicRegex,
                         assignment=assignment(m.assignment),
                         target_assignment=assignment(m.targetAssignment),
+                        member_type=CONSUMER_MEMBER,
                     )
                     for m in d.members
                 ),

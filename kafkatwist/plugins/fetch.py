@@ -11,8 +11,11 @@ Fetch v0-3 carry message formats v0/v1: their answers are down-converted
 With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise).
 
-Fetch sessions (KIP-227) are not kept: every answer carries session id 0,
-which tells clients to send full fetch requests.
+Fetch v7+ keeps incremental fetch sessions (KIP-227,
+L{kafkatwist.fetchsessions}): a request with a session is looked at by the
+sessions' owner first, read here as any other, and its answer trimmed to
+the partitions with news by the owner again.  A sessionless request (id 0,
+epoch -1, or any request below v7) never goes near the owner.
 
 read_committed (isolation level 1): each partition is read up to its last
 stable offset, with the aborted transactions the records overlap (the
@@ -28,6 +31,7 @@ from twisted.python.failure import Failure
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
+from kafkatwist.fetchsessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
 from kafkatwist.protocol.entities import durationMs
 from kafkatwist.plugins.fetch_downconvert import LEGACY_MAX_VERSION, encodeDownConverted
@@ -38,10 +42,15 @@ from kafkatwist.protocol.fetch import (
     encodeFetchResponse,
 )
 from kafkatwist.purgatory import DelayedOperation
-from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
+from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
+SESSIONS_FROM = 7
+#: a follower fetch refused CLUSTER_ACTION: every partition answers
+#: TOPIC_AUTHORIZATION_FAILED
+REFUSED_REPLICA = -1000
 
 
 class _Wanted:
@@ -83,21 +92,50 @@ class FetchHandler(Handler):
         # request timeouts are shorter still.
         self.maxWaitMs = broker.config["connections.max.idle.ms"]
 
+        self.sessions = broker.fetchSessions
+
     def handle(self, context, request):
         version = context.apiVersion
-        plan = self._plan(version, request, context)
+        replicaId = _replicaId(request, version)
+        if replicaId >= 0 and not self.allowed(
+            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ):
+            # Kafka's answer to a follower fetch without CLUSTER_ACTION.
+            replicaId = REFUSED_REPLICA
+        epochs = _leaderEpochs(version, request)
+        if version >= SESSIONS_FROM and (
+            request.session_id != INVALID_SESSION_ID or request.session_epoch != FINAL_EPOCH
+        ):
+            return self._sessionFetch(context, request, version, replicaId, epochs)
+        plan = self._plan(version, _entries(version, request), context, replicaId, epochs)
+        return self._fetch(context, request, version, plan, replicaId)
+
+    def _fetch(self, context, request, version, plan, replicaId, session=None, pending=None):
+        """
+        Read C{plan} and answer, now or once C{min_bytes} arrived.  With a
+        L{FetchContext} the answer goes to C{pending} through the sessions'
+        owner.
+        """
         maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED
-        topics, total, errors = self._read(plan, maxBytes, readCommitted)
+        fromFollower = replicaId >= 0
+        if fromFollower:
+            self._recordFollower(replicaId, plan)
+        topics, total, errors = self._read(plan, maxBytes, readCommitted, fromFollower)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
-            return self._encode(version, plan, topics)
+            if session is None:
+                return self._encode(version, plan, topics)
+            self._respond(version, context.clock, session, topics, pending)
+            return pending.deferred
         _close(topics)
-        pending = context.respondLater()
+        if pending is None:
+            pending = context.respondLater()
         operation = DelayedFetch(
-            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending
+            context.clock, self, version, plan, minBytes, maxBytes, readCommitted, pending, session,
+            fromFollower,
         )
         self.broker.fetchPurgatory.tryCompleteElseWatch(
             operation,
@@ -106,55 +144,140 @@ class FetchHandler(Handler):
         )
         return pending.deferred
 
+    def _sessionFetch(self, context, request, version, replicaId, epochs):
+        pending = context.respondLater()
+
+        def opened(session):
+            try:
+                if isinstance(session, Failure):
+                    pending.complete(session)
+                elif session.kind == FetchContext.ERROR:
+                    pending.complete(
+                        encodeFetchResponse(version, [], session.errorCode, INVALID_SESSION_ID)
+                    )
+                else:
+                    plan = self._plan(version, session.entries, context, replicaId, epochs)
+                    self._fetch(context, request, version, plan, replicaId, session, pending)
+            except Exception:
+                pending.complete(Failure())
+
+        if version >= TOPIC_IDS_FROM:
+            forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
+        else:
+            forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
+        self.sessions.open(
+            _nowMs(context.clock), request.session_id, request.session_epoch,
+            version >= TOPIC_IDS_FROM, replicaId >= 0, _entries(version, request),
+            forgotten, opened,
+        )
+        return pending.deferred
+
+    def _respond(self, version, clock, session, topics, pending) -> None:
+        """
+        Hand what was read to the sessions' owner, which keeps the
+        partitions to send; encode those and complete C{pending}.
+        """
+        results = [(topicKey, p) for topicKey, partitions in topics for p in partitions]
+
+        def chosen(outcome):
+            if isinstance(outcome, Failure):
+                _close(topics)
+                pending.complete(outcome)
+                return
+            errorCode, sessionId, sent = outcome
+            kept = {id(p) for _, p in sent}
+            closeRegions([p.records for _, p in results if id(p) not in kept])
+            try:
+                answer = encodeFetchResponse(version, _grouped(sent), errorCode, sessionId)
+            except Exception:
+                _close(topics)
+                answer = Failure()
+            pending.complete(answer)
+
+        self.sessions.respond(_nowMs(clock), session, results, chosen)
+
+    def _recordFollower(self, replicaId, plan) -> None:
+        """
+        Tell the replica manager how far the follower got: its fetch offset
+        is its log end.
+        """
+        replicaManager = self.broker.replicaManager
+        if replicaManager is None:
+            return
+        fetched = [
+            (w.key, w.offset, w.log.logEndOffset)
+            for _, wanted in plan for w in wanted if w.log is not None
+        ]
+        if fetched:
+            replicaManager.recordFollowerFetch(replicaId, fetched)
+
     @staticmethod
     def _encode(version, plan, topics):
         if version <= LEGACY_MAX_VERSION:
             return encodeDownConverted(version, plan, topics)
         return encodeFetchResponse(version, topics)
 
-    def _plan(self, version, request, context) -> list[tuple[object, list[_Wanted]]]:
+    def _plan(
+        self, version, entries, context, replicaId=-1, epochs=None
+    ) -> list[tuple[object, list[_Wanted]]]:
+        """
+        @param entries: C{(topic key, partition, fetch offset, max bytes)};
+            runs of one topic become one topic of the answer.
+        @param epochs: C{{(topic key, partition): current leader epoch}} for
+            the partitions a client named one for (KIP-320), or C{None}.
+        """
         logManager = self.broker.logManager
         authorizer = self.authorizer
         byId = None
         plan = []
-        for fetchTopic in request.topics:
-            if version >= TOPIC_IDS_FROM:
-                # Only ids need the topic table; names go straight to getLog
-                # (this runs for every fetch).
-                if byId is None:
-                    byId = {info.topicId: name for name, info in logManager.topics().items()}
-                topicKey = fetchTopic.topic_id
-                name = byId.get(topicKey)
-                missing = ErrorCode.unknown_topic_id
-            else:
-                topicKey = name = fetchTopic.topic
-                missing = ErrorCode.unknown_topic_or_partition
-            if (
-                authorizer is not None
-                and name is not None
-                and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
-            ):
-                # READ refused: no log is looked at.
-                name, missing = None, ErrorCode.topic_authorization_failed
-            wanted = []
-            for p in fetchTopic.partitions:
-                log = logManager.getLog(name, p.partition) if name is not None else None
-                wanted.append(
-                    _Wanted(
-                        topicKey,
-                        (name, p.partition),
-                        p.partition,
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        log,
-                        None if log is not None else missing,
-                    )
+        previous = _NO_TOPIC
+        for topicKey, partition, offset, partitionMaxBytes in entries:
+            if topicKey != previous:
+                previous = topicKey
+                if version >= TOPIC_IDS_FROM:
+                    # Only ids need the topic table; names go straight to
+                    # getLog (this runs for every fetch).
+                    if byId is None:
+                        byId = {info.topicId: name for name, info in logManager.topics().items()}
+                    name = byId.get(topicKey)
+                    missing = ErrorCode.unknown_topic_id
+                else:
+                    name = topicKey
+                    missing = ErrorCode.unknown_topic_or_partition
+                if replicaId == REFUSED_REPLICA or (
+                    authorizer is not None
+                    and replicaId < 0
+                    and name is not None
+                    and not authorize(authorizer, context, AclOperation.READ, ResourceType.TOPIC, name)
+                ):
+                    # READ refused: no log is looked at.
+                    name, missing = None, ErrorCode.topic_authorization_failed
+                wanted = []
+                plan.append((topicKey, wanted))
+            log = logManager.getLog(name, partition) if name is not None else None
+            error = None if log is not None else missing
+            if log is not None:
+                # KIP-320 fencing and leadership: two attribute reads.
+                epoch = NO_EPOCH if epochs is None else epochs.get((topicKey, partition), NO_EPOCH)
+                if epoch != NO_EPOCH or not log.isLeader:
+                    error = checkReplica(log, epoch)
+                    if error is not None:
+                        log = None
+            wanted.append(
+                _Wanted(
+                    topicKey,
+                    (name, partition),
+                    partition,
+                    offset,
+                    partitionMaxBytes,
+                    log,
+                    error,
                 )
-            plan.append((topicKey, wanted))
+            )
         return plan
 
     @staticmethod
-    def _read(plan, maxBytes, readCommitted):
+    def _read(plan, maxBytes, readCommitted, fromFollower=False):
         """
         Read every partition, Kafka's way: each partition up to its own
         limit and what is left of the response's; the first partition with
@@ -168,6 +291,7 @@ class FetchHandler(Handler):
         errors = False
         minOneBatch = True
         topics = []
+        aborted = () if readCommitted else None
         for topicKey, wanted in plan:
             partitions = []
             for w in wanted:
@@ -176,9 +300,20 @@ class FetchHandler(Handler):
                     partitions.append(PartitionData(w.partition, w.error))
                     errors = True
                     continue
+                if w.offset == log.logEndOffset and w.offset >= log.logStartOffset:
+                    # Caught up: nothing to read, only the offsets to tell
+                    # (most partitions of a consumer's every poll).
+                    partitions.append(
+                        PartitionData(
+                            w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset, b"", aborted,
+                        )
+                    )
+                    continue
                 try:
                     info = log.read(
-                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted
+                        w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted,
+                        fromFollower,
                     )
                 except KafkaError as e:
                     partitions.append(
@@ -223,8 +358,16 @@ class DelayedFetch(DelayedOperation):
     reaper).
     """
 
-    def __init__(self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending):
+    def __init__(
+        self, clock, handler, version, plan, minBytes, maxBytes, readCommitted, pending, session=None,
+        fromFollower=False,
+    ):
         super().__init__(clock)
+        #: the L{FetchContext} of a request with a session, else C{None}
+        self.session = session
+        #: a follower's fetch reads to the log end, a consumer's to the
+        #: high watermark
+        self.fromFollower = fromFollower
         self.handler = handler
         self.version = version
         self.plan = plan
@@ -246,9 +389,15 @@ class DelayedFetch(DelayedOperation):
                 for _, wanted in self.plan
                 for w in wanted
             )
-        else:
+        elif self.fromFollower:
             readable = any(
                 w.log is not None and w.log.logEndOffset > w.offset
+                for _, wanted in self.plan
+                for w in wanted
+            )
+        else:
+            readable = any(
+                w.log is not None and w.log.highWatermark > w.offset
                 for _, wanted in self.plan
                 for w in wanted
             )
@@ -256,7 +405,9 @@ class DelayedFetch(DelayedOperation):
             return False
         if self.minBytes <= 1:
             return self.forceComplete()
-        topics, total, errors = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
+        topics, total, errors = FetchHandler._read(
+            self.plan, self.maxBytes, self.readCommitted, self.fromFollower
+        )
         if total >= self.minBytes or errors:
             self._ready = topics
             if self.forceComplete():
@@ -268,7 +419,10 @@ class DelayedFetch(DelayedOperation):
     def canExpireHere(self) -> bool:
         # The common expiry -- a consumer polling an idle partition -- needs
         # no read: answer it with offsets only, saving a hop to a handler
-        # thread and back.
+        # thread and back.  Not with a session: its owner's work never runs
+        # on a Processor (work queued behind it would read the log there).
+        if self.session is not None:
+            return False
         topics = []
         aborted = () if self.readCommitted else None
         for topicKey, wanted in self.plan:
@@ -279,16 +433,17 @@ class DelayedFetch(DelayedOperation):
                     partitions.append(PartitionData(w.partition, w.error))
                     continue
                 end = log.logEndOffset
+                hw = log.highWatermark
                 stable = log.lastStableOffset
                 # At the end (read_committed: at the last stable offset,
-                # which may be below the end).
-                if w.offset != (stable if self.readCommitted else end) or (
-                    w.offset < log.logStartOffset
-                ):
+                # which may be below the end; a consumer: at the high
+                # watermark).
+                limit = stable if self.readCommitted else end if self.fromFollower else hw
+                if w.offset != limit or w.offset < log.logStartOffset:
                     return False
                 partitions.append(
                     PartitionData(
-                        w.partition, ErrorCode.none, end, stable, log.logStartOffset,
+                        w.partition, ErrorCode.none, hw, stable, log.logStartOffset,
                         b"", aborted,
                     )
                 )
@@ -298,14 +453,19 @@ class DelayedFetch(DelayedOperation):
 
     def onComplete(self) -> None:
         try:
-            answer = self._answer()
+            topics = self._topics()
+            _account(self.handler.broker, self.plan, topics)
+            if self.session is not None:
+                self.handler._respond(self.version, self.clock, self.session, topics, self.pending)
+                return
+            answer = self.handler._encode(self.version, self.plan, topics)
         except Exception:
             # Whatever broke, the request must not stay in flight forever:
             # a failure closes the connection with a log line.
             answer = Failure()
         self.pending.complete(answer)
 
-    def _answer(self):
+    def _topics(self):
         topics, self._ready = self._ready, None
         if topics is None:
             # The topic may have been deleted (DeleteTopics wakes parked
@@ -317,9 +477,78 @@ class DelayedFetch(DelayedOperation):
                         w.log = logManager.getLog(*w.key)
                         if w.log is None:
                             w.error = ErrorCode.unknown_topic_or_partition
-            topics, _, _ = FetchHandler._read(self.plan, self.maxBytes, self.readCommitted)
-        _account(self.handler.broker, self.plan, topics)
-        return self.handler._encode(self.version, self.plan, topics)
+            topics, _, _ = FetchHandler._read(
+                self.plan, self.maxBytes, self.readCommitted, self.fromFollower
+            )
+        return topics
+
+
+_NO_TOPIC = object()
+
+
+def _entries(version, request) -> list[tuple]:
+    """
+    The request's partitions as C{(topic key, partition, fetch offset,
+    partition max bytes)}: the key is the topic id from v13, the name below.
+    """
+    if version >= TOPIC_IDS_FROM:
+        return [
+            (t.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes)
+            for t in request.topics
+            for p in t.partitions
+        ]
+    return [
+        (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for t in request.topics
+        for p in t.partitions
+    ]
+
+
+def _grouped(results) -> list[tuple[object, list[PartitionData]]]:
+    """
+    C{(topic key, PartitionData)} as the encoder takes them: consecutive
+    partitions of one topic under one topic, as Kafka's FetchResponse does.
+    """
+    topics = []
+    previous = _NO_TOPIC
+    for topicKey, data in results:
+        if topicKey != previous:
+            previous = topicKey
+            partitions = []
+            topics.append((topicKey, partitions))
+        partitions.append(data)
+    return topics
+
+
+def _replicaId(request, version: int) -> int:
+    """
+    The fetching replica's id (-1: a consumer), where each version puts it.
+    """
+    if version >= 15:
+        state = getattr(request, "replica_state", None)
+        return state.replica_id if state is not None else -1
+    return getattr(request, "replica_id", -1)
+
+
+def _leaderEpochs(version, request) -> dict | None:
+    """
+    The current leader epochs a client named (Fetch v9+, KIP-320), or
+    C{None} when it named none (the usual case: nothing to look up).
+    """
+    if version < 9:
+        return None
+    key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
+    epochs = {
+        (getattr(t, key), p.partition): p.current_leader_epoch
+        for t in request.topics
+        for p in t.partitions
+        if p.current_leader_epoch != NO_EPOCH
+    }
+    return epochs or None
+
+
+def _nowMs(clock) -> int:
+    return int(clock.seconds() * 1000)
 
 
 def _account(broker, plan, topics) -> None:

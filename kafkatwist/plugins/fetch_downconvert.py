@@ -75,9 +75,16 @@ def encodeDownConverted(version: int, plan, topics) -> EncodedResponse:
 
 def _converted(wanted, partition, magic: int, hard: bool) -> tuple[bytes, int]:
     records = partition.records
+    log = wanted.log
+    if log is not None and not log.config.messageDownconversionEnable:
+        # The topic's message.downconversion.enable=false: Kafka's answer to
+        # a consumer that would need it.
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+        return b"", ErrorCode.unsupported_version
     size = chunkLength(records)
     data = readRecords(records) if size else b""
-    log = wanted.log
     if hard and not data and partition.highWatermark > wanted.offset and log is not None:
         # The first batch is larger than partition_max_bytes (the read
         # gives whole batches only): read it anyway, for its cut-short

@@ -35,6 +35,7 @@ from kafkatwist.log.stored import (
 )
 from kafkatwist.protocol.apis import LIST_OFFSETS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
+from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import filterAuthorized
 
@@ -45,6 +46,7 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
 
 
 class ListOffsetsHandler(Handler):
@@ -59,6 +61,10 @@ class ListOffsetsHandler(Handler):
         Partition = nested(cls, "ListOffsetsPartitionResponse")
         logManager = self.broker.logManager
         readCommitted = getattr(request, "isolation_level", 0) == READ_COMMITTED
+        # A follower (replica_id >= 0) sees up to the log end, a consumer up
+        # to the high watermark; -2 (debugging) may ask a follower too.
+        fromReplica = request.replica_id >= 0
+        requireLeader = request.replica_id != DEBUGGING_REPLICA_ID
         describable = filterAuthorized(
             self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
         )
@@ -70,6 +76,13 @@ class ListOffsetsHandler(Handler):
                 log = logManager.getLog(topic.name, p.partition_index) if logManager and not refused else None
                 offsets = ()
                 timestamp = offset = -1
+                leaderEpoch = -1
+                fenced = (
+                    None if log is None
+                    else checkReplica(
+                        log, getattr(p, "current_leader_epoch", NO_EPOCH), requireLeader
+                    )
+                )
                 if refused:
                     error = ErrorCode.topic_authorization_failed
                 elif version == 0 and p.timestamp < EARLIEST:
@@ -78,6 +91,8 @@ class ListOffsetsHandler(Handler):
                     error = ErrorCode.unsupported_version
                 elif log is None:
                     error = ErrorCode.unknown_topic_or_partition
+                elif fenced is not None:
+                    error = fenced
                 elif version == 0:
                     error = ErrorCode.none
                     offsets = legacyOffsets(
@@ -86,8 +101,11 @@ class ListOffsetsHandler(Handler):
                     )
                 else:
                     try:
-                        timestamp, offset = self.lookup(log, p.timestamp, readCommitted)
+                        timestamp, offset = self.lookup(
+                            log, p.timestamp, readCommitted, fromReplica
+                        )
                         error = ErrorCode.none
+                        leaderEpoch = _epochOf(log, p.timestamp, offset)
                     except KafkaError as e:
                         error, timestamp, offset = e.code, -1, -1
                 partitions.append(
@@ -98,23 +116,26 @@ class ListOffsetsHandler(Handler):
                         timestamp=timestamp,
                         offset=offset,
                         old_style_offsets=offsets,
-                        leader_epoch=0 if error == ErrorCode.none else -1,
+                        leader_epoch=leaderEpoch,
                     )
                 )
             topics.append(make(Topic, name=topic.name, partitions=tuple(partitions)))
         return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
     @staticmethod
-    def lookup(log, target: int, readCommitted: bool) -> tuple[int, int]:
+    def lookup(log, target: int, readCommitted: bool, fromReplica: bool = False) -> tuple[int, int]:
         """
         @return: (timestamp, offset) as ListOffsets answers for C{target}.
         """
+        # Kafka's lastFetchableOffset: nothing at or past it is answered.
+        if fromReplica:
+            fetchable = log.logEndOffset
+        else:
+            fetchable = log.lastStableOffset if readCommitted else log.highWatermark
         if target == LATEST or target == LATEST_TIERED:
-            return -1, log.lastStableOffset if readCommitted else log.highWatermark
+            return -1, fetchable
         if target in (EARLIEST, EARLIEST_LOCAL):
             return -1, log.logStartOffset
-        # Kafka's lastFetchableOffset: nothing at or past it is answered.
-        fetchable = log.lastStableOffset if readCommitted else log.highWatermark
         if target == MAX_TIMESTAMP:
             found = log.maxTimestamp()
             if found is None:
@@ -131,6 +152,21 @@ class ListOffsetsHandler(Handler):
             exact = _recordAt(log, found[0], lambda r: r.timestamp >= target)
             answer = (found[1], found[0]) if exact is None else exact
         return answer if answer[1] < fetchable else (-1, -1)
+
+
+def _epochOf(log, target: int, offset: int) -> int:
+    """
+    The leader epoch ListOffsets v4+ answers with an offset: the current
+    epoch for the latest, else the epoch the offset was written in.
+    """
+    if offset < 0:
+        return -1
+    if target == LATEST or target == LATEST_TIERED:
+        return log.leaderEpoch
+    epoch = log.epochs.epochForOffset(offset)
+    # A log written before it kept epochs: the current one (a single
+    # broker's 0), as this broker answered before.
+    return epoch if epoch >= 0 else log.leaderEpoch
 
 
 def legacyOffsets(

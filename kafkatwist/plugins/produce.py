@@ -38,6 +38,8 @@ from __future__ import annotations
 import struct
 import time
 
+from twisted.python.failure import Failure
+
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
@@ -47,6 +49,7 @@ from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, MAGIC_AT, TRAN
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
+from kafkatwist.replication.delayed import DelayedProduce, Waiting
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
@@ -122,16 +125,20 @@ class ProduceHandler(Handler):
             return self._transactional(context, request, producer, wake, account)
         return self._appendAll(context, request, version, wake, account)
 
-    def _appendAll(self, context, request, version, wake, account, verified=None):
+    def _appendAll(self, context, request, version, wake, account, verified=None, pending=None):
         """
         Append every partition and build the answer.
 
         @param verified: C{(topic, partition)} -> a verification guard, or
             the error that partition gets instead of an append.
+        @param pending: the request's L{IPendingResponse} if it was already
+            made (the answer is then given to it, and C{None} returned).
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
         nowMs = int(time.time() * 1000)
+        # acks=all: partitions whose replicas must catch up before the answer.
+        waits = [] if request.acks == -1 else None
         results = []
         for topic in request.topic_data:
             name = topic.name
@@ -139,7 +146,7 @@ class ProduceHandler(Handler):
                 # Kafka's answer before it looks for the topic, so a refused
                 # client does not learn which topics exist.
                 partitions = [
-                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+                    (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None, ())
                     for data in topic.partition_data
                 ]
             elif name in INTERNAL_TOPICS:
@@ -147,12 +154,12 @@ class ProduceHandler(Handler):
                 # only the broker appends there, as in Kafka.
                 partitions = [
                     (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
-                     f"clients may not write to the internal topic {name}")
+                     f"clients may not write to the internal topic {name}", ())
                     for data in topic.partition_data
                 ]
             elif verified is None:
                 partitions = [
-                    self._append(logManager, name, data, nowMs, wake, account, version)
+                    self._append(logManager, name, data, nowMs, wake, account, version, None, waits)
                     for data in topic.partition_data
                 ]
             else:
@@ -160,20 +167,60 @@ class ProduceHandler(Handler):
                 for data in topic.partition_data:
                     guard = verified.get((name, data.index))
                     if isinstance(guard, ErrorCode):
-                        partitions.append((data.index, guard, -1, -1, -1, None))
+                        partitions.append((data.index, guard, -1, -1, -1, None, ()))
                     else:
                         partitions.append(
                             self._append(
-                                logManager, name, data, nowMs, wake, account, version, guard
+                                logManager, name, data, nowMs, wake, account, version, guard,
+                                waits,
                             )
                         )
             results.append((name, partitions))
         if request.acks == 0:
             # Nothing is sent back; the connection unmutes at once.
             return None
+        if waits:
+            return self._awaitReplicas(context, request, version, results, waits, pending)
+        answer = self._encode(request, version, results)
+        if pending is not None:
+            pending.complete(answer)
+            return None
+        return answer
+
+    def _encode(self, request, version, results):
         if type(request) is ProduceRequest:
             return encodeProduceResponse(version, results)
         return self._response(version, results)
+
+    def _awaitReplicas(self, context, request, version, results, waits, pending):
+        """
+        acks=all on replicated partitions: answer once their high
+        watermarks pass the appended data (L{DelayedProduce}).
+        """
+
+        def answer(errors):
+            return self._encode(
+                request,
+                version,
+                [
+                    (name, [
+                        (index, errors.get((name, index), error) or error, *rest)
+                        for index, error, *rest in partitions
+                    ])
+                    for name, partitions in results
+                ],
+            )
+
+        if pending is None:
+            pending = context.respondLater()
+            deferred = pending.deferred
+        else:
+            deferred = None
+        operation = DelayedProduce(context.clock, waits, answer, pending)
+        self.broker.producePurgatory.tryCompleteElseWatch(
+            operation, operation.keys(), max(request.timeout_ms, 0) / 1000.0
+        )
+        return deferred
 
     def _transactional(self, context, request, producer, wake, account):
         """
@@ -217,10 +264,22 @@ class ProduceHandler(Handler):
                 unverified.append(tp)
         if not unverified:
             return self._appendAll(context, request, version, wake, account, verified)
+        if request.acks == -1 and any(
+            (log := logManager.getLog(*tp)) is not None and log._highWatermark is not None
+            for tp in unverified
+        ):
+            # Replicated partitions may make the answer wait for the ISR
+            # after the verification: the pending response is made now.
+            pending = context.respondLater()
+        else:
+            pending = None
         coordinator = getattr(broker, "transactionCoordinator", None)
         if coordinator is None:
             for tp in unverified:
                 verified[tp] = E.not_enough_replicas
+            if pending is not None:
+                self._appendAll(context, request, version, wake, account, verified, pending)
+                return pending.deferred
             return self._appendAll(context, request, version, wake, account, verified)
 
         def answered(result):
@@ -233,8 +292,20 @@ class ProduceHandler(Handler):
                 error = result if isinstance(result, ErrorCode) else E.not_enough_replicas
                 for tp in unverified:
                     verified[tp] = _VERIFY_ERRORS.get(error, error)
-            return self._appendAll(context, request, version, wake, account, verified)
+            return self._appendAll(context, request, version, wake, account, verified, pending)
 
+        if pending is not None:
+
+            def answeredLater(result):
+                try:
+                    answered(result)
+                except Exception:
+                    pending.complete(Failure())
+
+            coordinator.verifyPartitions(
+                answeredLater, transactionalId, producerId, epoch, unverified
+            )
+            return pending.deferred
         if request.acks == 0:
             # Nothing to answer: append once verified, wherever that is.
             coordinator.verifyPartitions(
@@ -246,15 +317,22 @@ class ProduceHandler(Handler):
         return reply.response()
 
     @staticmethod
-    def _append(logManager, topic, data, nowMs, wake, account, version, guard=None):
+    def _append(logManager, topic, data, nowMs, wake, account, version, guard=None, waits=None):
         index = data.index
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
-            return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None)
+            return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None, ())
         records = data.records
         if not records:
             return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
-                    "the produce request carries no records")
+                    "the produce request carries no records", ())
+        if waits is not None:
+            isrSize = log.isrSize
+            if isrSize is not None and isrSize < log.config.minInsyncReplicas:
+                # Kafka refuses before the append: nothing would be durable.
+                return (index, ErrorCode.not_enough_replicas, -1, -1, log.logStartOffset,
+                        f"the ISR has {isrSize} replicas, min.insync.replicas is "
+                        f"{log.config.minInsyncReplicas}", ())
         try:
             if guard is not None:
                 info = log.append(records, nowMs, verificationGuard=guard)
@@ -263,20 +341,28 @@ class ProduceHandler(Handler):
                     records = _fromLegacy(version, records, log.config)
                 info = log.append(records, nowMs)
         except KafkaError as e:
-            return (index, e.code, -1, -1, log.logStartOffset, e.message)
+            return (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
         if not info.duplicate:
             # A retried batch (idempotent producer) appended nothing: no fetch
             # has anything new to see.  It is acknowledged with its original
             # offsets, as Kafka does.
             account(topic, info.validBytes, info.numRecords)
             wake((topic, index))
-        return (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None)
+        if waits is not None and log._highWatermark is not None:
+            # A replicated partition: the ISR must have it first.
+            waits.append(Waiting(topic, index, log, info.lastOffset + 1, log.leaderEpoch))
+        return (
+            index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None, ()
+        )
 
     @staticmethod
     def _response(version, results):
         cls = responseType(PRODUCE, version)
         Topic = nested(cls, "TopicProduceResponse")
         Partition = nested(cls, "PartitionProduceResponse")
+        BatchIndexAndErrorMessage = (
+            nested(cls, "BatchIndexAndErrorMessage") if version >= 8 else None
+        )
         topics = tuple(
             make(
                 Topic,
@@ -289,10 +375,13 @@ class ProduceHandler(Handler):
                         base_offset=base,
                         log_append_time=timestampMs(appendTime),
                         log_start_offset=start,
-                        record_errors=(),
+                        record_errors=tuple(
+                            make(BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                            for i, m in recordErrors
+                        ),
                         error_message=message,
                     )
-                    for index, error, base, appendTime, start, message in partitions
+                    for index, error, base, appendTime, start, message, recordErrors in partitions
                 ),
             )
             for name, partitions in results

@@ -11,7 +11,8 @@ version (Fetch v0-2's C{max_bytes}: no response limit).
 
 Where an old version's layout is the next version's, the table names
 C{kio}'s class for that version (OffsetFetch v0 is v1's layout;
-CreateTopics v1's request is v2's; CreateAcls v0's response is v1's).
+CreateTopics v1's request is v2's; CreateAcls v0's response is v1's;
+DescribeLogDirs v0 is v1's).
 
 Produce v0-2 live in L{kafkatwist.protocol.legacy}.
 """
@@ -21,6 +22,12 @@ from __future__ import annotations
 from kio.schema.create_acls.v1.response import CreateAclsResponse as CreateAclsResponseV1
 from kio.schema.create_topics.v2.request import CreateTopicsRequest as CreateTopicsRequestV2
 from kio.schema.delete_topics.v1.request import DeleteTopicsRequest as DeleteTopicsRequestV1
+from kio.schema.describe_log_dirs.v1.request import (
+    DescribeLogDirsRequest as DescribeLogDirsRequestV1,
+)
+from kio.schema.describe_log_dirs.v1.response import (
+    DescribeLogDirsResponse as DescribeLogDirsResponseV1,
+)
 from kio.schema.offset_fetch.v1.request import OffsetFetchRequest as OffsetFetchRequestV1
 from kio.schema.offset_fetch.v1.response import OffsetFetchResponse as OffsetFetchResponseV1
 
@@ -271,6 +278,37 @@ _WRITE_TXN_MARKERS_RESPONSE_V0 = response("WriteTxnMarkersResponse", 27, 0, [
 ])
 
 
+# -- OffsetForLeaderEpoch (23) v0-1 --------------------------------------------
+# v2 adds current_leader_epoch (KIP-320) and throttle_time, v3 replica_id;
+# before them the asker is a follower or an admin tool, never fenced.
+
+_OFFSET_FOR_LEADER_EPOCH_REQUEST_V0 = request(
+    "OffsetForLeaderEpochRequest", 23, 0, [
+        ("topics", [("OffsetForLeaderTopic", [
+            ("topic", "string"),
+            ("partitions", [("OffsetForLeaderPartition", [
+                ("partition", "int32"),
+                ("leader_epoch", "int32"),
+            ], {"current_leader_epoch": -1})]),
+        ])]),
+    ],
+    replica_id=-2,
+)
+
+
+def _offsetForLeaderEpochResponse(version: int) -> type:
+    fields = [("error_code", "error_code"), ("partition", "int32")]
+    if version >= 1:
+        fields.append(("leader_epoch", "int32"))
+    fields.append(("end_offset", "int64"))
+    return response("OffsetForLeaderEpochResponse", 23, version, [
+        ("topics", [("OffsetForLeaderTopicResult", [
+            ("topic", "string"),
+            ("partitions", [("EpochEndOffset", fields)]),
+        ])]),
+    ])
+
+
 #: ApiKey -> version -> (request class, response class)
 LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     0: {v: (PRODUCE_REQUESTS[v], PRODUCE_RESPONSES[v]) for v in PRODUCE_REQUESTS},
@@ -288,4 +326,8 @@ LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
     31: {0: (_DELETE_ACLS_REQUEST_V0, _DELETE_ACLS_RESPONSE_V0)},
     27: {0: (_WRITE_TXN_MARKERS_REQUEST_V0, _WRITE_TXN_MARKERS_RESPONSE_V0)},
     32: {0: (_DESCRIBE_CONFIGS_REQUEST_V0, _DESCRIBE_CONFIGS_RESPONSE_V0)},
+    23: {
+        v: (_OFFSET_FOR_LEADER_EPOCH_REQUEST_V0, _offsetForLeaderEpochResponse(v)) for v in (0, 1)
+    },
+    35: {0: (DescribeLogDirsRequestV1, DescribeLogDirsResponseV1)},
 }

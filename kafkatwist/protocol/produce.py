@@ -161,7 +161,8 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
 def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> EncodedResponse:
     """
     @param results: C{[(topic, [(index, errorCode, baseOffset, logAppendTime,
-        logStartOffset, errorMessage or None), ...]), ...]}.
+        logStartOffset, errorMessage or None, recordErrors), ...]), ...]};
+        C{recordErrors} are C{(batch index, message or None)} (KIP-467).
     """
     flexible = version >= FLEXIBLE_FROM
     out = bytearray()
@@ -169,7 +170,7 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
     for name, partitions in results:
         writeString(out, name, flexible)
         writeLength(out, len(partitions), flexible, _I32)
-        for index, error, base, appendTime, start, message in partitions:
+        for index, error, base, appendTime, start, message, recordErrors in partitions:
             if version >= 5:
                 out += _V5.pack(index, error, base, appendTime, start)
             elif version >= 2:
@@ -177,8 +178,12 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
             else:
                 out += _V0.pack(index, error, base)
             if version >= 8:
-                # record_errors: empty; then error_message (nullable).
-                writeLength(out, 0, flexible, _I32)
+                writeLength(out, len(recordErrors), flexible, _I32)
+                for batchIndex, recordMessage in recordErrors:
+                    out += _I32.pack(batchIndex)
+                    writeString(out, recordMessage, flexible)
+                    if flexible:
+                        out.append(0)
                 writeString(out, message, flexible)
             if flexible:
                 out.append(0)

@@ -199,6 +199,9 @@ class SinkConfig:
     transactionalIdPrefix: str | None = None
     #: C{kafka.transaction.timeout.ms}
     transactionTimeoutMs: int = 60_000
+    #: C{commitLogTopic}: where the streaming exactly-once sink records
+    #: which micro-batch's transactions its driver is committing
+    commitLogTopic: str | None = None
 
 
 # -- option names ------------------------------------------------------------
@@ -255,6 +258,9 @@ RETRIES = "kafka.retries"
 RETRY_BACKOFF = "kafka.retry.backoff.ms"
 TRANSACTIONAL_ID = "kafka.transactional.id"
 TRANSACTION_TIMEOUT = "kafka.transaction.timeout.ms"
+COMMIT_LOG_TOPIC = "commitLogTopic"
+#: the commit log's name, unless C{commitLogTopic} gives one
+COMMIT_LOG_PREFIX = "kafkatwist-sink-commits."
 
 _CONNECTION_OPTIONS = (
     BOOTSTRAP, SECURITY_PROTOCOL, TRUSTSTORE_LOCATION, TRUSTSTORE_TYPE, TRUSTSTORE_CERTIFICATES,
@@ -272,7 +278,7 @@ _SOURCE_OPTIONS = _CONNECTION_OPTIONS + (
 )
 _SINK_OPTIONS = _CONNECTION_OPTIONS + (
     TOPIC, ACKS, COMPRESSION, BATCH_SIZE, RETRIES, RETRY_BACKOFF, TRANSACTIONAL_ID,
-    TRANSACTION_TIMEOUT,
+    TRANSACTION_TIMEOUT, COMMIT_LOG_TOPIC,
 )
 
 #: Kafka client settings Spark's Kafka source refuses, and why; same here.
@@ -838,6 +844,7 @@ def parseSinkOptions(options: Mapping[str, str]) -> SinkConfig:
             f"not {compression!r}",
         )
     prefix = opts.text(TRANSACTIONAL_ID)
+    commitLog = opts.text(COMMIT_LOG_TOPIC)
     if prefix is not None:
         if not prefix:
             raise OptionError(TRANSACTIONAL_ID, "option 'kafka.transactional.id' is empty")
@@ -847,8 +854,23 @@ def parseSinkOptions(options: Mapping[str, str]) -> SinkConfig:
                 "option 'kafka.acks' must be all with 'kafka.transactional.id' "
                 "(transactions need every write acknowledged)",
             )
+        if commitLog is None:
+            commitLog = COMMIT_LOG_PREFIX + prefix
+            if not _TOPIC_NAME.fullmatch(commitLog):
+                raise OptionError(
+                    COMMIT_LOG_TOPIC,
+                    f"'kafka.transactional.id' {prefix!r} does not make a topic name for the "
+                    f"sink's commit log ({commitLog!r}); set option 'commitLogTopic'",
+                )
+        else:
+            _checkTopicName(COMMIT_LOG_TOPIC, commitLog)
+    elif commitLog is not None:
+        raise OptionError(
+            COMMIT_LOG_TOPIC, "option 'commitLogTopic' needs 'kafka.transactional.id'"
+        )
     return SinkConfig(
         transactionalIdPrefix=prefix,
+        commitLogTopic=commitLog,
         transactionTimeoutMs=opts.integer(TRANSACTION_TIMEOUT, 60_000, minimum=1),
         connection=connection,
         topic=topic,

@@ -18,7 +18,12 @@ from pyspark.sql.types import (
 
 from kafkatwist_spark.options import OptionError, parseSinkOptions, parseSourceOptions
 from kafkatwist_spark.reader import KafkaBatchReader, KafkaStreamReader
-from kafkatwist_spark.writer import KafkaBatchWriter, KafkaStreamWriter, checkSinkSchema
+from kafkatwist_spark.writer import (
+    KafkaBatchWriter,
+    KafkaStreamWriter,
+    checkSinkSchema,
+    recoverStreamJob,
+)
 
 __all__ = ["KafkaTwistDataSource", "kafkaSchema"]
 
@@ -119,4 +124,5 @@ class KafkaTwistDataSource(DataSource):
         # appended to, so each trigger's full result is appended, exactly as
         # Spark's Kafka sink does.
         config = parseSinkOptions(self.options)
-        return KafkaStreamWriter(config, checkSinkSchema(schema, config))
+        columns = checkSinkSchema(schema, config)
+        return KafkaStreamWriter(config, columns, recoverStreamJob(config))

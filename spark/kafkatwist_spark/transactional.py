@@ -16,11 +16,26 @@ it and aborts its open transaction, so a failed attempt's rows are never
 committed.  Writes inside a transaction are idempotent (producer id,
 epoch, sequence numbers), so resending a Produce after a lost connection
 cannot duplicate either.
+
+A streaming query's driver may die half way through committing a
+micro-batch's transactions: Spark then runs that micro-batch again when the
+query restarts, and the tasks whose transactions were committed must not
+write their rows twice.  So the driver records what it commits in the
+sink's commit log (L{CommitLog}, a compacted topic) before the first EndTxn:
+the micro-batch id and every task's handle.  A restarted query reads it
+before any task runs (L{recoverStream}); if the last micro-batch was being
+committed, it finishes that commit (EndTxn is idempotent: a committed
+transaction answers NONE again) and learns which tasks' rows are in Kafka;
+when Spark runs the micro-batch again, those tasks write nothing, the others
+(whose transactions had passed their timeout and were aborted) write
+theirs, and their InitProducerId fences and aborts whatever the previous
+attempt left open.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from dataclasses import dataclass
 
@@ -29,12 +44,17 @@ from kio.schema.errors import ErrorCode
 from kafkatwist.errors import KafkaError
 from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.entities import nested
+from kafkatwist.protocol.records import Record
 
 __all__ = [
+    "CommitLog",
+    "Recovered",
     "TransactionHandle",
     "TransactionalProducer",
     "abortTransactions",
+    "commitStreamBatch",
     "commitTransactions",
+    "recoverStream",
     "transactionalIdFor",
 ]
 
@@ -71,6 +91,8 @@ class TransactionHandle:
     producerId: int
     producerEpoch: int
     empty: bool = False
+    #: the Spark partition id of the task
+    partitionId: int = -1
 
 
 def _coordinator(client, transactionalId: str) -> int | None:
@@ -119,9 +141,13 @@ class TransactionalProducer:
     @param client: a L{kafkatwist.client.KafkaWireClient}.
     """
 
-    def __init__(self, client, transactionalId: str, timeoutMs: int, requestTimeoutMs: int):
+    def __init__(
+        self, client, transactionalId: str, timeoutMs: int, requestTimeoutMs: int,
+        partitionId: int = -1,
+    ):
         self.client = client
         self.transactionalId = transactionalId
+        self.partitionId = partitionId
         self.requestTimeoutMs = requestTimeoutMs
         self._partitions: set = set()
         self._sequences: dict = {}
@@ -151,7 +177,8 @@ class TransactionalProducer:
     @property
     def handle(self) -> TransactionHandle:
         return TransactionHandle(
-            self.transactionalId, self.producerId, self.producerEpoch, not self._partitions
+            self.transactionalId, self.producerId, self.producerEpoch, not self._partitions,
+            self.partitionId,
         )
 
     def beforeWrite(self, topic: str, partition: int) -> None:
@@ -210,7 +237,15 @@ def _capped(highest: int, request):
     return build
 
 
-def _endTxn(client, handle: TransactionHandle, commit: bool, deadline: float) -> None:
+def _endTxn(
+    client, handle: TransactionHandle, commit: bool, deadline: float, accept=frozenset()
+) -> int:
+    """
+    End the transaction of C{handle}.
+
+    @param accept: error codes returned rather than raised.
+    @return: C{ErrorCode.none}, or one of C{accept}.
+    """
     def request(cls):
         return cls(
             transactional_id=handle.transactionalId,
@@ -223,9 +258,11 @@ def _endTxn(client, handle: TransactionHandle, commit: bool, deadline: float) ->
         nodeId = _coordinator(client, handle.transactionalId)
         # v5 is transaction protocol v2 (an epoch bump per transaction).
         _, response = client.call(END_TXN, _capped(4, request), nodeId)
-        return response.error_code, None
+        if response.error_code in accept:
+            return ErrorCode.none, response.error_code
+        return response.error_code, ErrorCode.none
 
-    _retrying(
+    return _retrying(
         f"{'committing' if commit else 'aborting'} the transaction of "
         f"{handle.transactionalId!r} (producer {handle.producerId}, epoch {handle.producerEpoch})",
         end,
@@ -262,11 +299,13 @@ def _describe(client, handles) -> dict:
     return out
 
 
-def commitTransactions(client, handles, requestTimeoutMs: int) -> int:
+def commitTransactions(client, handles, requestTimeoutMs: int, beforeCommit=None) -> int:
     """
     The driver's commit: check that every task's transaction is still open
     with the producer that wrote it, then commit them all.
 
+    @param beforeCommit: called with the handles after the check, before
+        the first EndTxn.
     @return: how many transactions were committed.
     @raise KafkaError: a transaction can no longer be committed (it passed
         its timeout and was aborted, or a later attempt fenced it); nothing
@@ -274,6 +313,20 @@ def commitTransactions(client, handles, requestTimeoutMs: int) -> int:
         transaction timed out in between): those before it are committed.
     """
     handles = [h for h in handles if h is not None and not h.empty]
+    _checkOpen(client, handles)
+    if beforeCommit is not None:
+        beforeCommit(handles)
+    deadline = time.monotonic() + requestTimeoutMs / 1000.0
+    for handle in handles:
+        _endTxn(client, handle, True, deadline)
+    return len(handles)
+
+
+def _checkOpen(client, handles) -> None:
+    """
+    @raise KafkaError: a transaction of C{handles} is not open with the
+        producer that wrote it.
+    """
     for transactionalId, (error, state, producerId, epoch) in _describe(client, handles).items():
         handle = next(h for h in handles if h.transactionalId == transactionalId)
         if error != ErrorCode.none or state != "Ongoing" or (producerId, epoch) != (
@@ -286,10 +339,6 @@ def commitTransactions(client, handles, requestTimeoutMs: int) -> int:
                 f"{handle.producerId}, epoch {handle.producerEpoch}). Was the job slower than "
                 f"kafka.transaction.timeout.ms, or was the task run again?",
             )
-    deadline = time.monotonic() + requestTimeoutMs / 1000.0
-    for handle in handles:
-        _endTxn(client, handle, True, deadline)
-    return len(handles)
 
 
 def abortTransactions(client, handles, requestTimeoutMs: int) -> None:
@@ -305,6 +354,125 @@ def abortTransactions(client, handles, requestTimeoutMs: int) -> None:
             _endTxn(client, handle, False, deadline)
         except KafkaError:
             pass
+
+
+# -- the streaming sink's commit log --------------------------------------------------------
+
+#: commit log states: the driver is committing a micro-batch's
+#: transactions / has committed them
+COMMITTING = "committing"
+COMMITTED = "committed"
+#: EndTxn answers that mean the transaction was aborted (its timeout
+#: passed, or a later InitProducerId fenced it): its task must write again
+_ABORTED = frozenset(
+    {ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced, ErrorCode.invalid_txn_state}
+)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """
+    What a restarted streaming query learnt from the commit log: the tasks
+    (Spark partition ids) of micro-batch C{batchId} whose rows are
+    committed, which must not write them again if Spark reruns it.
+    """
+
+    batchId: int
+    partitions: frozenset
+
+
+class CommitLog:
+    """
+    The streaming sink's commit log: a compacted topic of one partition
+    whose last record says which micro-batch the driver commits or
+    committed, as JSON: C{{"batch": id, "state": "committing" | "committed",
+    "handles": [[partition id, transactional id, producer id, epoch]...],
+    "done": [partition ids committed]}}.
+    """
+
+    KEY = b"commit"
+
+    def __init__(self, client, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+
+    def create(self) -> None:
+        self.client.createTopics(
+            {self.topic: (1, {"cleanup.policy": "compact"})}, ignoreExisting=True
+        )
+
+    def latest(self) -> dict | None:
+        """
+        The last entry, or C{None} if there is none.
+        """
+        end = self.client.listOffsets(self.topic, [0])[0][0]
+        offset = end
+        while offset > 0:
+            # Only this sink writes here, one record per batch: the last
+            # record is at end - 1 unless compaction left a gap there.
+            offset = max(offset - 64, 0)
+            found = self.client.fetch(self.topic, 0, offset).records
+            if found:
+                return json.loads(bytes(found[-1].value))
+        return None
+
+    def append(self, entry: dict) -> None:
+        record = Record(key=self.KEY, value=json.dumps(entry, separators=(",", ":")).encode())
+        self.client.produce(self.topic, 0, [record], acks=-1)
+
+
+def recoverStream(client, commitLogTopic: str, requestTimeoutMs: int) -> Recovered | None:
+    """
+    Before a streaming query's tasks run: finish the commit its driver was
+    making when it died, if any.
+
+    @return: what the last micro-batch of the commit log committed, or
+        C{None} if the log is empty.
+    @raise KafkaError: a transaction's commit can be neither finished nor
+        found aborted (the query cannot tell which rows are in Kafka).
+    """
+    log = CommitLog(client, commitLogTopic)
+    log.create()
+    entry = log.latest()
+    if entry is None:
+        return None
+    batchId = int(entry["batch"])
+    done = {int(p) for p in entry.get("done", ())}
+    if entry.get("state") == COMMITTING:
+        deadline = time.monotonic() + requestTimeoutMs / 1000.0
+        for partitionId, transactionalId, producerId, epoch in entry.get("handles", ()):
+            handle = TransactionHandle(transactionalId, producerId, epoch, False, partitionId)
+            if _endTxn(client, handle, True, deadline, _ABORTED) == ErrorCode.none:
+                done.add(int(partitionId))
+        log.append({"batch": batchId, "state": COMMITTED, "done": sorted(done)})
+    return Recovered(batchId, frozenset(done))
+
+
+def commitStreamBatch(client, commitLogTopic: str, batchId: int, handles, recovered,
+                      requestTimeoutMs: int) -> int:
+    """
+    The streaming driver's commit of micro-batch C{batchId}: recorded in
+    the commit log before the first EndTxn and after the last.
+
+    @param recovered: the partition ids of the tasks that wrote nothing
+        because their rows were committed by an earlier attempt.
+    @return: how many transactions were committed.
+    """
+    log = CommitLog(client, commitLogTopic)
+    handles = [h for h in handles if h is not None]
+    done = set(recovered) | {h.partitionId for h in handles if h.empty}
+
+    def record(open_):
+        log.append({
+            "batch": batchId, "state": COMMITTING, "done": sorted(done),
+            "handles": [[h.partitionId, h.transactionalId, h.producerId, h.producerEpoch]
+                        for h in open_],
+        })
+
+    committed = commitTransactions(client, handles, requestTimeoutMs, beforeCommit=record)
+    done |= {h.partitionId for h in handles}
+    log.append({"batch": batchId, "state": COMMITTED, "done": sorted(done)})
+    return committed
 
 
 def fenceTransactions(client, prefix: str, partitionIds, timeoutMs: int, requestTimeoutMs: int):

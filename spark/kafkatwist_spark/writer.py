@@ -52,10 +52,13 @@ from kafkatwist_spark.clients import discardSharedClient, openClient, sharedClie
 from kafkatwist_spark.encoding import encodeBatch
 from kafkatwist_spark.options import OptionError, SinkConfig
 from kafkatwist_spark.transactional import (
+    Recovered,
     TransactionalProducer,
     abortTransactions,
+    commitStreamBatch,
     commitTransactions,
     fenceTransactions,
+    recoverStream,
     transactionalIdFor,
 )
 
@@ -196,9 +199,14 @@ class KafkaCommitMessage(WriterCommitMessage):
     exactly-once mode the L{TransactionHandle} that commits it.
     """
 
-    def __init__(self, counts: dict[tuple[str, int], int], transaction=None) -> None:
+    def __init__(
+        self, counts: dict[tuple[str, int], int], transaction=None, recoveredPartition=None
+    ) -> None:
         self.counts = counts
         self.transaction = transaction
+        #: the task's partition id if it wrote nothing because an earlier
+        #: attempt of its micro-batch committed its rows (streaming)
+        self.recoveredPartition = recoveredPartition
 
     @property
     def records(self) -> int:
@@ -367,21 +375,40 @@ def _bytesColumn(batch: pa.RecordBatch, name: str | None) -> list | None:
     return column.to_pylist()
 
 
+#: the local property Spark's micro-batch execution sets to the batch id
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
 def writeArrow(
-    config: SinkConfig, columns: SinkColumns, batches: Iterator[pa.RecordBatch]
+    config: SinkConfig,
+    columns: SinkColumns,
+    batches: Iterator[pa.RecordBatch],
+    recovered: Recovered | None = None,
 ) -> KafkaCommitMessage:
     """
     Produce every row of C{batches}; the body of a sink task.
+
+    @param recovered: (streaming, exactly-once) the tasks of a micro-batch
+        whose rows an earlier attempt committed: such a task writes nothing.
     """
     transaction = None
     if config.transactionalIdPrefix is not None:
         from pyspark import TaskContext
 
+        context = TaskContext.get()
+        partitionId = context.partitionId()
+        if recovered is not None and partitionId in recovered.partitions:
+            batchId = context.getLocalProperty(BATCH_ID_PROPERTY)
+            if batchId is not None and int(batchId) == recovered.batchId:
+                for _ in batches:
+                    pass
+                return KafkaCommitMessage({}, None, recoveredPartition=partitionId)
         transaction = TransactionalProducer(
             sharedClient(config.connection),
-            transactionalIdFor(config.transactionalIdPrefix, TaskContext.get().partitionId()),
+            transactionalIdFor(config.transactionalIdPrefix, partitionId),
             config.transactionTimeoutMs,
             config.requestTimeoutMs,
+            partitionId,
         )
     producer = _Producer(config, transaction)
     for batch in batches:
@@ -475,23 +502,67 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         abortJob(self.config, messages)
 
 
+def recoverStreamJob(config: SinkConfig) -> Recovered | None:
+    """
+    The streaming driver's first step (L{recoverStream}), in the
+    exactly-once mode.
+    """
+    if config.transactionalIdPrefix is None:
+        return None
+    client = openClient(config.connection)
+    try:
+        return recoverStream(client, config.commitLogTopic, config.requestTimeoutMs)
+    finally:
+        client.close()
+
+
+def commitStreamJob(config: SinkConfig, messages, batchId: int) -> None:
+    """
+    The streaming driver's commit of a micro-batch.
+    """
+    if config.transactionalIdPrefix is None:
+        return
+    client = openClient(config.connection)
+    try:
+        commitStreamBatch(
+            client,
+            config.commitLogTopic,
+            batchId,
+            [m.transaction for m in messages if m is not None],
+            [m.recoveredPartition for m in messages
+             if m is not None and m.recoveredPartition is not None],
+            config.requestTimeoutMs,
+        )
+    finally:
+        client.close()
+
+
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """
     C{df.writeStream.format("kafkatwist")}: each micro-batch's rows,
     at-least-once (a micro-batch replayed after a failure writes again), or
     exactly-once with C{kafka.transactional.id}: the micro-batch's commit
-    commits its tasks' transactions.
+    commits its tasks' transactions, recorded in the sink's commit log so
+    that a query restarted after its driver died half way through a commit
+    finishes it and does not write those rows again.
+
+    @param recovered: what L{recoverStreamJob} found (Spark makes the
+        writer on the driver before the tasks run, and again for each
+        commit).
     """
 
-    def __init__(self, config: SinkConfig, columns: SinkColumns) -> None:
+    def __init__(
+        self, config: SinkConfig, columns: SinkColumns, recovered: Recovered | None = None
+    ) -> None:
         self.config = config
         self.columns = columns
+        self.recovered = recovered
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
-        return writeArrow(self.config, self.columns, iterator)
+        return writeArrow(self.config, self.columns, iterator, self.recovered)
 
     def commit(self, messages, batchId: int) -> None:
-        commitJob(self.config, messages)
+        commitStreamJob(self.config, messages, batchId)
 
     def abort(self, messages, batchId: int) -> None:
         abortJob(self.config, messages)

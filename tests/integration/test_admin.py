@@ -227,10 +227,10 @@ def test_confluent_incremental_alter_configs(broker, confluentAdmin):
     assert code == 40  # INVALID_CONFIG
     code, message = alter(
         "broker", NODE_ID,
-        ConfigEntry("log.retention.hours", "1", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("log.dirs", "/elsewhere", incremental_operation=AlterConfigOpType.SET),
     )
     assert code == 42  # INVALID_REQUEST
-    assert "static" in message
+    assert "Cannot update these configs dynamically: Set(log.dirs)" in message
 
 
 def test_confluent_describe_cluster(broker, confluentAdmin):

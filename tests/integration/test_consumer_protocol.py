@@ -246,8 +246,12 @@ def test_regex_subscription_and_range_assignor(broker):
         conn = RawConnection(broker.port)
         try:
             (g,) = conn.request(69, 0, group_ids=(GROUP,), include_authorized_operations=False).groups
+            (g1,) = conn.request(69, 1, group_ids=(GROUP,), include_authorized_operations=False).groups
         finally:
             conn.close()
+        # v1 (Kafka 4.x) adds the member type: 1, the consumer protocol.
+        assert [m.member_type for m in g1.members] == [1, 1]
+        assert {m.member_id for m in g1.members} == {m.member_id for m in g.members}
         # (librdkafka joins its regexes into one.)
         assert {m.subscribed_topic_regex for m in g.members} == {"(^rx-.*)"}
         assert {m.subscribed_topic_names for m in g.members} == {()}

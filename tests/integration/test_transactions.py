@@ -428,3 +428,132 @@ def test_operator_apis(broker):
         admin.close()
     producer.commit_transaction(30)
     assert consumeConfluent(broker.bootstrap, "t", 1, timeout=3) == []
+
+
+# -- compaction ----------------------------------------------------------------------------
+
+
+def _batches(bootstrap, topic):
+    """
+    Every batch of partition 0 as the log has it: C{(baseOffset, isControl,
+    records)}.
+    """
+    from kafkatwist.protocol.records import decodeBatches
+
+    out = []
+    offset = 0
+    with KafkaWireClient(bootstrap) as client:
+        end = client.listOffsets(topic, [0])[0][0]
+        while offset < end:
+            raw = client.fetchRaw(topic, 0, offset, maxBytes=1 << 20)
+            decoded = list(decodeBatches(raw.records))
+            if not decoded:
+                break
+            for batch in decoded:
+                out.append((batch.baseOffset, batch.isControl, batch.records))
+            offset = decoded[-1].nextOffset
+    return out
+
+
+def _checkCompactedReadCommitted(bootstrap, topic, keys, committedRounds, abortedRounds):
+    """
+    Every read_committed consumer sees, for each key, values of committed
+    rounds only, the last one the newest committed round's.
+    """
+    newest = max(committedRounds)
+    expectedLast = {b"k%d" % k: b"r%d-%d" % (newest, k) for k in range(keys)}
+    aborted = {b"r%d-%d" % (r, k) for r in abortedRounds for k in range(keys)}
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+        isolation_level="read_committed", consumer_timeout_ms=4000,
+    )
+    try:
+        pairs = [(m.key, m.value) for m in consumer]
+    finally:
+        consumer.close()
+    values = consumeConfluent(bootstrap, topic, len(pairs))
+    assert sorted(values) == sorted(v for _, v in pairs)
+    assert sorted(consumeAiokafka(bootstrap, topic, len(pairs))) == sorted(values)
+    assert not aborted & set(values)
+    last = {}
+    for key, value in pairs:
+        last[key] = value
+    assert last == expectedLast
+    end, stable = offsets(bootstrap, topic)
+    assert end == stable
+
+
+def test_compacted_topic_with_transactions(tmp_path):
+    """
+    A compacted topic written in transactions, every other one aborted:
+    as the cleaner drops aborted records, then (after delete.retention.ms)
+    markers whose transactions' data is gone, read_committed consumers of
+    the three clients never see an aborted value and never wait on a
+    missing marker, before and after a kill -9 and restart.
+    """
+    keys = 10
+    overrides = {"log.cleaner.backoff.ms": "50"}
+    broker = BrokerProcess(str(tmp_path / "broker"), overrides).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        config = {"cleanup.policy": "compact", "segment.bytes": "2048",
+                  "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000"}
+        for future in admin.create_topics([NewTopic("c", 1, config=config)]).values():
+            future.result(30)
+        producer = txnProducer(broker.bootstrap, "compacted")
+        committed, aborted = [], []
+        rounds = 0
+
+        def round_(commit):
+            nonlocal rounds
+            producer.begin_transaction()
+            for k in range(keys):
+                producer.produce("c", key=b"k%d" % k, value=b"r%d-%d" % (rounds, k))
+            producer.flush(30)
+            if commit:
+                producer.commit_transaction(30)
+                committed.append(rounds)
+            else:
+                producer.abort_transaction(30)
+                aborted.append(rounds)
+            rounds += 1
+
+        for r in range(12):
+            round_(commit=r % 2 == 0)
+        # Round r's records are at offsets r * (keys + 1) + k, its marker after them.
+        earlyMarkers = {keys, 2 * keys + 1}  # round 0's COMMIT, round 1's ABORT
+        assert earlyMarkers <= {b for b, control, _ in _batches(broker.bootstrap, "c") if control}
+        # Aborted records go first.
+        deadline = time.monotonic() + 60
+        while True:
+            data = [r for _, control, records in _batches(broker.bootstrap, "c") if not control
+                    for r in records]
+            if not {r.value for r in data} & {b"r1-0", b"r3-0"}:
+                break
+            assert time.monotonic() < deadline, "aborted records were not cleaned"
+            time.sleep(0.3)
+        _checkCompactedReadCommitted(broker.bootstrap, "c", keys, committed, aborted)
+        # More rounds make the cleaner pass again: the early transactions'
+        # markers get their horizon, and a pass after it drops them.
+        deadline = time.monotonic() + 90
+        while True:
+            round_(commit=True)
+            round_(commit=False)
+            batches = _batches(broker.bootstrap, "c")
+            if not earlyMarkers & {b for b, control, _ in batches if control}:
+                break
+            assert time.monotonic() < deadline, f"the early markers stay: {batches[:5]}"
+            time.sleep(0.5)
+        _checkCompactedReadCommitted(broker.bootstrap, "c", keys, committed, aborted)
+        broker.kill()
+        broker = restarted(broker)
+        _checkCompactedReadCommitted(broker.bootstrap, "c", keys, committed, aborted)
+        # The producer id works on, and its next transaction is readable.
+        again = txnProducer(broker.bootstrap, "compacted")
+        producer = again
+        round_(commit=True)
+        _checkCompactedReadCommitted(broker.bootstrap, "c", keys, committed, aborted)
+    finally:
+        broker.stop()

@@ -383,12 +383,12 @@ def test_retention_during_pass_aborts_swap(harness):
     original = log.replaceSegments
     calls = []
 
-    def racing(replaced, cleaned):
+    def racing(replaced, cleaned, goneAborted=()):
         if not calls:
             # Retention got there first.
             log.deleteRecordsBefore(log.segments[1].baseOffset)
         calls.append(replaced)
-        return original(replaced, cleaned)
+        return original(replaced, cleaned, goneAborted)
 
     log.replaceSegments = racing
     assert c.cleanOnce() is None

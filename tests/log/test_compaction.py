@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.cleaning import SourceSegment, Throttler, groupSegmentsBySize
 from kafkatwist.log.compaction import (
     DELETE_HORIZON_BIT,
@@ -15,7 +14,7 @@ from kafkatwist.log.compaction import (
     emptyBatch,
     mapRecords,
     recordsOf,
-    requireKeys,
+    keylessRecords,
 )
 from kafkatwist.log.offsetmap import BYTES_PER_ENTRY, OffsetMap, keyHash
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, batchError, validateRecordSet
@@ -174,13 +173,13 @@ def test_corrupt_records():
         mapRecords(memoryview(twice)[HEADER_SIZE:], 2, 0, 0, 0, {}, 10)
 
 
-def test_require_keys():
+def test_keyless_records():
     good = batch([("a", "1")])
-    requireKeys(good, validateRecordSet(good), "t-0", 1 << 20)
-    bad = batch([("a", "1"), (None, "2")], compression="gzip")
-    with pytest.raises(KafkaError) as e:
-        requireKeys(bad, validateRecordSet(bad), "t-0", 1 << 20)
-    assert e.value.code == ErrorCode.invalid_record
+    [(position, header)] = validateRecordSet(good)
+    assert keylessRecords(memoryview(good), position, header, 1 << 20) == []
+    bad = batch([("a", "1"), (None, "2"), ("b", "3"), (None, "4")], compression="gzip")
+    [(position, header)] = validateRecordSet(bad)
+    assert keylessRecords(memoryview(bad), position, header, 1 << 20) == [1, 3]
 
 
 def test_throttler():

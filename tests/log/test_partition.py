@@ -144,6 +144,22 @@ def test_roll_by_time(harness):
     assert [s.baseOffset for s in log.segments] == [0, 2]
 
 
+def test_roll_jitter(harness):
+    """
+    segment.jitter.ms takes up to that much off segment.ms, the same amount
+    for a segment every time it is asked.
+    """
+    _, log = newLog(harness, {"segment.ms": "1000", "segment.jitter.ms": "600"})
+    jitter = log._rollJitter(log.activeSegment, log.config)
+    assert 0 <= jitter < 600
+    assert jitter == log._rollJitter(log.activeSegment, log.config)
+    log.append(makeBatch(1, baseTimestamp=NOW), NOW)
+    log.append(makeBatch(1, baseTimestamp=NOW + 1000 - jitter), NOW)
+    assert len(log.segments) == 1
+    log.append(makeBatch(1, baseTimestamp=NOW + 1001 - jitter), NOW)
+    assert [s.baseOffset for s in log.segments] == [0, 2]
+
+
 def test_roll_by_time_without_timestamps(harness):
     _, log = newLog(harness, {"segment.ms": "1000"})
     segment = log.activeSegment

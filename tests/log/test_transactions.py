@@ -419,3 +419,148 @@ def test_stale_index_file_of_a_truncated_segment_is_not_reused(disk):
     marker(log, commit=False)
     assert log.txnIndexOf(log.activeSegment).entries == (AbortedTxn(P1, 3, 5, 6),)
     assert committedOffsets(log, 3)[1] == ((P1, 3),)
+
+
+def _markerBatches(log):
+    from tests.log.compacted import readBatches
+
+    return [b for b in readBatches(log) if b.attributes & CONTROL_BIT]
+
+
+@pytest.mark.parametrize("inProcess", [True, False])
+def test_compaction_removes_markers_after_delete_retention(harness, inProcess):
+    """
+    Kafka's LogCleaner rules for markers: an ABORT marker stays while its
+    transaction's data is there, a COMMIT marker while the pass saw any of
+    its transaction's batches; once removable a marker gets a delete
+    horizon (KIP-534), and a pass after it drops the marker.  The aborted
+    transaction's index entry leaves with its data, so a read_committed
+    read of what is left loses none of the producer's later, committed
+    records; and a restart that rebuilds the producers from the log finds
+    no open transaction (the last stable offset is the log end).
+    """
+    if not inProcess and not harness.onDisk:
+        pytest.skip("the in-memory log cleans in-process")
+    from tests.log.compacted import append as appendKeyed, readAll
+    from tests.log.test_cleaner import COMPACT, cleaner
+    from kafkatwist.log.compaction import DELETE_HORIZON_BIT
+
+    manager = harness.make()
+    manager.createTopic("c", 1, dict(COMPACT, **{"delete.retention.ms": "1000"}))
+    log = manager.getLog("c", 0)
+    appendKeyed(log, [("k", "good")], NOW)                 # 0
+    _keyedTxn(log, P1, b"k", b"bad")                       # 1: aborted
+    marker(log, False, pid=P1)                             # 2: ABORT
+    _keyedTxn(log, P2, b"j", b"old")                       # 3: committed, superseded
+    marker(log, True, pid=P2)                              # 4: COMMIT
+    appendKeyed(log, [("j", "new")], NOW)                  # 5
+    _keyedTxn(log, P1, b"y", b"p1-later", seq=1)           # 6: P1's later committed txn
+    marker(log, True, pid=P1)                              # 7
+    _keyedTxn(log, P2, b"x", b"p2-later", seq=1)           # 8
+    marker(log, True, pid=P2)                              # 9
+    log.roll(NOW)
+    appendKeyed(log, [("z", "active")], NOW)               # 10
+
+    def markers():
+        return {b.baseOffset: bool(b.attributes & DELETE_HORIZON_BIT) for b in _markerBatches(log)}
+
+    def dirty(value):
+        appendKeyed(log, [("z", value)], NOW)
+        log.roll(NOW)
+
+    now = [NOW]
+    c = cleaner(manager, inProcess=inProcess, clock=lambda: now[0])
+    try:
+        # Pass 1: the aborted record and the superseded committed one go;
+        # both markers stay (their transactions' batches were seen), the
+        # aborted transaction stays indexed.
+        assert c.cleanOnce() is not None
+        values = [(k, v) for _, k, v in readAll(log)]
+        assert (b"k", b"bad") not in values and (b"j", b"old") not in values
+        assert markers() == {2: False, 4: False, 7: False, 9: False}
+        assert log.abortedTransactions(1 << 30) == [(P1, 1, 2)]
+        # Pass 2: their data is gone: both get a horizon, the index entry goes.
+        dirty("1")
+        now[0] = NOW + 10
+        assert c.cleanOnce() is not None
+        assert markers() == {2: True, 4: True, 7: False, 9: False}
+        assert log.abortedTransactions(1 << 30) == []
+        # A reader in the meantime still sees no aborted record.
+        offsets, aborted = committedOffsets(log)
+        assert 1 not in offsets and aborted == ()
+        # Before the horizon they stay; after it they go.
+        dirty("2")
+        now[0] = NOW + 500
+        c.cleanOnce()
+        assert set(markers()) == {2, 4, 7, 9}
+        dirty("3")
+        now[0] = NOW + 10 + 1000
+        assert c.cleanOnce() is not None
+        assert markers() == {7: False, 9: False}
+    finally:
+        c.stop()
+    values = [(k, v) for _, k, v in readAll(log)]
+    assert (b"y", b"p1-later") in values and (b"x", b"p2-later") in values
+    assert (b"k", b"good") in values and (b"j", b"new") in values
+    info = log.read(0, 1 << 30, readCommitted=True)
+    assert info.abortedTransactions == ()
+    assert log.lastStableOffset == log.logEndOffset
+    if harness.onDisk:
+        # Rebuilt from the log (no snapshot): no transaction left open.
+        manager = harness.restart(manager, clean=False)
+        log = manager.getLog("c", 0)
+        assert log.lastStableOffset == log.logEndOffset
+        assert log.abortedTransactions(1 << 30) == []
+
+
+def test_marker_of_a_producer_without_data_stays(harness):
+    """
+    A producer whose last batch is a marker of a newer epoch (a timeout
+    abort bumps it) keeps that marker: it carries the epoch that fences
+    the producer's zombie after a restart.
+    """
+    from tests.log.compacted import append as appendKeyed
+    from tests.log.test_cleaner import COMPACT, cleaner
+
+    manager = harness.make()
+    manager.createTopic("c", 1, dict(COMPACT, **{"delete.retention.ms": "0"}))
+    log = manager.getLog("c", 0)
+    _keyedTxn(log, P1, b"k", b"bad")                       # 0
+    log.appendMarker(P1, 1, False, 0, NOW)                 # 1: ABORT, epoch bumped
+    appendKeyed(log, [("k", "good")], NOW)                 # 2
+    log.roll(NOW)
+    appendKeyed(log, [("z", "active")], NOW)
+    now = [NOW]
+    c = cleaner(manager, clock=lambda: now[0])
+    try:
+        for step in range(4):
+            now[0] = NOW + 10 * step
+            appendKeyed(log, [("z", str(step))], NOW)
+            log.roll(NOW)
+            c.cleanOnce()
+    finally:
+        c.stop()
+    assert [b.baseOffset for b in _markerBatches(log)] == [1]
+    assert log.producerState.get(P1).epoch == 1
+
+
+def test_list_offsets_answers_the_last_stable_offset_to_read_committed(harness):
+    """
+    ListOffsets: latest is the last stable offset for read_committed, and
+    a timestamp lookup never answers an offset at or past it (Kafka's
+    lastFetchableOffset).
+    """
+    from kafkatwist.plugins.list_offsets import LATEST, ListOffsetsHandler
+
+    manager, log = newLog(harness)
+    log.append(makeBatch(2, baseTimestamp=NOW - 100), NOW)   # 0-1
+    begin(log, pid=P1)                                        # 2-3: open, at NOW
+    lookup = ListOffsetsHandler.lookup
+    assert lookup(log, LATEST, True) == (-1, 2)
+    assert lookup(log, LATEST, False) == (-1, 4)
+    assert lookup(log, NOW - 100, True)[1] == 0
+    assert lookup(log, NOW, False)[1] == 2
+    assert lookup(log, NOW, True) == (-1, -1)
+    marker(log, commit=True)                                  # 4
+    assert lookup(log, LATEST, True) == (-1, 5)
+    assert lookup(log, NOW, True)[1] == 2

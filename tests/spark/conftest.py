@@ -42,7 +42,9 @@ def spark(tmp_path_factory):
 
     scratch = tmp_path_factory.mktemp("spark")
     session = (
-        SparkSession.builder.master("local[2]")
+        # Two attempts per task (local[N, maxFailures]): a task that fails
+        # once is run again, as on a cluster.
+        SparkSession.builder.master("local[2,2]")
         .appName("kafkatwist-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -62,20 +62,30 @@ class FakeBroker:
     nodeId: int = NODE
     clusterId: str = "test-cluster"
     fetchPurgatory: FakePurgatory = field(default_factory=FakePurgatory)
+    dynamicConfig: object = None
+    logCleaner: object = None
 
     def advertisedListenerFor(self, name):
         return Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")
 
 
-def makeBroker(**settings):
+def makeBroker(path=None, **settings):
     """
     A broker whose log manager is built from its config as the daemon
     builds it.
     """
     from kafkatwist.service import brokerLogDefaults
 
+    from kafkatwist.dynamicconfig import DynamicBrokerConfig
+    from kafkatwist.reconfigure import LogDefaults
+
     config = BrokerConfig({k: str(v) for k, v in settings.items()})
-    return FakeBroker(config, MemoryLogManager(brokerLogDefaults(config)))
+    broker = FakeBroker(config, MemoryLogManager(brokerLogDefaults(config)))
+    broker.dynamicConfig = DynamicBrokerConfig(config, path)
+    broker.dynamicConfig.load()
+    broker.logManager.setBrokerDefaults(brokerLogDefaults(broker.dynamicConfig.current))
+    broker.dynamicConfig.addReconfigurable(LogDefaults(broker))
+    return broker
 
 
 @pytest.fixture
@@ -642,7 +652,8 @@ def test_describe_broker_configs():
         ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG),
         ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
     ]
-    assert hours.read_only and hours.config_type == 3
+    assert not hours.read_only and hours.config_type == 3
+    assert configs["log.dir"].read_only
     assert configs["num.partitions"].value == "3"
     segment = configs["log.segment.bytes"]
     assert (segment.value, segment.config_source) == ("1073741824", ConfigSource.DEFAULT_CONFIG)
@@ -714,9 +725,10 @@ def test_incremental_alter_errors(broker):
         ((2, "t", [("retention.ms", 9, "1")]), ErrorCode.invalid_request, "Unknown operation"),
         ((2, "nope", [("retention.ms", SET, "1")]), ErrorCode.unknown_topic_or_partition, ""),
         ((2, "", [("retention.ms", SET, "1")]), ErrorCode.invalid_request, "Default topic"),
-        ((4, "1", [("log.retention.hours", SET, "1")]), ErrorCode.invalid_request,
-         "Cannot update these configs dynamically: log.retention.hours"),
-        ((4, "", [("num.partitions", SET, "2")]), ErrorCode.invalid_request, "static"),
+        ((4, "1", [("log.dir", SET, "1")]), ErrorCode.invalid_request,
+         "Cannot update these configs dynamically: Set(log.dir)"),
+        ((4, "", [("num.partitions", SET, "2")]), ErrorCode.invalid_request,
+         "Cannot update these configs dynamically: Set(num.partitions)"),
         ((4, "2", [("num.partitions", SET, "2")]), ErrorCode.invalid_request,
          "Unexpected broker id"),
         ((8, "1", [("root", SET, "DEBUG")]), ErrorCode.invalid_request, "BROKER_LOGGER"),

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet.task import Clock
 
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.clock import ThreadSafeClock
 from kafkatwist.config import BrokerConfig, Listener
 from kafkatwist.coordinator import GroupCoordinatorService
@@ -75,9 +76,11 @@ class Broker:
     clusterId: str = "cluster"
     clock: object = None
     fetchPurgatory: FakePurgatory = field(default_factory=FakePurgatory)
+    fetchSessions: FetchSessions = field(default_factory=lambda: FetchSessions(1000))
     topicBytes: TopicBytes = field(default_factory=TopicBytes)
     scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
     advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
+    dynamicConfig: object = None
 
     def advertisedListenerFor(self, name):
         return self.advertisedListeners[0]
@@ -106,6 +109,9 @@ def broker(tmp_path):
         StandardAuthorizer(None, superUsers={"User:admin"}),
         clock=clock,
     )
+    from kafkatwist.dynamicconfig import DynamicBrokerConfig
+
+    broker.dynamicConfig = DynamicBrokerConfig(config, None)
     registry = HandlerRegistry(discoverPlugins())
     registry.build(broker)
     broker.handlers = registry.handlers
@@ -187,6 +193,11 @@ CASES = [
     Case("ListOffsets", 2, 7,
          dict(replica_id=-1, isolation_level=0, topics=(n(2, 7, "ListOffsetsTopic", name=TOPIC_OK, partitions=(
              n(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)),
+         lambda r: r.topics[0].partitions[0].error_code,
+         E.topic_authorization_failed, [(T, TOPIC_OK, Op.DESCRIBE)]),
+    Case("OffsetForLeaderEpoch", 23, 4,
+         dict(replica_id=-1, topics=(n(23, 4, "OffsetForLeaderTopic", topic=TOPIC_OK, partitions=(
+             n(23, 4, "OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),)),)),
          lambda r: r.topics[0].partitions[0].error_code,
          E.topic_authorization_failed, [(T, TOPIC_OK, Op.DESCRIBE)]),
     Case("Metadata", 3, 12,
@@ -400,6 +411,8 @@ CASES = [
          dict(group_id=GROUP_OK, topics=(n(47, 0, "OffsetDeleteRequestTopic", name=TOPIC_OK, partitions=(
              n(47, 0, "OffsetDeleteRequestPartition", partition_index=0),)),)),
          lambda r: r.error_code, E.group_authorization_failed, [(G, GROUP_OK, Op.DELETE)]),
+    Case("DescribeLogDirs", 35, 4, dict(topics=None),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("ElectLeaders", 43, 2,
          dict(election_type=0, topic_partitions=(n(43, 2, "TopicPartitions", topic=TOPIC_OK, partitions=(0,)),),
               timeout=datetime.timedelta(seconds=1)),

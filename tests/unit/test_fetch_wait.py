@@ -8,6 +8,7 @@ from kio.serial import entity_reader
 from twisted.internet.task import Clock
 
 from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.fetchsessions import FetchSessions
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.plugins.fetch import FetchHandler
@@ -23,6 +24,7 @@ VERSION = 12
 class FakeBroker:
     def __init__(self, maxIdleMs=600_000):
         self.config = {"connections.max.idle.ms": maxIdleMs}
+        self.fetchSessions = FetchSessions(1000)
         self.logManager = MemoryLogManager()
         self.fetchPurgatory = Purgatory("Fetch")
         self.topicBytes = TopicBytes()
@@ -38,12 +40,12 @@ class Context(RespondsLater):
         self.clock = ThreadSafeClock(clock)
 
 
-def fetchRequest(offset, minBytes, maxWaitMs=500):
+def fetchRequest(offset, minBytes, maxWaitMs=500, isolationLevel=0):
     cls = requestType(1, VERSION)
     Topic, Partition = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
     return make(
         cls, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=maxWaitMs),
-        min_bytes=minBytes, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        min_bytes=minBytes, max_bytes=1 << 20, isolation_level=isolationLevel, session_id=0,
         session_epoch=-1, forgotten_topics_data=(), rack_id="",
         topics=(make(Topic, topic="t", partitions=(make(
             Partition, partition=0, current_leader_epoch=-1, fetch_offset=offset,
@@ -65,14 +67,15 @@ def append(broker, n):
     broker.fetchPurgatory.checkAndComplete(("t", 0))
 
 
-def parkFetch(broker, clock, offset, minBytes, maxWaitMs=500):
+def parkFetch(broker, clock, offset, minBytes, maxWaitMs=500, isolationLevel=0):
     """
     Send a fetch through the handler as the pool would.
 
     @return: the list its answer will be appended to.
     """
     deferred = handleLikeThePool(
-        FetchHandler(broker), Context(clock), fetchRequest(offset, minBytes, maxWaitMs)
+        FetchHandler(broker), Context(clock),
+        fetchRequest(offset, minBytes, maxWaitMs, isolationLevel),
     )
     answers = []
     deferred.addCallback(answers.append)
@@ -91,6 +94,30 @@ def test_min_bytes_waits_until_enough_then_sends_what_it_read():
     assert offsets(response) == list(range(6))
     clock.advance(1)
     assert len(answers) == 1
+
+
+def test_read_committed_waits_for_the_last_stable_offset():
+    """
+    A read_committed long poll is not answered by records of an open
+    transaction, only by the marker that moves the last stable offset
+    past them.
+    """
+    broker = FakeBroker()
+    broker.logManager.createTopic("t", 1, {})
+    log = broker.logManager.getLog("t", 0)
+    clock = Clock()
+    answers = parkFetch(broker, clock, 0, 1, isolationLevel=1)
+    batch = buildBatch(
+        [Record(value=b"x" * 100) for _ in range(3)], producerId=7, producerEpoch=0,
+        baseSequence=0, isTransactional=True,
+    )
+    log.append(batch, 0, verificationGuard=log.producerState.newGuard(7))
+    broker.fetchPurgatory.checkAndComplete(("t", 0))
+    assert answers == [] and log.lastStableOffset == 0
+    log.appendMarker(7, 0, True, 0, 0)
+    broker.fetchPurgatory.checkAndComplete(("t", 0))
+    [response] = answers
+    assert offsets(response) == [0, 1, 2, 3]  # the records and the marker
 
 
 def test_expiry_answers_with_what_there_is():

@@ -209,7 +209,7 @@ class RecordingProduce:
         response = ProduceHandler._response(
             context.apiVersion,
             [
-                (t.name, [(d.index, ErrorCode.none, 100, -1, 0, None) for d in t.partition_data])
+                (t.name, [(d.index, ErrorCode.none, 100, -1, 0, None, ()) for d in t.partition_data])
                 for t in request.topic_data
             ],
         )

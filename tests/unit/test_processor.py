@@ -20,13 +20,16 @@ class FakeServer:
         self.maxRequestSize = 1 << 20
         self.supportedVersions = {18: (0, 3)}
         self.listeners = [Listener("PLAINTEXT", "127.0.0.1", 0, "PLAINTEXT")]
-        self.tlsContextFactory = None
+        self.tlsContextFactories = {}
         self.sslPrincipalBuilder = SslPrincipalBuilder()
         self.idleTimeout = idleSeconds
         self.quotas = ConnectionQuotas(100, 100)
         self.channel = RequestChannel(queue)
         self.mainReactor = None
         self.opened = self.closed = 0
+
+    def tlsContextFactoryFor(self, listenerName):
+        return self.tlsContextFactories.get(listenerName)
 
     def connectionOpened(self, c):
         self.opened += 1

@@ -61,15 +61,18 @@ def test_decode_refuses_truncated(version):
 
 
 RESULTS = [
-    ("orders", [(0, ErrorCode(0), 42, -1, 0, None), (3, ErrorCode(87), -1, -1, -1, "bad batch \u00e9")]),
-    ("other", [(1, ErrorCode(3), -1, 1700000000000, 7, None)]),
+    ("orders", [
+        (0, ErrorCode(0), 42, -1, 0, None, ()),
+        (3, ErrorCode(87), -1, -1, -1, "bad batch \u00e9", ((1, "no key \u00e9"), (4, None))),
+    ]),
+    ("other", [(1, ErrorCode(3), -1, 1700000000000, 7, None, ())]),
 ]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_encode_matches_kio(version):
     results = RESULTS if version >= 8 else [
-        (name, [p[:5] + (None,) for p in parts]) for name, parts in RESULTS
+        (name, [p[:5] + (None, ()) for p in parts]) for name, parts in RESULTS
     ]
     expected = encodeBody(ProduceHandler._response(version, results))
     encoded = encodeProduceResponse(version, results)

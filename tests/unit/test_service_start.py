@@ -22,7 +22,9 @@ class RecordingReactor:
 def preparedService(reactor):
     config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0"})
     service = BrokerService(config, reactor, logManagerFactory=None, notifier=Notifier({}))
-    service.server = SimpleNamespace(start=lambda: None, boundPorts=lambda: {"PLAINTEXT": 1234})
+    service.server = SimpleNamespace(
+        start=lambda: None, boundPorts=lambda: {"PLAINTEXT": 1234}, handlerPool=SimpleNamespace(numThreads=2)
+    )
     service.broker = SimpleNamespace(
         nodeId=1, clusterId="c", registry=SimpleNamespace(describe=lambda: []),
         advertisedListenerFor=lambda name: config.advertisedListeners[0],

@@ -1,0 +1,287 @@
+"""
+Dynamic broker configs (Kafka's C{DynamicBrokerConfig}): the keys the
+registry marks dynamic (L{kafkatwist.config.Key.update}) set with
+IncrementalAlterConfigs or AlterConfigs on a BROKER resource -- this
+broker's id, or C{""} for the cluster-wide default -- and applied without a
+restart.
+
+Precedence, as Kafka's: a per-broker value over the cluster default over
+C{server.properties}/C{--override} over the registry's default.  Both
+dynamic layers are kept in C{kafkatwist-dynamic-broker-configs.json} in the
+first data directory (L{kafkatwist.security.statefile}: written whole to a
+temporary file, fsynced, renamed), written before a change is applied or
+acknowledged, and applied at start-up.  A stored value that no longer
+validates (a keystore file gone) is skipped with one log line.
+
+Threads: L{DynamicBrokerConfig.alter} runs on request handler threads,
+serialised by a lock; the reconfigurables it calls do their work there or
+hand it to the thread that owns the state.  L{DynamicBrokerConfig.current}
+is an immutable L{BrokerConfig} replaced whole: read it from any thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+
+from twisted.logger import Logger
+
+from kafkatwist.config import (
+    KEYS,
+    LISTENER_SSL_KEYS,
+    PER_BROKER,
+    BrokerConfig,
+    ConfigError,
+    ConfigSource,
+    keySpec,
+    listenerSslKey,
+)
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.security.statefile import readRecords, writeRecords
+
+__all__ = ["DYNAMIC_CONFIG_FILE", "DynamicBrokerConfig", "Reconfigurable"]
+
+log = Logger()
+
+DYNAMIC_CONFIG_FILE = "kafkatwist-dynamic-broker-configs.json"
+_KIND = "dynamic-broker-configs"
+_VERSION = 1
+_SCOPES = {"broker": True, "default": False}
+
+
+def _scala(names) -> str:
+    # Kafka's messages print a Scala Set.
+    return f"Set({', '.join(sorted(names))})"
+
+
+class Reconfigurable:
+    """
+    Something that applies dynamic broker configs (Kafka's
+    C{BrokerReconfigurable}).
+
+    @ivar keys: the keys it applies; it is called when one of them changes.
+    """
+
+    keys: frozenset[str] = frozenset()
+
+    def concerns(self, changed: set[str]) -> bool:
+        return any(self._concerns(key) for key in changed)
+
+    def _concerns(self, key: str) -> bool:
+        return key in self.keys
+
+    def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        """
+        @raise ConfigError: C{new} cannot be applied.
+        """
+
+    def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        """
+        Apply C{new}.
+        """
+
+
+class DynamicBrokerConfig:
+    """
+    @param static: the settings of C{server.properties} and C{--override}.
+    @param path: the file of the dynamic layers; C{None}: memory only.
+    @ivar perBroker: this broker's dynamic configs (key -> text).
+    @ivar clusterDefault: the cluster-wide dynamic defaults.
+    """
+
+    def __init__(self, static: BrokerConfig, path: str | None) -> None:
+        self.static = static
+        self.path = path
+        self.perBroker: dict[str, str] = {}
+        self.clusterDefault: dict[str, str] = {}
+        self.current = static
+        self._lock = threading.Lock()
+        self._reconfigurables: list[Reconfigurable] = []
+
+    @classmethod
+    def inDirectory(cls, static: BrokerConfig) -> DynamicBrokerConfig:
+        return cls(static, os.path.join(static.logDirs[0], DYNAMIC_CONFIG_FILE))
+
+    def addReconfigurable(self, reconfigurable: Reconfigurable) -> None:
+        self._reconfigurables.append(reconfigurable)
+
+    # -- reading -------------------------------------------------------------
+
+    def load(self) -> None:
+        """
+        Read the stored layers (at start-up, once the data directory is
+        ours) and make them current.  Nothing is reconfigured: what is built
+        after this reads L{current}.
+
+        @raise kafkatwist.security.statefile.StateFileError: not a file of
+            this kind or version.
+        """
+        if not self.path:
+            return
+        layers: dict[bool, dict[str, str]] = {True: {}, False: {}}
+        for record in readRecords(self.path, _KIND, _VERSION):
+            scope, name, value = record.get("scope"), record.get("name"), record.get("value")
+            try:
+                if scope not in _SCOPES or not isinstance(name, str) or not isinstance(value, str):
+                    raise ConfigError(str(name), "not a dynamic config record")
+                self._checkKeys({name}, _SCOPES[scope])
+            except (ConfigError, KafkaError) as e:
+                log.error("Skipping stored dynamic broker config {record} in {path}: {error}",
+                          record=record, path=self.path, error=e)
+                continue
+            layers[_SCOPES[scope]][name] = value
+        while True:
+            try:
+                self.current = self._build(layers[False], layers[True])
+                break
+            except ConfigError as e:
+                # A stored value that no longer validates: start without it.
+                dropped = [
+                    (perBroker, name)
+                    for perBroker, layer in layers.items()
+                    for name in layer
+                    if e.key in (name, (listenerSslKey(name) or ("", ""))[1])
+                ] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
+                for perBroker, name in dropped:
+                    log.error("Not applying stored dynamic broker config {name}={value}: {error}",
+                              name=name, value=_shown(name, layers[perBroker][name]), error=e)
+                    del layers[perBroker][name]
+        self.clusterDefault, self.perBroker = layers[False], layers[True]
+        if self.clusterDefault or self.perBroker:
+            log.info(
+                "Dynamic broker configs applied: {broker} (this broker), {default} (cluster default)",
+                broker=_showLayer(self.perBroker), default=_showLayer(self.clusterDefault),
+            )
+
+    def layer(self, perBroker: bool) -> dict[str, str]:
+        return dict(self.perBroker if perBroker else self.clusterDefault)
+
+    def layers(self) -> list[tuple[Mapping[str, str], ConfigSource]]:
+        """
+        Where a value may come from, highest precedence first (Kafka's
+        synonym order): dynamic per broker, dynamic cluster default, static,
+        the registry's default.
+        """
+        static = {name: self.static.raw[name] for name in self.static.explicit}
+        defaults = {name: key.default for name, key in KEYS.items() if key.default is not None}
+        return [
+            (self.perBroker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (self.clusterDefault, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (static, ConfigSource.STATIC_BROKER_CONFIG),
+            (defaults, ConfigSource.DEFAULT_CONFIG),
+        ]
+
+    # -- changing ------------------------------------------------------------
+
+    def alter(
+        self,
+        perBroker: bool,
+        change: Callable[[dict[str, str]], dict[str, str]],
+        *,
+        validateOnly: bool = False,
+    ) -> None:
+        """
+        Replace one dynamic layer by C{change(layer)}, validated, stored,
+        then applied.
+
+        @raise KafkaError: INVALID_REQUEST with Kafka's message (a key that
+            is not dynamic, a bad value, a value that cannot be applied);
+            KAFKA_STORAGE_ERROR when the file cannot be written.  Nothing
+            changed.
+        """
+        with self._lock:
+            old = self.current
+            layer = change(self.layer(perBroker))
+            changed = {
+                name
+                for name in set(layer) | set(self.layer(perBroker))
+                if layer.get(name) != self.layer(perBroker).get(name)
+            }
+            self._checkKeys(set(layer), perBroker)
+            default = layer if not perBroker else self.clusterDefault
+            broker = layer if perBroker else self.perBroker
+            try:
+                new = self._build(default, broker)
+                for reconfigurable in self._reconfigurables:
+                    if reconfigurable.concerns(changed):
+                        reconfigurable.validate(old, new)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.invalid_request, str(e)) from None
+            if validateOnly:
+                return
+            self._store(default, broker)
+            self.clusterDefault, self.perBroker, self.current = dict(default), dict(broker), new
+            log.info("Dynamic broker configs of {scope} now {layer}",
+                     scope="this broker" if perBroker else "the cluster default", layer=_showLayer(layer))
+            for reconfigurable in self._reconfigurables:
+                if reconfigurable.concerns(changed):
+                    try:
+                        reconfigurable.reconfigure(old, new)
+                    except Exception:
+                        log.failure("Applying dynamic broker configs {keys} failed",
+                                    keys=", ".join(sorted(changed)))
+
+    def _build(self, default: Mapping[str, str], broker: Mapping[str, str]) -> BrokerConfig:
+        raw = dict(self.static.raw)
+        raw.update(default)
+        raw.update(broker)
+        return BrokerConfig(raw, warn=lambda message: None)
+
+    def _checkKeys(self, names: set[str], perBroker: bool) -> None:
+        """
+        Kafka's checks of a dynamic layer, in its order and words.
+
+        @raise KafkaError: INVALID_REQUEST.
+        """
+        specs = {name: keySpec(name) for name in names}
+        static = {name for name, spec in specs.items() if spec is None or not spec.dynamic}
+        if static:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Cannot update these configs dynamically: {_scala(static)}",
+            )
+        unprefixed = {name for name in names if name in LISTENER_SSL_KEYS}
+        if unprefixed:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "These security configs can be dynamically updated only per-listener using the "
+                f"listener prefix: {_scala(unprefixed)}",
+            )
+        if not perBroker:
+            brokerOnly = {name for name, spec in specs.items() if spec.update == PER_BROKER}
+            if brokerOnly:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Cannot update these configs at default cluster level, broker id must be "
+                    f"specified: {_scala(brokerOnly)}",
+                )
+        listeners = {l.name for l in self.static.listeners}
+        for name in specs:
+            prefixed = listenerSslKey(name)
+            if prefixed is not None and prefixed[0] not in listeners:
+                raise KafkaError(ErrorCode.invalid_request, f"{name}: there is no listener {prefixed[0]}")
+
+    def _store(self, default: Mapping[str, str], broker: Mapping[str, str]) -> None:
+        if not self.path:
+            return
+        records = [
+            {"scope": scope, "name": name, "value": value}
+            for scope, layer in (("default", default), ("broker", broker))
+            for name, value in sorted(layer.items())
+        ]
+        try:
+            writeRecords(self.path, _KIND, _VERSION, records)
+        except OSError as e:
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"cannot write {self.path}: {e.strerror}"
+            ) from None
+
+
+def _shown(name: str, value: str) -> str:
+    spec = keySpec(name)
+    return "[hidden]" if spec is not None and spec.sensitive else value
+
+
+def _showLayer(layer: Mapping[str, str]) -> str:
+    return ", ".join(f"{name}={_shown(name, value)}" for name, value in sorted(layer.items())) or "none"

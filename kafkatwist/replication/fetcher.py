@@ -1,0 +1,438 @@
+"""
+The follower side of replication (Kafka's C{ReplicaFetcherThread} and
+C{AbstractFetcherThread}): one thread per source broker and fetcher index
+(C{num.replica.fetchers}), each keeping a connection to its leader.
+
+A partition handed to a fetcher (C{becomeFollower}) first finds where its
+log diverges from the leader's: OffsetForLeaderEpoch (v3, with this
+broker's id) for its latest epoch, and truncation to the end offset the
+leader answers, bounded by the follower's own end of that epoch (KIP-279:
+when the leader does not know the follower's epoch, the follower truncates
+to its own end of the largest epoch the leader does know and asks again).
+A follower with no epochs at all truncates to its high watermark.  Then it
+fetches (Fetch v11, C{replica_id} = this broker, C{current_leader_epoch})
+from its log end, appends what comes as it is -- the leader's offsets and
+epochs, CRCs checked -- and takes the leader's high watermark (bounded by
+its own log end) and log start offset.
+
+Threads: each fetcher thread owns its partitions' fetch state and does all
+its network and disk work itself (never a reactor).  The replica manager's
+owner adds and removes partitions through a lock-protected table, read at
+the top of every round; a removal returns once no append of that partition
+is under way, so no fetched data lands after the partition changed role.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from twisted.logger import Logger
+
+from kafkatwist.client.connection import BrokerConnection, KafkaConnectionError
+from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.log.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from kafkatwist.protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, requestType
+from kafkatwist.protocol.entities import make, ms, nested
+
+__all__ = ["FetchState", "ReplicaFetcher", "truncationOffset"]
+
+log = Logger()
+
+FETCH_VERSION = 11
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+LIST_OFFSETS_VERSION = 4
+EARLIEST = -2
+
+#: errors after which the fetcher waits for the controller's next word
+_WAIT_FOR_CONTROLLER = frozenset({
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_topic_or_partition,
+})
+
+
+class FetchState:
+    """
+    One partition a fetcher replicates.
+
+    @ivar truncating: whether it must find its divergence point first.
+    @ivar delayedUntil: monotonic time before which it is not fetched
+        (after an error).
+    """
+
+    __slots__ = ("key", "log", "leaderEpoch", "truncating", "delayedUntil")
+
+    def __init__(self, key, log, leaderEpoch: int) -> None:
+        self.key = key
+        self.log = log
+        self.leaderEpoch = leaderEpoch
+        self.truncating = True
+        self.delayedUntil = 0.0
+
+
+def truncationOffset(log, leaderEpoch: int, leaderEndOffset: int) -> tuple[int, bool]:
+    """
+    Kafka's C{getOffsetTruncationState}: where a follower truncates given
+    the leader's answer C{(leaderEpoch, leaderEndOffset)} for the
+    follower's latest epoch.
+
+    @return: C{(offset, complete)}; not complete means ask again with the
+        follower's new latest epoch.
+    """
+    end = log.logEndOffset
+    if leaderEndOffset == UNDEFINED_OFFSET:
+        # The leader knows no epoch of ours: what we know is committed.
+        return min(log.highWatermark, end), True
+    if leaderEpoch == UNDEFINED_EPOCH:
+        return min(leaderEndOffset, end), True
+    followerEpoch, followerEnd = log.epochs.endOffsetFor(leaderEpoch, end)
+    if followerEnd == UNDEFINED_OFFSET:
+        return min(leaderEndOffset, end), True
+    if followerEpoch != leaderEpoch:
+        return min(followerEnd, end), False
+    return min(leaderEndOffset, followerEnd, end), True
+
+
+class ReplicaFetcher:
+    """
+    @param directory: an L{IBrokerDirectory} (the leader's address).
+    @param onFenced: C{onFenced(key, error)}: the leader refused the
+        partition (it is no longer its leader, or our epoch is stale).
+    """
+
+    def __init__(
+        self,
+        brokerId: int,
+        sourceId: int,
+        index: int,
+        directory,
+        config,
+        onFenced=None,
+        clock=None,
+    ) -> None:
+        self.brokerId = brokerId
+        self.sourceId = sourceId
+        self.index = index
+        self.directory = directory
+        self.maxBytes = config["replica.fetch.max.bytes"]
+        self.responseMaxBytes = config["replica.fetch.response.max.bytes"]
+        self.maxWaitMs = config["replica.fetch.wait.max.ms"]
+        self.minBytes = config["replica.fetch.min.bytes"]
+        self.backoff = config["replica.fetch.backoff.ms"] / 1000.0
+        self.socketTimeout = config["replica.socket.timeout.ms"] / 1000.0
+        self.onFenced = onFenced
+        self.name = f"kafkatwist-replica-fetcher-{sourceId}-{index}"
+        self._lock = threading.Condition()
+        #: key -> FetchState; replaced whole under the lock
+        self._partitions: dict = {}
+        #: serialises a round's appends with removals
+        self._appendLock = threading.Lock()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._connection: BrokerConnection | None = None
+        self._now = clock or time.monotonic
+
+    # -- the replica manager's side (any thread) ---------------------------------------
+
+    def addPartition(self, key, partitionLog, leaderEpoch: int) -> None:
+        with self._lock:
+            partitions = dict(self._partitions)
+            partitions[key] = FetchState(key, partitionLog, leaderEpoch)
+            self._partitions = partitions
+            self._lock.notify_all()
+
+    def removePartition(self, key) -> None:
+        with self._lock:
+            if key not in self._partitions:
+                return
+            partitions = dict(self._partitions)
+            del partitions[key]
+            self._partitions = partitions
+        # An append of this partition may be under way: wait for it.
+        with self._appendLock:
+            pass
+
+    def partitionCount(self) -> int:
+        return len(self._partitions)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        connection = self._connection
+        if connection is not None:
+            connection.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # -- the fetcher thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self._partitions:
+                    self._lock.wait()
+                if self._stopping:
+                    break
+                partitions = self._partitions
+            try:
+                self._round(partitions)
+            except KafkaConnectionError as e:
+                log.info("{name}: {error}; retrying", name=self.name, error=e)
+                self._closeConnection()
+                self._sleep(self.backoff)
+            except Exception:
+                log.failure("{name}: fetch round failed", name=self.name)
+                self._closeConnection()
+                self._sleep(self.backoff)
+        self._closeConnection()
+
+    def _sleep(self, seconds: float) -> None:
+        with self._lock:
+            if not self._stopping:
+                self._lock.wait(seconds)
+
+    def _closeConnection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def _connect(self) -> BrokerConnection:
+        connection = self._connection
+        if connection is not None and connection.connected:
+            return connection
+        endpoint = self.directory.endpoint(self.sourceId)
+        if endpoint is None:
+            raise KafkaConnectionError(f"broker {self.sourceId} is not alive")
+        host, port = endpoint
+        connection = BrokerConnection(
+            host, port, clientId=f"broker-{self.brokerId}-fetcher-{self.index}",
+            timeout=self.socketTimeout,
+        )
+        connection.connect()
+        self._connection = connection
+        return connection
+
+    def _round(self, partitions: dict) -> None:
+        now = self._now()
+        ready = [s for s in partitions.values() if s.delayedUntil <= now]
+        if not ready:
+            self._sleep(min(s.delayedUntil for s in partitions.values()) - now)
+            return
+        connection = self._connect()
+        truncating = [s for s in ready if s.truncating]
+        if truncating:
+            self._truncate(connection, truncating)
+            return
+        self._fetch(connection, ready)
+
+    def _stillOurs(self, state: FetchState) -> bool:
+        return self._partitions.get(state.key) is state
+
+    # -- truncation ---------------------------------------------------------------------
+
+    def _truncate(self, connection, states: list) -> None:
+        asking = []
+        for state in states:
+            latest = state.log.epochs.latestEpoch
+            if latest == UNDEFINED_EPOCH:
+                # No epochs here: only what is below the high watermark is
+                # known committed.
+                self._truncateTo(state, state.log.highWatermark)
+                continue
+            asking.append((state, latest))
+        if not asking:
+            return
+        cls = requestType(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION)
+        Topic = nested(cls, "OffsetForLeaderTopic")
+        Partition = nested(cls, "OffsetForLeaderPartition")
+        byTopic: dict = {}
+        for state, latest in asking:
+            byTopic.setdefault(state.key[0], []).append(
+                make(
+                    Partition,
+                    partition=state.key[1],
+                    current_leader_epoch=state.leaderEpoch,
+                    leader_epoch=latest,
+                )
+            )
+        request = make(
+            cls,
+            replica_id=self.brokerId,
+            topics=tuple(make(Topic, topic=t, partitions=tuple(ps)) for t, ps in byTopic.items()),
+        )
+        response = connection.request(
+            OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, request
+        )
+        answers = {
+            (t.topic, p.partition): p for t in response.topics for p in t.partitions
+        }
+        for state, _ in asking:
+            answer = answers.get(state.key)
+            if answer is None:
+                continue
+            error = ErrorCode(answer.error_code)
+            if error != ErrorCode.none:
+                self._onError(state, error)
+                continue
+            offset, complete = truncationOffset(
+                state.log, int(answer.leader_epoch), int(answer.end_offset)
+            )
+            self._truncateTo(state, offset, complete)
+
+    def _truncateTo(self, state: FetchState, offset: int, complete: bool = True) -> None:
+        with self._appendLock:
+            if not self._stillOurs(state):
+                return
+            partitionLog = state.log
+            if offset < partitionLog.logEndOffset:
+                log.info(
+                    "{topic}-{partition}: truncating from {end} to {offset} to follow "
+                    "broker {leader} in epoch {epoch}",
+                    topic=state.key[0], partition=state.key[1], end=partitionLog.logEndOffset,
+                    offset=offset, leader=self.sourceId, epoch=state.leaderEpoch,
+                )
+                partitionLog.truncateTo(offset)
+            if complete:
+                state.truncating = False
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    def _fetch(self, connection, states: list) -> None:
+        cls = requestType(FETCH, FETCH_VERSION)
+        Topic = nested(cls, "FetchTopic")
+        Partition = nested(cls, "FetchPartition")
+        byTopic: dict = {}
+        for state in states:
+            byTopic.setdefault(state.key[0], []).append(
+                make(
+                    Partition,
+                    partition=state.key[1],
+                    current_leader_epoch=state.leaderEpoch,
+                    fetch_offset=state.log.logEndOffset,
+                    log_start_offset=state.log.logStartOffset,
+                    partition_max_bytes=self.maxBytes,
+                )
+            )
+        request = make(
+            cls,
+            replica_id=self.brokerId,
+            max_wait=ms(self.maxWaitMs),
+            min_bytes=self.minBytes,
+            max_bytes=self.responseMaxBytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(make(Topic, topic=t, partitions=tuple(ps)) for t, ps in byTopic.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        response = connection.request(
+            FETCH, FETCH_VERSION, request, timeout=self.socketTimeout + self.maxWaitMs / 1000.0
+        )
+        states = {state.key: state for state in states}
+        for topic in response.responses:
+            for p in topic.partitions:
+                state = states.get((topic.topic, p.partition_index))
+                if state is not None:
+                    self._onPartition(connection, state, p)
+
+    def _onPartition(self, connection, state: FetchState, p) -> None:
+        error = ErrorCode(p.error_code)
+        if error == ErrorCode.offset_out_of_range:
+            self._outOfRange(connection, state)
+            return
+        if error != ErrorCode.none:
+            self._onError(state, error)
+            return
+        records = p.records
+        with self._appendLock:
+            if not self._stillOurs(state):
+                return
+            partitionLog = state.log
+            try:
+                if records:
+                    partitionLog.appendAsFollower(records, _wallMs(), state.leaderEpoch)
+            except KafkaError as e:
+                log.warn(
+                    "{topic}-{partition}: replicated data refused ({error}); finding the "
+                    "divergence again",
+                    topic=state.key[0], partition=state.key[1], error=e,
+                )
+                state.truncating = True
+                return
+            end = partitionLog.logEndOffset
+            leaderStart = int(p.log_start_offset)
+            if partitionLog.logStartOffset < leaderStart <= end:
+                partitionLog.deleteRecordsBefore(leaderStart)
+            partitionLog.setHighWatermark(min(int(p.high_watermark), end))
+
+    def _outOfRange(self, connection, state: FetchState) -> None:
+        """
+        Our fetch offset is outside the leader's log: below its start (we
+        were away through its retention) start again at its start; above
+        its end, find the divergence again.
+        """
+        cls = requestType(LIST_OFFSETS, LIST_OFFSETS_VERSION)
+        Topic = nested(cls, "ListOffsetsTopic")
+        Partition = nested(cls, "ListOffsetsPartition")
+        request = make(
+            cls,
+            replica_id=self.brokerId,
+            isolation_level=0,
+            topics=(
+                make(
+                    Topic,
+                    name=state.key[0],
+                    partitions=(
+                        make(
+                            Partition,
+                            partition_index=state.key[1],
+                            current_leader_epoch=state.leaderEpoch,
+                            timestamp=EARLIEST,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        response = connection.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+        for topic in response.topics:
+            for p in topic.partitions:
+                if ErrorCode(p.error_code) != ErrorCode.none:
+                    self._onError(state, ErrorCode(p.error_code))
+                    return
+                leaderStart = int(p.offset)
+                with self._appendLock:
+                    if not self._stillOurs(state):
+                        return
+                    if state.log.logEndOffset < leaderStart:
+                        log.info(
+                            "{topic}-{partition}: the leader starts at {offset}; starting "
+                            "there", topic=state.key[0], partition=state.key[1],
+                            offset=leaderStart,
+                        )
+                        state.log.truncateFullyAndStartAt(leaderStart)
+                    else:
+                        state.truncating = True
+                return
+
+    def _onError(self, state: FetchState, error: ErrorCode) -> None:
+        state.delayedUntil = self._now() + self.backoff
+        if error in _WAIT_FOR_CONTROLLER and self.onFenced is not None:
+            self.onFenced(state.key, error)
+        if error == ErrorCode.unknown_leader_epoch:
+            # The leader has not heard of this epoch yet: try again soon.
+            return
+        log.debug(
+            "{topic}-{partition}: leader {leader} answered {error}",
+            topic=state.key[0], partition=state.key[1], leader=self.sourceId, error=error.name,
+        )
+
+
+def _wallMs() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,454 @@
+"""
+The replica manager (Kafka's C{ReplicaManager} with its C{Partition}s):
+which partitions this broker leads or follows, in which leader epoch; on a
+leader, each follower's progress, the high watermark and the ISR; on a
+follower, the fetcher that copies the leader's log.
+
+Single broker (no controller ever calls it): nothing here touches a log,
+so every log leads in epoch 0 with its high watermark at its log end and
+the produce and fetch paths pay nothing.  Once the controller (the cluster
+layer, or a test's static controller) calls C{becomeLeader} or
+C{becomeFollower} for a partition, that partition is replicated:
+
+  - A leader's high watermark is the smallest log end offset over its ISR
+    (including a pending expansion, Kafka's "maximal ISR"), advanced as
+    followers fetch and published on the log, where consumer reads stop.
+    It never moves back while the epoch lasts.  It is written to
+    C{replication-offset-checkpoint} (Kafka's format) in each log
+    directory every C{replica.high.watermark.checkpoint.interval.ms} and at
+    shutdown, and read back when a partition is first given a role, so a
+    restart neither exposes unreplicated data nor hides committed data.
+  - A follower whose last catch-up with the leader's log end is older than
+    C{replica.lag.time.max.ms} is removed from the ISR; one outside it that
+    reaches the high watermark within this epoch is added back.  Both go
+    through the injected L{IAlterIsr}; until it answers, nothing else about
+    that ISR is asked.
+  - Each time the high watermark moves, acks=all produces and consumer
+    fetches waiting on the partition are woken.
+
+Threads: all of this state belongs to one L{SerialExecutor}, the manager's
+owner: work handed to it runs one piece at a time on whichever thread
+found it idle.  Follower fetches hand their progress to it from request
+handler threads (so an acks=all produce is usually completed on the thread
+that served the follower's fetch, with no thread switch); control calls
+(C{becomeLeader}...), ISR answers and the periodic checks reach it through
+the manager's own timer thread (C{kafkatwist-replica-manager}), so they
+never run on the caller's thread and their disk work (epoch checkpoints,
+high-watermark checkpoints) never runs on a reactor.  Other threads read
+only what the owner publishes: each log's C{isLeader}, C{leaderEpoch},
+C{isrSize} and high watermark, and the C{leaderEpochs()} snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from kafkatwist.coordinator.runtime import SerialExecutor
+from kafkatwist.interfaces import IReplicaManager
+from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint
+from kafkatwist.replication.fetcher import ReplicaFetcher
+from kafkatwist.replication.state import FOLLOWER, LEADER, UNKNOWN, PartitionReplicas
+
+__all__ = ["REPLICATION_OFFSET", "LocalAlterIsr", "ReplicaManager", "StaticDirectory"]
+
+log = Logger()
+
+REPLICATION_OFFSET = "replication-offset-checkpoint"
+
+
+class LocalAlterIsr:
+    """
+    The L{IAlterIsr} of a broker without a controller: every change is
+    accepted at once.
+    """
+
+    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+        onDone(partitionEpoch + 1, None)
+
+
+class StaticDirectory:
+    """
+    An L{IBrokerDirectory} over a fixed table C{{brokerId: (host, port)}}.
+    """
+
+    def __init__(self, endpoints=None) -> None:
+        self.endpoints = dict(endpoints or {})
+
+    def endpoint(self, brokerId, listenerName=None):
+        return self.endpoints.get(brokerId)
+
+    def aliveBrokers(self):
+        return frozenset(self.endpoints)
+
+
+def _wallMs() -> int:
+    return int(time.time() * 1000)
+
+
+@implementer(IReplicaManager)
+class ReplicaManager:
+    """
+    @param config: the broker's configuration (C{replica.*} keys).
+    @param clock: where control work and timers run: a L{TimerThread} in
+        the broker, a C{task.Clock} in tests.
+    @param wake: C{wake(key)} re-checks what waits on a partition (the
+        produce and fetch purgatories).
+    @param alterIsr: the L{IAlterIsr}.
+    @param directory: the L{IBrokerDirectory} followers find leaders in.
+    @param fetcherFactory: makes a fetcher (tests); defaults to
+        L{ReplicaFetcher}.
+    """
+
+    def __init__(
+        self,
+        brokerId: int,
+        logManager,
+        config,
+        clock,
+        *,
+        wake=None,
+        alterIsr=None,
+        directory=None,
+        fetcherFactory=None,
+        nowMs=_wallMs,
+    ) -> None:
+        self.brokerId = brokerId
+        self.logManager = logManager
+        self.config = config
+        self.clock = clock
+        self.wake = wake or (lambda key: None)
+        self.alterIsr = alterIsr if alterIsr is not None else LocalAlterIsr()
+        self.directory = directory if directory is not None else StaticDirectory()
+        self.fetcherFactory = fetcherFactory or ReplicaFetcher
+        self.nowMs = nowMs
+        self.lagMaxMs = config["replica.lag.time.max.ms"]
+        self.numFetchers = config["num.replica.fetchers"]
+        self.checkpointIntervalMs = config["replica.high.watermark.checkpoint.interval.ms"]
+        self.owner = SerialExecutor()
+        self._partitions: dict = {}
+        self._fetchers: dict = {}
+        self._published: dict = {}
+        self._checkpointed: dict | None = None
+        self._checkpointedByDir: dict = {}
+        self._timers: list = []
+        self._started = False
+        self._stopped = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """
+        Start the manager's thread (a L{TimerThread} clock), the periodic
+        ISR check and the high-watermark checkpoint.  Idempotent.
+        """
+        if self._started:
+            return
+        self._started = True
+        start = getattr(self.clock, "start", None)
+        if start is not None:
+            start()
+        self._schedule(self.lagMaxMs / 2000.0, self._checkIsrs)
+        self._schedule(self.checkpointIntervalMs / 1000.0, self._checkpointHighWatermarks)
+
+    def _schedule(self, delay: float, work) -> None:
+        def fire():
+            if self._stopped:
+                return
+            self.owner.submit(work)
+            self._schedule(delay, work)
+
+        self._timers.append(self.clock.callLater(delay, fire))
+
+    def stop(self) -> None:
+        """
+        Stop the fetchers and write the high watermarks (shutdown, before
+        the logs close).
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        for timer in self._timers:
+            if timer.active():
+                timer.cancel()
+        # Through the owner: its state is not shared, even at the end.
+        done = []
+        self.owner.submit(self._stopOwned, done)
+        stop = getattr(self.clock, "stop", None)
+        if stop is not None:
+            stop()
+
+    def _stopOwned(self, done) -> None:
+        for fetcher in list(self._fetchers.values()):
+            fetcher.stop()
+        self._fetchers = {}
+        self._checkpointHighWatermarks()
+        done.append(True)
+
+    # -- IReplicaManager (any thread) ------------------------------------------------------
+
+    def _post(self, f, *args) -> None:
+        self.clock.callLater(0, self.owner.submit, f, *args)
+
+    def becomeLeader(self, topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
+        self._post(
+            self._becomeLeader, topic, partition, leaderEpoch, tuple(isr), tuple(replicas),
+            partitionEpoch,
+        )
+
+    def becomeFollower(self, topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
+        self._post(
+            self._becomeFollower, topic, partition, leaderId, leaderEpoch, tuple(replicas),
+            partitionEpoch,
+        )
+
+    def stopReplica(self, topic, partition, delete):
+        self._post(self._stopReplica, topic, partition, delete)
+
+    def leaderEpochs(self):
+        return self._published
+
+    # -- the data plane (handler threads) ---------------------------------------------------
+
+    def recordFollowerFetch(self, replicaId: int, fetched) -> None:
+        """
+        A follower fetched: C{fetched} is C{[(key, fetchOffset,
+        leaderEndOffset)]}, the leader's log end read before the fetch was
+        answered.
+        """
+        self.owner.submit(self._onFollowerFetch, replicaId, fetched, self.nowMs())
+
+    # -- the owner's work ------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        self._published = {
+            key: (p.role, p.leaderEpoch) for key, p in self._partitions.items() if p.role
+        }
+
+    def _partitionFor(self, topic, partition):
+        key = (topic, partition)
+        p = self._partitions.get(key)
+        partitionLog = self.logManager.getLog(topic, partition) if self.logManager else None
+        if partitionLog is None:
+            log.warn(
+                "No log for {topic}-{partition}: its role is not applied",
+                topic=topic, partition=partition,
+            )
+            return None
+        if p is None or p.log is not partitionLog:
+            p = PartitionReplicas(topic, partition, partitionLog, self.brokerId)
+            self._partitions[key] = p
+            self._initHighWatermark(p)
+        return p
+
+    def _initHighWatermark(self, p: PartitionReplicas) -> None:
+        """
+        A log given its first role: its high watermark from the checkpoint
+        (the log start offset without one), never past its end.
+        """
+        if self._checkpointed is None:
+            self._checkpointed = self._readCheckpoints()
+        partitionLog = p.log
+        hw = self._checkpointed.get(p.key, partitionLog.logStartOffset)
+        partitionLog.setHighWatermark(
+            min(max(hw, partitionLog.logStartOffset), partitionLog.logEndOffset)
+        )
+
+    def _becomeLeader(self, topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
+        p = self._partitionFor(topic, partition)
+        if p is None or leaderEpoch < p.leaderEpoch:
+            return
+        if p.role == LEADER and leaderEpoch == p.leaderEpoch:
+            if partitionEpoch > p.partitionEpoch:
+                # The same epoch, a newer ISR (written by someone else).
+                p.isr, p.partitionEpoch = frozenset(isr), partitionEpoch
+                p.pendingIsr = None
+                p.log.isrSize = len(p.isr)
+                self._maybeAdvanceHighWatermark(p)
+            return
+        self._removeFetcher(p.key)
+        start = p.log.becomeLeader(leaderEpoch)
+        p.makeLeader(leaderEpoch, isr, replicas, partitionEpoch, start, self.nowMs())
+        p.log.isrSize = len(p.isr)
+        log.info(
+            "{topic}-{partition}: leader in epoch {epoch} from offset {offset}, ISR {isr}",
+            topic=topic, partition=partition, epoch=leaderEpoch, offset=start, isr=sorted(p.isr),
+        )
+        self._maybeAdvanceHighWatermark(p)
+        self._publish()
+        self.wake(p.key)
+
+    def _becomeFollower(self, topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
+        p = self._partitionFor(topic, partition)
+        if p is None or leaderEpoch < p.leaderEpoch:
+            return
+        if p.role == FOLLOWER and leaderEpoch == p.leaderEpoch and leaderId == p.leaderId:
+            p.partitionEpoch = max(p.partitionEpoch, partitionEpoch)
+            return
+        self._removeFetcher(p.key)
+        p.log.becomeFollower(leaderEpoch)
+        p.makeFollower(leaderId, leaderEpoch, replicas, partitionEpoch)
+        p.log.isrSize = 0
+        log.info(
+            "{topic}-{partition}: following broker {leader} in epoch {epoch}",
+            topic=topic, partition=partition, leader=leaderId, epoch=leaderEpoch,
+        )
+        if leaderId >= 0:
+            self._fetcherFor(leaderId, p.key).addPartition(p.key, p.log, leaderEpoch)
+        self._publish()
+        # acks=all produces waiting here fail now (NOT_LEADER_OR_FOLLOWER).
+        self.wake(p.key)
+
+    def _stopReplica(self, topic, partition, delete):
+        key = (topic, partition)
+        p = self._partitions.pop(key, None)
+        self._removeFetcher(key)
+        if p is not None:
+            p.log.isLeader = False
+            p.log.isrSize = 0
+            self._publish()
+            self.wake(key)
+
+    # -- fetchers --------------------------------------------------------------------------
+
+    def _fetcherFor(self, leaderId: int, key):
+        index = hash(key) % self.numFetchers
+        fetcher = self._fetchers.get((leaderId, index))
+        if fetcher is None:
+            fetcher = self.fetcherFactory(
+                self.brokerId, leaderId, index, self.directory, self.config,
+                onFenced=self._onFenced,
+            )
+            self._fetchers[(leaderId, index)] = fetcher
+            fetcher.start()
+        return fetcher
+
+    def _removeFetcher(self, key) -> None:
+        for (leaderId, index), fetcher in list(self._fetchers.items()):
+            fetcher.removePartition(key)
+            if not fetcher.partitionCount():
+                fetcher.stop(timeout=0)
+                del self._fetchers[(leaderId, index)]
+
+    def _onFenced(self, key, error) -> None:
+        # A leader refused us: the controller's next word fixes it.
+        log.debug("{key}: the leader answered {error}", key=key, error=error.name)
+
+    # -- the leader's side ---------------------------------------------------------------------
+
+    def _onFollowerFetch(self, replicaId: int, fetched, nowMs: int) -> None:
+        for key, fetchOffset, leaderEndOffset in fetched:
+            p = self._partitions.get(key)
+            if p is None or p.role != LEADER:
+                continue
+            follower = p.followers.get(replicaId)
+            if follower is None:
+                continue
+            follower.onFetch(fetchOffset, leaderEndOffset, nowMs)
+            self._maybeAdvanceHighWatermark(p)
+            if p.pendingIsr is None and p.canJoinIsr(replicaId, p.log.highWatermark):
+                self._alter(p, p.isr | {replicaId})
+
+    def _maybeAdvanceHighWatermark(self, p: PartitionReplicas) -> None:
+        partitionLog = p.log
+        hw = p.highWatermark(partitionLog.logEndOffset)
+        if hw is None:
+            if partitionLog._highWatermark is not None:
+                partitionLog.setHighWatermark(None)
+                self.wake(p.key)
+            return
+        if hw == UNKNOWN:
+            if partitionLog._highWatermark is None:
+                # Pin it: it may not follow the log end any more.
+                partitionLog.setHighWatermark(partitionLog.logEndOffset)
+            return
+        current = partitionLog._highWatermark
+        if current is None or hw > current:
+            partitionLog.setHighWatermark(hw)
+            self.wake(p.key)
+
+    def _checkIsrs(self) -> None:
+        nowMs = self.nowMs()
+        for p in list(self._partitions.values()):
+            if p.role != LEADER or p.pendingIsr is not None:
+                continue
+            lagging = p.outOfSync(nowMs, self.lagMaxMs)
+            if lagging:
+                log.info(
+                    "{topic}-{partition}: shrinking the ISR {isr} by {lagging}, which have "
+                    "not caught up for {lag} ms",
+                    topic=p.topic, partition=p.partition, isr=sorted(p.isr),
+                    lagging=sorted(lagging), lag=self.lagMaxMs,
+                )
+                self._alter(p, p.isr - lagging)
+
+    def _alter(self, p: PartitionReplicas, newIsr: frozenset) -> None:
+        p.pendingIsr = frozenset(newIsr)
+        key, epoch = p.key, p.leaderEpoch
+
+        def onDone(newPartitionEpoch, error):
+            self._post(self._isrAltered, key, epoch, frozenset(newIsr), newPartitionEpoch, error)
+
+        self.alterIsr.alterIsr(
+            p.topic, p.partition, self.brokerId, epoch, sorted(newIsr), p.partitionEpoch, onDone
+        )
+
+    def _isrAltered(self, key, epoch, newIsr, newPartitionEpoch, error) -> None:
+        p = self._partitions.get(key)
+        if p is None or p.role != LEADER or p.leaderEpoch != epoch or p.pendingIsr != newIsr:
+            return
+        p.pendingIsr = None
+        if error is not None:
+            log.warn(
+                "{topic}-{partition}: ISR change to {isr} refused: {error}",
+                topic=p.topic, partition=p.partition, isr=sorted(newIsr), error=error,
+            )
+            self._maybeAdvanceHighWatermark(p)
+            return
+        p.isr = newIsr
+        p.partitionEpoch = newPartitionEpoch
+        p.log.isrSize = len(newIsr)
+        self._maybeAdvanceHighWatermark(p)
+        self.wake(key)
+
+    # -- the high-watermark checkpoint -----------------------------------------------------------
+
+    def _logDirs(self) -> list:
+        return list(getattr(self.logManager, "logDirs", None) or ())
+
+    def _readCheckpoints(self) -> dict:
+        """
+        @return: C{{(topic, partition): highWatermark}} over every log
+            directory (also kept per directory, so partitions not given a
+            role yet keep their entries when the file is written again).
+        """
+        self._checkpointedByDir = {}
+        found = {}
+        for logDir in self._logDirs():
+            entries = readCheckpoint(os.path.join(logDir, REPLICATION_OFFSET))
+            self._checkpointedByDir[logDir] = entries
+            found.update(entries)
+        return found
+
+    def _checkpointHighWatermarks(self) -> None:
+        if self._checkpointed is None:
+            return  # no partition was ever given a role: nothing to write
+        byDir: dict = defaultdict(dict)
+        for logDir, entries in self._checkpointedByDir.items():
+            for key, hw in entries.items():
+                if key not in self._partitions and self.logManager.getLog(*key) is not None:
+                    byDir[logDir][key] = hw
+        for key, p in list(self._partitions.items()):
+            directory = getattr(p.log, "directory", None)
+            if directory is None:
+                continue
+            byDir[os.path.dirname(directory)][key] = p.log.highWatermark
+        for logDir, entries in byDir.items():
+            try:
+                writeCheckpoint(os.path.join(logDir, REPLICATION_OFFSET), entries)
+            except OSError as e:
+                log.warn("Cannot write {path}: {error}", path=logDir, error=e)

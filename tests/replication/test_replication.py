@@ -1,0 +1,168 @@
+"""
+Replication between real broker processes on loopback, driven by a static
+controller (no ZooKeeper): followers converge, acks=all waits for the ISR,
+a divergent follower truncates after a leader change (KIP-279), consumers
+never see past the high watermark.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from kafkatwist.client import KafkaWireClient
+from kafkatwist.protocol.records import Record
+
+
+def produce(bootstrap, topic, values, acks="all", timeoutMs=30000, **extra):
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+        "message.timeout.ms": timeoutMs, "request.timeout.ms": timeoutMs, **extra,
+    })
+    results = []
+    for value in values:
+        producer.produce(
+            topic, value=value, partition=0,
+            on_delivery=lambda err, msg: results.append(err),
+        )
+    producer.flush(timeoutMs / 1000 + 10)
+    return results
+
+
+def test_followers_converge(cluster):
+    c = cluster(3)
+    c.createTopic("r")
+    c.elect("r", 0, leader=1, epoch=1, isr=[1, 2, 3])
+    c.waitFor(lambda: (c.state(2, "r") or {}).get("role") == "follower", what="roles")
+    errors = produce(c.bootstrap(1), "r", [b"v%d" % i for i in range(200)])
+    assert errors == [None] * 200
+    dumps = c.waitInSync("r")
+    assert len(dumps[1]) > 0
+    state = c.state(1, "r")
+    assert state["leo"] == 200 and state["hw"] == 200 and state["isr"] == [1, 2, 3]
+    assert state["epochs"] == [[1, 0]]
+    assert c.state(3, "r")["epochs"] == [[1, 0]]
+
+
+def test_acks_all_waits_for_the_isr_then_shrinks(cluster):
+    c = cluster(3)
+    c.createTopic("r")
+    c.elect("r", 0, leader=1, epoch=1, isr=[1, 2, 3])
+    assert produce(c.bootstrap(1), "r", [b"a"]) == [None]
+    c.waitInSync("r")
+    c.pause(3)
+    try:
+        started = time.monotonic()
+        # Acknowledged only once broker 3 left the ISR (lag 3 s).
+        assert produce(c.bootstrap(1), "r", [b"b"]) == [None]
+        waited = time.monotonic() - started
+        assert waited > 2.0, waited
+        assert c.state(1, "r")["isr"] == [1, 2]
+        # acks=1 answers at once.
+        started = time.monotonic()
+        assert produce(c.bootstrap(1), "r", [b"c"], acks="1") == [None]
+        assert time.monotonic() - started < 2.0
+    finally:
+        c.resume(3)
+    # Broker 3 catches up and rejoins.
+    c.waitFor(lambda: c.state(1, "r")["isr"] == [1, 2, 3], what="broker 3 back in the ISR")
+    c.waitInSync("r")
+
+
+def test_not_enough_replicas(cluster):
+    c = cluster(3)
+    c.createTopic("m", configs={"min.insync.replicas": "3"})
+    c.elect("m", 0, leader=1, epoch=1, isr=[1, 2, 3])
+    assert produce(c.bootstrap(1), "m", [b"a"]) == [None]
+    c.pause(3)
+    try:
+        c.waitFor(lambda: c.state(1, "m")["isr"] == [1, 2], what="the ISR shrink")
+        with KafkaWireClient(c.bootstrap(1)) as client:
+            from kafkatwist.errors import KafkaError
+
+            with pytest.raises(KafkaError) as e:
+                client.produce("m", 0, [Record(value=b"x")], acks=-1)
+            assert e.value.code.name == "not_enough_replicas"
+            # acks=1 is not held to min.insync.replicas.
+            client.produce("m", 0, [Record(value=b"y")], acks=1)
+    finally:
+        c.resume(3)
+
+
+def test_consumers_never_see_past_the_high_watermark(cluster):
+    c = cluster(2, {"replica.lag.time.max.ms": "60000"})
+    c.createTopic("h")
+    c.elect("h", 0, leader=1, epoch=1, isr=[1, 2])
+    assert produce(c.bootstrap(1), "h", [b"a", b"b"]) == [None, None]
+    c.waitInSync("h")
+    c.pause(2)
+    try:
+        assert produce(c.bootstrap(1), "h", [b"c"], acks="1") == [None]
+        state = c.state(1, "h")
+        assert (state["leo"], state["hw"]) == (3, 2)
+        with KafkaWireClient(c.bootstrap(1)) as client:
+            fetched = client.fetchRaw("h", 0, 0, maxWaitMs=0)
+            assert fetched.highWatermark == 2
+            from kafkatwist.protocol.batch import iterBatchHeaders
+
+            lastOffsets = [h.lastOffset for _, h in iterBatchHeaders(fetched.records)]
+            assert max(lastOffsets) == 1
+            assert client.fetchRaw("h", 0, 2, maxWaitMs=0).records == b""
+            assert client.listOffsets("h", [0])[0][0] == 2
+    finally:
+        c.resume(2)
+    c.waitInSync("h")
+    with KafkaWireClient(c.bootstrap(1)) as client:
+        assert client.listOffsets("h", [0])[0][0] == 3
+
+
+def test_divergent_follower_truncates_after_a_leader_change(cluster):
+    """
+    KIP-279: broker 1 leads epoch 1 and takes writes its followers never
+    see (acks=1 while they are down), then dies.  Broker 2 leads epoch 2
+    and takes other writes.  Broker 1 comes back as a follower: it truncates
+    its suffix of epoch 1 and ends with broker 2's log.
+    """
+    c = cluster(3, {"replica.lag.time.max.ms": "60000"})
+    c.createTopic("k")
+    c.elect("k", 0, leader=1, epoch=1, isr=[1, 2, 3])
+    assert produce(c.bootstrap(1), "k", [b"a%d" % i for i in range(5)]) == [None] * 5
+    c.waitInSync("k")
+    c.kill(2)
+    c.kill(3)
+    assert produce(c.bootstrap(1), "k", [b"lost%d" % i for i in range(3)], acks="1") == [None] * 3
+    assert c.state(1, "k")["leo"] == 8
+    c.kill(1)
+    c.restart(2)
+    c.restart(3)
+    c.elect("k", 0, leader=2, epoch=2, isr=[2, 3])
+    c.waitFor(lambda: c.state(2, "k")["role"] == "leader", what="broker 2 leading")
+    assert produce(c.bootstrap(2), "k", [b"b%d" % i for i in range(4)]) == [None] * 4
+    c.restart(1)
+    c.elect("k", 0, leader=2, epoch=2, isr=[2, 3], nodes=[1])
+    dumps = c.waitInSync("k")
+    state = c.state(1, "k")
+    assert state["leo"] == 9 and state["epochs"] == [[1, 0], [2, 5]]
+    assert b"lost" not in dumps[1]
+    assert b"b3" in dumps[1]
+    c.waitFor(lambda: c.state(2, "k")["isr"] == [1, 2, 3], what="broker 1 back in the ISR")
+
+
+def test_only_the_leader_serves_clients(cluster):
+    c = cluster(2)
+    c.createTopic("n")
+    c.elect("n", 0, leader=1, epoch=3, isr=[1, 2])
+    c.waitFor(lambda: (c.state(2, "n") or {}).get("role") == "follower", what="roles")
+    from kafkatwist.errors import KafkaError
+
+    with KafkaWireClient(c.bootstrap(2)) as client:
+        for call in (
+            lambda: client.produce("n", 0, [Record(value=b"x")], acks=1),
+            lambda: client.listOffsets("n", [0]),
+        ):
+            with pytest.raises(KafkaError) as e:
+                call()
+            assert e.value.code.name == "not_leader_or_follower"
+        assert client.fetchRaw("n", 0, 0, maxWaitMs=0).error.name == "not_leader_or_follower"

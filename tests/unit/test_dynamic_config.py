@@ -1,0 +1,188 @@
+"""
+Dynamic broker configs through the admin handlers: Kafka's precedence and
+sources, the refusals in Kafka's words, validate_only, topics inheriting a
+changed default, and the stored layers read back at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kafkatwist.config import BrokerConfig, ConfigSource
+from kafkatwist.dynamicconfig import DYNAMIC_CONFIG_FILE, DynamicBrokerConfig
+from kafkatwist.errors import ErrorCode
+from kafkatwist.plugins import admin_configs
+from kafkatwist.protocol.apis import requestType
+from kafkatwist.protocol.entities import nested
+from tests.unit.test_admin_handlers import (
+    APPEND,
+    DELETE,
+    SET,
+    SUBTRACT,
+    alter,
+    call,
+    createTopic,
+    describe,
+    makeBroker,
+)
+
+BROKER, NODE = 4, "1"
+
+
+def configs(broker, name=NODE, synonyms=True):
+    [result] = describe(broker, [(BROKER, name, None)], synonyms=synonyms)
+    assert result.error_code == ErrorCode.none, result.error_message
+    return {c.name: c for c in result.configs}
+
+
+def ok(results):
+    assert [(r.error_code, r.error_message) for r in results] == [(ErrorCode.none, None)] * len(results)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    return makeBroker(str(tmp_path / DYNAMIC_CONFIG_FILE), **{"log.retention.hours": "24"})
+
+
+def test_precedence_and_sources(broker):
+    createTopic(broker, "t")
+    ok(alter(broker, [(BROKER, "", [("log.retention.ms", SET, "5000")])]))
+    described = configs(broker)["log.retention.ms"]
+    assert (described.value, described.config_source) == (
+        "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert not described.read_only
+    assert broker.logManager.getLog("t", 0).config.retentionMs == 5000
+
+    ok(alter(broker, [(BROKER, NODE, [("log.retention.ms", SET, "7000")])]))
+    described = configs(broker)["log.retention.ms"]
+    assert (described.value, described.config_source) == ("7000", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert [(s.name, s.value, s.source) for s in described.synonyms] == [
+        ("log.retention.ms", "7000", ConfigSource.DYNAMIC_BROKER_CONFIG),
+        ("log.retention.ms", "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+    ]
+    # The topic inherits at once, and says where from.
+    assert broker.logManager.getLog("t", 0).config.retentionMs == 7000
+    [topic] = describe(broker, [(2, "t", ["retention.ms"])], synonyms=True)
+    [entry] = topic.configs
+    assert (entry.value, entry.config_source) == ("7000", ConfigSource.DYNAMIC_BROKER_CONFIG)
+
+    # The cluster default resource lists the dynamic defaults only.
+    default = configs(broker, "")
+    assert set(default) == {"log.retention.ms"}
+    assert default["log.retention.ms"].config_source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert [s.source for s in default["log.retention.ms"].synonyms] == [
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, ConfigSource.STATIC_BROKER_CONFIG,
+        ConfigSource.DEFAULT_CONFIG]
+
+    # Deleting the per-broker value falls back to the default, then to static.
+    ok(alter(broker, [(BROKER, NODE, [("log.retention.ms", DELETE, None)])]))
+    assert broker.logManager.getLog("t", 0).config.retentionMs == 5000
+    ok(alter(broker, [(BROKER, "", [("log.retention.ms", DELETE, None)])]))
+    assert broker.logManager.getLog("t", 0).config.retentionMs == 24 * 3600 * 1000
+    assert configs(broker)["log.retention.ms"].config_source == ConfigSource.DEFAULT_CONFIG
+
+
+def test_topic_override_still_wins(broker):
+    createTopic(broker, "t", configs={"max.message.bytes": "2000"})
+    createTopic(broker, "u")
+    ok(alter(broker, [(BROKER, "", [("message.max.bytes", SET, "1000")])]))
+    assert broker.logManager.getLog("t", 0).config.maxMessageBytes == 2000
+    assert broker.logManager.getLog("u", 0).config.maxMessageBytes == 1000
+
+
+def test_list_operations(broker):
+    createTopic(broker, "t")
+    ok(alter(broker, [(BROKER, NODE, [("log.cleanup.policy", APPEND, "compact")])]))
+    assert broker.logManager.getLog("t", 0).config.cleanupPolicy == ("delete", "compact")
+    ok(alter(broker, [(BROKER, NODE, [("log.cleanup.policy", SUBTRACT, "delete")])]))
+    assert broker.logManager.getLog("t", 0).config.cleanupPolicy == ("compact",)
+    [result] = alter(broker, [(BROKER, NODE, [("log.retention.ms", APPEND, "1")])])
+    assert result.error_code == ErrorCode.invalid_config
+
+
+def test_validate_only_changes_nothing(broker, tmp_path):
+    createTopic(broker, "t")
+    ok(alter(broker, [(BROKER, NODE, [("log.segment.bytes", SET, "100000")])], validateOnly=True))
+    assert broker.logManager.getLog("t", 0).config.segmentBytes == 1073741824
+    assert broker.dynamicConfig.perBroker == {}
+    assert not os.path.exists(tmp_path / DYNAMIC_CONFIG_FILE)
+
+
+@pytest.mark.parametrize(
+    "name, changes, words",
+    [
+        (NODE, [("log.dirs", SET, "/x"), ("listeners", SET, "PLAINTEXT://:1")],
+         "Cannot update these configs dynamically: Set(listeners, log.dirs)"),
+        (NODE, [("num.network.threads", SET, "2")],
+         "Cannot update these configs dynamically: Set(num.network.threads)"),
+        (NODE, [("no.such.key", SET, "2")], "Cannot update these configs dynamically: Set(no.such.key)"),
+        (NODE, [("ssl.keystore.location", SET, "/x.pem")],
+         "These security configs can be dynamically updated only per-listener using the listener "
+         "prefix: Set(ssl.keystore.location)"),
+        ("", [("listener.name.plaintext.ssl.keystore.location", SET, "/x.pem")],
+         "Cannot update these configs at default cluster level, broker id must be specified: "
+         "Set(listener.name.plaintext.ssl.keystore.location)"),
+        (NODE, [("log.retention.ms", SET, "soon")], "log.retention.ms"),
+        (NODE, [("num.io.threads", SET, "5")], "should not be greater than double the current value 2"),
+        (NODE, [("listener.name.other.ssl.keystore.location", SET, "/x.pem")], "there is no listener OTHER"),
+    ],
+)
+def test_refusals(tmp_path, name, changes, words):
+    from kafkatwist.reconfigure import HandlerThreads
+
+    broker = makeBroker(str(tmp_path / DYNAMIC_CONFIG_FILE))
+    pool = type("Pool", (), {"numThreads": 2})()
+    broker.dynamicConfig.addReconfigurable(HandlerThreads(type("Server", (), {"handlerPool": pool})()))
+    [result] = alter(broker, [(BROKER, name, changes)])
+    assert result.error_code == ErrorCode.invalid_request
+    assert words in result.error_message
+    assert broker.dynamicConfig.perBroker == broker.dynamicConfig.clusterDefault == {}
+
+
+def test_legacy_alter_configs_replaces_the_layer(broker):
+    ok(alter(broker, [(BROKER, NODE, [("log.retention.ms", SET, "1000"),
+                                      ("log.segment.bytes", SET, "100000")])]))
+    Resource = nested(requestType(33, 1), "AlterConfigsResource")
+    Config = nested(requestType(33, 1), "AlterableConfig")
+    [result] = call(
+        admin_configs.AlterConfigsHandler, broker, 1,
+        resources=(Resource(resource_type=BROKER, resource_name=NODE,
+                            configs=(Config(name="log.retention.ms", value="2000"),)),),
+        validate_only=False,
+    ).responses
+    assert result.error_code == ErrorCode.none
+    assert broker.dynamicConfig.perBroker == {"log.retention.ms": "2000"}
+
+
+def test_stored_and_applied_at_start(broker, tmp_path):
+    path = str(tmp_path / DYNAMIC_CONFIG_FILE)
+    ok(alter(broker, [(BROKER, "", [("log.retention.ms", SET, "5000")]),
+                      (BROKER, NODE, [("message.max.bytes", SET, "4096")])]))
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    restarted = makeBroker(path, **{"log.retention.hours": "24"})
+    createTopic(restarted, "t")
+    config = restarted.logManager.getLog("t", 0).config
+    assert (config.retentionMs, config.maxMessageBytes) == (5000, 4096)
+    assert restarted.dynamicConfig.current["message.max.bytes"] == 4096
+    assert configs(restarted)["message.max.bytes"].config_source == ConfigSource.DYNAMIC_BROKER_CONFIG
+
+
+def test_a_damaged_stored_record_is_skipped(tmp_path):
+    path = tmp_path / DYNAMIC_CONFIG_FILE
+    lines = [
+        {"kind": "dynamic-broker-configs", "version": 1},
+        {"scope": "broker", "name": "log.dir", "value": "/elsewhere"},
+        {"scope": "broker", "name": "log.retention.ms", "value": "not a number"},
+        {"scope": "default", "name": "log.segment.bytes", "value": "100000"},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n{broken\n")
+    dynamic = DynamicBrokerConfig(BrokerConfig({}), str(path))
+    dynamic.load()
+    assert dynamic.perBroker == {}
+    assert dynamic.clusterDefault == {"log.segment.bytes": "100000"}
+    assert dynamic.current["log.segment.bytes"] == 100000
