@@ -1,0 +1,98 @@
+"""
+The control plane and replication together: an idempotent acks=all
+producer keeps going while partition leaders are killed with kill -9, and
+nothing it was told is written is lost or written twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.cluster.test_brokers import Cluster, partitions
+from tests.cluster.test_control_plane import waitUntil
+
+confluent = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
+
+REPLICATION = {
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "log.cleaner.enable": "false",
+}
+
+
+@pytest.fixture
+def cluster(zookeeper, tmp_path):
+    c = Cluster(zookeeper.connect("failover"), str(tmp_path))
+    yield c
+    c.stopAll()
+
+
+def test_idempotent_producer_through_leader_kills(cluster):
+    for i in (1, 2, 3):
+        cluster.start(i, **REPLICATION)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("d", num_partitions=2, replication_factor=3,
+                                  config={"min.insync.replicas": "2"})], request_timeout=20)["d"].result()
+    waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "d").values()))
+
+    acked: list[bytes] = []
+    failed: list = []
+    stop = threading.Event()
+
+    def delivered(error, message):
+        if error is None:
+            acked.append(message.value())
+        else:
+            failed.append(error)
+
+    def produce():
+        producer = Producer({
+            "bootstrap.servers": cluster.bootstrap(1, 2, 3), "acks": "all",
+            "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
+        })
+        n = 0
+        while not stop.is_set():
+            producer.produce("d", value=b"%08d" % n, on_delivery=delivered)
+            n += 1
+            producer.poll(0.002 if n % 50 else 0.05)
+        assert producer.flush(120) == 0
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        waitUntil(lambda: len(acked) > 200, timeout=30, what="records acknowledged")
+        for _ in range(3):
+            leader = partitions(admin, "d")[0][0]
+            cluster.brokers[leader].kill()
+            others = [i for i in (1, 2, 3) if i != leader]
+            other = cluster.admin(*others)
+            waitUntil(lambda: all(l in others for l, _, _ in partitions(other, "d").values()),
+                      timeout=30, what="new leaders")
+            before = len(acked)
+            waitUntil(lambda: len(acked) > before + 100, timeout=60, what="acknowledged again")
+            cluster.start(leader, **REPLICATION)
+            waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "d").values()),
+                      timeout=60, what="the killed broker back in every ISR")
+    finally:
+        stop.set()
+        thread.join(180)
+    assert not failed
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(1, 2, 3), "group.id": "check",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["d"])
+    seen: list[bytes] = []
+    wanted = set(acked)
+    deadline = time.monotonic() + 90
+    while not wanted <= set(seen) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    consumer.close()
+    assert wanted <= set(seen), f"{len(wanted - set(seen))} acknowledged records lost"
+    assert len(seen) == len(set(seen)), "duplicates"
