@@ -254,6 +254,15 @@ class ClusterService:
     def aliveBrokers(self):
         return self.image.live()
 
+    def eligibleForIsr(self, brokerId) -> bool:
+        """
+        Whether a leader may add C{brokerId} to an ISR: alive and not being
+        shut down (L{alterIsr} refuses others with INELIGIBLE_REPLICA).
+        Any thread.
+        """
+        image = self.image
+        return brokerId in image.brokers and brokerId not in image.shuttingDown
+
     # -- IAlterIsr (any thread) ---------------------------------------------------------
 
     def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
@@ -262,6 +271,15 @@ class ClusterService:
 
     def _alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
         current = self._states.get((topic, partition))
+        added = set(newIsr) - set(current.isr if current is not None else ())
+        ineligible = sorted(b for b in added if b not in self._brokers or b in self._shuttingDown)
+        if ineligible:
+            # A dead broker, or one being shut down (its leaders are moving
+            # away): the controller would only take it out again (Kafka's
+            # INELIGIBLE_REPLICA).
+            onDone(None, KafkaError(ErrorCode.ineligible_replica,
+                                    f"brokers {ineligible} cannot join the ISR of {topic}-{partition}"))
+            return
         controllerEpoch = current.controllerEpoch if current is not None else 0
         state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch)
         try:
