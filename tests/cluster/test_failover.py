@@ -96,3 +96,56 @@ def test_idempotent_producer_through_leader_kills(cluster):
     consumer.close()
     assert wanted <= set(seen), f"{len(wanted - set(seen))} acknowledged records lost"
     assert len(seen) == len(set(seen)), "duplicates"
+
+
+def test_committed_offsets_survive_the_coordinators_broker(cluster):
+    from kafkatwist.coordinator.formats import partitionFor
+
+    for i in (1, 2, 3):
+        cluster.start(i, **REPLICATION)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("c", num_partitions=1, replication_factor=3,
+                                  config={"min.insync.replicas": "2"})], request_timeout=20)["c"].result()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(1, 2, 3), "acks": "all",
+                         "enable.idempotence": True})
+    for n in range(100):
+        producer.produce("c", value=b"%03d" % n)
+    assert producer.flush(30) == 0
+
+    def consumer(bootstrap):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "keep",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "session.timeout.ms": 6000})
+        c.subscribe(["c"])
+        return c
+
+    def take(c, count):
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            message = c.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message)
+        return got
+
+    first = consumer(cluster.bootstrap(1, 2, 3))
+    got = take(first, 40)
+    assert len(got) == 40
+    first.commit(message=got[-1], asynchronous=False)
+    first.close()
+    # The committed offset is replicated: every ISR member has it.
+    internal = partitions(admin, "__consumer_offsets")
+    index = partitionFor("keep", len(internal))
+    waitUntil(lambda: len(partitions(admin, "__consumer_offsets")[index][2]) == 3,
+              what="__consumer_offsets fully replicated")
+    owner = partitions(admin, "__consumer_offsets")[index][0]
+    cluster.brokers[owner].kill()
+    survivors = [i for i in (1, 2, 3) if i != owner]
+    other = cluster.admin(*survivors)
+    waitUntil(lambda: partitions(other, "__consumer_offsets")[index][0] in survivors, timeout=30)
+    waitUntil(lambda: partitions(other, "c")[0][0] in survivors, timeout=30)
+    second = consumer(cluster.bootstrap(*survivors))
+    resumed = take(second, 1)
+    second.close()
+    assert resumed and resumed[0].offset() == 40, "the group did not resume at its committed offset"
