@@ -518,8 +518,9 @@ class ClusterService:
 
     def _register(self, wait: float) -> None:
         path = Z.brokerPath(self.brokerId)
+        raw = getattr(self.config, "raw", {}) or {}
         data = Z.encodeBroker(self.brokerId, self.advertisedListeners,
-                              self.config["listener.security.protocol.map"])
+                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"))
         deadline = time.monotonic() + wait
         while True:
             try:

@@ -85,9 +85,10 @@ def call(method, *args):
 
 
 def test_registration_and_controller(cluster):
-    a, b, c = cluster(1), cluster(2), cluster(3)
+    a, b, c = cluster(1), cluster(2), cluster(3, **{"broker.rack": "r3"})
     for node in (a, b, c):
         waitUntil(lambda: node.image.live() == {1, 2, 3}, what="three live brokers")
+    assert a.image.brokers[3].rack == "r3" and a.image.brokers[1].rack is None
     assert {n.image.controllerId for n in (a, b, c)} == {1}
     assert a.service.controller.active and not b.service.controller.active
     assert b.service.endpoint(3) == ("127.0.0.1", 19003)
