@@ -95,6 +95,8 @@ class ClusterService:
         )
         # -- owned by the owner thread --
         self._brokers: dict[int, Z.BrokerInfo] = {}
+        #: each live broker's registration's czxid (Kafka's broker epoch)
+        self._brokerEpochs: dict[int, int] = {}
         self._topics: dict[str, Z.TopicAssignment] = {}
         self._states: dict[tuple[str, int], Z.PartitionState] = {}
         self._configs: dict[str, dict] = {}
@@ -604,14 +606,25 @@ class ClusterService:
                 ids.add(int(child))
             except ValueError:
                 continue
+        bounced = set()
         for brokerId in list(self._brokers):
-            if brokerId not in ids:
-                del self._brokers[brokerId]
-                log.info("Broker {id} left the cluster", id=brokerId)
+            if brokerId in ids:
+                # Gone and back between two reads (Kafka's "bounced
+                # brokers", told apart by the znode's creation, its broker
+                # epoch): it lost its state, so it leaves first.
+                stat = self.zk.exists(Z.brokerPath(brokerId))
+                if stat is not None and stat.czxid == self._brokerEpochs.get(brokerId):
+                    continue
+                bounced.add(brokerId)
+            del self._brokers[brokerId]
+            log.info("Broker {id} left the cluster", id=brokerId)
+        if bounced:
+            self._settle()
         for brokerId in ids - set(self._brokers):
             try:
-                data, _ = self.zk.get(Z.brokerPath(brokerId))
+                data, stat = self.zk.get(Z.brokerPath(brokerId))
                 self._brokers[brokerId] = Z.decodeBroker(brokerId, data)
+                self._brokerEpochs[brokerId] = stat.czxid
                 log.info("Broker {id} joined the cluster: {endpoints}", id=brokerId,
                          endpoints=self._brokers[brokerId].endpoints)
             except NoNodeError:

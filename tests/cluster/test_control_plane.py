@@ -241,3 +241,20 @@ def test_producer_id_blocks_are_cluster_wide(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_bounced_broker_loses_its_leadership(cluster):
+    """
+    A broker that went and came back between two reads of /brokers/ids
+    (its registration's czxid changed) is treated as gone, then back.
+    """
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    call(a.service.createTopic, "bounce", {0: (2, 1)}, {})
+    waitUntil(lambda: a.image.leader("bounce", 0) == 2)
+    epoch = a.image.states[("bounce", 0)].leaderEpoch
+    # Broker 2's registration replaced behind the watchers' back.
+    a.service.owner.call(lambda: a.service._brokerEpochs.__setitem__(2, -1))
+    a.service.owner.call(a.service._onEvent, "/brokers/ids")
+    waitUntil(lambda: a.image.states[("bounce", 0)].leaderEpoch > epoch, what="re-elected")
+    assert a.image.live() == {1, 2}
