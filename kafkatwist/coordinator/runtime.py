@@ -30,8 +30,10 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -412,6 +414,18 @@ class TimerThread:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+        # Started in BrokerService.prepare(), before twistd daemonizes: a
+        # forked child has no thread of ours, so it starts its own (without
+        # this, a daemonized broker's group timers never fired).
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _restartAfterFork(ref))
+
+    def _afterFork(self) -> None:
+        if self._thread is None or self._stopping:
+            return
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -442,3 +456,9 @@ class TimerThread:
                 call.f(*call.args, **call.kw)
             except Exception:
                 log.failure("timer {f} failed", f=call.f)
+
+
+def _restartAfterFork(ref) -> None:
+    timer = ref()
+    if timer is not None:
+        timer._afterFork()
