@@ -285,12 +285,13 @@ def _describe(client, handles) -> dict:
         try:
             _, response = client.call(DESCRIBE_TRANSACTIONS, build, nodeId)
             (state,) = response.transaction_states
-        except KafkaError:
-            raise
-        except Exception:
-            # kio cannot read back a start time of -1: an id with no
-            # transaction open, which is all that matters here.
-            out[handle.transactionalId] = (ErrorCode.none, "Empty", -1, -1)
+        except Exception as e:
+            # kio cannot read back a start time of -1 (the client reports
+            # the answer as undecodable): an id with no transaction open,
+            # which is all that matters here.
+            if isinstance(e, KafkaError) and "cannot decode" not in str(e):
+                raise
+            out[handle.transactionalId] = (ErrorCode.none, "no transaction open", -1, -1)
             continue
         out[handle.transactionalId] = (
             state.error_code, state.transaction_state, int(state.producer_id),
