@@ -553,6 +553,8 @@ KEYS: dict[str, Key] = {
         Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
         Key("replica.high.watermark.checkpoint.interval.ms", _long(1), "5000",
             "How often the high watermarks are written to replication-offset-checkpoint."),
+        Key("offsets.commit.timeout.ms", _int(1), "5000",
+            "How long a coordinator's append waits for the ISR of a replicated partition."),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
             "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
         Key("log.message.downconversion.enable", _bool, "true",

@@ -85,11 +85,19 @@ class CachedPartition:
     parameters and what it was last told.
     """
 
-    __slots__ = ("fetchOffset", "maxBytes", "highWatermark", "lastStableOffset", "logStartOffset")
+    __slots__ = (
+        "fetchOffset", "maxBytes", "leaderEpoch", "highWatermark", "lastStableOffset",
+        "logStartOffset",
+    )
 
-    def __init__(self, fetchOffset, maxBytes, highWatermark=-1, lastStableOffset=-1, logStartOffset=-1):
+    def __init__(
+        self, fetchOffset, maxBytes, leaderEpoch, highWatermark=-1, lastStableOffset=-1,
+        logStartOffset=-1,
+    ):
         self.fetchOffset = fetchOffset
         self.maxBytes = maxBytes
+        #: the fetcher's current leader epoch (KIP-320), -1 if not given
+        self.leaderEpoch = leaderEpoch
         self.highWatermark = highWatermark
         self.lastStableOffset = lastStableOffset
         self.logStartOffset = logStartOffset
@@ -164,7 +172,7 @@ class FetchContext:
 
     @ivar kind: L{SESSIONLESS}, L{FULL}, L{INCREMENTAL} or L{ERROR}.
     @ivar entries: what to read, in order: C{(topic key, partition, fetch
-        offset, partition max bytes)}.
+        offset, partition max bytes, current leader epoch)}.
     """
 
     SESSIONLESS, FULL, INCREMENTAL, ERROR = "sessionless", "full", "incremental", "error"
@@ -291,7 +299,7 @@ class FetchSessionCache:
         C{FetchManager.newContext}.
 
         @param entries: the request's partitions, C{(topic key, partition,
-            fetch offset, partition max bytes)}.
+            fetch offset, partition max bytes, current leader epoch)}.
         @param forgotten: C{(topic key, partition)} to drop from the session.
         """
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
@@ -307,13 +315,14 @@ class FetchSessionCache:
         if session.usesTopicIds != usesTopicIds:
             return FetchContext(FetchContext.ERROR, errorCode=ErrorCode.fetch_session_topic_id_error)
         partitions = session.partitions
-        for topicKey, partition, offset, maxBytes in entries:
+        for topicKey, partition, offset, maxBytes, leaderEpoch in entries:
             cached = partitions.get((topicKey, partition))
             if cached is None:
-                partitions[(topicKey, partition)] = CachedPartition(offset, maxBytes)
+                partitions[(topicKey, partition)] = CachedPartition(offset, maxBytes, leaderEpoch)
             else:
                 cached.fetchOffset = offset
                 cached.maxBytes = maxBytes
+                cached.leaderEpoch = leaderEpoch
         for key in forgotten:
             partitions.pop(key, None)
         if not partitions:
@@ -325,7 +334,7 @@ class FetchSessionCache:
         session.epoch = nextEpoch(session.epoch)
         return FetchContext(
             FetchContext.INCREMENTAL,
-            [(t, p, c.fetchOffset, c.maxBytes) for (t, p), c in partitions.items()],
+            [(t, p, c.fetchOffset, c.maxBytes, c.leaderEpoch) for (t, p), c in partitions.items()],
             session=session,
         )
 
@@ -346,9 +355,12 @@ class FetchSessionCache:
             return ErrorCode.none, INVALID_SESSION_ID, results
         if kind == FetchContext.FULL:
             partitions = {}
-            for (topicKey, partition, offset, maxBytes), (_, data) in zip(context.entries, results):
+            for (topicKey, partition, offset, maxBytes, epoch), (_, data) in zip(
+                context.entries, results
+            ):
                 partitions[(topicKey, partition)] = CachedPartition(
-                    offset, maxBytes, data.highWatermark, data.lastStableOffset, data.logStartOffset
+                    offset, maxBytes, epoch, data.highWatermark, data.lastStableOffset,
+                    data.logStartOffset,
                 )
             sessionId = self.maybeCreate(nowMs, context.privileged, context.usesTopicIds, partitions)
             return ErrorCode.none, sessionId, results

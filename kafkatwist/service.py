@@ -85,16 +85,41 @@ def makeReplicaManager(broker, config):
     )
 
 
-def useLogManager(replicaManager, config, logManager) -> None:
+def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
     """
-    Give the replica manager the open log.  In a cluster, logs wait for the
-    controller's word before taking appends.
+    Give the replica manager the open log, and the cluster layer (with
+    C{zookeeper.connect}) as its L{IAlterIsr} and L{IBrokerDirectory}.  In
+    a cluster, logs wait for the controller's word before taking appends.
     """
     replicaManager.logManager = logManager
+    if cluster is not None:
+        replicaManager.alterIsr = cluster
+        replicaManager.directory = cluster
     if logManager is not None and _clustered(config):
         logManager.newLogsLead = False
         for partitionLog in logManager.logs():
             partitionLog.isLeader = False
+
+
+def awaitCoordinatorReplication(broker, config, logManager) -> None:
+    """
+    The coordinators' appends wait for the ISR of a replicated partition
+    (Kafka's coordinators write with acks=all), so a committed offset or a
+    transaction's state survives its leader.
+    """
+    from kafkatwist.replication.delayed import ReplicationWaiter
+
+    replicaManager = broker.replicaManager
+    if logManager is None or replicaManager is None:
+        return
+    waiter = ReplicationWaiter(
+        logManager, broker.producePurgatory, replicaManager.clock,
+        config["offsets.commit.timeout.ms"],
+    )
+    for coordinator in (broker.groupCoordinator, broker.transactionCoordinator):
+        runtime = getattr(coordinator, "runtime", None)
+        if runtime is not None:
+            runtime.awaitReplication = waiter
 
 
 def _clustered(config) -> bool:
@@ -208,7 +233,8 @@ class BrokerService(service.Service):
         )
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)
-        useLogManager(self.broker.replicaManager, config, self.logManager)
+        useLogManager(self.broker.replicaManager, config, self.logManager, self.cluster)
+        awaitCoordinatorReplication(self.broker, config, self.logManager)
 
     def _bindListeners(self) -> None:
         try:

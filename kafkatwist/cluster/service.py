@@ -95,6 +95,8 @@ class ClusterService:
         )
         # -- owned by the owner thread --
         self._brokers: dict[int, Z.BrokerInfo] = {}
+        #: each live broker's registration's czxid (Kafka's broker epoch)
+        self._brokerEpochs: dict[int, int] = {}
         self._topics: dict[str, Z.TopicAssignment] = {}
         self._states: dict[tuple[str, int], Z.PartitionState] = {}
         self._configs: dict[str, dict] = {}
@@ -254,6 +256,15 @@ class ClusterService:
     def aliveBrokers(self):
         return self.image.live()
 
+    def eligibleForIsr(self, brokerId) -> bool:
+        """
+        Whether a leader may add C{brokerId} to an ISR: alive and not being
+        shut down (L{alterIsr} refuses others with INELIGIBLE_REPLICA).
+        Any thread.
+        """
+        image = self.image
+        return brokerId in image.brokers and brokerId not in image.shuttingDown
+
     # -- IAlterIsr (any thread) ---------------------------------------------------------
 
     def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
@@ -262,6 +273,15 @@ class ClusterService:
 
     def _alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
         current = self._states.get((topic, partition))
+        added = set(newIsr) - set(current.isr if current is not None else ())
+        ineligible = sorted(b for b in added if b not in self._brokers or b in self._shuttingDown)
+        if ineligible:
+            # A dead broker, or one being shut down (its leaders are moving
+            # away): the controller would only take it out again (Kafka's
+            # INELIGIBLE_REPLICA).
+            onDone(None, KafkaError(ErrorCode.ineligible_replica,
+                                    f"brokers {ineligible} cannot join the ISR of {topic}-{partition}"))
+            return
         controllerEpoch = current.controllerEpoch if current is not None else 0
         state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch)
         try:
@@ -348,6 +368,37 @@ class ClusterService:
         self._readTopics()
         self._settle()
         onDone(topicId, None)
+
+    def setTopicConfigs(self, name: str, configs: dict, onDone) -> None:
+        """
+        Replace a topic's overrides in C{/config/topics/<name>} and announce
+        the change under C{/config/changes} (Kafka's layout); brokers
+        hosting a replica apply it.  C{onDone(None, KafkaError or None)}.
+        """
+        self.owner.submit(self._setTopicConfigs, name, dict(configs), onDone)
+
+    def _setTopicConfigs(self, name, configs, onDone):
+        try:
+            if self.zk.exists(Z.topicPath(name)) is None:
+                raise NoNodeError()
+            data = Z.encodeTopicConfig(configs)
+            if self.zk.exists(Z.topicConfigPath(name)) is None:
+                self.zk.create(Z.topicConfigPath(name), data, makepath=True)
+            else:
+                self.zk.set(Z.topicConfigPath(name), data)
+            self.zk.create(Z.CONFIG_CHANGE_PREFIX, Z.encodeConfigChange("topics", name), sequence=True,
+                           makepath=True)
+        except NoNodeError:
+            onDone(None, KafkaError(ErrorCode.unknown_topic_or_partition,
+                                    "This server does not host this topic-partition."))
+            return
+        except KazooException as e:
+            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+            return
+        log.info("Topic {topic} configs set in ZooKeeper: {configs}", topic=name, configs=configs)
+        self._readConfig(name)
+        self._settle()
+        onDone(None, None)
 
     def addPartitions(self, name: str, assignment: dict, onDone) -> None:
         """
@@ -469,8 +520,9 @@ class ClusterService:
 
     def _register(self, wait: float) -> None:
         path = Z.brokerPath(self.brokerId)
+        raw = getattr(self.config, "raw", {}) or {}
         data = Z.encodeBroker(self.brokerId, self.advertisedListeners,
-                              self.config["listener.security.protocol.map"])
+                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"))
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -515,6 +567,8 @@ class ClusterService:
             self._readIsrChanges()
         elif path == Z.CONTROLLED_SHUTDOWN:
             self._readShutdowns()
+        elif path.startswith(Z.CONFIG_TOPICS + "/"):
+            self._readConfig(path[len(Z.CONFIG_TOPICS) + 1:])
         elif path.startswith(Z.TOPICS + "/"):
             parts = path[len(Z.TOPICS) + 1:].split("/")
             if len(parts) == 1:
@@ -552,14 +606,25 @@ class ClusterService:
                 ids.add(int(child))
             except ValueError:
                 continue
+        bounced = set()
         for brokerId in list(self._brokers):
-            if brokerId not in ids:
-                del self._brokers[brokerId]
-                log.info("Broker {id} left the cluster", id=brokerId)
+            if brokerId in ids:
+                # Gone and back between two reads (Kafka's "bounced
+                # brokers", told apart by the znode's creation, its broker
+                # epoch): it lost its state, so it leaves first.
+                stat = self.zk.exists(Z.brokerPath(brokerId))
+                if stat is not None and stat.czxid == self._brokerEpochs.get(brokerId):
+                    continue
+                bounced.add(brokerId)
+            del self._brokers[brokerId]
+            log.info("Broker {id} left the cluster", id=brokerId)
+        if bounced:
+            self._settle()
         for brokerId in ids - set(self._brokers):
             try:
-                data, _ = self.zk.get(Z.brokerPath(brokerId))
+                data, stat = self.zk.get(Z.brokerPath(brokerId))
                 self._brokers[brokerId] = Z.decodeBroker(brokerId, data)
+                self._brokerEpochs[brokerId] = stat.czxid
                 log.info("Broker {id} joined the cluster: {endpoints}", id=brokerId,
                          endpoints=self._brokers[brokerId].endpoints)
             except NoNodeError:
@@ -593,16 +658,24 @@ class ClusterService:
             log.warn("Ignoring topic znode: {e}", e=e)
             return
         self._topics[name] = assignment
-        try:
-            data, _ = self.zk.get(Z.topicConfigPath(name))
-            self._configs[name] = Z.decodeTopicConfig(name, data)
-        except NoNodeError:
-            self._configs[name] = {}
-        except Z.ZkDataError as e:
-            log.warn("Ignoring topic configs: {e}", e=e)
-            self._configs[name] = {}
+        self._readConfig(name)
         for partition in assignment.partitions:
             self._readState(name, partition)
+
+    def _readConfig(self, name: str) -> None:
+        """
+        A topic's overrides, watched: a change is applied to the local
+        replicas' logs (L{_applyLocal}).
+        """
+        found = self._get(Z.topicConfigPath(name))
+        configs = {}
+        if found is not None:
+            try:
+                configs = Z.decodeTopicConfig(name, found[0])
+            except Z.ZkDataError as e:
+                log.warn("Ignoring topic configs: {e}", e=e)
+        if name in self._topics:
+            self._configs[name] = configs
 
     def _readState(self, topic: str, partition: int) -> None:
         found = self._get(Z.statePath(topic, partition))
@@ -891,6 +964,7 @@ class ClusterService:
                     )
             except Exception:
                 log.failure("replica manager failed on {topic}-{partition}", topic=topic, partition=partition)
+        self._applyConfigs(image, {topic for topic, _ in hosted})
         gone = [key for key in self._applied if key not in hosted]
         deletedTopics = set()
         for key in gone:
@@ -905,6 +979,30 @@ class ClusterService:
                 deletedTopics.add(topic)
         for topic in deletedTopics:
             self._deleteLocal(topic)
+
+    def _applyConfigs(self, image: ClusterImage, topics) -> None:
+        """
+        Bring the local logs' overrides of hosted topics to ZooKeeper's.
+        """
+        logManager = self.logManager
+        if logManager is None:
+            return
+        local = logManager.topics()
+        for name in topics:
+            info = local.get(name)
+            wanted = image.configs.get(name, {})
+            if info is None or name in INTERNAL_TOPICS:
+                continue
+            current = {k: str(v) for k, v in info.configs.items()}
+            if current == wanted:
+                continue
+            changes = [(k, "DELETE", None) for k in current if k not in wanted]
+            changes += [(k, "SET", v) for k, v in wanted.items() if current.get(k) != v]
+            try:
+                logManager.alterTopicConfigs(name, changes)
+            except KafkaError as e:
+                log.warn("Topic {topic}: the cluster's configs {configs} do not apply here: {e}",
+                         topic=name, configs=wanted, e=e)
 
     def _ensureLocalLog(self, image: ClusterImage, name: str) -> bool:
         logManager = self.logManager

@@ -21,6 +21,7 @@ DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE + "/isr_change_"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 #: kafkatwist's own: a broker asking the controller to move its leaders away
@@ -223,6 +224,11 @@ def decodeTopic(name: str, data: bytes) -> TopicAssignment:
 
 def encodeTopicConfig(configs: dict[str, str]) -> bytes:
     return _dump({"version": 1, "config": dict(configs)})
+
+
+def encodeConfigChange(entityType: str, name: str) -> bytes:
+    # Kafka's ConfigEntityChangeNotificationSequenceZNode (version 2).
+    return _dump({"version": 2, "entity_path": f"{entityType}/{name}"})
 
 
 def decodeTopicConfig(name: str, data: bytes) -> dict[str, str]:

@@ -110,26 +110,26 @@ class OffsetsTopicLog:
         records: Iterable[tuple[bytes, bytes | None]],
         producer: tuple[int, int] | None = None,
         marker: tuple[int, int, bool, int] | None = None,
-    ) -> None:
+    ):
         """
         @param producer: C{(producerId, epoch)}: write the records as that
             producer's transactional batch (no sequence number, as Kafka's
             coordinators write them); the log checks the epoch.
         @param marker: C{(producerId, epoch, commit, coordinatorEpoch)}:
             append that end-transaction marker instead.
+        @return: the log's L{AppendInfo}, or C{None} if nothing was written.
         """
         nowMs = self._clock()
         if marker is not None:
-            self._log(partition).appendMarker(*marker, nowMs)
-            return
+            return self._log(partition).appendMarker(*marker, nowMs)
         records = list(records)
         if not records:
-            return
+            return None
         kw = {}
         if producer is not None:
             kw = dict(producerId=producer[0], producerEpoch=producer[1], isTransactional=True)
         batch = buildBatch([Record(timestamp=nowMs, key=k, value=v) for k, v in records], **kw)
-        self._log(partition).append(batch, nowMs, isFromClient=False)
+        return self._log(partition).append(batch, nowMs, isFromClient=False)
 
     # -- reading ---------------------------------------------------------------
 

@@ -30,8 +30,10 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -236,13 +238,20 @@ class CoordinatorRuntime:
             self._appending += 1
         queue.submit(self._append, append)
 
+    #: C{awaitReplication(topic, partition, requiredOffset, onDone)}: calls
+    #: C{onDone(error)} once the partition's ISR has everything below
+    #: C{requiredOffset} (Kafka's coordinators append with acks=all); set
+    #: by the broker, C{None} answers at once
+    awaitReplication = None
+
     def _append(self, append: Append) -> None:
         # On the partition's executor, off the owner.
+        info = None
         try:
             if append.producer is None and append.marker is None:
-                self._log.append(append.partition, append.records)
+                info = self._log.append(append.partition, append.records)
             else:
-                self._log.append(
+                info = self._log.append(
                     append.partition, append.records, producer=append.producer,
                     marker=append.marker,
                 )
@@ -266,6 +275,20 @@ class CoordinatorRuntime:
                 topic=self._log.topic,
                 partition=append.partition,
             )
+        awaitReplication = self.awaitReplication
+        if error == E.none and awaitReplication is not None and info is not None:
+            awaitReplication(
+                self._log.topic, append.partition, info.lastOffset + 1,
+                lambda replicated: self._appended(append, replicated),
+            )
+            return
+        self._appended(append, error)
+
+    def _appended(self, append: Append, error) -> None:
+        """
+        The append is done (replicated, where the partition is): its outcome
+        goes to the owner.  Any thread.
+        """
         self.input(self._machine.appendCompleted, append.token, error)
         with self._appendsLock:
             self._appending -= 1
@@ -391,6 +414,18 @@ class TimerThread:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+        # Started in BrokerService.prepare(), before twistd daemonizes: a
+        # forked child has no thread of ours, so it starts its own (without
+        # this, a daemonized broker's group timers never fired).
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _restartAfterFork(ref))
+
+    def _afterFork(self) -> None:
+        if self._thread is None or self._stopping:
+            return
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -421,3 +456,9 @@ class TimerThread:
                 call.f(*call.args, **call.kw)
             except Exception:
                 log.failure("timer {f} failed", f=call.f)
+
+
+def _restartAfterFork(ref) -> None:
+    timer = ref()
+    if timer is not None:
+        timer._afterFork()

@@ -55,7 +55,7 @@ from crc32c import crc32c
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.offsetmap import keyHash
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
-from kafkatwist.log.stored import decompressedLimit, inflate
+from kafkatwist.log.stored import inflate
 from kafkatwist.protocol.markers import ABORT, COMMIT
 from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint, zigzagVarint
 
@@ -69,7 +69,6 @@ __all__ = [
     "deleteHorizon",
     "mapRecords",
     "recordsOf",
-    "keylessRecords",
 ]
 
 #: KIP-534: the batch's base timestamp is its delete horizon
@@ -717,46 +716,3 @@ def emptyBatch(header: tuple) -> bytearray:
     )
     _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
     return batch
-
-
-def dataRecords(buf, batches, maxMessageBytes: int, wanted=None):
-    """
-    Yield C{(header, records)} for each data batch of a validated record
-    set C{buf} (control batches skipped), its records as L{recordsOf} walks
-    them, decompressed if need be.
-
-    @param wanted: C{wanted(header)}: whether to walk that batch (all when
-        C{None}).
-    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
-    """
-    view = memoryview(buf).cast("B")
-    limit = decompressedLimit(maxMessageBytes)
-    for batchIndex, (position, header) in enumerate(batches):
-        if header.attributes & _CONTROL_BIT or (wanted is not None and not wanted(header)):
-            continue
-        try:
-            data = batchPayload(view, position, header.size, header.attributes, limit)
-            records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
-        except CorruptRecordError as e:
-            raise KafkaError(ErrorCode.corrupt_message, f"batch {batchIndex}: {e}") from None
-        yield header, records
-
-
-def keylessRecords(view, position: int, header, limit: int) -> list[int]:
-    """
-    The indexes, in their batch, of the records without a key: what a
-    compacted topic refuses (Kafka's C{LogValidator}: a keyless record could
-    never be compacted away).
-
-    @param header: the batch's header, already validated.
-    @param limit: how far the batch may inflate.
-    @raise KafkaError: CORRUPT_MESSAGE for records that do not decode.
-    """
-    if header.attributes & _CONTROL_BIT:
-        return []
-    try:
-        data = batchPayload(view, position, header.size, header.attributes, limit)
-        records = recordsOf(data, header.recordsCount, header.lastOffsetDelta)
-    except CorruptRecordError as e:
-        raise KafkaError(ErrorCode.corrupt_message, f"batch at {position}: {e}") from None
-    return [index for index, record in enumerate(records) if record[4] is None]

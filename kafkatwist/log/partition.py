@@ -53,7 +53,6 @@ from kafkatwist.interfaces import IPartitionLog
 from kafkatwist.log.config import LogConfig
 from kafkatwist.log.epochs import LeaderEpochCache
 from kafkatwist.log.recordchecks import checkClientRecords
-from kafkatwist.log.timestamps import checkTimestamps
 from kafkatwist.log.producerstate import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -221,9 +220,7 @@ class PartitionLog:
         )
         markers = None if isFromClient else self._readMarkers(data, batches)
         if isFromClient:
-            checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config)
-        if isFromClient and not config.logAppendTime:
-            checkTimestamps(data, batches, config, nowMs)
+            checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config, nowMs)
         if len(data) > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,

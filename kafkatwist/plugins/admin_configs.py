@@ -28,6 +28,7 @@ C{server.properties} from Kafka's default.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from itertools import dropwhile
 
@@ -35,7 +36,16 @@ from kafkatwist.config import KEYS as BROKER_KEYS
 from kafkatwist.config import TOPIC_KEYS, keySpec, listenerSslKey
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
-from kafkatwist.log.config import TOPIC_CONFIGS, ConfigSource, ConfigType, unknownTopicConfig
+from kafkatwist.log.config import (
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    LogConfig,
+    applyConfigChanges,
+    checkCombination,
+    describeTopicConfig,
+    unknownTopicConfig,
+)
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.protocol.apis import (
     ALTER_CONFIGS,
@@ -152,8 +162,19 @@ def describeTopic(broker, name: str) -> list[ConfigDescription]:
     C{log.retention.hours}; here that case says where the value does come
     from.
 
+    In a cluster the topic's overrides are ZooKeeper's (this broker may
+    hold no replica of it).
+
     @raise KafkaError: UNKNOWN_TOPIC_OR_PARTITION.
     """
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None:
+        image = cluster.image
+        if name not in image.topics or name in image.deleting:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        return describeTopicEntries(
+            broker, describeTopicConfig(image.configs.get(name, {}), broker.logManager.brokerDefaults)
+        )
     return describeTopicEntries(broker, broker.logManager.describeTopicConfig(name))
 
 
@@ -438,9 +459,36 @@ class _AlterConfigsBase(Handler):
             raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
         changes = self._changes(name, resource.configs)
         logManager = self.broker.logManager
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is not None:
+            self._alterInCluster(cluster, name, changes, validateOnly)
+            return
         # Unknown topic before config errors: the more useful answer.
         logManager.describeTopicConfig(name)
         logManager.alterTopicConfigs(name, changes, validateOnly=validateOnly)
+
+    def _alterInCluster(self, cluster, name, changes, validateOnly: bool) -> None:
+        """
+        A topic's overrides live in ZooKeeper's C{/config/topics/<t>}: the
+        new set is checked as the log would, written there, and every broker
+        hosting a replica applies it (it watches the znode).
+        """
+        image = cluster.image
+        if name not in image.topics or name in image.deleting:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        defaults = self.broker.logManager.brokerDefaults
+        overrides = applyConfigChanges(image.configs.get(name, {}), changes, defaults)
+        checkCombination(LogConfig.resolve(overrides, defaults))
+        if validateOnly:
+            return
+        done = threading.Event()
+        box = []
+        cluster.setTopicConfigs(name, {k: str(v) for k, v in overrides.items()},
+                                lambda result, error: (box.append(error), done.set()))
+        if not done.wait(30):
+            raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
+        if box[0] is not None:
+            raise box[0]
 
     def _changes(self, topic: str, configs) -> list[tuple[str, str, str | None]]:
         raise NotImplementedError
@@ -546,9 +594,13 @@ class AlterConfigsHandler(_AlterConfigsBase):
         for config in configs:
             if config.name not in TOPIC_CONFIGS:
                 raise unknownTopicConfig(config.name)
-        current = self.broker.logManager.topics().get(topic)
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is not None:
+            overrides = cluster.image.configs.get(topic, {})
+        else:
+            current = self.broker.logManager.topics().get(topic)
+            overrides = current.configs if current is not None else {}
         given = {c.name for c in configs}
-        overrides = current.configs if current is not None else {}
         changes = [(key, "DELETE", None) for key in overrides if key not in given]
         changes += [(c.name, "SET", c.value) for c in configs]
         return changes

@@ -91,7 +91,6 @@ class FetchHandler(Handler):
         # would otherwise never end it.  Clients never notice: their
         # request timeouts are shorter still.
         self.maxWaitMs = broker.config["connections.max.idle.ms"]
-
         self.sessions = broker.fetchSessions
 
     def handle(self, context, request):
@@ -102,12 +101,11 @@ class FetchHandler(Handler):
         ):
             # Kafka's answer to a follower fetch without CLUSTER_ACTION.
             replicaId = REFUSED_REPLICA
-        epochs = _leaderEpochs(version, request)
         if version >= SESSIONS_FROM and (
             request.session_id != INVALID_SESSION_ID or request.session_epoch != FINAL_EPOCH
         ):
-            return self._sessionFetch(context, request, version, replicaId, epochs)
-        plan = self._plan(version, _entries(version, request), context, replicaId, epochs)
+            return self._sessionFetch(context, request, version, replicaId)
+        plan = self._plan(version, _entries(version, request), context, replicaId)
         return self._fetch(context, request, version, plan, replicaId)
 
     def _fetch(self, context, request, version, plan, replicaId, session=None, pending=None):
@@ -144,7 +142,7 @@ class FetchHandler(Handler):
         )
         return pending.deferred
 
-    def _sessionFetch(self, context, request, version, replicaId, epochs):
+    def _sessionFetch(self, context, request, version, replicaId):
         pending = context.respondLater()
 
         def opened(session):
@@ -156,7 +154,7 @@ class FetchHandler(Handler):
                         encodeFetchResponse(version, [], session.errorCode, INVALID_SESSION_ID)
                     )
                 else:
-                    plan = self._plan(version, session.entries, context, replicaId, epochs)
+                    plan = self._plan(version, session.entries, context, replicaId)
                     self._fetch(context, request, version, plan, replicaId, session, pending)
             except Exception:
                 pending.complete(Failure())
@@ -218,20 +216,19 @@ class FetchHandler(Handler):
         return encodeFetchResponse(version, topics)
 
     def _plan(
-        self, version, entries, context, replicaId=-1, epochs=None
+        self, version, entries, context, replicaId=-1
     ) -> list[tuple[object, list[_Wanted]]]:
         """
-        @param entries: C{(topic key, partition, fetch offset, max bytes)};
-            runs of one topic become one topic of the answer.
-        @param epochs: C{{(topic key, partition): current leader epoch}} for
-            the partitions a client named one for (KIP-320), or C{None}.
+        @param entries: C{(topic key, partition, fetch offset, max bytes,
+            current leader epoch)} (see L{_entries}); runs of one topic
+            become one topic of the answer.
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
         byId = None
         plan = []
         previous = _NO_TOPIC
-        for topicKey, partition, offset, partitionMaxBytes in entries:
+        for topicKey, partition, offset, partitionMaxBytes, epoch in entries:
             if topicKey != previous:
                 previous = topicKey
                 if version >= TOPIC_IDS_FROM:
@@ -258,7 +255,6 @@ class FetchHandler(Handler):
             error = None if log is not None else missing
             if log is not None:
                 # KIP-320 fencing and leadership: two attribute reads.
-                epoch = NO_EPOCH if epochs is None else epochs.get((topicKey, partition), NO_EPOCH)
                 if epoch != NO_EPOCH or not log.isLeader:
                     error = checkReplica(log, epoch)
                     if error is not None:
@@ -489,16 +485,20 @@ _NO_TOPIC = object()
 def _entries(version, request) -> list[tuple]:
     """
     The request's partitions as C{(topic key, partition, fetch offset,
-    partition max bytes)}: the key is the topic id from v13, the name below.
+    partition max bytes, current leader epoch)}: the key is the topic id
+    from v13, the name below; the epoch (KIP-320) is named from v9, -1 if
+    not.
     """
-    if version >= TOPIC_IDS_FROM:
+    key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
+    if version >= 9:
         return [
-            (t.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes)
+            (getattr(t, key), p.partition, p.fetch_offset, p.partition_max_bytes,
+             p.current_leader_epoch)
             for t in request.topics
             for p in t.partitions
         ]
     return [
-        (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        (getattr(t, key), p.partition, p.fetch_offset, p.partition_max_bytes, NO_EPOCH)
         for t in request.topics
         for p in t.partitions
     ]
@@ -528,23 +528,6 @@ def _replicaId(request, version: int) -> int:
         state = getattr(request, "replica_state", None)
         return state.replica_id if state is not None else -1
     return getattr(request, "replica_id", -1)
-
-
-def _leaderEpochs(version, request) -> dict | None:
-    """
-    The current leader epochs a client named (Fetch v9+, KIP-320), or
-    C{None} when it named none (the usual case: nothing to look up).
-    """
-    if version < 9:
-        return None
-    key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
-    epochs = {
-        (getattr(t, key), p.partition): p.current_leader_epoch
-        for t in request.topics
-        for p in t.partitions
-        if p.current_leader_epoch != NO_EPOCH
-    }
-    return epochs or None
 
 
 def _nowMs(clock) -> int:

@@ -433,10 +433,11 @@ def _walkRecords(data, pos: int, end: int, count: int) -> int:
         # are stepped over at C speed: each prefix byte is compared down a
         # strided slice, and the run is as long as every byte matches.  The
         # positions stepped to are exactly the ones the loop above would
-        # reach.  The window starts at 64 and grows eightfold while the run
-        # holds: a run of n records costs about log8(n) looks (the Python
-        # around each look, not the compares, is what costs), and a run that
-        # ends wastes at most seven times its length in compared bytes.
+        # reach.  The window starts at 64 (a producer's first run) and grows
+        # sixteenfold while the run holds: a run of n records costs about
+        # log16(n) looks (the Python around each look, not the compares, is
+        # what costs), and a run that ends wastes at most fifteen times its
+        # length in compared bytes, never more than the loop above costs.
         first = data[last:last + 1]
         second = data[last + 1:last + 2] if width == 2 else None
         window = 64
@@ -468,14 +469,17 @@ def _walkRecords(data, pos: int, end: int, count: int) -> int:
                 if not run:
                     plain = 32
                 break
-            window <<= 3
+            window <<= 4
     if pos != end:
         raise CorruptRecordError(f"{declared} records end at {pos - end:+} bytes from their batch's end")
     # The last record's offset delta: after its length, attributes and
-    # timestamp delta.
-    _, at = readVarint(data, last)
-    _, at = readVarint(data, at + 1)
-    delta, _ = readVarint(data, at)
+    # timestamp delta (one- and two-byte varints read inline, as above).
+    at = last + 1 if data[last] < 0x80 else last + 2 if data[last + 1] < 0x80 else readVarint(data, last)[1]
+    at += 1
+    at = at + 1 if data[at] < 0x80 else readVarint(data, at)[1]
+    delta = data[at]
+    if delta >= 0x80:
+        delta, _ = readVarint(data, at)
     return (delta >> 1) ^ -(delta & 1)
 
 

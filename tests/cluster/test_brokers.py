@@ -310,3 +310,44 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
     assert all(error is None or "ELECTION_NOT_NEEDED" in str(error) for error in result.values())
     waitUntil(lambda: all(leader == replicas[0] for leader, replicas, _ in partitions(admin, "e").values()),
               what="preferred leaders back")
+
+
+def test_topic_configs_reach_every_replica(cluster):
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    for i in (1, 2, 3):
+        cluster.start(i)
+    admin = cluster.admin(1)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    admin.create_topics([NewTopic("cfg", num_partitions=1, replication_factor=2,
+                                  config={"retention.ms": "100000"})], request_timeout=20)["cfg"].result()
+    resource = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("retention.ms", "200000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("segment.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+    ])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=20)
+
+    def described(i):
+        r = ConfigResource(ResourceType.TOPIC, "cfg")
+        client = cluster.admin(i)
+        return client.describe_configs([r])[r].result(timeout=20)
+
+    # Every broker describes the cluster's configs, replica or not.
+    for i in (1, 2, 3):
+        configs = described(i)
+        assert configs["retention.ms"].value == "200000"
+        assert configs["segment.bytes"].value == "1048576"
+    # The replicas' logs use them.
+    for i in partitions(admin, "cfg")[0][1]:
+        path = os.path.join(cluster.brokers[i].directory, "data", "cfg-0", "topic-metadata.json")
+
+        def applied():
+            with open(path) as f:
+                return "200000" in f.read()
+
+        waitUntil(applied, what=f"broker {i} applied the configs")

@@ -85,9 +85,10 @@ def call(method, *args):
 
 
 def test_registration_and_controller(cluster):
-    a, b, c = cluster(1), cluster(2), cluster(3)
+    a, b, c = cluster(1), cluster(2), cluster(3, **{"broker.rack": "r3"})
     for node in (a, b, c):
         waitUntil(lambda: node.image.live() == {1, 2, 3}, what="three live brokers")
+    assert a.image.brokers[3].rack == "r3" and a.image.brokers[1].rack is None
     assert {n.image.controllerId for n in (a, b, c)} == {1}
     assert a.service.controller.active and not b.service.controller.active
     assert b.service.endpoint(3) == ("127.0.0.1", 19003)
@@ -240,3 +241,20 @@ def test_producer_id_blocks_are_cluster_wide(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_bounced_broker_loses_its_leadership(cluster):
+    """
+    A broker that went and came back between two reads of /brokers/ids
+    (its registration's czxid changed) is treated as gone, then back.
+    """
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    call(a.service.createTopic, "bounce", {0: (2, 1)}, {})
+    waitUntil(lambda: a.image.leader("bounce", 0) == 2)
+    epoch = a.image.states[("bounce", 0)].leaderEpoch
+    # Broker 2's registration replaced behind the watchers' back.
+    a.service.owner.call(lambda: a.service._brokerEpochs.__setitem__(2, -1))
+    a.service.owner.call(a.service._onEvent, "/brokers/ids")
+    waitUntil(lambda: a.image.states[("bounce", 0)].leaderEpoch > epoch, what="re-elected")
+    assert a.image.live() == {1, 2}

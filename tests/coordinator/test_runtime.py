@@ -234,3 +234,31 @@ def test_stale_timer_firing_is_dropped():
     assert fired == []
     clock.advance(5)
     assert fired == [(5000, ("x",))]
+
+
+def test_timer_thread_survives_fork():
+    """
+    twistd daemonizes (forks) after BrokerService.prepare() started the
+    coordinators' timer threads: the child must have one too.
+    """
+    import os
+    import threading
+
+    from kafkatwist.coordinator.runtime import TimerThread
+
+    timer = TimerThread("fork-test")
+    timer.start()
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            fired = threading.Event()
+            timer.callLater(0.01, fired.set)
+            os.write(write, b"1" if fired.wait(5) else b"0")
+            os._exit(0)
+        os.close(write)
+        answer = os.read(read, 1)
+        os.waitpid(pid, 0)
+        assert answer == b"1"
+    finally:
+        timer.stop()

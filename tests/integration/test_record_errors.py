@@ -73,6 +73,22 @@ def test_producer_may_not_claim_log_append_time(broker, client):
     assert produce(client, "create-time", claimed, 12).error_code == ErrorCode.none
 
 
+def test_records_out_of_the_time_bounds(broker, client):
+    import time
+
+    topic = "time-bounds"
+    client.createTopics({topic: (1, {"message.timestamp.before.max.ms": "3600000"})})
+    now = int(time.time() * 1000)
+    batch = buildBatch([
+        Record(value=b"ok", timestamp=now), Record(value=b"old", timestamp=now - 7_200_000),
+    ])
+    answer = produce(client, topic, batch, 12)
+    assert answer.error_code == ErrorCode.invalid_timestamp
+    [(index, message)] = [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors]
+    assert index == 1 and message.startswith(f"Timestamp {now - 7_200_000} of message with offset 1")
+    assert logEnd(client, topic) == 0
+
+
 def test_confluent_delivery_reports_name_the_error(broker, client):
     from confluent_kafka import KafkaError, Producer
 

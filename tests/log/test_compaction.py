@@ -14,10 +14,9 @@ from kafkatwist.log.compaction import (
     emptyBatch,
     mapRecords,
     recordsOf,
-    keylessRecords,
 )
 from kafkatwist.log.offsetmap import BYTES_PER_ENTRY, OffsetMap, keyHash
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, batchError, validateRecordSet
+from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, batchError
 from kafkatwist.protocol.records import CorruptRecordError, Record, buildBatch, decodeBatches
 
 NOW = 1_700_000_000_000
@@ -171,15 +170,6 @@ def test_corrupt_records():
         recordsOf(memoryview(twice)[HEADER_SIZE:], 2, 0)
     with pytest.raises(CorruptRecordError):
         mapRecords(memoryview(twice)[HEADER_SIZE:], 2, 0, 0, 0, {}, 10)
-
-
-def test_keyless_records():
-    good = batch([("a", "1")])
-    [(position, header)] = validateRecordSet(good)
-    assert keylessRecords(memoryview(good), position, header, 1 << 20) == []
-    bad = batch([("a", "1"), (None, "2"), ("b", "3"), (None, "4")], compression="gzip")
-    [(position, header)] = validateRecordSet(bad)
-    assert keylessRecords(memoryview(bad), position, header, 1 << 20) == [1, 3]
 
 
 def test_throttler():

@@ -112,7 +112,7 @@ class StaticCluster:
             )
         finally:
             connection.close()
-        return json.loads(answer.result)
+        return json.loads(bytes(answer.result))
 
     def createTopic(self, name: str, partitions: int = 1, configs=None, nodes=None) -> None:
         for nodeId in nodes or self.alive():

@@ -288,3 +288,34 @@ def test_delayed_produce_answers():
     assert not op.tryComplete()
     op._expire()
     assert answers[-1] == {("t", 0): ErrorCode.request_timed_out}
+
+
+def test_coordinator_appends_wait_for_the_isr():
+    from kafkatwist.purgatory import Purgatory
+    from kafkatwist.replication.delayed import ReplicationWaiter
+
+    logManager = MemoryLogManager()
+    logManager.createTopic("__consumer_offsets", 1, {})
+    log = logManager.getLog("__consumer_offsets", 0)
+    clock = task.Clock()
+    purgatory = Purgatory("Produce")
+    waiter = ReplicationWaiter(logManager, purgatory, clock, 5000)
+    done = []
+    # Not replicated (a single broker): at once.
+    info = log.append(makeBatch(2), NOW, isFromClient=False)
+    waiter("__consumer_offsets", 0, info.lastOffset + 1, done.append)
+    assert done == [ErrorCode.none]
+    # Replicated: once the high watermark passes it.
+    log.setHighWatermark(2)
+    log.isrSize = 2
+    info = log.append(makeBatch(1), NOW, isFromClient=False)
+    waiter("__consumer_offsets", 0, info.lastOffset + 1, done.append)
+    assert done == [ErrorCode.none]
+    log.setHighWatermark(3)
+    purgatory.checkAndComplete(("__consumer_offsets", 0))
+    assert done == [ErrorCode.none, ErrorCode.none]
+    # Or times out.
+    info = log.append(makeBatch(1), NOW, isFromClient=False)
+    waiter("__consumer_offsets", 0, info.lastOffset + 1, done.append)
+    clock.advance(5)
+    assert done[-1] == ErrorCode.request_timed_out

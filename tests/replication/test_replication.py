@@ -166,3 +166,44 @@ def test_only_the_leader_serves_clients(cluster):
                 call()
             assert e.value.code.name == "not_leader_or_follower"
         assert client.fetchRaw("n", 0, 0, maxWaitMs=0).error.name == "not_leader_or_follower"
+
+
+def test_no_acknowledged_record_is_lost_across_leader_kills(cluster):
+    """
+    acks=all records acknowledged by a leader survive its kill -9: the
+    controller elects another ISR member, the killed broker comes back as a
+    follower, and every replica ends with the same log holding every
+    acknowledged record.
+    """
+    from kafkatwist.errors import KafkaError
+    from kafkatwist.protocol.records import decodeBatches
+
+    c = cluster(3, {"replica.lag.time.max.ms": "10000", "min.insync.replicas": "2"})
+    c.createTopic("d")
+    leader, epoch = 1, 1
+    c.elect("d", 0, leader=leader, epoch=epoch, isr=[1, 2, 3])
+    c.waitFor(lambda: (c.state(leader, "d") or {}).get("role") == "leader", what="a leader")
+    acknowledged = []
+    n = 0
+    for round in range(3):
+        with KafkaWireClient(c.bootstrap(leader)) as client:
+            for _ in range(30):
+                value = b"r%d-%d" % (round, n)
+                n += 1
+                try:
+                    client.produce("d", 0, [Record(value=value)], acks=-1, timeoutMs=10000)
+                except (KafkaError, OSError):
+                    continue
+                acknowledged.append(value)
+        isr = c.state(leader, "d")["isr"]
+        c.kill(leader)
+        survivors = [b for b in isr if b != leader]
+        old, leader, epoch = leader, survivors[0], epoch + 1
+        c.elect("d", 0, leader=leader, epoch=epoch, isr=survivors)
+        c.waitFor(lambda: (c.state(leader, "d") or {}).get("epoch") == epoch, what="the new leader")
+        c.restart(old)
+        c.elect("d", 0, leader=leader, epoch=epoch, isr=survivors, nodes=[old])
+    dumps = c.waitInSync("d")
+    values = [r.value for b in decodeBatches(dumps[leader]) for r in b.records]
+    assert set(acknowledged) <= set(values)
+    assert len(acknowledged) > 60

@@ -33,7 +33,7 @@ T0 = 1_700_000_000_000
 
 
 def entries(n, topic="t", offset=0):
-    return [(topic, p, offset, 1000) for p in range(n)]
+    return [(topic, p, offset, 1000, -1) for p in range(n)]
 
 
 def results(n, topic="t", hw=0):
@@ -58,14 +58,14 @@ def test_full_then_incremental():
     assert cache.respond(T0, context, results(3)) == (E.none, sessionId, [])
     # Partition 1 has records and a new high watermark: sent, and read last
     # from now on; partition 2's log start moved: sent.
-    context = cache.newContext(T0, sessionId, 2, False, False, [("t", 1, 0, 1000)], [])
+    context = cache.newContext(T0, sessionId, 2, False, False, [("t", 1, 0, 1000, -1)], [])
     data = results(3)
     data[1] = ("t", PartitionData(1, E.none, 5, 5, 0, b"x" * 10))
     data[2] = ("t", PartitionData(2, E.none, 0, 0, 3))
     _, _, sent = cache.respond(T0, context, data)
     assert [p.partition for _, p in sent] == [1, 2]
-    context = cache.newContext(T0, sessionId, 3, False, False, [("t", 1, 5, 1000)], [])
-    assert [(p, o) for _, p, o, _ in context.entries] == [(0, 0), (2, 0), (1, 5)]
+    context = cache.newContext(T0, sessionId, 3, False, False, [("t", 1, 5, 1000, 7)], [])
+    assert [(p, o, e) for _, p, o, _, e in context.entries] == [(0, 0, -1), (2, 0, -1), (1, 5, 7)]
 
 
 def test_last_stable_offset_and_errors_are_news():
@@ -112,7 +112,7 @@ def test_forgotten_partitions_and_closing():
     cache = FetchSessionCache(10, shards=1)
     sessionId = openSession(cache, T0, 2)
     context = cache.newContext(T0, sessionId, 1, False, False, [], [("t", 0)])
-    assert [p for _, p, _, _ in context.entries] == [1]
+    assert [e[1] for e in context.entries] == [1]
     assert cache.numPartitions == 1
     # Forgetting the last partition closes the session.
     context = cache.newContext(T0, sessionId, 2, False, False, [], [("t", 1)])

@@ -27,7 +27,7 @@ from kafkatwist.replication.manager import StaticDirectory
 STATIC_CONTROLLER = 10017
 
 StaticControllerRequest = request("StaticControllerRequest", STATIC_CONTROLLER, 0, [("command", "string")])
-StaticControllerResponse = response("StaticControllerResponse", STATIC_CONTROLLER, 0, [("result", "string")])
+StaticControllerResponse = response("StaticControllerResponse", STATIC_CONTROLLER, 0, [("result", "bytes")])
 registerSchema(STATIC_CONTROLLER, "static_controller", 0, StaticControllerRequest, StaticControllerResponse)
 
 
@@ -84,7 +84,7 @@ class StaticControllerHandler(Handler):
             result = {"data": base64.b64encode(b"".join(chunks)).decode("ascii")}
         else:
             result = {"error": f"unknown op {op}"}
-        return StaticControllerResponse(result=json.dumps(result))
+        return StaticControllerResponse(result=json.dumps(result).encode("ascii"))
 
 
 def _regionBytes(region):
