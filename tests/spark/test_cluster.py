@@ -56,7 +56,7 @@ def createTopics(cluster, names, partitionCount, leader=None):
         else:
             others = [i for i in (1, 2, 3) if i != leader]
             assignment = [[leader] + (others if p % 2 else others[::-1]) for p in range(partitionCount)]
-            specs.append(NewTopic(name, replica_assignment=assignment))
+            specs.append(NewTopic(name, num_partitions=partitionCount, replica_assignment=assignment))
     for future in admin.create_topics(specs, request_timeout=30).values():
         future.result()
     for name in names:
