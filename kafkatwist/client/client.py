@@ -4,12 +4,23 @@ read and write records, look up metadata and manage topics, for the Spark
 connector and for tests that drive a broker from plain threads.
 
 It is deliberately not a full consumer or producer: no consumer groups, no
-batching across calls, no idempotence.  Each call is one request (or one per
-partition leader) and returns plain dataclasses.
+batching across calls.  Each call is one request (or one per partition
+leader) and returns plain dataclasses.
+
+Against a cluster it behaves as Kafka's clients do: it bootstraps from any
+server of its list, sends each partition's requests to the partition's
+leader (one connection per broker), stamps Fetch and ListOffsets with the
+leader epoch it knows (KIP-320), and when a leader moves -- an answer of
+NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+LEADER_NOT_AVAILABLE, or a broken connection -- refreshes metadata and tries
+again with a growing pause (C{retry.backoff.ms} 100 up to
+C{retry.backoff.max.ms} 1000), until the call's timeout.
 """
 
 from __future__ import annotations
 
+import struct
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -55,7 +66,7 @@ MAX_TIMESTAMP = -3
 _ZERO_UUID = uuid.UUID(int=0)
 
 # Errors after which the partition's leader may have moved: refresh metadata
-# and try once more.
+# and try again.
 _LEADER_ERRORS = frozenset(
     {
         ErrorCode.not_leader_or_follower,
@@ -65,8 +76,35 @@ _LEADER_ERRORS = frozenset(
         ErrorCode.unknown_topic_id,
         ErrorCode.inconsistent_topic_id,
         ErrorCode.not_controller,
+        ErrorCode.network_exception,  # KafkaConnectionError: the broker went away
+        ErrorCode.broker_not_available,  # a leader Metadata has not listed yet
     }
 )
+
+#: Produce answers after which the batch was certainly not appended
+_NOT_APPENDED = _LEADER_ERRORS - {ErrorCode.network_exception}
+#: everything a resend may cure (an idempotent batch cannot be duplicated)
+_RETRIABLE = frozenset(code for code in ErrorCode if code.retriable) | _LEADER_ERRORS
+
+#: the pause before the first retry, and the most it grows to (Kafka's
+#: retry.backoff.ms and retry.backoff.max.ms defaults)
+RETRY_BACKOFF = 0.1
+RETRY_BACKOFF_MAX = 1.0
+
+# A record batch's producer id (magic 2): after base offset, length, leader
+# epoch, magic, CRC, attributes, last offset delta and two timestamps.
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_AT = 43
+
+
+def _idempotent(payload: bytes) -> bool:
+    """
+    Whether a batch carries a producer id: the broker then recognises a
+    resend by its sequence numbers, so sending it again cannot duplicate.
+    """
+    if len(payload) < _PRODUCER_ID_AT + 8:
+        return False
+    return _PRODUCER_ID.unpack_from(payload, _PRODUCER_ID_AT)[0] >= 0
 
 
 @dataclass(frozen=True)
@@ -85,6 +123,8 @@ class TopicMetadata:
     @ivar topicId: the topic id (Metadata v10+), else C{None}.
     @ivar partitionErrors: {partition index: error code} for partitions
         whose error is not C{none}.
+    @ivar leaderEpochs: {partition index: leader epoch} (Metadata v7+;
+        -1 when unknown).
     """
 
     name: str
@@ -93,6 +133,7 @@ class TopicMetadata:
     topicId: uuid.UUID | None = None
     isInternal: bool = False
     partitionErrors: dict[int, ErrorCode] = field(default_factory=dict)
+    leaderEpochs: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -188,7 +229,9 @@ class KafkaWireClient:
     @param sslPassword: the key's passphrase.
     @param sslCheckHostname: check the broker's certificate names the host
         or IP address connected to.
-    @param timeout: seconds for connecting and for each request.
+    @param timeout: seconds for connecting and for each request; also how
+        long a call keeps retrying while a partition's leader moves.
+    @param clock: C{time.monotonic}-like, and C{sleep}: injected by tests.
     @raise KafkaConnectionError: if no bootstrap server can be reached.
     """
 
@@ -203,7 +246,11 @@ class KafkaWireClient:
         sslPassword: str | None = None,
         sslCheckHostname: bool = True,
         timeout: float = 30.0,
+        clock=time.monotonic,
+        sleep=time.sleep,
     ) -> None:
+        self._clock = clock
+        self._sleep = sleep
         if isinstance(bootstrapServers, str):
             bootstrapServers = bootstrapServers.split(",")
         self.bootstrap = [_parseAddress(a) for a in bootstrapServers if a.strip()]
@@ -445,6 +492,10 @@ class KafkaWireClient:
                     for p in t.partitions
                     if p.error_code != ErrorCode.none
                 },
+                leaderEpochs={
+                    int(p.partition_index): int(getattr(p, "leader_epoch", -1))
+                    for p in t.partitions
+                },
             )
         result = ClusterMetadata(
             brokers=brokers,
@@ -474,37 +525,64 @@ class KafkaWireClient:
         return cached
 
     def _leader(self, topic: str, partition: int, refresh: bool = False) -> int:
+        return self._leaderAndEpoch(topic, partition, refresh)[0]
+
+    def _leaderAndEpoch(
+        self, topic: str, partition: int, refresh: bool = False
+    ) -> tuple[int, int]:
+        """
+        @return: the partition's leader and leader epoch (-1: unknown), as
+            the last Metadata said.
+        """
         meta = self._topic(topic, refresh)
         leader = meta.partitions.get(partition)
         if leader is None or leader < 0:
             if not refresh:
-                return self._leader(topic, partition, refresh=True)
+                return self._leaderAndEpoch(topic, partition, refresh=True)
             if leader is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
             raise KafkaError(ErrorCode.leader_not_available, f"{topic}-{partition}")
-        return leader
+        return leader, meta.leaderEpochs.get(partition, -1)
 
     def _topicIdFor(self, topic: str) -> uuid.UUID | None:
         meta = self._topics.get(topic)
         return None if meta is None else meta.topicId
 
-    def _onLeader(self, topic: str, partition: int, attempt):
+    def _retrying(self, run, retriable=_LEADER_ERRORS):
         """
-        Run C{attempt(leaderNodeId)}; if it fails with an error that means
-        the leader moved, refresh metadata and run it once more.  C{attempt}
+        Call C{run(refresh)} until it succeeds, with a growing pause between
+        attempts, while it fails with an error of C{retriable} (a
+        L{KafkaError} raised, or an object returned with such an C{error});
+        C{refresh} is true after a failure: re-read metadata first.  Gives
+        up with the last failure once the client's timeout would pass.
+        """
+        deadline = self._clock() + self.timeout
+        pause = RETRY_BACKOFF
+        refresh = False
+        while True:
+            try:
+                result = run(refresh)
+            except KafkaError as e:
+                if e.code not in retriable or self._clock() + pause > deadline:
+                    raise
+            else:
+                error = getattr(result, "error", ErrorCode.none)
+                if error not in retriable or self._clock() + pause > deadline:
+                    return result
+            self._sleep(pause)
+            pause = min(pause * 2, RETRY_BACKOFF_MAX)
+            refresh = True
+
+    def _onLeader(self, topic: str, partition: int, attempt, retriable=_LEADER_ERRORS):
+        """
+        Run C{attempt(leaderNodeId, leaderEpoch)} on the partition's leader,
+        following the leader as it moves (L{_retrying}).  C{attempt}
         signals errors by raising L{KafkaError} or by returning an object
         with an C{error} attribute.
         """
-        leader = self._leader(topic, partition)
-        try:
-            result = attempt(leader)
-        except KafkaError as e:
-            if e.code not in _LEADER_ERRORS:
-                raise
-        else:
-            if getattr(result, "error", ErrorCode.none) not in _LEADER_ERRORS:
-                return result
-        return attempt(self._leader(topic, partition, refresh=True))
+        return self._retrying(
+            lambda refresh: attempt(*self._leaderAndEpoch(topic, partition, refresh)), retriable
+        )
 
     # -- list offsets ----------------------------------------------------
 
@@ -519,64 +597,93 @@ class KafkaWireClient:
         Offsets by time: C{EARLIEST} (-2), C{LATEST} (-1), C{MAX_TIMESTAMP}
         (-3: the offset of the record with the largest timestamp), or a
         timestamp in ms (the first offset whose timestamp is at or after
-        it; -1 if none).
+        it; -1 if none).  Each partition is asked of its leader, with the
+        leader epoch known (KIP-320); partitions whose leader moved are
+        asked again of the new one.
 
         @return: {partition: (offset, timestamp)}.
         @raise KafkaError: for a partition's error code.
         """
         if isinstance(partitions, int):
             partitions = [partitions]
-        partitions = list(partitions)
-        try:
-            return self._listOffsets(topic, partitions, timestamp, isolationLevel, False)
-        except KafkaError as e:
-            if e.code not in _LEADER_ERRORS:
-                raise
-        return self._listOffsets(topic, partitions, timestamp, isolationLevel, True)
-
-    def _listOffsets(self, topic, partitions, timestamp, isolationLevel, refresh):
-        byLeader: dict[int, list[int]] = {}
-        for p in partitions:
-            byLeader.setdefault(self._leader(topic, p, refresh), []).append(p)
         result: dict[int, tuple[int, int]] = {}
-        for leader, group in byLeader.items():
+        remaining = list(dict.fromkeys(partitions))
 
-            def build(version, cls, group=group):
-                topicCls = nested(cls, "ListOffsetsTopic")
-                partitionCls = nested(cls, "ListOffsetsPartition")
-                return make(
-                    cls,
-                    replica_id=-1,
-                    isolation_level=isolationLevel,
-                    timeout=ms(self.timeout * 1000),
-                    topics=(
-                        topicCls(
-                            name=topic,
-                            partitions=tuple(
-                                make(
-                                    partitionCls,
-                                    partition_index=p,
-                                    current_leader_epoch=-1,
-                                    timestamp=timestamp,
-                                )
-                                for p in group
-                            ),
+        def run(refresh):
+            if refresh:
+                self._topic(topic, refresh=True)
+            failures: list[KafkaError] = []
+            byLeader: dict[int, list[tuple[int, int]]] = {}
+            for p in remaining:
+                leader, epoch = self._leaderAndEpoch(topic, p)
+                byLeader.setdefault(leader, []).append((p, epoch))
+            for leader, group in byLeader.items():
+                try:
+                    answers = self._listOffsetsOnce(
+                        leader, topic, group, timestamp, isolationLevel
+                    )
+                except KafkaError as e:
+                    failures.append(e)
+                    continue
+                for p, (code, offset, ts) in answers.items():
+                    if code == ErrorCode.none:
+                        result[p] = (offset, ts)
+                        remaining.remove(p)
+                    else:
+                        failures.append(KafkaError(code, f"{topic}-{p}"))
+            if failures:
+                # What cannot be cured by waiting is reported at once.
+                failures.sort(key=lambda e: e.code in _LEADER_ERRORS)
+                raise failures[0]
+            return result
+
+        return self._retrying(run)
+
+    def _listOffsetsOnce(self, leader, topic, group, timestamp, isolationLevel):
+        """
+        One ListOffsets to C{leader} for C{group} ([(partition, epoch)]).
+
+        @return: {partition: (error code, offset, timestamp)}.
+        """
+
+        def build(version, cls):
+            topicCls = nested(cls, "ListOffsetsTopic")
+            partitionCls = nested(cls, "ListOffsetsPartition")
+            return make(
+                cls,
+                replica_id=-1,
+                isolation_level=isolationLevel,
+                timeout=ms(self.timeout * 1000),
+                topics=(
+                    topicCls(
+                        name=topic,
+                        partitions=tuple(
+                            make(
+                                partitionCls,
+                                partition_index=p,
+                                current_leader_epoch=epoch,
+                                timestamp=timestamp,
+                            )
+                            for p, epoch in group
                         ),
                     ),
-                )
+                ),
+            )
 
-            _, response = self._call(leader, LIST_OFFSETS, build)
-            for t in response.topics:
-                for p in t.partitions:
-                    _raiseFor(p.error_code, f"{topic}-{p.partition_index}")
-                    result[int(p.partition_index)] = (int(p.offset), int(p.timestamp))
-        missing = set(partitions) - set(result)
+        _, response = self._call(leader, LIST_OFFSETS, build)
+        answers = {}
+        for t in response.topics:
+            for p in t.partitions:
+                answers[int(p.partition_index)] = (
+                    ErrorCode(p.error_code), int(p.offset), int(p.timestamp)
+                )
+        missing = {p for p, _ in group} - set(answers)
         if missing:
             raise KafkaError(
                 ErrorCode.unknown_server_error,
                 f"no offsets returned for partitions {sorted(missing)}",
             )
-        return result
+        return answers
 
     # -- fetch -----------------------------------------------------------
 
@@ -598,13 +705,15 @@ class KafkaWireClient:
         return self._onLeader(
             topic,
             partition,
-            lambda leader: self._fetchOnce(
-                leader, topic, partition, offset, maxBytes, maxWaitMs, minBytes, isolationLevel
+            lambda leader, epoch: self._fetchOnce(
+                leader, epoch, topic, partition, offset, maxBytes, maxWaitMs, minBytes,
+                isolationLevel,
             ),
         )
 
     def _fetchOnce(
-        self, leader, topic, partition, offset, maxBytes, maxWaitMs, minBytes, isolationLevel
+        self, leader, epoch, topic, partition, offset, maxBytes, maxWaitMs, minBytes,
+        isolationLevel,
     ) -> RawFetchResult:
         topicId = self._topicIdFor(topic)
 
@@ -617,7 +726,7 @@ class KafkaWireClient:
             fetchPartition = make(
                 partitionCls,
                 partition=partition,
-                current_leader_epoch=-1,
+                current_leader_epoch=epoch,
                 fetch_offset=offset,
                 last_fetched_epoch=-1,
                 log_start_offset=-1,
@@ -720,18 +829,26 @@ class KafkaWireClient:
         @param acks: 0 (no answer: returns -1), 1 (leader) or -1 (all ISR).
         @return: the base offset the broker assigned.
         @raise KafkaError: for the partition's error code.
+
+        Sent to the partition's leader, and again to the new leader if the
+        leader moves before appending.  A batch with a producer id
+        (idempotent or transactional) is also sent again after a lost
+        connection or any retriable error, since the broker recognises it by
+        its sequence numbers; a batch without one is not (it may have been
+        appended): the caller decides.
         """
         if isinstance(records, (bytes, bytearray, memoryview)):
             payload = bytes(records)
         else:
             payload = buildBatch(records, compression)
 
-        def attempt(leader):
+        def attempt(leader, epoch):
             return self._produceOnce(
                 leader, topic, partition, payload, acks, timeoutMs, transactionalId
             )
 
-        return self._onLeader(topic, partition, attempt)
+        retriable = _RETRIABLE if _idempotent(payload) else _NOT_APPENDED
+        return self._onLeader(topic, partition, attempt, retriable)
 
     def _produceOnce(self, leader, topic, partition, payload, acks, timeoutMs, transactionalId):
         topicId = self._topicIdFor(topic)

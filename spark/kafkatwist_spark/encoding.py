@@ -72,6 +72,7 @@ def encodeBatch(
     timestamp: int,
     compression: str = "none",
     producer: tuple[int, int, int] | None = None,
+    transactional: bool = True,
 ) -> bytes:
     """
     One magic 2 record batch of C{len(values)} records (at least one), all
@@ -79,8 +80,11 @@ def encodeBatch(
 
     @param headers: per record, its (key, value) headers or C{None}; or
         C{None} if no record has any.
-    @param producer: C{(producerId, epoch, baseSequence)} for a
-        transactional batch (the exactly-once sink), else C{None}.
+    @param producer: C{(producerId, epoch, baseSequence)} for an
+        idempotent batch, else C{None}.
+    @param transactional: with C{producer}, mark the batch transactional
+        (the exactly-once sink); else it is only idempotent (the
+        at-least-once sink with acks=all).
     """
     n = len(values)
     if n == 0:
@@ -119,7 +123,7 @@ def encodeBatch(
             2,  # magic
             0,  # CRC, below
             # attributes: compression, create time, transactional
-            codec | (_TRANSACTIONAL if producer is not None else 0),
+            codec | (_TRANSACTIONAL if producer is not None and transactional else 0),
             n - 1,  # last offset delta
             timestamp,
             timestamp,

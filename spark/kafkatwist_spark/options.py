@@ -199,6 +199,11 @@ class SinkConfig:
     transactionalIdPrefix: str | None = None
     #: C{kafka.transaction.timeout.ms}
     transactionTimeoutMs: int = 60_000
+    #: C{kafka.enable.idempotence} (default: with acks=all, as Kafka's
+    #: producer): each task writes with a producer id and sequence numbers,
+    #: so a batch resent after a leader change or a lost connection is not
+    #: written twice
+    idempotent: bool = False
     #: C{commitLogTopic}: where the streaming exactly-once sink records
     #: which micro-batch's transactions its driver is committing
     commitLogTopic: str | None = None
@@ -257,6 +262,7 @@ BATCH_SIZE = "kafka.batch.size"
 RETRIES = "kafka.retries"
 RETRY_BACKOFF = "kafka.retry.backoff.ms"
 TRANSACTIONAL_ID = "kafka.transactional.id"
+IDEMPOTENCE = "kafka.enable.idempotence"
 TRANSACTION_TIMEOUT = "kafka.transaction.timeout.ms"
 COMMIT_LOG_TOPIC = "commitLogTopic"
 #: the commit log's name, unless C{commitLogTopic} gives one
@@ -297,9 +303,6 @@ _REFUSED_PRODUCER = {
     "kafka.key.serializer": "keys are written as bytes; cast them to string or binary instead",
     "kafka.value.serializer": "values are written as bytes; cast them to string or binary instead",
     "kafka.interceptor.classes": "interceptors are Java classes; the sink has none",
-    "kafka.enable.idempotence": (
-        "set 'kafka.transactional.id' for the exactly-once mode, whose writes are idempotent"
-    ),
 }
 
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -843,6 +846,12 @@ def parseSinkOptions(options: Mapping[str, str]) -> SinkConfig:
             f"option 'kafka.compression.type' must be one of {', '.join(_COMPRESSIONS)}, "
             f"not {compression!r}",
         )
+    idempotent = opts.boolean(IDEMPOTENCE, acksByName[acksText] == -1)
+    if idempotent and acksByName[acksText] != -1:
+        raise OptionError(
+            IDEMPOTENCE,
+            "option 'kafka.enable.idempotence' needs 'kafka.acks' all (as Kafka's producer)",
+        )
     prefix = opts.text(TRANSACTIONAL_ID)
     commitLog = opts.text(COMMIT_LOG_TOPIC)
     if prefix is not None:
@@ -870,6 +879,7 @@ def parseSinkOptions(options: Mapping[str, str]) -> SinkConfig:
         )
     return SinkConfig(
         transactionalIdPrefix=prefix,
+        idempotent=idempotent or prefix is not None,
         commitLogTopic=commitLog,
         transactionTimeoutMs=opts.integer(TRANSACTION_TIMEOUT, 60_000, minimum=1),
         connection=connection,

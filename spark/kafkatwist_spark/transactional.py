@@ -48,6 +48,7 @@ from kafkatwist.protocol.records import Record
 
 __all__ = [
     "CommitLog",
+    "IdempotentProducer",
     "Recovered",
     "TransactionHandle",
     "TransactionalProducer",
@@ -97,7 +98,10 @@ class TransactionHandle:
 
 def _coordinator(client, transactionalId: str) -> int | None:
     """
-    The node id of the transaction coordinator of C{transactionalId}.
+    The node id of the transaction coordinator of C{transactionalId}, asked
+    afresh each time: it moves with the leader of its C{__transaction_state}
+    partition, and the callers (inside L{_retrying}) ask again after
+    NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE.
     """
 
     def build(version, cls):
@@ -123,7 +127,14 @@ def _retrying(what: str, attempt, deadline: float):
     """
     pause = 0.05
     while True:
-        error, result = attempt()
+        try:
+            error, result = attempt()
+        except KafkaError as e:
+            # FindCoordinator's own errors, and a broken connection (the
+            # coordinator's broker died): find the coordinator again.
+            if e.code not in _RETRY or time.monotonic() > deadline:
+                raise
+            error, result = e.code, None
         if error == ErrorCode.none:
             return result
         if error not in _RETRY or time.monotonic() > deadline:
@@ -132,7 +143,55 @@ def _retrying(what: str, attempt, deadline: float):
         pause = min(pause * 2, 1.0)
 
 
-class TransactionalProducer:
+class IdempotentProducer:
+    """
+    An idempotent task's producer id (Kafka's C{enable.idempotence}, the
+    at-least-once sink's default with acks=all): a producer id from
+    InitProducerId without a transactional id, from any broker (ids are
+    unique across the cluster), and per partition the sequence number of
+    each batch.  A batch resent after a leader change or a broken connection
+    carries the same sequence, so the partition's leader -- old or new, the
+    producer state is replicated with the log -- does not append it twice.
+    """
+
+    transactionalId = None
+
+    def __init__(self, client, requestTimeoutMs: int) -> None:
+        self.client = client
+        self.requestTimeoutMs = requestTimeoutMs
+        self._sequences: dict = {}
+        deadline = time.monotonic() + requestTimeoutMs / 1000.0
+
+        def init():
+            def build(version, cls):
+                fields = cls.__dataclass_fields__
+                values = dict(
+                    transactional_id=None,
+                    # what Kafka's producer sends: ignored without an id
+                    transaction_timeout=datetime.timedelta(milliseconds=60_000),
+                    producer_id=-1, producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False,
+                )
+                return cls(**{k: v for k, v in values.items() if k in fields})
+
+            _, response = client.call(INIT_PRODUCER_ID, build)
+            return response.error_code, (int(response.producer_id), int(response.producer_epoch))
+
+        self.producerId, self.producerEpoch = _retrying("InitProducerId", init, deadline)
+
+    def beforeWrite(self, topic: str, partition: int) -> None:
+        pass
+
+    def nextSequence(self, topic: str, partition: int, records: int) -> int:
+        """
+        The base sequence of the next batch of C{records} records to the
+        partition.
+        """
+        sequence = self._sequences.get((topic, partition), 0)
+        self._sequences[(topic, partition)] = (sequence + records) & 0x7FFFFFFF
+        return sequence
+
+
+class TransactionalProducer(IdempotentProducer):
     """
     One task's transaction: InitProducerId on construction, then
     L{beforeWrite} for each partition (AddPartitionsToTxn the first time)
@@ -150,7 +209,7 @@ class TransactionalProducer:
         self.partitionId = partitionId
         self.requestTimeoutMs = requestTimeoutMs
         self._partitions: set = set()
-        self._sequences: dict = {}
+        self._sequences = {}
         deadline = time.monotonic() + requestTimeoutMs / 1000.0
 
         def init():
@@ -213,15 +272,6 @@ class TransactionalProducer:
         _retrying(f"AddPartitionsToTxn {topic}-{partition}", add, deadline)
         self._partitions.add((topic, partition))
 
-    def nextSequence(self, topic: str, partition: int, records: int) -> int:
-        """
-        The base sequence of the next batch of C{records} records to the
-        partition.
-        """
-        sequence = self._sequences.get((topic, partition), 0)
-        self._sequences[(topic, partition)] = (sequence + records) & 0x7FFFFFFF
-        return sequence
-
 
 def _capped(highest: int, request):
     """
@@ -270,32 +320,39 @@ def _endTxn(
     )
 
 
-def _describe(client, handles) -> dict:
+def _describe(client, handles, requestTimeoutMs: int = 30_000) -> dict:
     """
     transactional id -> (state name, producer id, epoch) as the coordinator
     has it.
     """
     out = {}
+    deadline = time.monotonic() + requestTimeoutMs / 1000.0
     for handle in handles:
-        nodeId = _coordinator(client, handle.transactionalId)
 
         def build(version, cls, handle=handle):
             return cls(transactional_ids=(handle.transactionalId,))
 
-        try:
-            _, response = client.call(DESCRIBE_TRANSACTIONS, build, nodeId)
-            (state,) = response.transaction_states
-        except Exception as e:
-            # kio cannot read back a start time of -1 (the client reports
-            # the answer as undecodable): an id with no transaction open,
-            # which is all that matters here.
-            if isinstance(e, KafkaError) and "cannot decode" not in str(e):
-                raise
-            out[handle.transactionalId] = (ErrorCode.none, "no transaction open", -1, -1)
-            continue
-        out[handle.transactionalId] = (
-            state.error_code, state.transaction_state, int(state.producer_id),
-            int(state.producer_epoch),
+        def describe(handle=handle):
+            nodeId = _coordinator(client, handle.transactionalId)
+            try:
+                _, response = client.call(DESCRIBE_TRANSACTIONS, build, nodeId)
+                (state,) = response.transaction_states
+            except Exception as e:
+                # kio cannot read back a start time of -1 (the client reports
+                # the answer as undecodable): an id with no transaction open,
+                # which is all that matters here.
+                if isinstance(e, KafkaError) and "cannot decode" not in str(e):
+                    raise
+                return ErrorCode.none, (ErrorCode.none, "no transaction open", -1, -1)
+            if state.error_code in _RETRY:
+                return state.error_code, None
+            return ErrorCode.none, (
+                state.error_code, state.transaction_state, int(state.producer_id),
+                int(state.producer_epoch),
+            )
+
+        out[handle.transactionalId] = _retrying(
+            f"DescribeTransactions {handle.transactionalId!r}", describe, deadline
         )
     return out
 
@@ -314,7 +371,7 @@ def commitTransactions(client, handles, requestTimeoutMs: int, beforeCommit=None
         transaction timed out in between): those before it are committed.
     """
     handles = [h for h in handles if h is not None and not h.empty]
-    _checkOpen(client, handles)
+    _checkOpen(client, handles, requestTimeoutMs)
     if beforeCommit is not None:
         beforeCommit(handles)
     deadline = time.monotonic() + requestTimeoutMs / 1000.0
@@ -323,12 +380,13 @@ def commitTransactions(client, handles, requestTimeoutMs: int, beforeCommit=None
     return len(handles)
 
 
-def _checkOpen(client, handles) -> None:
+def _checkOpen(client, handles, requestTimeoutMs: int = 30_000) -> None:
     """
     @raise KafkaError: a transaction of C{handles} is not open with the
         producer that wrote it.
     """
-    for transactionalId, (error, state, producerId, epoch) in _describe(client, handles).items():
+    described = _describe(client, handles, requestTimeoutMs)
+    for transactionalId, (error, state, producerId, epoch) in described.items():
         handle = next(h for h in handles if h.transactionalId == transactionalId)
         if error != ErrorCode.none or state != "Ongoing" or (producerId, epoch) != (
             handle.producerId, handle.producerEpoch

@@ -52,6 +52,7 @@ from kafkatwist_spark.clients import discardSharedClient, openClient, sharedClie
 from kafkatwist_spark.encoding import encodeBatch
 from kafkatwist_spark.options import OptionError, SinkConfig
 from kafkatwist_spark.transactional import (
+    IdempotentProducer,
     Recovered,
     TransactionalProducer,
     abortTransactions,
@@ -235,7 +236,8 @@ class _Producer:
 
     def __init__(self, config: SinkConfig, transaction=None) -> None:
         self.config = config
-        #: the task's L{TransactionalProducer}, in the exactly-once mode
+        #: the task's L{TransactionalProducer} (exactly-once mode) or
+        #: L{IdempotentProducer} (idempotent at-least-once), else None
         self.transaction = transaction
         self.pending: dict[tuple[str, int], _Pending] = {}
         self.written: Counter = Counter()
@@ -331,6 +333,7 @@ class _Producer:
             int(time.time() * 1000),
             self.config.compression,
             producer,
+            transactional=transactionalId is not None,
         )
         attempt = 0
         while True:
@@ -349,9 +352,12 @@ class _Producer:
                 attempt += 1
                 if not retriable or attempt > self.config.retries:
                     raise
-                # A retry after a lost connection may duplicate the batch:
-                # that is the at-least-once contract (in a transaction the
-                # broker recognises the batch's sequence numbers).
+                # The client already followed a moving leader for as long as
+                # its timeout.  A retry after a lost connection may duplicate
+                # a batch without a producer id (kafka.enable.idempotence
+                # false): that is the at-least-once contract; an idempotent
+                # or transactional batch keeps its sequence numbers, and the
+                # broker recognises it.
                 discardSharedClient(self.config.connection)
                 time.sleep(self.config.retryBackoffMs / 1000.0 * attempt)
         self.written[tp] += len(pending.values)
@@ -410,6 +416,8 @@ def writeArrow(
             config.requestTimeoutMs,
             partitionId,
         )
+    elif config.idempotent:
+        transaction = IdempotentProducer(sharedClient(config.connection), config.requestTimeoutMs)
     producer = _Producer(config, transaction)
     for batch in batches:
         n = batch.num_rows
@@ -439,7 +447,8 @@ def writeArrow(
             add((topic, partitionFor(topic, key, partitions[i])), key, values[i], recordHeaders)
     producer.flush()
     return KafkaCommitMessage(
-        dict(producer.written), transaction.handle if transaction is not None else None
+        dict(producer.written),
+        transaction.handle if isinstance(transaction, TransactionalProducer) else None,
     )
 
 

@@ -56,6 +56,9 @@ def nested(cls, name):
 class FakePartition:
     leader: int
     batches: list[bytes] = field(default_factory=list)
+    #: bumped by L{FakeCluster.moveLeader}; checked against a request's
+    #: current_leader_epoch as KIP-320 says
+    leaderEpoch: int = 0
     baseOffsets: list[int] = field(default_factory=list)
     highWatermark: int = 0
 
@@ -86,7 +89,20 @@ class FakeCluster:
         self.requests: list[tuple[int, int, int, str | None]] = []
         self.failNext: dict[int, ErrorCode] = {}
         self.closeOnNext: int | None = None
+        #: (nodeId, apiKey, partition, current_leader_epoch) of every
+        #: Fetch and ListOffsets partition
+        self.epochsSeen: list[tuple[int, int, int, int]] = []
+        #: {nodeId: times left} brokers whose leadership Metadata already
+        #: shows but who answer NOT_LEADER_OR_FOLLOWER for now (a new
+        #: leader that has not heard yet)
+        self.notYetLeader: dict[int, int] = {}
         self.lock = threading.RLock()
+
+    def moveLeader(self, topic: str, partition: int, leader: int) -> None:
+        with self.lock:
+            p = self.topics[topic].partitions[partition]
+            p.leader = leader
+            p.leaderEpoch += 1
 
     def addBroker(self, **kwargs) -> FakeBroker:
         nodeId = kwargs.pop("nodeId", len(self.brokers) + 1)
@@ -308,7 +324,7 @@ class FakeBroker:
                             error_code=ErrorCode.none,
                             partition_index=index,
                             leader_id=p.leader,
-                            leader_epoch=0,
+                            leader_epoch=p.leaderEpoch,
                             replica_nodes=(p.leader,),
                             isr_nodes=(p.leader,),
                             offline_replicas=(),
@@ -336,13 +352,23 @@ class FakeBroker:
                 return topic
         return None
 
-    def _partitionError(self, topic, index, injected):
+    def _partitionError(self, topic, index, injected, apiKey=None, epoch=-1):
+        if apiKey is not None:
+            self.cluster.epochsSeen.append((self.nodeId, apiKey, index, epoch))
         if injected:
             return injected
         if topic is None or index not in topic.partitions:
             return ErrorCode.unknown_topic_or_partition
-        if topic.partitions[index].leader != self.nodeId:
+        partition = topic.partitions[index]
+        if partition.leader != self.nodeId:
             return ErrorCode.not_leader_or_follower
+        if self.cluster.notYetLeader.get(self.nodeId, 0) > 0:
+            self.cluster.notYetLeader[self.nodeId] -= 1
+            return ErrorCode.not_leader_or_follower
+        if epoch >= 0 and epoch < partition.leaderEpoch:
+            return ErrorCode.fenced_leader_epoch
+        if epoch > partition.leaderEpoch:
+            return ErrorCode.unknown_leader_epoch
         return ErrorCode.none
 
     def _produce(self, request, version, injected):
@@ -406,7 +432,9 @@ class FakeBroker:
             topic = self._lookup(getattr(t, "topic", None), getattr(t, "topic_id", None))
             parts = []
             for fp in t.partitions:
-                error = self._partitionError(topic, fp.partition, injected)
+                error = self._partitionError(
+                    topic, fp.partition, injected, 1, fp.current_leader_epoch
+                )
                 records = b""
                 hwm = -1
                 if error == ErrorCode.none:
@@ -465,7 +493,9 @@ class FakeBroker:
             topic = self._lookup(t.name)
             parts = []
             for p in t.partitions:
-                error = self._partitionError(topic, p.partition_index, injected)
+                error = self._partitionError(
+                    topic, p.partition_index, injected, 2, p.current_leader_epoch
+                )
                 offset, timestamp = -1, -1
                 if error == ErrorCode.none:
                     offset, timestamp = self._offsetFor(
