@@ -26,6 +26,7 @@ SUITES = {
     "fuzz": ("bench.fuzz", "the fuzzer's results (make fuzz): frames/s, crashes, tracebacks, RSS (issue 11)"),
     "fetch_sessions": ("bench.fetch_sessions", "broker CPU per Fetch for a consumer of 1,000 partitions with and without a fetch session (issue 16)"),
     "transactions": ("bench.transactions", "transactional produce vs idempotent, read_committed fetch CPU vs read_uncommitted (issue 15)"),
+    "instructions": ("bench.instructions", "instructions per Produce request under callgrind, a before/after count the load does not blur (issue 12)"),
     "security": ("bench.security", "SASL handshakes/s, produce CPU with 10,000 ACLs vs no authorizer (issue 13)"),
 }
 DEFAULT = "comparison"

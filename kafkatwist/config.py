@@ -372,6 +372,32 @@ def _protocolMap(key: str, raw: str) -> dict[str, str]:
     return result
 
 
+@_ofType(ConfigType.STRING)
+def _perIpOverrides(key: str, raw: str) -> dict[str, int]:
+    """
+    Kafka's C{host:count,...}: an address (or a host name, resolved now)
+    and the connections it may have.
+    """
+    import ipaddress
+    import socket
+
+    result: dict[str, int] = {}
+    for item in _list(key, raw):
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(key, f"{item!r} is not host:count")
+        try:
+            address = str(ipaddress.ip_address(host))
+        except ValueError:
+            try:
+                address = socket.gethostbyname(host)
+            except OSError as e:
+                raise ConfigError(key, f"cannot resolve {host!r}: {e}") from None
+        result[address] = int(count)
+    return result
+
+
 def _semicolonList(key: str, raw: str) -> list[str]:
     return [item.strip() for item in raw.split(";") if item.strip()]
 
@@ -454,6 +480,9 @@ KEYS: dict[str, Key] = {
             "Incremental fetch sessions (KIP-227) the broker keeps; 0: none."),
         Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all.", update=CLUSTER_WIDE),
         Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address.", update=CLUSTER_WIDE),
+        Key("max.connections.per.ip.overrides", _perIpOverrides, "",
+            "Per-address exceptions to max.connections.per.ip: host:count, comma separated.",
+            update=CLUSTER_WIDE),
         Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key.", update=PER_BROKER),
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True, update=PER_BROKER),
         Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates.", update=PER_BROKER),

@@ -15,7 +15,8 @@ over or swapped whole:
     pass in progress is abandoned and redone);
   - L{HandlerThreads}: C{num.io.threads}, with Kafka's bounds (half to
     double the current count);
-  - L{ConnectionLimits}: C{max.connections}, C{max.connections.per.ip};
+  - L{ConnectionLimits}: C{max.connections}, C{max.connections.per.ip},
+    C{max.connections.per.ip.overrides};
   - L{ListenerKeystores}: a listener's C{listener.name.<name>.ssl.*}: a new
     TLS context for new connections, existing ones keep theirs.
 """
@@ -165,13 +166,15 @@ class HandlerThreads(Reconfigurable):
 
 
 class ConnectionLimits(Reconfigurable):
-    keys = frozenset(("max.connections", "max.connections.per.ip"))
+    keys = frozenset(("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"))
 
     def __init__(self, server) -> None:
         self.server = server
 
     def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        self.server.quotas.update(new["max.connections"], new["max.connections.per.ip"])
+        self.server.quotas.update(
+            new["max.connections"], new["max.connections.per.ip"], new["max.connections.per.ip.overrides"]
+        )
 
 
 class ListenerKeystores(Reconfigurable):

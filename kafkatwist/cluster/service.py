@@ -107,6 +107,7 @@ class ClusterService:
         self._applied: dict[tuple[str, int], tuple[int, int]] = {}
         self._waits: list = []
         self._timers: dict = {}
+        self._retry = None
         self._serial = 0
         self._clusterId: str | None = None
         self._clusterIdWasStored = False
@@ -822,6 +823,20 @@ class ClusterService:
                 entry[2].cancel()
                 entry[1](True)
 
+    def _retryLater(self) -> None:
+        """
+        A controller write failed on ZooKeeper itself (connection loss, not
+        a lost race): reconcile again shortly, since no watch may fire to
+        bring it back.
+        """
+        if self._retry is None:
+            self._retry = self.owner.callLater(1.0, self._retryNow)
+
+    def _retryNow(self) -> None:
+        self._retry = None
+        if self.controller.active and not self._stopping:
+            self._settle()
+
     def _perform(self, effects) -> bool:
         """
         @return: whether ZooKeeper was written (the view changed).
@@ -891,7 +906,8 @@ class ClusterService:
                 transaction.set_data(path, Z.encodeState(state), version=effect.expectedVersion)
             committed = self._commit(transaction, path)
         except KazooException as e:
-            log.warn("Writing {path} failed: {e}", path=path, e=e)
+            log.warn("Writing {path} failed: {e}; trying again in a second", path=path, e=e)
+            self._retryLater()
             return False
         if committed is None:
             return False
@@ -927,7 +943,8 @@ class ClusterService:
         try:
             committed = self._commit(transaction, f"the deletion of {name}")
         except (KazooException, NotEmptyError) as e:
-            log.warn("Deleting topic {topic} failed: {e}", topic=name, e=e)
+            log.warn("Deleting topic {topic} failed: {e}; trying again in a second", topic=name, e=e)
+            self._retryLater()
             return False
         if committed:
             log.info("Topic {topic} deleted from ZooKeeper", topic=name)

@@ -28,14 +28,15 @@ DESCRIPTOR_BACKOFF_SECONDS = 0.1
 
 class ConnectionQuotas:
     """
-    C{max.connections} and C{max.connections.per.ip}, counted at accept
-    time and released when a Processor sees the connection close.
-    Thread-safe.
+    C{max.connections}, C{max.connections.per.ip} and its per-address
+    C{max.connections.per.ip.overrides}, counted at accept time and
+    released when a Processor sees the connection close.  Thread-safe.
     """
 
-    def __init__(self, maxConnections: int, maxPerIp: int) -> None:
+    def __init__(self, maxConnections: int, maxPerIp: int, overrides=None) -> None:
         self.maxConnections = maxConnections
         self.maxPerIp = maxPerIp
+        self.overrides: dict[str, int] = dict(overrides or {})
         self._lock = threading.Lock()
         self._perIp: Counter[str] = Counter()
         self.total = 0
@@ -47,7 +48,11 @@ class ConnectionQuotas:
         with self._lock:
             if self.total >= self.maxConnections:
                 return f"max.connections={self.maxConnections} reached"
-            if self._perIp[host] >= self.maxPerIp:
+            limit = self.overrides.get(host)
+            if limit is not None:
+                if self._perIp[host] >= limit:
+                    return f"max.connections.per.ip.overrides={host}:{limit} reached"
+            elif self._perIp[host] >= self.maxPerIp:
                 return f"max.connections.per.ip={self.maxPerIp} reached for {host}"
             self.total += 1
             self._perIp[host] += 1
@@ -62,13 +67,14 @@ class ConnectionQuotas:
             if not self._perIp[host]:
                 del self._perIp[host]
 
-    def update(self, maxConnections: int, maxPerIp: int) -> None:
+    def update(self, maxConnections: int, maxPerIp: int, overrides=None) -> None:
         """
         New limits (a dynamic update): connections above them stay, new
         ones wait until the count is under.
         """
         with self._lock:
             self.maxConnections, self.maxPerIp = maxConnections, maxPerIp
+            self.overrides = dict(overrides or {})
 
     def count(self, host: str) -> int:
         with self._lock:

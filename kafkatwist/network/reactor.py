@@ -11,12 +11,19 @@ iteration shaped for a Processor.
     Processor hands the requests framed in an iteration to the
     RequestChannel there, in one batch, without a C{callLater(0)} per
     iteration.
+  - Its waker writes its byte with one C{os.write}: Twisted's goes through
+    C{twisted.python.util.untilConcludes}, and C{twisted.python.util} is a
+    deprecation proxy whose every attribute lookup is four Python calls --
+    on a handler thread, once per response it hands back.  (C{EINTR} needs
+    no loop: Python retries it itself, PEP 475.)
 """
 
 from __future__ import annotations
 
 import errno
+import os
 
+from twisted.internet._signals import _UnixWaker
 from twisted.internet.epollreactor import EPollReactor
 from twisted.logger import Logger
 
@@ -25,6 +32,17 @@ log = Logger()
 
 def _nothing() -> None:
     pass
+
+
+class ProcessorWaker(_UnixWaker):
+    def wakeUp(self) -> None:
+        o = self.o
+        if o is not None:
+            try:
+                os.write(o, b"x")
+            except BlockingIOError:
+                # The pipe is full: the reactor has wake-ups to read anyway.
+                pass
 
 
 class ProcessorReactor(EPollReactor):
@@ -58,3 +76,6 @@ class ProcessorReactor(EPollReactor):
         self.afterEvents()
 
     doIteration = doPoll
+
+    def _wakerFactory(self) -> ProcessorWaker:
+        return ProcessorWaker()

@@ -50,7 +50,10 @@ class SocketServer:
         # Requests per hand-off: small enough that a handler blocked on disk
         # leaves work for the others.
         self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
-        self.quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
+        self.quotas = ConnectionQuotas(
+            config["max.connections"], config["max.connections.per.ip"],
+            config["max.connections.per.ip.overrides"],
+        )
         #: client certificate -> principal (ssl.principal.mapping.rules)
         self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
         #: TLS listener name -> its context factory (replaced by a dynamic

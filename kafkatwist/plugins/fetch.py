@@ -202,10 +202,17 @@ class FetchHandler(Handler):
         replicaManager = self.broker.replicaManager
         if replicaManager is None:
             return
-        fetched = [
-            (w.key, w.offset, w.log.logEndOffset)
-            for _, wanted in plan for w in wanted if w.log is not None
-        ]
+        # Only offsets this log has: one past its end (a replica with
+        # another leader's data) is answered OFFSET_OUT_OF_RANGE, and must
+        # not count as replicated.
+        fetched = []
+        for _, wanted in plan:
+            for w in wanted:
+                log = w.log
+                if log is not None:
+                    end = log.logEndOffset
+                    if log.logStartOffset <= w.offset <= end:
+                        fetched.append((w.key, w.offset, end))
         if fetched:
             replicaManager.recordFollowerFetch(replicaId, fetched)
 

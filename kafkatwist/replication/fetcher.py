@@ -308,17 +308,25 @@ class ReplicaFetcher:
         Topic = nested(cls, "FetchTopic")
         Partition = nested(cls, "FetchPartition")
         byTopic: dict = {}
-        for state in states:
-            byTopic.setdefault(state.key[0], []).append(
-                make(
-                    Partition,
-                    partition=state.key[1],
-                    current_leader_epoch=state.leaderEpoch,
-                    fetch_offset=state.log.logEndOffset,
-                    log_start_offset=state.log.logStartOffset,
-                    partition_max_bytes=self.maxBytes,
+        # Under the append lock, and only partitions still ours: once a
+        # removal returned, no request tells this leader a log end that
+        # another leader's data made (the old leader would count it as
+        # replicated and acknowledge what this replica does not hold).
+        with self._appendLock:
+            states = [state for state in states if self._stillOurs(state)]
+            for state in states:
+                byTopic.setdefault(state.key[0], []).append(
+                    make(
+                        Partition,
+                        partition=state.key[1],
+                        current_leader_epoch=state.leaderEpoch,
+                        fetch_offset=state.log.logEndOffset,
+                        log_start_offset=state.log.logStartOffset,
+                        partition_max_bytes=self.maxBytes,
+                    )
                 )
-            )
+        if not states:
+            return
         request = make(
             cls,
             replica_id=self.brokerId,

@@ -337,12 +337,13 @@ def _describe(client, handles, requestTimeoutMs: int = 30_000) -> dict:
             try:
                 _, response = client.call(DESCRIBE_TRANSACTIONS, build, nodeId)
                 (state,) = response.transaction_states
-            except KafkaError:
-                raise
-            except Exception:
-                # kio cannot read back a start time of -1: an id with no
-                # transaction open, which is all that matters here.
-                return ErrorCode.none, (ErrorCode.none, "Empty", -1, -1)
+            except Exception as e:
+                # kio cannot read back a start time of -1 (the client reports
+                # the answer as undecodable): an id with no transaction open,
+                # which is all that matters here.
+                if isinstance(e, KafkaError) and "cannot decode" not in str(e):
+                    raise
+                return ErrorCode.none, (ErrorCode.none, "no transaction open", -1, -1)
             if state.error_code in _RETRY:
                 return state.error_code, None
             return ErrorCode.none, (

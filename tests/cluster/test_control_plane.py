@@ -34,7 +34,7 @@ class Node:
         settings = {
             "node.id": str(brokerId),
             "zookeeper.connect": connect,
-            "zookeeper.session.timeout.ms": "4000",
+            "zookeeper.session.timeout.ms": "6000",
             "listeners": f"PLAINTEXT://127.0.0.1:{19000 + brokerId}",
         }
         settings.update(overrides)
@@ -89,7 +89,7 @@ def test_registration_and_controller(cluster):
     for node in (a, b, c):
         waitUntil(lambda: node.image.live() == {1, 2, 3}, what="three live brokers")
     assert a.image.brokers[3].rack == "r3" and a.image.brokers[1].rack is None
-    assert {n.image.controllerId for n in (a, b, c)} == {1}
+    waitUntil(lambda: {n.image.controllerId for n in (a, b, c)} == {1}, what="one controller")
     assert a.service.controller.active and not b.service.controller.active
     assert b.service.endpoint(3) == ("127.0.0.1", 19003)
     assert a.image.clusterId == b.image.clusterId is not None

@@ -292,3 +292,31 @@ def test_certificate_rotation_without_restart(brokerFactory, pki):
         assert servedCertificate(broker.ports["SSL"], pki.caFile) == firstCertificate(pki.rsaServerKeystore)
     finally:
         broker.stop()
+
+
+def test_connection_limits_without_restart(brokerFactory):
+    """
+    max.connections.per.ip.overrides changed while connections come from
+    127.0.0.2 (the admin client's, from 127.0.0.1, are not counted there).
+    """
+    from tests.rawclient import RawConnection
+
+    def connectFrom(source):
+        connection = RawConnection.__new__(RawConnection)
+        connection.sock = socket.create_connection(("127.0.0.1", broker.port), 10, source_address=(source, 0))
+        connection.correlationId = 0
+        return connection
+
+    broker = brokerFactory().start()
+    admin = confluentAdmin(broker)
+    assert incremental(admin, NODE_ID, max_connections_per_ip_overrides="127.0.0.2:1") == (0, None)
+    first = connectFrom("127.0.0.2")
+    assert first.apiVersions().error_code == 0
+    second = connectFrom("127.0.0.2")
+    assert second.isClosedByPeer(5)
+    second.close()
+    assert incremental(admin, NODE_ID, max_connections_per_ip_overrides="127.0.0.2:2") == (0, None)
+    third = connectFrom("127.0.0.2")
+    assert third.apiVersions().error_code == 0
+    for connection in (first, third):
+        connection.close()

@@ -78,7 +78,7 @@ def test_startup_log_names_each_provider_chain(examplesBroker):
     )
     assert re.search(
         r"ApiKey\s+1 fetch\s+v\d+-\d+\s+example\.audit\.fetch \[plugin\.paths, priority 200\]"
-        r" -> builtin\.fetch \[builtin, priority 0\]",
+        r" -> builtin\.fetch_quota \[builtin, priority 1\] -> builtin\.fetch \[builtin, priority 0\]",
         text,
     )
     assert re.search(

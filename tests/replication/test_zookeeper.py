@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from kafkatwist.protocol.records import decodeBatches
 from tests.cluster.test_brokers import Cluster, partitions
 from tests.cluster.test_control_plane import waitUntil
 from tests.replication.cluster import DROPIN, StaticCluster
@@ -124,22 +125,7 @@ def test_no_loss_no_duplicates_through_leader_kills(zkCluster):
     assert not failed, failed[:3]
     assert len(acknowledged) > 100
 
-    consumer = Consumer({
-        "bootstrap.servers": zkCluster.bootstrap(1, 2, 3), "group.id": "check",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-    })
-    consumer.assign([TopicPartition("z", 0, 0)])
-    seen: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(set(seen)) < len(set(acknowledged)) and time.monotonic() < deadline:
-        message = consumer.poll(1)
-        if message is not None and message.error() is None:
-            seen.append(message.value())
-    consumer.close()
-    assert set(acknowledged) <= set(seen), sorted(set(acknowledged) - set(seen))[:5]
-    assert len(seen) == len(set(seen)), "duplicates"
-
-    # Every replica the same log.
+    # Every replica the same log, holding every acknowledged record once.
     _, probe = state(zkCluster, 1, "z")
     dumps = waitUntil(
         lambda: (lambda d: d if len(set(d.values())) == 1 else None)(
@@ -147,7 +133,25 @@ def test_no_loss_no_duplicates_through_leader_kills(zkCluster):
         ),
         timeout=30, what="identical replicas",
     )
-    assert dumps
+    stored = [r.value for b in decodeBatches(dumps[1]) for r in b.records]
+    assert len(stored) == len(set(stored)), "duplicates"
+    assert set(acknowledged) <= set(stored), sorted(set(acknowledged) - set(stored))[:5]
+
+    # And a consumer reads them all, in order.
+    consumer = Consumer({
+        "bootstrap.servers": zkCluster.bootstrap(1, 2, 3), "group.id": "check",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    })
+    consumer.assign([TopicPartition("z", 0, 0)])
+    seen: list = []
+    deadline = time.monotonic() + 120
+    while len(seen) < len(stored) and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            seen.append((message.offset(), message.value()))
+    consumer.close()
+    gaps = [(a[0], b[0]) for a, b in zip(seen, seen[1:]) if b[0] != a[0] + 1]
+    assert [v for _, v in seen] == stored, (len(seen), len(stored), gaps[:5])
 
 
 def test_committed_offsets_survive_the_coordinators_broker(zkCluster):

@@ -219,7 +219,9 @@ def test_retried_task_fences_its_predecessor(kafka, newTopic):
     transaction, and only the second attempt's rows are committed.
     """
     from kafkatwist_spark.encoding import encodeBatch
+    from kafkatwist.errors import KafkaError
     from kafkatwist_spark.transactional import (
+        TransactionHandle,
         TransactionalProducer,
         commitTransactions,
     )
@@ -241,6 +243,13 @@ def test_retried_task_fences_its_predecessor(kafka, newTopic):
         with pytest.raises(Exception):
             commitTransactions(client, [first.handle], 30000)
         assert commitTransactions(client, [second.handle], 30000) == 1
+        # An attempt that starts late (InitProducerId after its successor
+        # wrote) fences it: the driver's commit refuses, with a clear error.
+        third = TransactionalProducer(client, tid, 60000, 30000)
+        with pytest.raises(KafkaError, match="cannot be committed"):
+            commitTransactions(client, [TransactionHandle(tid, second.producerId,
+                                                          second.producerEpoch)], 30000)
+        assert third.producerEpoch > second.producerEpoch
     assert readCommitted(kafka.bootstrap, topic, [0]) == [b"second"]
 
 

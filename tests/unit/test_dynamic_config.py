@@ -186,3 +186,23 @@ def test_a_damaged_stored_record_is_skipped(tmp_path):
     assert dynamic.perBroker == {}
     assert dynamic.clusterDefault == {"log.segment.bytes": "100000"}
     assert dynamic.current["log.segment.bytes"] == 100000
+
+
+def test_connection_limits(tmp_path):
+    from types import SimpleNamespace
+
+    from kafkatwist.network.acceptor import ConnectionQuotas
+    from kafkatwist.reconfigure import ConnectionLimits
+
+    broker = makeBroker(str(tmp_path / DYNAMIC_CONFIG_FILE))
+    quotas = ConnectionQuotas(100, 100)
+    broker.dynamicConfig.addReconfigurable(ConnectionLimits(SimpleNamespace(quotas=quotas)))
+    ok(alter(broker, [(BROKER, "", [("max.connections.per.ip", SET, "1"),
+                                    ("max.connections.per.ip.overrides", SET, "127.0.0.2:2,[::1]:3")])]))
+    assert (quotas.maxPerIp, quotas.overrides) == (1, {"127.0.0.2": 2, "::1": 3})
+    assert quotas.tryAcquire("127.0.0.1") is None
+    assert "max.connections.per.ip=1" in quotas.tryAcquire("127.0.0.1")
+    assert quotas.tryAcquire("127.0.0.2") is None and quotas.tryAcquire("127.0.0.2") is None
+    assert "127.0.0.2:2" in quotas.tryAcquire("127.0.0.2")
+    [result] = alter(broker, [(BROKER, "", [("max.connections.per.ip.overrides", SET, "nonsense")])])
+    assert result.error_code == ErrorCode.invalid_request and "host:count" in result.error_message

@@ -132,3 +132,38 @@ def test_register_as_io_thread_flag():
     assert "self._registerAsIOThread" in inspect.getsource(base.ReactorBase), changed(
         "ReactorBase's use of _registerAsIOThread", "Processor.__init__"
     )
+
+
+def test_processor_waker():
+    """
+    kafkatwist/network/reactor.py gives a Processor's reactor its own waker
+    (a subclass of C{_signals._UnixWaker}, built by C{_wakerFactory}, the
+    pipe's write end in C{o}): a call from another thread wakes it, and a
+    full pipe is not an error.
+    """
+    from twisted.internet import _signals, posixbase
+
+    from kafkatwist.network.reactor import ProcessorWaker
+
+    assert hasattr(posixbase.PosixReactorBase, "_wakerFactory"), changed(
+        "PosixReactorBase._wakerFactory", "ProcessorReactor"
+    )
+    assert uses(posixbase.PosixReactorBase.installWaker, "_wakerFactory()"), changed(
+        "installWaker", "ProcessorReactor's waker"
+    )
+    assert issubclass(ProcessorWaker, _signals._UnixWaker)
+    reactor = ProcessorReactor()
+    reactor.installWaker()
+    waker = reactor.waker
+    try:
+        assert isinstance(waker, ProcessorWaker)
+        called = []
+        reactor.callFromThread(called.append, 1)
+        reactor.iterate(0)
+        assert called == [1]
+        for _ in range(100_000):  # fills the pipe: EAGAIN is swallowed
+            waker.wakeUp()
+        waker.doRead()
+    finally:
+        reactor.removeReader(waker)
+        waker.connectionLost(None)
