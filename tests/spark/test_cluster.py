@@ -103,20 +103,20 @@ def _produceInput(bootstrap, topic, first, count):
 
 
 #: what keeps the exactly-once sink from working on a cluster today (a
-#: broker-side gap, not the connector's): see the test's docstring
-_TXN_VERIFICATION = (
-    "broker: Produce's transaction verification (plugins/produce.py "
-    "_transactional) asks the LOCAL transaction coordinator, which answers "
-    "NOT_COORDINATOR when the transactional id's coordinator is another broker; "
-    "the Produce then answers NOT_ENOUGH_REPLICAS forever. Kafka's "
-    "AddPartitionsToTxnManager sends the verification to the id's coordinator."
+#: broker-side gap, not the connector's)
+_TXN_MARKERS = (
+    "broker: the transaction coordinator writes end-transaction markers in-process "
+    "only (coordinator/transaction/markers.py); markers for partitions led by "
+    "another broker (Kafka's TransactionMarkerChannelManager sending WriteTxnMarkers) "
+    "are not sent yet, so such a transaction stays in PrepareCommit and the next "
+    "InitProducerId answers CONCURRENT_TRANSACTIONS."
 )
 
 
 @pytest.mark.parametrize(
     "mode",
     ["idempotent", pytest.param("exactly-once", marks=pytest.mark.xfail(
-        run=False, reason=_TXN_VERIFICATION))],
+        run=False, reason=_TXN_MARKERS))],
 )
 def test_stream_rides_through_leader_kill(spark, cluster, tmp_path, mode):
     """
