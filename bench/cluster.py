@@ -79,7 +79,8 @@ def createTopic(cluster: Cluster, topic: str, partitionCount: int = 3, replicati
     from confluent_kafka.admin import NewTopic
 
     if assignment is not None:
-        new = NewTopic(topic, replica_assignment=assignment, config=config or {})
+        new = NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment,
+                       config=config or {})
     else:
         new = NewTopic(topic, num_partitions=partitionCount, replication_factor=replication,
                        config=config or {})
