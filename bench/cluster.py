@@ -1,7 +1,7 @@
 """
 The cluster (issue 17): what replication costs and how long a fail-over takes.
 
-    python -m bench cluster [--records 200000] [--latency-seconds 20] [--rate 1000]
+    python -m bench cluster [--records 1000000] [--latency-seconds 20] [--rate 1000]
                             [--failovers 3] [--small-seconds 10] [--producers 4] [--quick]
 
 A standalone ZooKeeper (Debian's package, L{kafkatwist.cluster.zkserver})
@@ -15,8 +15,10 @@ afterwards.  confluent-kafka clients, 100-byte values.
    Records per second, and the brokers' CPU seconds (summed, from /proc) per
    million records.
 2. Latency.  C{--rate} records per second for C{--latency-seconds} to the
-   replication factor 3 topic, acks=all, linger.ms=0: produce -> delivery
-   callback, p50/p99/max.
+   replication factor 3 topic, acks=all, with librdkafka's default linger.ms=5
+   and then with linger.ms=0 (a request per record): produce -> delivery
+   callback, p50/p99/max, and the p50 of each fifth of the run (a backlog
+   building up shows as a climb).
 3. Fail-over.  An idempotent acks=all producer sends one record every
    millisecond to a one-partition topic of replication factor 3
    (min.insync.replicas=2); the leader's broker is killed with SIGKILL; the
@@ -145,15 +147,17 @@ def throughput(cluster: Cluster, topic: str, records: int, limit: float) -> dict
             "acked": acked[0], "failed": failed[0], "seconds": elapsed}
 
 
-def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict:
-    producer = _producer(cluster.bootstrap(), **{"linger.ms": 0})
+def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger: int) -> dict:
+    producer = _producer(cluster.bootstrap(), **{"linger.ms": linger})
     samples: list[float] = []
+    sentAt: list[float] = []
     failed = [0]
 
     def delivered(sent):
         def callback(error, message):
             if error is None:
                 samples.append(time.perf_counter() - sent)
+                sentAt.append(sent)
             else:
                 failed[0] += 1
         return callback
@@ -175,8 +179,11 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict:
         producer.poll(0)
     producer.flush(30)
     ms = [s * 1000 for s in samples]
+    # p50 per fifth of the run: a backlog that builds up shows as a climb.
+    fifths = [[m for m, t in zip(ms, sentAt) if k <= (t - start) * 5 / seconds < k + 1] for k in range(5)]
     return {"sent": n, "acked": len(ms), "failed": failed[0],
-            "p50": percentile(ms, 0.5), "p99": percentile(ms, 0.99), "max": max(ms)}
+            "p50": percentile(ms, 0.5), "p99": percentile(ms, 0.99), "max": max(ms),
+            "fifths": [percentile(f, 0.5) if f else float("nan") for f in fifths]}
 
 
 def failovers(cluster: Cluster, topic: str, rounds: int) -> list[float]:
@@ -291,12 +298,13 @@ def smallRequests(cluster: Cluster, topic: str, brokers: list[int], producers: i
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench cluster", description=__doc__.split("\n")[1])
-    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--latency-seconds", type=float, default=20)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--small-seconds", type=float, default=10)
     parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--parts", default="1234", help="which parts to run, e.g. 13 (default 1234)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small counts, short waits")
     args = parser.parse_args(argv)
     if args.quick:
@@ -321,37 +329,59 @@ def main(argv: list[str]) -> int:
         createTopic(cluster, "rf3", 3, 3, config=synced)
         createTopic(cluster, "rf1", 3, 1)
 
-        report(f"## 1. acks=all throughput, {args.records:,} records of 100 bytes, 3 partitions (load {loadAverage()})")
-        for topic in ("rf3", "rf1", "rf3", "rf1"):
-            r = throughput(cluster, topic, args.records, limit=120)
-            report(f"- {topic}: {r['rate']:,.0f} records/s, {r['cpuPerMillion']:.2f} broker CPU-s per million "
-                   f"({r['acked']:,} acknowledged, {r['failed']} failed, {r['seconds']:.1f} s)")
-
-        report(f"## 2. produce->ack latency, RF 3, {args.rate} records/s for {args.latency_seconds:g} s, "
-               f"acks=all, linger.ms=0 (load {loadAverage()})")
-        r = latency(cluster, "rf3", args.rate, args.latency_seconds)
-        report(f"- p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max {r['max']:.2f} ms "
-               f"({r['acked']:,} of {r['sent']:,} acknowledged, {r['failed']} failed)")
-
-        report(f"## 3. fail-over, RF 3, min.insync.replicas=2, idempotent acks=all, a record per ms "
-               f"(load {loadAverage()})")
-        createTopic(cluster, "fo", 1, 3, config=synced)
-        times = failovers(cluster, "fo", args.failovers)
-        report("- kill -9 of the leader -> first acknowledgement of a record sent after it: "
-               + ", ".join(f"{t:.2f} s" for t in times)
-               + (f"; median {statistics.median(times):.2f} s" if times else ""))
-
-        report(f"## 4. many small requests, {args.producers} producers (linger.ms=0, batch.num.messages=1, "
-               f"acks=1), 8 partitions RF 1 (load {loadAverage()})")
-        createTopic(cluster, "one", assignment=[[1]] * 8)
-        createTopic(cluster, "two", assignment=[[1], [2]] * 4)
-        for topic, brokers in (("one", [1]), ("two", [1, 2]), ("one", [1]), ("two", [1, 2])):
-            r = smallRequests(cluster, topic, brokers, args.producers, 3.0, args.small_seconds)
-            cores = ", ".join(f"broker {i} {r['cores'][i]:.2f}" for i in BROKERS)
-            report(f"- {len(brokers)} broker(s): {r['rate']:,.0f} records/s; cores used: {cores} "
-                   f"(load {loadAverage()})")
+        if "1" in args.parts:
+            part1(cluster, args, report)
+        if "2" in args.parts:
+            part2(cluster, args, report)
+        if "3" in args.parts:
+            part3(cluster, args, report, synced)
+        if "4" in args.parts:
+            part4(cluster, args, report)
     finally:
         cluster.stopAll()
         zookeeper.stop()
     print("\n".join(lines))
     return 0
+
+
+def part1(cluster, args, report):
+    report(f"## 1. acks=all throughput, {args.records:,} records of 100 bytes, 3 partitions (load {loadAverage()})")
+    for topic in ("rf3", "rf1", "rf3", "rf1"):
+        r = throughput(cluster, topic, args.records, limit=120)
+        report(f"- {topic}: {r['rate']:,.0f} records/s, {r['cpuPerMillion']:.2f} broker CPU-s per million "
+               f"({r['acked']:,} acknowledged, {r['failed']} failed, {r['seconds']:.1f} s)")
+
+
+def part2(cluster, args, report):
+    # linger.ms=5 is librdkafka's default; with 0 every record is a request
+    # of its own, and a connection's requests are answered one at a time
+    # (as Kafka does), each acks=all one after a replication round.
+    for linger in (5, 0):
+        report(f"## 2. produce->ack latency, RF 3, {args.rate} records/s for {args.latency_seconds:g} s, "
+               f"acks=all, linger.ms={linger} (load {loadAverage()})")
+        r = latency(cluster, "rf3", args.rate, args.latency_seconds, linger)
+        report(f"- p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max {r['max']:.2f} ms "
+               f"({r['acked']:,} of {r['sent']:,} acknowledged, {r['failed']} failed); p50 per fifth of the run: "
+               + " / ".join(f"{v:.1f}" for v in r["fifths"]) + f" ms (load {loadAverage()})")
+
+
+def part3(cluster, args, report, synced):
+    report(f"## 3. fail-over, RF 3, min.insync.replicas=2, idempotent acks=all, a record per ms "
+           f"(load {loadAverage()})")
+    createTopic(cluster, "fo", 1, 3, config=synced)
+    times = failovers(cluster, "fo", args.failovers)
+    report("- kill -9 of the leader -> first acknowledgement of a record sent after it: "
+           + ", ".join(f"{t:.2f} s" for t in times)
+           + (f"; median {statistics.median(times):.2f} s" if times else ""))
+
+
+def part4(cluster, args, report):
+    report(f"## 4. many small requests, {args.producers} producers (linger.ms=0, batch.num.messages=1, "
+           f"acks=1), 8 partitions RF 1 (load {loadAverage()})")
+    createTopic(cluster, "one", assignment=[[1]] * 8)
+    createTopic(cluster, "two", assignment=[[1], [2]] * 4)
+    for topic, brokers in (("one", [1]), ("two", [1, 2]), ("one", [1]), ("two", [1, 2])):
+        r = smallRequests(cluster, topic, brokers, args.producers, 3.0, args.small_seconds)
+        cores = ", ".join(f"broker {i} {r['cores'][i]:.2f}" for i in BROKERS)
+        report(f"- {len(brokers)} broker(s): {r['rate']:,.0f} records/s; cores used: {cores} "
+               f"(load {loadAverage()})")
