@@ -78,6 +78,8 @@ _LEADER_ERRORS = frozenset(
         ErrorCode.not_controller,
         ErrorCode.network_exception,  # KafkaConnectionError: the broker went away
         ErrorCode.broker_not_available,  # a leader Metadata has not listed yet
+        # a new leader whose high watermark has not caught up (KIP-207)
+        ErrorCode.offset_not_available,
     }
 )
 

@@ -299,7 +299,7 @@ class ClusterService:
         self._states[(topic, partition)] = Z.PartitionState(
             leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version
         )
-        self._applied[(topic, partition)] = (leaderEpoch, leaderId)
+        self._applied[(topic, partition)] = (leaderEpoch, leaderId, stat.version)
         try:
             self.zk.create(Z.ISR_CHANGE_PREFIX, Z.encodeIsrChange([(topic, partition)]), sequence=True)
         except KazooException:
@@ -964,7 +964,10 @@ class ClusterService:
                 continue
             key = (topic, partition)
             hosted.add(key)
-            seen = (state.leaderEpoch, state.leader)
+            # A leader also hears of a new partition epoch in its leader
+            # epoch (its ISR change whose answer it dropped, say): its next
+            # alterIsr would fail on the old one.
+            seen = (state.leaderEpoch, state.leader, state.zkVersion if state.leader == me else None)
             if self._applied.get(key) == seen:
                 continue
             if not self._ensureLocalLog(image, topic):

@@ -45,12 +45,8 @@ def makeCluster(config, broker) -> ClusterService:
     if replicaManager is None:
         replicaManager = RolesOnlyReplicaManager()
     cluster = ClusterService(config, broker.advertisedListeners, CoordinatorMover(replicaManager, broker))
-    # The replica manager changes ISRs through the cluster (conditional
-    # writes of the state znodes) and finds leaders among its live brokers.
-    if hasattr(replicaManager, "alterIsr"):
-        replicaManager.alterIsr = cluster
-    if hasattr(replicaManager, "directory"):
-        replicaManager.directory = cluster
+    # (service.useLogManager gives the replica manager the cluster as its
+    # IAlterIsr and IBrokerDirectory.)
     # Idempotent and transactional producers' ids, unique over the cluster.
     cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
     broker.cluster = cluster

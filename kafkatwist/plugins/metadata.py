@@ -129,7 +129,9 @@ class MetadataHandler(Handler):
                         error_code=ErrorCode.none,
                         partition_index=index,
                         leader_id=nodeId,
-                        leader_epoch=0,
+                        # The epoch the log is in (0 unless a controller
+                        # gave it one): what KIP-320 clients fence with.
+                        leader_epoch=_leaderEpoch(logManager, name, index),
                         replica_nodes=(nodeId,),
                         isr_nodes=(nodeId,),
                         offline_replicas=(),
@@ -183,6 +185,11 @@ class MetadataHandler(Handler):
             partitions=(),
             topic_authorized_operations=OPERATIONS_OMITTED,
         )
+
+
+def _leaderEpoch(logManager, topic: str, partition: int) -> int:
+    log = logManager.getLog(topic, partition) if logManager is not None else None
+    return log.leaderEpoch if log is not None else 0
 
 
 metadata = HandlerPlugin("builtin.metadata", METADATA, MetadataHandler, priority=0)

@@ -76,6 +76,13 @@ def _backoff(config: SourceConfig, failures: int) -> None:
 #: this (a broker sends the first batch whole anyway, per KIP-74)
 _MAX_FETCH_BYTES = 256 << 20
 
+#: how long a partition whose end went back is asked again before that is
+#: taken for data loss: right after a leader change the new leader's high
+#: watermark can lag the old one's until its followers fetch (Kafka's
+#: brokers answer OFFSET_NOT_AVAILABLE meanwhile, KIP-207; the client
+#: retries that too)
+_SETTLE_SECONDS = 5.0
+
 
 class KafkaInputPartition(InputPartition):
     """
@@ -351,7 +358,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
             new = [tp for tp in new if tp in self._target]
         if new:
             fromMap.update(offsets.earliest(new))
-        latest = offsets.latest(fromMap)
+        latest = _settled(offsets, fromMap, offsets.latest(fromMap))
         self._latest = dict(latest)
         if self._target is not None:
             latest = {tp: min(o, self._target.get(tp, fromMap[tp])) for tp, o in latest.items()}
@@ -433,3 +440,21 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
 
     def stop(self) -> None:
         self._closeClient()
+
+
+def _settled(offsets: OffsetReader, fromMap: dict, latest: dict) -> dict:
+    """
+    C{latest}, with the partitions that end before C{fromMap} says the
+    stream is asked again (with a growing pause, for up to
+    L{_SETTLE_SECONDS}) until they do not.
+    """
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    pause = 0.1
+    while time.monotonic() < deadline:
+        behind = {tp: fromMap[tp] for tp, o in latest.items() if o < fromMap[tp]}
+        if not behind:
+            break
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+        latest = {**latest, **offsets.latest(behind)}
+    return latest

@@ -456,8 +456,13 @@ class CommitLog:
         self.topic = topic
 
     def create(self) -> None:
+        # Replicated as Kafka's internal topics are (3, or fewer on a
+        # smaller cluster): losing it would lose what the driver committed.
+        brokers = len(self.client.metadata([]).brokers)
         self.client.createTopics(
-            {self.topic: (1, {"cleanup.policy": "compact"})}, ignoreExisting=True
+            {self.topic: (1, {"cleanup.policy": "compact"})},
+            replicationFactor=max(1, min(3, brokers)),
+            ignoreExisting=True,
         )
 
     def latest(self) -> dict | None:

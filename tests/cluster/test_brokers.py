@@ -248,15 +248,15 @@ def test_paused_controller_is_deposed_and_rejoins(cluster):
     other = cluster.admin(*survivors)
     paused.process.send_signal(signal.SIGSTOP)
     try:
-        waitUntil(lambda: other.list_topics(timeout=10).controller_id in survivors, timeout=30,
+        waitUntil(lambda: other.list_topics(timeout=10).controller_id in survivors, timeout=60,
                   what="a new controller while the old one is paused")
         waitUntil(lambda: all(l in survivors for l, _, _ in partitions(other, "p").values()),
-                  timeout=30, what="leaders off the paused broker")
+                  timeout=60, what="leaders off the paused broker")
     finally:
         paused.process.send_signal(signal.SIGCONT)
     # Woken, it finds its session gone: it registers again and follows the
     # new controller instead of acting as one.
-    waitUntil(lambda: controller in other.list_topics(timeout=10).brokers, timeout=30, what="re-registered")
+    waitUntil(lambda: controller in other.list_topics(timeout=10).brokers, timeout=60, what="re-registered")
     md = cluster.admin(controller).list_topics(timeout=10)
     assert md.controller_id in survivors
     assert "New ZooKeeper session" in paused.output()

@@ -139,10 +139,7 @@ def test_committed_offsets_survive_the_coordinators_broker(cluster):
     index = partitionFor("keep", len(internal))
     waitUntil(lambda: len(partitions(admin, "__consumer_offsets")[index][2]) == 3,
               what="__consumer_offsets fully replicated")
-    # A commit is answered once the coordinator's leader appended it, not
-    # yet once the ISR has it (Kafka waits for the ISR; see README,
-    # Replication, "Not done yet"): give the followers a moment first.
-    time.sleep(2)
+
     owner = partitions(admin, "__consumer_offsets")[index][0]
     cluster.brokers[owner].kill()
     survivors = [i for i in (1, 2, 3) if i != owner]
