@@ -104,9 +104,20 @@ class StaticCluster:
 
     def command(self, nodeId: int, command: dict) -> dict:
         m = module()
-        connection = BrokerConnection("127.0.0.1", self.brokers[nodeId].port, timeout=10)
+        # A broker just restarted on a loaded machine may take a while to
+        # answer its first request: retry the connection, not the command.
+        deadline = time.monotonic() + 60
+        while True:
+            connection = BrokerConnection("127.0.0.1", self.brokers[nodeId].port, timeout=20)
+            try:
+                connection.connect()
+                break
+            except OSError:
+                connection.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         try:
-            connection.connect()
             answer = connection.request(
                 m.STATIC_CONTROLLER, 0, m.StaticControllerRequest(command=json.dumps(command))
             )
