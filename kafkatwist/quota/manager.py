@@ -127,9 +127,7 @@ class ClientQuotas:
 
         @return: the throttle in milliseconds (0 within the quota).
         """
-        if key not in self._keys:
-            return 0
-        found = self.quotaFor(key, userOf(principal), clientId)
+        found = self._applying(key, principal, clientId)
         if found is None:
             return 0
         bound, tags = found
@@ -143,9 +141,7 @@ class ClientQuotas:
         """
         The throttle the client's usage so far calls for, recording nothing.
         """
-        if key not in self._keys:
-            return 0
-        found = self.quotaFor(key, userOf(principal), clientId)
+        found = self._applying(key, principal, clientId)
         if found is None:
             return 0
         bound, tags = found
@@ -153,6 +149,15 @@ class ClientQuotas:
         with self._lock:
             sensor = self._sensors.get((key, tags))
             return 0 if sensor is None else self._throttle(sensor, bound, nowMs)
+
+    def _applying(self, key: str, principal: str, clientId: str):
+        """
+        C{(bound, tags)} of the quota on C{key} that applies to the client,
+        or C{None} when none does (or C{key} is not enforced here).
+        """
+        if key not in self._keys:
+            return None
+        return self.quotaFor(key, userOf(principal), clientId)
 
     def _sensor(self, key: str, tags, nowMs: int) -> SampledRate:
         if nowMs - self._lastSweep > _SWEEP_EVERY_MS:
