@@ -6,7 +6,8 @@ coordinator's: inputs in, effects out).
 It is level-triggered: every input carries the current L{ClusterImage},
 and C{reconcile} compares what the image says with what it should say --
 every partition with a live leader from its ISR, no dead broker in an ISR,
-no leader on a broker shutting down, queued deletions carried out -- and
+no leader on a broker shutting down, queued deletions finished once every
+replica's broker deleted its replicas -- and
 asks for the conditional writes that close the gap.  A write that loses a
 race (the state changed under it) fails in the shell, which reads the
 state again; the next image is reconciled in turn.  So the machine keeps
@@ -87,7 +88,8 @@ class ControllerMachine:
         live = image.live()
         leaving = image.shuttingDown & live
         for topic in sorted(image.deleting):
-            effects.append(DeleteTopic(topic))
+            if self._deletionDone(topic, image):
+                effects.append(DeleteTopic(topic))
         for topic, partition, replicas, state in image.partitions():
             if topic in image.deleting:
                 continue
@@ -189,6 +191,22 @@ class ControllerMachine:
         if isr != state.isr:
             return self._write(topic, state, partition, state.leader, isr, "replica offline")
         return None
+
+    @staticmethod
+    def _deletionDone(topic: str, image: ClusterImage) -> bool:
+        """
+        Kafka's C{TopicDeletionManager}: a topic queued for deletion leaves
+        ZooKeeper only once every broker holding one of its replicas has
+        deleted it (said so for this topic id).  A broker that is down
+        keeps the topic queued (Kafka's "ineligible for deletion") until it
+        returns and deletes its replicas.
+        """
+        assignment = image.topics.get(topic)
+        if assignment is None:
+            return True
+        holders = {r for replicas in assignment.partitions.values() for r in replicas}
+        done = image.deletedReplicas.get(topic, {})
+        return all(done.get(b) == assignment.topicId for b in holders)
 
     def _electable(self, replicas, state: PartitionState, live, leaving, unclean: bool):
         """

@@ -101,6 +101,10 @@ class ClusterService:
         self._states: dict[tuple[str, int], Z.PartitionState] = {}
         self._configs: dict[str, dict] = {}
         self._deleting: set[str] = set()
+        #: topic queued for deletion -> {broker id: the topic id it deleted}
+        self._deletedReplicas: dict[str, dict] = {}
+        #: (topic, topic id) whose replicas this broker deleted and said so
+        self._deletedHere: set = set()
         self._shuttingDown: set[int] = set()
         self._controllerId = -1
         self._epochZkVersion: int | None = None
@@ -352,6 +356,12 @@ class ClusterService:
 
     def _createTopic(self, name, assignment, configs, topicId, onDone):
         try:
+            if self.zk.exists(Z.deleteTopicPath(name)) is not None:
+                # Kafka's AdminZkClient.validateTopicCreate: until every
+                # replica of the old topic is deleted.
+                onDone(None, KafkaError(ErrorCode.topic_already_exists,
+                                        f"Topic '{name}' is marked for deletion."))
+                return
             if self.zk.exists(Z.topicPath(name)) is not None:
                 raise NodeExistsError()
             self.zk.ensure_path(Z.CONFIG_TOPICS)
@@ -568,6 +578,10 @@ class ClusterService:
             self._readIsrChanges()
         elif path == Z.CONTROLLED_SHUTDOWN:
             self._readShutdowns()
+        elif path.startswith(Z.DELETED_REPLICAS + "/"):
+            topic = path[len(Z.DELETED_REPLICAS) + 1:].split("/")[0]
+            if topic in self._deleting:
+                self._readDeletedReplicas(topic)
         elif path.startswith(Z.CONFIG_TOPICS + "/"):
             self._readConfig(path[len(Z.CONFIG_TOPICS) + 1:])
         elif path.startswith(Z.TOPICS + "/"):
@@ -691,6 +705,28 @@ class ClusterService:
 
     def _readDeletions(self) -> None:
         self._deleting = set(self._children(Z.DELETE_TOPICS))
+        for topic in list(self._deletedReplicas):
+            if topic not in self._deleting:
+                del self._deletedReplicas[topic]
+        for topic in self._deleting:
+            self._readDeletedReplicas(topic)
+
+    def _readDeletedReplicas(self, topic: str) -> None:
+        """
+        Which brokers deleted their replicas of C{topic} (watched: the
+        controller finishes the deletion when the last one says so).
+        """
+        done = {}
+        for child in self._children(Z.deletedReplicasPath(topic)):
+            try:
+                brokerId = int(child)
+                data, _ = self.zk.get(Z.deletedReplicaPath(topic, brokerId))
+                done[brokerId] = Z.decodeDeletedReplica(topic, data)
+            except (ValueError, NoNodeError):
+                continue
+            except Z.ZkDataError as e:
+                log.warn("Ignoring a deleted replica's znode: {e}", e=e)
+        self._deletedReplicas[topic] = done
 
     def _readShutdowns(self) -> None:
         ids = set()
@@ -793,6 +829,7 @@ class ClusterService:
             configs=freeze(self._configs),
             deleting=frozenset(self._deleting),
             shuttingDown=frozenset(self._shuttingDown),
+            deletedReplicas=freeze({t: freeze(d) for t, d in self._deletedReplicas.items()}),
             clusterId=self._clusterId,
             serial=self._serial,
         )
@@ -825,16 +862,16 @@ class ClusterService:
 
     def _retryLater(self) -> None:
         """
-        A controller write failed on ZooKeeper itself (connection loss, not
-        a lost race): reconcile again shortly, since no watch may fire to
-        bring it back.
+        A controller write (or a broker's word that it deleted replicas)
+        failed on ZooKeeper itself (connection loss, not a lost race):
+        settle again shortly, since no watch may fire to bring it back.
         """
         if self._retry is None:
             self._retry = self.owner.callLater(1.0, self._retryNow)
 
     def _retryNow(self) -> None:
         self._retry = None
-        if self.controller.active and not self._stopping:
+        if not self._stopping:
             self._settle()
 
     def _perform(self, effects) -> bool:
@@ -936,6 +973,12 @@ class ClusterService:
             paths.append(Z.topicPath(name))
         if self.zk.exists(Z.topicConfigPath(name)) is not None:
             paths.append(Z.topicConfigPath(name))
+        try:
+            done = Z.deletedReplicasPath(name)
+            paths.extend(f"{done}/{c}" for c in self.zk.get_children(done))
+            paths.append(done)
+        except NoNodeError:
+            pass
         paths.append(Z.deleteTopicPath(name))
         transaction = self._fenced()
         for path in paths:
@@ -999,6 +1042,41 @@ class ClusterService:
                 deletedTopics.add(topic)
         for topic in deletedTopics:
             self._deleteLocal(topic)
+        self._deleteQueued(image)
+
+    def _deleteQueued(self, image: ClusterImage) -> None:
+        """
+        Delete this broker's replicas of the topics queued for deletion and
+        say so in ZooKeeper (Kafka's StopReplica with delete, and its
+        answer) -- also when this broker was down when the deletion was
+        asked: it deletes them on its return, so the topic never comes
+        back from its disk.
+        """
+        me = self.brokerId
+        for topic in image.deleting:
+            assignment = image.topics.get(topic)
+            if assignment is None or (topic, assignment.topicId) in self._deletedHere:
+                continue
+            if not any(me in replicas for replicas in assignment.partitions.values()):
+                continue
+            if image.deletedReplicas.get(topic, {}).get(me) != assignment.topicId:
+                if not self._deleteLocal(topic):
+                    self._retryLater()
+                    continue
+                path = Z.deletedReplicaPath(topic, me)
+                data = Z.encodeDeletedReplica(assignment.topicId)
+                try:
+                    try:
+                        self.zk.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        self.zk.set(path, data)
+                except KazooException as e:
+                    log.warn("Cannot tell that the replicas of {topic} are deleted: {e}", topic=topic, e=e)
+                    self._retryLater()
+                    continue
+                log.info("Replicas of topic {topic} ({topicId}) on broker {id} deleted",
+                         topic=topic, topicId=Z.encodeTopicId(assignment.topicId), id=me)
+            self._deletedHere.add((topic, assignment.topicId))
 
     def _applyConfigs(self, image: ClusterImage, topics) -> None:
         """
@@ -1052,15 +1130,20 @@ class ClusterService:
             return False
         return True
 
-    def _deleteLocal(self, name: str) -> None:
+    def _deleteLocal(self, name: str) -> bool:
+        """
+        @return: whether this broker holds no replica of C{name} any more.
+        """
         if self.logManager is None or name in INTERNAL_TOPICS:
-            return
+            return True
         try:
             self.logManager.deleteTopic(name)
         except KafkaError:
             pass  # the replica manager deleted it already
         except OSError as e:
             log.warn("Deleting the local replicas of {topic} failed: {e}", topic=name, e=e)
+            return False
+        return True
 
     def _removeStrays(self) -> None:
         """

@@ -27,10 +27,15 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 #: kafkatwist's own: a broker asking the controller to move its leaders away
 #: (Kafka sends a ControlledShutdown request to the controller instead)
 CONTROLLED_SHUTDOWN = "/kafkatwist/controlled_shutdown"
+#: kafkatwist's own: each broker's "my replicas of this topic are deleted",
+#: which Kafka's controller learns from StopReplica responses; it removes a
+#: topic queued for deletion only once every replica's broker wrote one
+DELETED_REPLICAS = "/kafkatwist/deleted_replicas"
 
 #: every persistent parent the cluster writes under (Kafka's C{PersistentZkPaths})
 PERSISTENT_PATHS = (
     BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, "/cluster", CONTROLLED_SHUTDOWN,
+    DELETED_REPLICAS,
 )
 
 #: no leader (Kafka's C{LeaderAndIsr.NoLeader})
@@ -73,6 +78,14 @@ def deleteTopicPath(topic: str) -> str:
 
 def controlledShutdownPath(brokerId: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{brokerId}"
+
+
+def deletedReplicasPath(topic: str) -> str:
+    return f"{DELETED_REPLICAS}/{topic}"
+
+
+def deletedReplicaPath(topic: str, brokerId: int) -> str:
+    return f"{DELETED_REPLICAS}/{topic}/{brokerId}"
 
 
 def _load(data: bytes | None, what: str) -> dict:
@@ -220,6 +233,19 @@ def decodeTopic(name: str, data: bytes) -> TopicAssignment:
     except (TypeError, ValueError):
         raise ZkDataError(f"topic {name}: bad partitions") from None
     return TopicAssignment(name, decodeTopicId(topicId), assignment)
+
+
+def encodeDeletedReplica(topicId: uuid.UUID) -> bytes:
+    # The topic's id: a broker's word about an older topic of the same
+    # name never counts for a newer one.
+    return _dump({"version": 1, "topic_id": encodeTopicId(topicId)})
+
+
+def decodeDeletedReplica(topic: str, data: bytes) -> uuid.UUID:
+    topicId = _load(data, f"deleted replica of {topic}").get("topic_id")
+    if not isinstance(topicId, str):
+        raise ZkDataError(f"deleted replica of {topic}: no topic_id")
+    return decodeTopicId(topicId)
 
 
 def encodeTopicConfig(configs: dict[str, str]) -> bytes:

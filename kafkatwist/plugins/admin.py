@@ -99,6 +99,12 @@ def _timeoutSeconds(request) -> float:
     return max(durationMs(timeout), 1) / 1000.0 if timeout is not None else 30.0
 
 
+def _goneFromMetadata(image, name: str) -> bool:
+    # Metadata leaves out a topic as soon as it is queued for deletion, as
+    # Kafka's brokers drop it when the controller starts deleting it.
+    return name not in image.topics or name in image.deleting
+
+
 def _hasLeaders(image, name: str) -> bool:
     assignment = image.topics.get(name)
     return assignment is not None and all(
@@ -335,6 +341,10 @@ class CreateTopicsHandler(Handler):
         validateTopicName(name)
         cluster = _cluster(self.broker)
         existing = cluster.image.topics if cluster is not None else logManager.topics()
+        if cluster is not None and name in cluster.image.deleting:
+            # Kafka's AdminZkClient.validateTopicCreate: the old topic's
+            # replicas are not all deleted yet.
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' is marked for deletion.")
         if name in existing:
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         configs = {}
@@ -596,12 +606,30 @@ class DeleteTopicsHandler(Handler):
         response = make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
         if not deleted:
             return response
-        # Kafka answers once the topics are gone from the metadata.
+        # Kafka's DelayedDeleteTopics: the answer once the topics are gone
+        # from this broker's metadata, or REQUEST_TIMED_OUT for those that
+        # are not at the request's timeout.
         pending = context.respondLater()
+
+        def done(inTime):
+            if inTime:
+                pending.complete(response)
+                return
+            image = cluster.image
+            late = {name for name in deleted if not _goneFromMetadata(image, name)}
+            answers = tuple(
+                make(Result, name=r.name, topic_id=getattr(r, "topic_id", None),
+                     error_code=ErrorCode.request_timed_out,
+                     error_message="The request timed out.")
+                if r.name in late else r
+                for r in results
+            )
+            pending.complete(make(cls, throttle_time=NO_THROTTLE, responses=answers))
+
         cluster.waitFor(
-            lambda image: not any(name in image.topics for name in deleted),
+            lambda image: all(_goneFromMetadata(image, name) for name in deleted),
             _timeoutSeconds(request),
-            lambda _: pending.complete(response),
+            done,
         )
         return pending.deferred
 

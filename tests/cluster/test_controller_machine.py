@@ -25,7 +25,7 @@ from kafkatwist.errors import ErrorCode
 TID = uuid.UUID(int=7)
 
 
-def image(live, partitions, states=None, deleting=(), shuttingDown=()):
+def image(live, partitions, states=None, deleting=(), shuttingDown=(), deletedReplicas=None):
     return ClusterImage(
         brokers=freeze({b: BrokerInfo(b, (("PLAINTEXT", "h", 9000 + b),)) for b in live}),
         controllerId=min(live),
@@ -33,6 +33,7 @@ def image(live, partitions, states=None, deleting=(), shuttingDown=()):
         states=freeze({("t", p): s for p, s in (states or {}).items()}),
         deleting=frozenset(deleting),
         shuttingDown=frozenset(shuttingDown),
+        deletedReplicas=freeze({t: freeze(m) for t, m in (deletedReplicas or {}).items()}),
     )
 
 
@@ -99,8 +100,25 @@ def test_controlled_shutdown_moves_leadership_and_isr():
 
 
 def test_deletion_comes_first_and_skips_the_topics_partitions():
-    effects = active().reconcile(0, image({1}, {0: (1,)}, deleting={"t"}))
+    done = {"t": {1: TID}}
+    effects = active().reconcile(0, image({1}, {0: (1,)}, deleting={"t"}, deletedReplicas=done))
     assert effects == [DeleteTopic("t")]
+
+
+def test_deletion_waits_for_every_replicas_broker():
+    """
+    Kafka's TopicDeletionManager: the topic's znodes go only once every
+    broker holding a replica deleted it -- a broker that is down keeps it
+    queued; a word about an older topic of the same name does not count.
+    """
+    partitions = {0: (1, 2), 1: (2, 3)}
+    waiting = image({1, 2}, partitions, deleting={"t"}, deletedReplicas={"t": {1: TID, 2: TID}})
+    assert active().reconcile(0, waiting) == []
+    stale = image({1, 2, 3}, partitions, deleting={"t"},
+                  deletedReplicas={"t": {1: TID, 2: TID, 3: uuid.UUID(int=8)}})
+    assert active().reconcile(0, stale) == []
+    done = image({1, 2}, partitions, deleting={"t"}, deletedReplicas={"t": {1: TID, 2: TID, 3: TID}})
+    assert active().reconcile(0, done) == [DeleteTopic("t")]
 
 
 def test_preferred_rebalance_over_the_imbalance_threshold():

@@ -1,0 +1,129 @@
+"""
+Admin paths of the cluster with three real broker processes, a real
+ZooKeeper and real clients: topic deletion across brokers (Kafka's
+ZooKeeper-era TopicDeletionManager), DeleteRecords, topic-level unclean
+leader election.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.cluster.test_brokers import cluster, partitions  # noqa: F401 (the fixture)
+from tests.cluster.test_control_plane import waitUntil
+
+pytest.importorskip("kafka")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
+from kafka import KafkaAdminClient  # noqa: E402
+from kafka.admin import NewTopic as PlainNewTopic  # noqa: E402
+from kafka.errors import TopicAlreadyExistsError  # noqa: E402
+
+
+def zookeeper(cluster):
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    return zk
+
+
+def localDirs(broker, topic):
+    return sorted(d for d in os.listdir(os.path.join(broker.directory, "data"))
+                  if d.startswith(topic + "-"))
+
+
+def produce(bootstrap, topic, count, partition=None):
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    errors = []
+    for i in range(count):
+        kwargs = {} if partition is None else {"partition": partition}
+        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda e, m: e and errors.append(e), **kwargs)
+    assert producer.flush(30) == 0
+    assert not errors
+
+
+def watermarks(bootstrap, topic, partition):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    finally:
+        consumer.close()
+
+
+def startThree(cluster):
+    for i in (1, 2, 3):
+        cluster.start(i)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    return admin
+
+
+def test_deletion_waits_for_a_broker_that_is_down(cluster):  # noqa: F811
+    """
+    Kafka's TopicDeletionManager: the topic leaves the metadata at once
+    (DeleteTopics answers), its znodes only once every replica's broker
+    deleted its replicas; a broker that was down deletes them when it
+    returns and never brings the topic back; the name cannot be created
+    again meanwhile; a topic created again under the name starts empty on
+    every broker (a new topic id).
+    """
+    admin = startThree(cluster)
+    admin.create_topics([NewTopic("doomed", num_partitions=2, replication_factor=3)],
+                        request_timeout=20)["doomed"].result()
+    produce(cluster.bootstrap(), "doomed", 20)
+    zk = zookeeper(cluster)
+    try:
+        oldId = zk.get("/brokers/topics/doomed")[0]
+        cluster.brokers[3].kill()
+        live = cluster.admin(1, 2)
+        waitUntil(lambda: 3 not in live.list_topics(timeout=10).brokers, what="broker 3 gone")
+        live.delete_topics(["doomed"], request_timeout=20)["doomed"].result()
+        for i in (1, 2):
+            assert partitions(cluster.admin(i), "doomed") is None
+            waitUntil(lambda: localDirs(cluster.brokers[i], "doomed") == [], what=f"deleted on {i}")
+        # Broker 3 still holds its replicas: the topic stays queued.
+        waitUntil(lambda: sorted(zk.get_children("/kafkatwist/deleted_replicas/doomed")) == ["1", "2"],
+                  what="brokers 1 and 2 said they deleted theirs")
+        assert zk.exists("/brokers/topics/doomed") is not None
+        assert zk.get_children("/admin/delete_topics") == ["doomed"]
+        assert localDirs(cluster.brokers[3], "doomed") == ["doomed-0", "doomed-1"]
+        # The name is not free yet: Kafka's answer, to both clients.
+        with pytest.raises(KafkaException) as refused:
+            live.create_topics([NewTopic("doomed", num_partitions=1, replication_factor=2)],
+                               request_timeout=20)["doomed"].result()
+        assert "marked for deletion" in str(refused.value)
+        plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(1, 2))
+        try:
+            with pytest.raises(TopicAlreadyExistsError):
+                plain.create_topics([PlainNewTopic("doomed", 1, 2)])
+        finally:
+            plain.close()
+        # Broker 3 returns: it deletes its replicas, then the topic is gone.
+        cluster.start(3)
+        waitUntil(lambda: zk.exists("/brokers/topics/doomed") is None, what="znodes removed")
+        assert zk.get_children("/admin/delete_topics") == []
+        assert zk.exists("/kafkatwist/deleted_replicas/doomed") is None
+        assert localDirs(cluster.brokers[3], "doomed") == []
+        assert partitions(cluster.admin(3), "doomed") is None
+        # Created again: a new topic id, and no replica serves the old data.
+        waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="broker 3 back")
+        admin.create_topics([NewTopic("doomed", num_partitions=2, replication_factor=3)],
+                            request_timeout=20)["doomed"].result()
+        assert zk.get("/brokers/topics/doomed")[0] != oldId
+        for p in (0, 1):
+            assert watermarks(cluster.bootstrap(), "doomed", p) == (0, 0)
+        assert localDirs(cluster.brokers[3], "doomed") == ["doomed-0", "doomed-1"]
+        # Deleted with every broker up (kafka-python): gone everywhere.
+        plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(2))
+        try:
+            plain.delete_topics(["doomed"], timeout_ms=20000)
+        finally:
+            plain.close()
+        waitUntil(lambda: zk.exists("/brokers/topics/doomed") is None, what="deleted again")
+        for broker in cluster.brokers.values():
+            waitUntil(lambda: localDirs(broker, "doomed") == [], what="replicas deleted")
+    finally:
+        zk.stop()
+        zk.close()
