@@ -8,6 +8,7 @@ leader election.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from kazoo.client import KazooClient
@@ -50,6 +51,15 @@ def watermarks(bootstrap, topic, partition):
         return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
     finally:
         consumer.close()
+
+
+def createPlaced(cluster, topic, assignment, configs=None):
+    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap())
+    try:
+        plain.create_topics([PlainNewTopic(topic, -1, -1, replica_assignments=assignment,
+                                           topic_configs=configs or {})])
+    finally:
+        plain.close()
 
 
 def startThree(cluster):
@@ -127,3 +137,48 @@ def test_deletion_waits_for_a_broker_that_is_down(cluster):  # noqa: F811
     finally:
         zk.stop()
         zk.close()
+
+
+def test_delete_records_waits_for_every_live_replica(cluster):  # noqa: F811
+    """
+    Kafka's DelayedDeleteRecords: the answer once every live replica's log
+    start offset reached the offset (followers take the leader's from its
+    fetch responses), REQUEST_TIMED_OUT when one does not in time; a broker
+    that does not lead the partition answers NOT_LEADER_OR_FOLLOWER.
+    """
+    admin = startThree(cluster)
+    createPlaced(cluster, "trim", {0: [1, 2, 3]})
+    waitUntil(lambda: (partitions(admin, "trim") or {}).get(0, (None, None, ()))[2] == (1, 2, 3),
+              what="the ISR")
+    produce(cluster.bootstrap(), "trim", 100)
+    deleted = admin.delete_records([TopicPartition("trim", 0, 40)], request_timeout=30)
+    assert deleted[TopicPartition("trim", 0, 40)].result(timeout=30).low_watermark == 40
+    # kafka-python, sent to a follower: Kafka's answer.
+    from kafka.errors import NotLeaderForPartitionError
+    from kafka.structs import TopicPartition as PlainPartition
+
+    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(1, 2, 3))
+    try:
+        with pytest.raises(NotLeaderForPartitionError):
+            plain.delete_records({PlainPartition("trim", 0): 50}, partition_leader_id=2)
+        assert plain.delete_records({PlainPartition("trim", 0): 50})[PlainPartition("trim", 0)][
+            "low_watermark"] == 50
+    finally:
+        plain.close()
+    # A follower that cannot fetch (paused, still registered): the answer
+    # times out.
+    follower = cluster.brokers[3]
+    follower.process.send_signal(signal.SIGSTOP)
+    try:
+        late = admin.delete_records([TopicPartition("trim", 0, 60)], operation_timeout=1,
+                                    request_timeout=20)
+        with pytest.raises(KafkaException) as timedOut:
+            late[TopicPartition("trim", 0, 60)].result(timeout=20)
+        assert "REQUEST_TIMED_OUT" in str(timedOut.value) or "timed out" in str(timedOut.value).lower()
+    finally:
+        follower.process.send_signal(signal.SIGCONT)
+    # The followers did move: a new leader starts where the old one did.
+    cluster.brokers[1].kill()
+    survivors = cluster.admin(2, 3)
+    waitUntil(lambda: (partitions(survivors, "trim") or {}).get(0, (1,))[0] in (2, 3), what="a new leader")
+    assert watermarks(cluster.bootstrap(2, 3), "trim", 0)[0] == 60
