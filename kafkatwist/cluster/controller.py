@@ -16,8 +16,9 @@ is moving leaders away from.
 
 Elections follow Kafka's (C{PartitionLeaderElectionAlgorithms}): the
 first live replica, in assignment order, that is in the ISR; outside the
-ISR only when C{unclean.leader.election.enable} (or an unclean
-ElectLeaders) allows it.  An ISR never becomes empty: with no live member
+ISR only when C{unclean.leader.election.enable} (the topic's override in
+C{/config/topics}, else the broker's; or an unclean ElectLeaders) allows
+it.  An ISR never becomes empty: with no live member
 the partition is left leaderless (leader -1) with its last ISR, so the
 replica that had everything is elected when it comes back.
 """
@@ -41,7 +42,8 @@ REBALANCE_TIMER = "leader-rebalance"
 class ControllerMachine:
     """
     @param brokerId: this broker (the controller while active).
-    @param unclean: C{unclean.leader.election.enable}.
+    @param unclean: the broker's C{unclean.leader.election.enable} (a
+        topic's override in its configs wins).
     @param autoRebalance: C{auto.leader.rebalance.enable}.
     @param rebalanceIntervalMs: C{leader.imbalance.check.interval.seconds}, in ms.
     @param imbalancePercentage: C{leader.imbalance.per.broker.percentage}.
@@ -93,7 +95,8 @@ class ControllerMachine:
         for topic, partition, replicas, state in image.partitions():
             if topic in image.deleting:
                 continue
-            effect = self._partition(topic, partition, replicas, state, live, leaving)
+            effect = self._partition(topic, partition, replicas, state, live, leaving,
+                                     self._unclean(topic, image))
             if effect is not None:
                 effects.append(effect)
         return effects
@@ -158,7 +161,20 @@ class ControllerMachine:
 
     # -- decisions -------------------------------------------------------------------
 
-    def _partition(self, topic, partition, replicas, state: PartitionState | None, live, leaving):
+    def _unclean(self, topic: str, image: ClusterImage) -> bool:
+        """
+        C{unclean.leader.election.enable} for C{topic}: its override in
+        C{/config/topics} (Kafka's topic config), else the broker's.
+        """
+        value = image.configs.get(topic, {}).get("unclean.leader.election.enable")
+        if value is not None:
+            value = value.strip().lower()
+            if value in ("true", "false"):
+                return value == "true"
+        return self.unclean
+
+    def _partition(self, topic, partition, replicas, state: PartitionState | None, live, leaving,
+                   unclean: bool):
         if state is None:
             # A new partition (Kafka's NewPartition -> OnlinePartition): the
             # live replicas are the ISR, the first of them leads.
@@ -169,7 +185,7 @@ class ControllerMachine:
             return WriteState(topic, partition, PartitionState(isr[0], 0, isr, self.epoch), -1, "new partition")
         leaderOk = state.leader in live and state.leader not in leaving
         if not leaderOk:
-            candidate = self._electable(replicas, state, live, leaving, unclean=self.unclean)
+            candidate = self._electable(replicas, state, live, leaving, unclean=unclean)
             if candidate is not None:
                 leader, isr = candidate
                 why = "controlled shutdown" if state.leader in leaving else "offline leader"

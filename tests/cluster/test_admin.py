@@ -182,3 +182,51 @@ def test_delete_records_waits_for_every_live_replica(cluster):  # noqa: F811
     survivors = cluster.admin(2, 3)
     waitUntil(lambda: (partitions(survivors, "trim") or {}).get(0, (1,))[0] in (2, 3), what="a new leader")
     assert watermarks(cluster.bootstrap(2, 3), "trim", 0)[0] == 60
+
+
+def test_unclean_leader_election_per_topic(cluster):  # noqa: F811
+    """
+    unclean.leader.election.enable as a topic config (overriding the
+    broker's false): set on a partition left without a live ISR member,
+    the controller elects the live replica outside the ISR; ElectLeaders
+    with the UNCLEAN type does it for one partition on demand; a topic
+    without the override stays offline; the value is validated.
+    """
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = startThree(cluster)
+    for name in ("u", "v", "w"):
+        createPlaced(cluster, name, {0: [1, 2]})
+    with pytest.raises(KafkaException) as invalid:
+        admin.create_topics([NewTopic("bad", 1, 1, config={"unclean.leader.election.enable": "maybe"})],
+                            request_timeout=20)["bad"].result()
+    assert "INVALID_CONFIG" in str(invalid.value)
+    # Broker 2 dies: the ISRs shrink to {1}; then broker 1 dies: offline,
+    # with broker 1 as the last ISR member; broker 2 returns out of sync.
+    cluster.brokers[2].kill()
+    waitUntil(lambda: all(partitions(cluster.admin(1, 3), t)[0][2] == (1,) for t in "uvw"), what="ISR {1}")
+    cluster.brokers[1].kill()
+    three = cluster.admin(3)
+    waitUntil(lambda: all(partitions(three, t)[0][0] == -1 for t in "uvw"), what="offline")
+    cluster.start(2)
+    waitUntil(lambda: 2 in three.list_topics(timeout=10).brokers, what="broker 2 back")
+    assert all(partitions(three, t)[0][0] == -1 for t in "uvw")
+    # ElectLeaders UNCLEAN for u.
+    survivors = cluster.admin(2, 3)
+    elected = survivors.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("u", 0)]).result(timeout=20)
+    assert elected[TopicPartition("u", 0)] is None
+    waitUntil(lambda: partitions(three, "u")[0][:3] == (2, (1, 2), (2,)), what="u led by 2")
+    # The topic's override for v (an invalid value refused first).
+    with pytest.raises(KafkaException) as refused:
+        bad = ConfigResource("topic", "v", incremental_configs=[
+            ConfigEntry("unclean.leader.election.enable", "sometimes",
+                        incremental_operation=AlterConfigOpType.SET)])
+        survivors.incremental_alter_configs([bad])[bad].result(timeout=20)
+    assert "INVALID_CONFIG" in str(refused.value)
+    allow = ConfigResource("topic", "v", incremental_configs=[
+        ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+    survivors.incremental_alter_configs([allow])[allow].result(timeout=20)
+    waitUntil(lambda: partitions(three, "v")[0][0] == 2, what="v led by 2")
+    # w has no override: the broker's false keeps it offline.
+    assert partitions(three, "w")[0][0] == -1

@@ -4,6 +4,7 @@ The controller's state machine without ZooKeeper: images in, writes out.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from kafkatwist.cluster.controller import PREFERRED, UNCLEAN, ControllerMachine, assignReplicas
@@ -97,6 +98,23 @@ def test_controlled_shutdown_moves_leadership_and_isr():
     # Alone in its ISR: it keeps leading.
     alone = {0: PartitionState(2, 0, (2,), 1, zkVersion=0)}
     assert writes(active().reconcile(0, image({1, 2}, {0: (2, 1)}, alone, shuttingDown={2}))) == {}
+
+
+def test_topic_override_of_unclean_leader_election():
+    """
+    The topic's unclean.leader.election.enable (/config/topics) wins over
+    the broker's, either way; an unreadable one leaves the broker's.
+    """
+    def offline(configs):
+        state = {0: PartitionState(-1, 5, (1,), 2, zkVersion=10)}
+        return dataclasses.replace(image({2, 3}, {0: (1, 2, 3)}, state), configs=freeze({"t": configs}))
+
+    elected = {("t", 0): (2, 6, (2,), 10)}
+    assert writes(active().reconcile(0, offline({"unclean.leader.election.enable": "true"}))) == elected
+    assert writes(active().reconcile(0, offline({"unclean.leader.election.enable": " TRUE "}))) == elected
+    assert writes(active(unclean=True).reconcile(0, offline({"unclean.leader.election.enable": "false"}))) == {}
+    assert writes(active(unclean=True).reconcile(0, offline({"unclean.leader.election.enable": "x"}))) == elected
+    assert writes(active().reconcile(0, offline({"retention.ms": "1"}))) == {}
 
 
 def test_deletion_comes_first_and_skips_the_topics_partitions():
