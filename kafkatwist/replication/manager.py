@@ -49,6 +49,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.coordinator.runtime import SerialExecutor
+from kafkatwist.errors import KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint
 from kafkatwist.replication.fetcher import ReplicaFetcher
@@ -328,6 +329,14 @@ class ReplicaManager:
         if p is not None:
             p.log.isLeader = False
             p.log.isrSize = 0
+            if delete:
+                # Kafka's StopReplica with delete (a replica reassigned
+                # away): its data goes once no fetcher writes to it; the
+                # log of a deleted topic is deleted whole by the log manager.
+                try:
+                    p.log.truncateFullyAndStartAt(0)
+                except (KafkaError, OSError):
+                    pass
             self._publish()
             self.wake(key)
 
