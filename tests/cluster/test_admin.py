@@ -230,3 +230,76 @@ def test_unclean_leader_election_per_topic(cluster):  # noqa: F811
     waitUntil(lambda: partitions(three, "v")[0][0] == 2, what="v led by 2")
     # w has no override: the broker's false keeps it offline.
     assert partitions(three, "w")[0][0] == -1
+
+
+def test_partition_reassignment(cluster):  # noqa: F811
+    """
+    KIP-455 with kafka-python's admin client, as ZooKeeper-mode Kafka 3.x:
+    a replica moved to another broker (the leader with it), a reassignment
+    listed while its new replica cannot catch up and then cancelled, Kafka's
+    errors, and one asked through /admin/reassign_partitions.
+    """
+    from kafka.errors import (
+        InvalidReplicationAssignmentError,
+        NoReassignmentInProgressError,
+        UnknownTopicOrPartitionError,
+    )
+    from kafka.structs import TopicPartition as Partition
+
+    for i in (1, 2, 3):
+        # Long sessions: a broker paused below stays registered.
+        cluster.start(i, **{"zookeeper.session.timeout.ms": "15000"})
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    # c: the controller (it answers these requests, so it is never paused);
+    # x's replica moves to y, then x hosts nothing of the topic.
+    c = admin.list_topics(timeout=10).controller_id
+    x, y = sorted({1, 2, 3} - {c})
+    createPlaced(cluster, "moving", {0: [x, c], 1: [c, y]})
+    waitUntil(lambda: all(len(isr) == 2 for _, _, isr in (partitions(admin, "moving") or {0: (0, 0, ())}).values()),
+              what="full ISRs")
+    produce(cluster.bootstrap(), "moving", 50, partition=0)
+    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(1, 2, 3))
+    zk = zookeeper(cluster)
+    try:
+        # x's replica (the leader) moves to y.
+        assert plain.alter_partition_reassignments({Partition("moving", 0): [y, c]}) == {
+            Partition("moving", 0): None}
+        waitUntil(lambda: partitions(admin, "moving")[0][:2] == (y, (y, c)), what="moved")
+        waitUntil(lambda: sorted(partitions(admin, "moving")[0][2]) == sorted([y, c]), what="ISR of the target")
+        assert plain.list_partition_reassignments() == {}
+        assert watermarks(cluster.bootstrap(), "moving", 0) == (0, 50)
+        waitUntil(lambda: localDirs(cluster.brokers[x], "moving") == [], what="x's replica deleted")
+        # A new replica that cannot catch up: listed until cancelled.
+        paused = cluster.brokers[x]
+        paused.process.send_signal(signal.SIGSTOP)
+        try:
+            assert plain.alter_partition_reassignments({Partition("moving", 1): [c, y, x]}) == {
+                Partition("moving", 1): None}
+            listed = plain.list_partition_reassignments()
+            assert listed == {Partition("moving", 1): {
+                "replicas": [c, y, x], "adding_replicas": [x], "removing_replicas": []}}
+            assert plain.alter_partition_reassignments({Partition("moving", 1): None}) == {
+                Partition("moving", 1): None}
+            assert plain.list_partition_reassignments() == {}
+            assert plain.alter_partition_reassignments({Partition("moving", 1): None}) == {
+                Partition("moving", 1): NoReassignmentInProgressError}
+        finally:
+            paused.process.send_signal(signal.SIGCONT)
+        waitUntil(lambda: partitions(admin, "moving")[1][1:] == ((c, y), (c, y)), what="back to [c, y]")
+        answers = plain.alter_partition_reassignments({
+            Partition("moving", 0): [y, 9], Partition("moving", 1): [c, c], Partition("nowhere", 0): [1]})
+        assert answers == {Partition("moving", 0): InvalidReplicationAssignmentError,
+                           Partition("moving", 1): InvalidReplicationAssignmentError,
+                           Partition("nowhere", 0): UnknownTopicOrPartitionError}
+        # The ZooKeeper way (old tools): started, and the znode goes when done.
+        zk.create("/admin/reassign_partitions", (
+            '{"version":1,"partitions":[{"topic":"moving","partition":1,"replicas":[%d,%d]}]}' % (y, x)
+        ).encode())
+        waitUntil(lambda: partitions(admin, "moving")[1][1] == (y, x), timeout=30, what="reassigned by znode")
+        waitUntil(lambda: zk.exists("/admin/reassign_partitions") is None, what="znode removed")
+        assert sorted(partitions(admin, "moving")[1][2]) == sorted([x, y])
+    finally:
+        plain.close()
+        zk.stop()
+        zk.close()
