@@ -36,7 +36,8 @@ the manager's own timer thread (C{kafkatwist-replica-manager}), so they
 never run on the caller's thread and their disk work (epoch checkpoints,
 high-watermark checkpoints) never runs on a reactor.  Other threads read
 only what the owner publishes: each log's C{isLeader}, C{leaderEpoch},
-C{isrSize} and high watermark, and the C{leaderEpochs()} snapshot.
+C{isrSize} and high watermark, the C{leaderEpochs()} snapshot, and the
+followers' smallest log start offset behind C{lowWatermark()}.
 """
 
 from __future__ import annotations
