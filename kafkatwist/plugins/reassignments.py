@@ -41,11 +41,14 @@ class AlterPartitionReassignmentsHandler(Handler):
 
     def handle(self, context, request):
         cls = responseType(ALTER_PARTITION_REASSIGNMENTS, context.apiVersion)
-        wanted = [
-            (t.name, p.partition_index, None if p.replicas is None else tuple(p.replicas))
+        # One answer per partition, the last entry winning (Kafka reads the
+        # request into a map).
+        latest = {
+            (t.name, p.partition_index): None if p.replicas is None else tuple(p.replicas)
             for t in request.topics
             for p in t.partitions
-        ]
+        }
+        wanted = [(topic, partition, replicas) for (topic, partition), replicas in latest.items()]
         if not self.allowed(context, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
             code = ErrorCode.cluster_authorization_failed
             return self._answer(cls, code, "Cluster authorization failed.",

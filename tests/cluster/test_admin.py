@@ -228,8 +228,19 @@ def test_unclean_leader_election_per_topic(cluster):  # noqa: F811
         ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
     survivors.incremental_alter_configs([allow])[allow].result(timeout=20)
     waitUntil(lambda: partitions(three, "v")[0][0] == 2, what="v led by 2")
-    # w has no override: the broker's false keeps it offline.
+    # w has no override: the broker's false keeps it offline, until
+    # kafka-python's AlterConfigs sets one.
     assert partitions(three, "w")[0][0] == -1
+    from kafka.admin import ConfigResource as PlainResource
+    from kafka.admin import ConfigResourceType
+
+    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(2, 3))
+    try:
+        plain.alter_configs([PlainResource(ConfigResourceType.TOPIC, "w",
+                                           configs={"unclean.leader.election.enable": "true"})])
+    finally:
+        plain.close()
+    waitUntil(lambda: partitions(three, "w")[0][0] == 2, what="w led by 2")
 
 
 def test_partition_reassignment(cluster):  # noqa: F811
