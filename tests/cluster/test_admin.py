@@ -62,9 +62,9 @@ def createPlaced(cluster, topic, assignment, configs=None):
         plain.close()
 
 
-def startThree(cluster):
+def startThree(cluster, **overrides):
     for i in (1, 2, 3):
-        cluster.start(i)
+        cluster.start(i, **overrides)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     return admin
@@ -146,7 +146,8 @@ def test_delete_records_waits_for_every_live_replica(cluster):  # noqa: F811
     fetch responses), REQUEST_TIMED_OUT when one does not in time; a broker
     that does not lead the partition answers NOT_LEADER_OR_FOLLOWER.
     """
-    admin = startThree(cluster)
+    # Sessions long enough that the paused follower below stays registered.
+    admin = startThree(cluster, **{"zookeeper.session.timeout.ms": "10000"})
     createPlaced(cluster, "trim", {0: [1, 2, 3]})
     waitUntil(lambda: (partitions(admin, "trim") or {}).get(0, (None, None, ()))[2] == (1, 2, 3),
               what="the ISR")
@@ -180,7 +181,8 @@ def test_delete_records_waits_for_every_live_replica(cluster):  # noqa: F811
     # The followers did move: a new leader starts where the old one did.
     cluster.brokers[1].kill()
     survivors = cluster.admin(2, 3)
-    waitUntil(lambda: (partitions(survivors, "trim") or {}).get(0, (1,))[0] in (2, 3), what="a new leader")
+    waitUntil(lambda: (partitions(survivors, "trim") or {}).get(0, (1,))[0] in (2, 3), timeout=40,
+              what="a new leader")
     assert watermarks(cluster.bootstrap(2, 3), "trim", 0)[0] == 60
 
 
