@@ -94,7 +94,8 @@ def test_deletion_waits_for_a_broker_that_is_down(cluster):  # noqa: F811
             assert partitions(cluster.admin(i), "doomed") is None
             waitUntil(lambda: localDirs(cluster.brokers[i], "doomed") == [], what=f"deleted on {i}")
         # Broker 3 still holds its replicas: the topic stays queued.
-        waitUntil(lambda: sorted(zk.get_children("/kafkatwist/deleted_replicas/doomed")) == ["1", "2"],
+        waitUntil(lambda: sorted(zk.exists("/kafkatwist/deleted_replicas/doomed") and
+                                 zk.get_children("/kafkatwist/deleted_replicas/doomed") or []) == ["1", "2"],
                   what="brokers 1 and 2 said they deleted theirs")
         assert zk.exists("/brokers/topics/doomed") is not None
         assert zk.get_children("/admin/delete_topics") == ["doomed"]
