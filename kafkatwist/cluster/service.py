@@ -38,7 +38,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.cluster import zkdata as Z
-from kafkatwist.cluster.controller import ControllerMachine, assignReplicas
+from kafkatwist.cluster.controller import ControllerMachine, assignReplicas, deletionWaitsFor
 from kafkatwist.cluster.effects import (
     CompleteReassignment,
     DeleteTopic,
@@ -114,6 +114,8 @@ class ClusterService:
         self._deletedHere: set = set()
         #: set by a controller write that lost a race (the state changed under it)
         self._lostRace = False
+        #: topic -> the brokers its deletion was last logged waiting for
+        self._deletionWaits: dict[str, frozenset] = {}
         self._shuttingDown: set[int] = set()
         self._controllerId = -1
         self._epochZkVersion: int | None = None
@@ -942,6 +944,8 @@ class ClusterService:
             if not self._perform(self.controller.reconcile(_nowMs(), image)):
                 break
         image = self.image
+        if self.controller.active:
+            self._logDeletionWaits(image)
         for entry in list(self._waits):
             try:
                 satisfied = entry[0](image)
@@ -952,6 +956,16 @@ class ClusterService:
                 self._waits.remove(entry)
                 entry[2].cancel()
                 entry[1](True)
+
+    def _logDeletionWaits(self, image: ClusterImage) -> None:
+        waits = {topic: deletionWaitsFor(topic, image) for topic in image.deleting}
+        for topic, brokers in sorted(waits.items()):
+            if brokers and self._deletionWaits.get(topic) != brokers:
+                down = sorted(brokers - image.live())
+                log.info("Deletion of topic {topic} waits for brokers {brokers} to delete their replicas"
+                         "{down}", topic=topic, brokers=sorted(brokers),
+                         down=f" ({down} not alive: when they return)" if down else "")
+        self._deletionWaits = {t: b for t, b in waits.items() if b}
 
     def _retryLater(self) -> None:
         """
