@@ -812,7 +812,8 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         _topicKey("file.delete.delay.ms", "log.segment.delete.delay.ms",
                   "Delay before a deleted segment's files are removed (here: once no reader holds them)."),
         _topicKey("unclean.leader.election.enable", "unclean.leader.election.enable",
-                  "Elect an out-of-sync replica as leader (one broker: no other replica)."),
+                  "Elect an out-of-sync replica as leader when no in-sync replica is alive "
+                  "(data loss); overrides the broker's in a cluster (one broker: no other replica)."),
         _topicKey("compression.gzip.level", "compression.gzip.level", "gzip level when the broker compresses."),
         _topicKey("compression.lz4.level", "compression.lz4.level", "lz4 level when the broker compresses."),
         _topicKey("compression.zstd.level", "compression.zstd.level", "zstd level when the broker compresses."),

@@ -120,7 +120,7 @@ class FetchHandler(Handler):
         readCommitted = request.isolation_level == READ_COMMITTED
         fromFollower = replicaId >= 0
         if fromFollower:
-            self._recordFollower(replicaId, plan)
+            self._recordFollower(replicaId, plan, request, version)
         topics, total, errors = self._read(plan, maxBytes, readCommitted, fromFollower)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
@@ -194,25 +194,34 @@ class FetchHandler(Handler):
 
         self.sessions.respond(_nowMs(clock), session, results, chosen)
 
-    def _recordFollower(self, replicaId, plan) -> None:
+    def _recordFollower(self, replicaId, plan, request, version) -> None:
         """
         Tell the replica manager how far the follower got: its fetch offset
-        is its log end.
+        is its log end; and its log start offset (Fetch v5+: the leader's
+        low watermark, which DeleteRecords waits for).
         """
         replicaManager = self.broker.replicaManager
         if replicaManager is None:
             return
+        starts = {}
+        key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
+        for t in request.topics:
+            topicKey = getattr(t, key)
+            for p in t.partitions:
+                start = getattr(p, "log_start_offset", -1)
+                if start >= 0:
+                    starts[(topicKey, p.partition)] = start
         # Only offsets this log has: one past its end (a replica with
         # another leader's data) is answered OFFSET_OUT_OF_RANGE, and must
         # not count as replicated.
         fetched = []
-        for _, wanted in plan:
+        for topicKey, wanted in plan:
             for w in wanted:
                 log = w.log
                 if log is not None:
                     end = log.logEndOffset
                     if log.logStartOffset <= w.offset <= end:
-                        fetched.append((w.key, w.offset, end))
+                        fetched.append((w.key, w.offset, end, starts.get((topicKey, w.partition))))
         if fetched:
             replicaManager.recordFollowerFetch(replicaId, fetched)
 
