@@ -465,7 +465,8 @@ KEYS: dict[str, Key] = {
             "Listener name to security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         Key("log.dirs", _optionalString, None, "Data directories (comma separated); first one wins over log.dir."),
         Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
-        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
+        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections.",
+            update=CLUSTER_WIDE),
         Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers.", update=CLUSTER_WIDE),
         Key("request.threads.cpu.affinity", _cpuAffinity, "auto",
             "CPUs the Processors and handler threads run on: auto (all on one CPU when the process "

@@ -15,6 +15,10 @@ over or swapped whole:
     pass in progress is abandoned and redone);
   - L{HandlerThreads}: C{num.io.threads}, with Kafka's bounds (half to
     double the current count);
+  - L{NetworkThreads}: C{num.network.threads}, the same bounds: the
+    Processors are added or removed on the main thread, which owns the
+    list the Acceptors hand connections from (the alter request is answered
+    before a removed Processor closes its connections);
   - L{ConnectionLimits}: C{max.connections}, C{max.connections.per.ip},
     C{max.connections.per.ip.overrides};
   - L{ListenerKeystores}: a listener's C{listener.name.<name>.ssl.*}: a new
@@ -33,6 +37,7 @@ __all__ = [
     "HandlerThreads",
     "ListenerKeystores",
     "LogDefaults",
+    "NetworkThreads",
     "brokerLogDefaults",
     "makeLogCleaner",
 ]
@@ -145,6 +150,21 @@ class CleanerSettings(Reconfigurable):
         self.broker.logCleaner = replacement
 
 
+def checkThreadCount(key: str, current: int, wanted: int) -> None:
+    """
+    Kafka's bounds on a dynamic thread count (C{DynamicThreadPool},
+    C{DataPlaneAcceptor}): from half to double the current count.
+
+    @raise ConfigError: out of them.
+    """
+    if wanted == current:
+        return
+    if wanted < current / 2:
+        raise ConfigError(key, f"value should be at least half the current value {current}")
+    if wanted > current * 2:
+        raise ConfigError(key, f"value should not be greater than double the current value {current}")
+
+
 class HandlerThreads(Reconfigurable):
     keys = frozenset(("num.io.threads",))
 
@@ -152,17 +172,36 @@ class HandlerThreads(Reconfigurable):
         self.server = server
 
     def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        # Kafka's DynamicThreadPool bounds.
-        current, wanted = self.server.handlerPool.numThreads, new["num.io.threads"]
-        if wanted < current / 2:
-            raise ConfigError("num.io.threads", f"value should be at least half the current value {current}")
-        if wanted > current * 2:
-            raise ConfigError(
-                "num.io.threads", f"value should not be greater than double the current value {current}"
-            )
+        checkThreadCount("num.io.threads", self.server.handlerPool.numThreads, new["num.io.threads"])
 
     def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
         self.server.handlerPool.resize(new["num.io.threads"])
+
+
+class NetworkThreads(Reconfigurable):
+    """
+    C{num.network.threads}: the Processors the Acceptors share.
+
+    @ivar count: the count last asked for (the list itself changes on the
+        main thread, a moment later).
+    """
+
+    keys = frozenset(("num.network.threads",))
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.count = len(server.processors)
+
+    def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        checkThreadCount("num.network.threads", self.count, new["num.network.threads"])
+
+    def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        self.count = new["num.network.threads"]
+        if self.server.started:
+            self.server.mainReactor.callFromThread(self.server.resizeProcessors, self.count)
+        else:
+            # Start-up (stored configs): nothing runs yet.
+            self.server.resizeProcessors(self.count)
 
 
 class ConnectionLimits(Reconfigurable):
@@ -213,6 +252,7 @@ def reconfigurables(broker, server) -> list[Reconfigurable]:
         LogDefaults(broker),
         CleanerSettings(broker),
         HandlerThreads(server),
+        NetworkThreads(server),
         ConnectionLimits(server),
         ListenerKeystores(server),
     ]

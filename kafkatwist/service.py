@@ -33,6 +33,7 @@ from kafkatwist.reconfigure import (
     ConnectionLimits,
     HandlerThreads,
     ListenerKeystores,
+    NetworkThreads,
     brokerLogDefaults,
     makeLogCleaner,
     reconfigurables,
@@ -208,7 +209,8 @@ class BrokerService(service.Service):
         dynamic.load()
         self.broker.dynamicConfig = dynamic
         for reconfigurable in (
-            HandlerThreads(self.server), ConnectionLimits(self.server), ListenerKeystores(self.server)
+            HandlerThreads(self.server), NetworkThreads(self.server), ConnectionLimits(self.server),
+            ListenerKeystores(self.server),
         ):
             reconfigurable.reconfigure(config, dynamic.current)
         config = dynamic.current

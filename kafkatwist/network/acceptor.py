@@ -168,8 +168,10 @@ class Acceptor:
                 self.quotas.release(host)
                 sock.close()
                 continue
-            processor = self.processors[self._next]
-            self._next = (self._next + 1) % len(self.processors)
+            # The list may have shrunk since (num.network.threads).
+            processors = self.processors
+            processor = processors[self._next % len(processors)]
+            self._next = (self._next + 1) % len(processors)
             processor.accept(sock, self.listener, host)
 
     def _pauseAccepting(self) -> None:

@@ -118,8 +118,8 @@ def test_validate_only_changes_nothing(broker, tmp_path):
     [
         (NODE, [("log.dirs", SET, "/x"), ("listeners", SET, "PLAINTEXT://:1")],
          "Cannot update these configs dynamically: Set(listeners, log.dirs)"),
-        (NODE, [("num.network.threads", SET, "2")],
-         "Cannot update these configs dynamically: Set(num.network.threads)"),
+        (NODE, [("socket.request.max.bytes", SET, "2")],
+         "Cannot update these configs dynamically: Set(socket.request.max.bytes)"),
         (NODE, [("no.such.key", SET, "2")], "Cannot update these configs dynamically: Set(no.such.key)"),
         (NODE, [("ssl.keystore.location", SET, "/x.pem")],
          "These security configs can be dynamically updated only per-listener using the listener "
