@@ -437,19 +437,47 @@ def listenerSslKey(name: str) -> tuple[str, str] | None:
     return match[1].upper(), match[2]
 
 
+#: the connection limits a listener may set for itself,
+#: C{listener.name.<listener>.<key>}: cluster-wide, as Kafka's
+#: C{ClusterLevelListenerConfigs}
+LISTENER_CONNECTION_KEYS = ("max.connection.creation.rate",)
+_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(.+)$")
+
+
+def listenerConnectionKey(name: str) -> tuple[str, str] | None:
+    """
+    @return: C{(LISTENER, key)} for C{listener.name.<listener>.<key>} with
+        C{key} one of L{LISTENER_CONNECTION_KEYS}, else C{None}.
+    """
+    match = _LISTENER_KEY.match(name)
+    if match is None or match[2] not in LISTENER_CONNECTION_KEYS:
+        return None
+    return match[1].upper(), match[2]
+
+
+def listenerKey(name: str) -> tuple[str, str] | None:
+    """
+    @return: C{(LISTENER, key)} for any key a listener sets for itself
+        (SSL or connection limits), else C{None}.
+    """
+    return listenerSslKey(name) or listenerConnectionKey(name)
+
+
 def keySpec(name: str) -> Key | None:
     """
     The registry entry of C{name}: a broker key, or the base key of a
-    listener's own SSL key (updated per broker).
+    listener's own key (its SSL keys are updated per broker, its connection
+    limits cluster-wide).
     """
     spec = KEYS.get(name)
     if spec is not None:
         return spec
-    prefixed = listenerSslKey(name)
+    prefixed = listenerKey(name)
     if prefixed is None:
         return None
     base = KEYS[prefixed[1]]
-    return Key(name, base.parse, None, f"{base.doc} For listener {prefixed[0]}.", base.sensitive, PER_BROKER)
+    update = PER_BROKER if listenerSslKey(name) else CLUSTER_WIDE
+    return Key(name, base.parse, None, f"{base.doc} For listener {prefixed[0]}.", base.sensitive, update)
 
 
 KEYS: dict[str, Key] = {
@@ -483,6 +511,10 @@ KEYS: dict[str, Key] = {
         Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address.", update=CLUSTER_WIDE),
         Key("max.connections.per.ip.overrides", _perIpOverrides, "",
             "Per-address exceptions to max.connections.per.ip: host:count, comma separated.",
+            update=CLUSTER_WIDE),
+        Key("max.connection.creation.rate", _int(0), str(INT_MAX),
+            "Connections the broker accepts per second (KIP-612); over it the acceptor delays "
+            "accepting. A listener may set its own: listener.name.<listener>.max.connection.creation.rate.",
             update=CLUSTER_WIDE),
         Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key.", update=PER_BROKER),
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True, update=PER_BROKER),
@@ -926,7 +958,7 @@ class BrokerConfig:
             elif (
                 key.startswith("listener.name.")
                 and not _LISTENER_MECHANISMS.match(key)
-                and listenerSslKey(key) is None
+                and listenerKey(key) is None
             ):
                 # Per-listener JAAS logins and the like: credentials live in
                 # the SCRAM store here.
@@ -966,7 +998,8 @@ class BrokerConfig:
         logDirs = self._values["log.dirs"]
         self.logDirs = _list("log.dirs", logDirs) if logDirs else [self._values["log.dir"]]
 
-        self._listenerSsl = self._listenerSslKeys(raw)
+        self._listenerSsl = self._listenerKeys(raw, listenerSslKey)
+        self._listenerConnection = self._listenerKeys(raw, listenerConnectionKey)
         for listener in self.listeners:
             if listener.tls:
                 self._checkSsl(listener.name)
@@ -1014,11 +1047,11 @@ class BrokerConfig:
             result[listener.name] = mechanisms
         return result
 
-    def _listenerSslKeys(self, raw: dict[str, str]) -> dict[str, dict[str, Any]]:
+    def _listenerKeys(self, raw: dict[str, str], match) -> dict[str, dict[str, Any]]:
         names = {l.name for l in self.listeners}
         result: dict[str, dict[str, Any]] = {}
         for key, value in raw.items():
-            prefixed = listenerSslKey(key)
+            prefixed = match(key)
             if prefixed is None:
                 continue
             listener, base = prefixed
@@ -1048,6 +1081,14 @@ class BrokerConfig:
         """
         own = self._listenerSsl.get(listenerName, {})
         return {key: own.get(key, self._values[key]) for key in LISTENER_SSL_KEYS}
+
+    def listenerSetting(self, listenerName: str, key: str) -> Any:
+        """
+        A connection limit of listener C{listenerName}: its own
+        C{listener.name.<name>.<key>}, else the broker's C{key} (Kafka
+        configures a listener with its prefixed keys over the others).
+        """
+        return self._listenerConnection.get(listenerName, {}).get(key, self._values[key])
 
     def saslMechanisms(self, listenerName: str) -> list[str]:
         """
@@ -1100,7 +1141,7 @@ class BrokerConfig:
                 text = None
             rows.append((name, text, name in self.explicit))
         for name in sorted(self.raw):
-            if listenerSslKey(name) is not None:
+            if listenerKey(name) is not None:
                 spec = keySpec(name)
                 rows.append((name, None if spec.sensitive else self.raw[name], name in self.explicit))
         return rows

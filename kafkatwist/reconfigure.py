@@ -20,14 +20,23 @@ over or swapped whole:
     list the Acceptors hand connections from (the alter request is answered
     before a removed Processor closes its connections);
   - L{ConnectionLimits}: C{max.connections}, C{max.connections.per.ip},
-    C{max.connections.per.ip.overrides};
+    C{max.connections.per.ip.overrides}, C{max.connection.creation.rate}
+    and a listener's own C{listener.name.<name>.max.connection.creation.rate},
+    from the next accept;
   - L{ListenerKeystores}: a listener's C{listener.name.<name>.ssl.*}: a new
     TLS context for new connections, existing ones keep theirs.
 """
 
 from __future__ import annotations
 
-from kafkatwist.config import KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, listenerSslKey
+from kafkatwist.config import (
+    KEYS,
+    TOPIC_KEYS,
+    BrokerConfig,
+    ConfigError,
+    listenerConnectionKey,
+    listenerSslKey,
+)
 from kafkatwist.dynamicconfig import Reconfigurable
 from kafkatwist.errors import KafkaError
 
@@ -39,6 +48,7 @@ __all__ = [
     "LogDefaults",
     "NetworkThreads",
     "brokerLogDefaults",
+    "connectionRates",
     "makeLogCleaner",
 ]
 
@@ -204,16 +214,40 @@ class NetworkThreads(Reconfigurable):
             self.server.resizeProcessors(self.count)
 
 
+def connectionRates(config) -> tuple[int, dict[str, int]]:
+    """
+    C{max.connection.creation.rate}: the broker's, and each listener's
+    (its own key, else the broker's).
+    """
+    key = "max.connection.creation.rate"
+    return config[key], {l.name: config.listenerSetting(l.name, key) for l in config.listeners}
+
+
 class ConnectionLimits(Reconfigurable):
-    keys = frozenset(("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"))
+    keys = frozenset((
+        "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
+    ))
 
     def __init__(self, server) -> None:
         self.server = server
 
+    def _concerns(self, key: str) -> bool:
+        return key in self.keys or listenerConnectionKey(key) is not None
+
+    def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        # Kafka's ListenerConnectionQuota.validateReconfiguration.
+        for name, rate in connectionRates(new)[1].items():
+            if rate <= 0:
+                raise ConfigError(f"listener.name.{name.lower()}.max.connection.creation.rate",
+                                  f"Invalid max.connection.creation.rate {rate}")
+
     def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        self.server.quotas.update(
+        quotas = self.server.quotas
+        quotas.update(
             new["max.connections"], new["max.connections.per.ip"], new["max.connections.per.ip.overrides"]
         )
+        quotas.updateRates(*connectionRates(new))
 
 
 class ListenerKeystores(Reconfigurable):

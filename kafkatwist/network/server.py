@@ -13,12 +13,14 @@ from collections import Counter
 from twisted.internet import defer, threads
 from twisted.logger import Logger
 
-from kafkatwist.network.acceptor import Acceptor, ConnectionQuotas
+from kafkatwist.network.acceptor import Acceptor
+from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.affinity import availableCpus, requestThreadCpus, showCpus
 from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ReloadableContextFactory, listenerContextFactory
+from kafkatwist.reconfigure import connectionRates
 from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 log = Logger()
@@ -50,10 +52,19 @@ class SocketServer:
         # Requests per hand-off: small enough that a handler blocked on disk
         # leaves work for the others.
         self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
+        maxRate, listenerRates = connectionRates(config)
         self.quotas = ConnectionQuotas(
             config["max.connections"], config["max.connections.per.ip"],
             config["max.connections.per.ip.overrides"],
+            maxRate=maxRate, listenerRates=listenerRates,
+            samples=config["quota.window.num"], windowSeconds=config["quota.window.size.seconds"],
+            clock=lambda: int(mainReactor.seconds() * 1000),
         )
+        # The ip entities' connection_creation_rate (AlterClientQuotas).
+        clientQuotas = getattr(broker, "clientQuotas", None)
+        if clientQuotas is not None:
+            clientQuotas.store.listeners.append(self.quotas.quotasChanged)
+            self.quotas.quotasChanged(clientQuotas.store.quotas())
         #: client certificate -> principal (ssl.principal.mapping.rules)
         self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
         #: TLS listener name -> its context factory (replaced by a dynamic

@@ -79,3 +79,18 @@ class SampledRate:
         windowMs = self.windowSizeMs(nowMs)
         total = sum(s.value for s in self._samples)
         return total / (windowMs / 1000.0) if windowMs > 0 else 0.0
+
+    def throttleMs(self, bound: float, nowMs: int, maxMs: int) -> int:
+        """
+        How long the rate must stay silent to come back to C{bound} --
+        Kafka's C{QuotaUtils.boundedThrottleTime}: C{(rate - bound) / bound}
+        of the window the rate was measured over, at most C{maxMs}; 0
+        within the bound.
+        """
+        rate = self.measure(nowMs)
+        if rate <= bound:
+            return 0
+        if bound <= 0:
+            return maxMs
+        throttle = (rate - bound) / bound * self.windowSizeMs(nowMs)
+        return int(round(min(throttle, maxMs)))
