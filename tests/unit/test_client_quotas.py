@@ -223,3 +223,13 @@ def test_ip_entities_are_normalised():
     assert checkEntity([("ip", "127.0.0.1")]) == (("ip", "127.0.0.1"),)
     assert checkEntity([("ip", None)]) == (("ip", None),)
     checkQuota((("ip", "::1"),), "connection_creation_rate", 10.0)
+
+
+def test_quotas_loaded_at_start_up_are_enforced(tmp_path):
+    path = str(tmp_path / "quotas.json")
+    ClientQuotaStore(path).alter([(entity(user=None, client=None), [(P, 100.0)])])
+    store = ClientQuotaStore(path)
+    quotas = ClientQuotas(store, 2, 1, clock=lambda: 0)  # built before the load, as in the broker
+    store.load()
+    assert quotas.active(P)
+    assert quotas.record(P, "User:alice", "c", 10_000, nowMs=0) > 0
