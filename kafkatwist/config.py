@@ -613,6 +613,18 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
         Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
         Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("leader.replication.throttled.rate", _long(0), str(LONG_MAX),
+            "Bytes per second this broker sends, as a leader, for the partitions a topic's "
+            "leader.replication.throttled.replicas names on it; over it, followers out of the ISR "
+            "get no data for them.",
+            update=CLUSTER_WIDE),
+        Key("follower.replication.throttled.rate", _long(0), str(LONG_MAX),
+            "Bytes per second this broker fetches, as a follower, for the partitions a topic's "
+            "follower.replication.throttled.replicas names on it; over it, those not caught up "
+            "are left out of its fetches.",
+            update=CLUSTER_WIDE),
+        Key("replication.quota.window.num", _int(1), "11", "Samples replication throttles measure over."),
+        Key("replication.quota.window.size.seconds", _int(1), "1", "Length of one replication throttle sample."),
         Key("replica.high.watermark.checkpoint.interval.ms", _long(1), "5000",
             "How often the high watermarks are written to replication-offset-checkpoint."),
         Key("offsets.commit.timeout.ms", _int(1), "5000",
@@ -740,13 +752,17 @@ class TopicKey:
     synonyms: tuple[tuple[str, int], ...]
     doc: str
     fallback: str | None = None
+    #: the validator of a topic key without a broker counterpart
+    ownParse: Callable[[str, str], Any] | None = None
 
     @property
-    def brokerKey(self) -> Key:
-        return KEYS[self.synonyms[0][0]]
+    def brokerKey(self) -> Key | None:
+        return KEYS[self.synonyms[0][0]] if self.synonyms else None
 
     @property
     def type(self) -> ConfigType:
+        if self.ownParse is not None:
+            return getattr(self.ownParse, "configType", ConfigType.STRING)
         return self.brokerKey.type
 
     def parse(self, key: str, raw: str) -> Any:
@@ -756,7 +772,7 @@ class TopicKey:
 
         @raise ConfigError: naming C{key}.
         """
-        parse = self.brokerKey.parse
+        parse = self.ownParse or self.brokerKey.parse
         return getattr(parse, "required", parse)(key, raw)
 
     def inherit(self, brokerValue: Callable[[str], Any]) -> Any:
@@ -777,6 +793,25 @@ class TopicKey:
 
 def _topicKey(name: str, brokerKey: str, doc: str, **kw) -> TopicKey:
     return TopicKey(name, ((brokerKey, 1),), doc, **kw)
+
+
+_REPLICA = re.compile(r"^[0-9]+:[0-9]+$")
+
+
+@_ofType(ConfigType.LIST)
+def _throttledReplicas(key: str, raw: str) -> tuple[str, ...]:
+    """
+    Kafka's C{ThrottledReplicaListValidator}: C{*}, or
+    C{partition:broker} items, comma separated.
+    """
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    if items == ("*",) or all(_REPLICA.match(item) for item in items):
+        return items
+    raise ConfigError(
+        key,
+        f"{key} must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
 
 
 #: Kafka's topic configs (C{TopicConfig}) kafkatwist knows, documentation shortened.
@@ -840,6 +875,14 @@ TOPIC_KEYS: dict[str, TopicKey] = {
                   "How far a CreateTime timestamp may be ahead of the broker's clock (INVALID_TIMESTAMP)."),
         TopicKey("segment.jitter.ms", (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
                  "Up to this much is taken off segment.ms per segment."),
+        TopicKey("leader.replication.throttled.replicas", (),
+                 "Replicas whose replication the leader throttles (leader.replication.throttled.rate "
+                 "of the leader's broker): partitionId:brokerId items naming the leader, or '*'.",
+                 fallback="", ownParse=_throttledReplicas),
+        TopicKey("follower.replication.throttled.replicas", (),
+                 "Replicas whose replication the follower throttles (follower.replication.throttled.rate "
+                 "of its broker): partitionId:brokerId items naming the follower, or '*'.",
+                 fallback="", ownParse=_throttledReplicas),
         _topicKey("preallocate", "log.preallocate",
                   "Preallocate segment files (no effect here: segments grow as written)."),
         _topicKey("file.delete.delay.ms", "log.segment.delete.delay.ms",
@@ -864,10 +907,6 @@ UNSUPPORTED_TOPIC_KEYS = {
     "be configured with remote log storage.",
     "remote.log.copy.disable": "Tiered Storage functionality is disabled in the broker.",
     "remote.log.delete.on.disable": "Tiered Storage functionality is disabled in the broker.",
-    "leader.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
-    "replication to throttle.",
-    "follower.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
-    "replication to throttle.",
 }
 
 

@@ -24,7 +24,9 @@ over or swapped whole:
     and a listener's own C{listener.name.<name>.max.connection.creation.rate},
     from the next accept;
   - L{ListenerKeystores}: a listener's C{listener.name.<name>.ssl.*}: a new
-    TLS context for new connections, existing ones keep theirs.
+    TLS context for new connections, existing ones keep theirs;
+  - L{ReplicationThrottles}: C{leader.replication.throttled.rate},
+    C{follower.replication.throttled.rate}, in place.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "ListenerKeystores",
     "LogDefaults",
     "NetworkThreads",
+    "ReplicationThrottles",
     "brokerLogDefaults",
     "connectionRates",
     "makeLogCleaner",
@@ -278,6 +281,21 @@ class ListenerKeystores(Reconfigurable):
             self.server.tlsContextFactories[name].replace(factory)
 
 
+class ReplicationThrottles(Reconfigurable):
+    """
+    C{leader.replication.throttled.rate}, C{follower.replication.throttled.rate}:
+    the bounds change in place, read at the next fetch.
+    """
+
+    keys = frozenset(("leader.replication.throttled.rate", "follower.replication.throttled.rate"))
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        self.broker.replicationQuotas.update(new)
+
+
 def reconfigurables(broker, server) -> list[Reconfigurable]:
     """
     Everything that applies dynamic broker configs on this broker.
@@ -289,4 +307,5 @@ def reconfigurables(broker, server) -> list[Reconfigurable]:
         NetworkThreads(server),
         ConnectionLimits(server),
         ListenerKeystores(server),
+        ReplicationThrottles(broker),
     ]

@@ -10,7 +10,7 @@ Not thread-safe: the quota manager holds a lock around it.
 
 from __future__ import annotations
 
-__all__ = ["SampledRate"]
+__all__ = ["SampledRate", "SimpleRate"]
 
 
 class _Sample:
@@ -94,3 +94,16 @@ class SampledRate:
             return maxMs
         throttle = (rate - bound) / bound * self.windowSizeMs(nowMs)
         return int(round(min(throttle, maxMs)))
+
+
+class SimpleRate(SampledRate):
+    """
+    Kafka's C{SimpleRate}, which replication throttles measure with: over
+    the time since the oldest sample, at least one window (a first burst is
+    not spread over the whole sampled time as L{SampledRate} spreads it).
+    """
+
+    def windowSizeMs(self, nowMs: int) -> int:
+        self._purge(nowMs)
+        oldest = min((s.start for s in self._samples), default=nowMs)
+        return max(nowMs - oldest, self.windowMs)
