@@ -305,6 +305,17 @@ def test_num_network_threads(brokerFactory):
     assert (entry.value, entry.is_read_only) == ("2", False)
     assert "Traceback" not in broker.output()
 
+    # Durable: a restarted broker starts with the stored count.
+    assert incremental(admin, NODE_ID, num_network_threads="3") == (0, None)
+    # A new Processor gets a new index (2 and 3 were removed).
+    waitForOutput(broker, "resized from 2 to 3: processors [0, 1, 4]")
+    broker = restart(broker)
+    try:
+        assert "resized from 2 to 3: processors [0, 1, 2]" in broker.output()
+        assert produce(broker.bootstrap, topic, 100) is None
+    finally:
+        broker.stop()
+
 
 def restart(old):
     from tests.broker import BrokerProcess
