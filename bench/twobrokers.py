@@ -3,7 +3,7 @@ Two brokers against one on many small requests (issue 17: "the way past one
 core per process").
 
     python -m bench twobrokers [--partitions 8] [--connections 32] [--seconds 5]
-                               [--warmup 1.5] [--rounds 2] [--modes auto,spread]
+                               [--warmup 1.5] [--rounds 2] [--modes auto,spread,none]
 
 A standalone ZooKeeper and two brokers in cluster mode on loopback, under a
 temporary directory, stopped afterwards.  Two topics of replication factor 1
@@ -37,7 +37,7 @@ nothing is replicated: the second broker's CPU is only the work it leads.
 
 Needs a C compiler (the Python load generator would take the CPU the second
 broker needs, which is what this replaces).  About 2 minutes with the
-defaults.
+defaults (three modes).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=1.5, help="uncounted seconds before each run")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--modes", default="auto,spread", help="request.threads.cpu.affinity modes, one cluster each")
+    parser.add_argument("--modes", default="auto,spread,none", help="request.threads.cpu.affinity modes, one cluster each")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     for mode in modes:
