@@ -152,6 +152,9 @@ def measure(generator: list[str], targets: list[tuple[int, str]], pids: dict[str
     result["cores"] = {name: (after.process[name] - before.process[name]) / wall for name in pids}
     result["cores"]["generator"] = result["cpu_window_s"] / result["seconds"]
     result["busy"] = {cpu: (after.busy[cpu] - before.busy.get(cpu, 0)) / wall for cpu in after.busy}
+    # Everything else on the machine: other people's work, and kernel work
+    # charged to no process of ours.
+    result["others"] = sum(result["busy"].values()) - sum(result["cores"].values())
     result["threads"] = {}
     for name, threads in after.threads.items():
         used = []
@@ -171,7 +174,7 @@ def describe(label: str, r: dict, brokerNames: list[str]) -> list[str]:
     lines = [
         f"- {label}: **{r['rate']:,.0f} records/s**, p50 {r['p50_us'] / 1000:.2f} ms, "
         f"p99 {r['p99_us'] / 1000:.2f} ms; cores: {cores}, generator {r['cores']['generator']:.2f}, "
-        f"ZooKeeper {r['cores']['zookeeper']:.2f}; busy: {busy}; "
+        f"ZooKeeper {r['cores']['zookeeper']:.2f}, the rest of the machine {r['others']:.2f}; busy: {busy}; "
         f"{failed} failed responses{' ' + str(r['error_codes']) if failed else ''} "
         f"(load {loadAverage()})"
     ]
@@ -266,13 +269,20 @@ def main(argv: list[str]) -> int:
     generator = loadgen.compiled(root)
     if generator is None:
         parser.error("needs a C compiler for bench/loadgen.c")
-    zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper"))
-    zookeeper.start()
     lines: list[str] = []
 
     def report(line: str) -> None:
         lines.append(line)
         log(line)
+
+    # Others' load: every CPU's busy share over 3 s before anything of ours runs.
+    before = cpuBusySeconds()
+    time.sleep(3)
+    others = ", ".join(f"cpu{cpu} {(seconds - before.get(cpu, 0)) / 3:.2f}"
+                       for cpu, seconds in sorted(cpuBusySeconds().items()))
+    report(f"# before the run: busy {others} (load {loadAverage()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper"))
+    zookeeper.start()
 
     summary = []
     try:
