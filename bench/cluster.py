@@ -265,7 +265,6 @@ def main(argv: list[str]) -> int:
     zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper"))
     zookeeper.start()
     cluster = Cluster(f"{zookeeper.connect}/bench", root)
-    cluster.zookeeperPid = zookeeper.process.pid
     lines = []
 
     def report(line: str) -> None:
@@ -289,7 +288,7 @@ def main(argv: list[str]) -> int:
         if "3" in args.parts:
             part3(cluster, args, report, synced)
         if "4" in args.parts:
-            part4(cluster, args, report)
+            part4(cluster, args, report, zookeeper.process.pid)
     finally:
         cluster.stopAll()
         zookeeper.stop()
@@ -328,7 +327,7 @@ def part3(cluster, args, report, synced):
            + (f"; median {statistics.median(times):.2f} s" if times else ""))
 
 
-def part4(cluster, args, report):
+def part4(cluster, args, report, zookeeperPid):
     # The C generator (bench.twobrokers): Python producer processes took the
     # CPU the second broker needed (bench/RESULTS.md).
     from bench import loadgen
@@ -342,5 +341,5 @@ def part4(cluster, args, report):
     report(f"## 4. many small requests: {args.connections} connections of the C load generator, "
            f"one-record Produce v9 acks=1, 8 partitions RF 1, request.threads.cpu.affinity as "
            f"configured (auto) (load {loadAverage()})")
-    compare(cluster, cluster.zookeeperPid, generator, directory, 8, args.connections, 1.5,
+    compare(cluster, zookeeperPid, generator, directory, 8, args.connections, 1.5,
             args.small_seconds, 2, report)
