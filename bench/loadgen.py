@@ -8,6 +8,9 @@ fallback (one process, C{selectors}, same arguments, same JSON output) runs
 in its own process instead -- slower, and the table says so.
 
     python -m bench.loadgen HOST PORT CONNECTIONS WARMUP_SECONDS SECONDS FRAME_FILE
+
+The C one also drives several brokers with a frame per connection and checks
+Produce answers' error codes (L{startTargets}); the fallback does not.
 """
 
 from __future__ import annotations
