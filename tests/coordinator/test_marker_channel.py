@@ -277,3 +277,34 @@ def test_metadata_decides_each_attempt(channel):
     channel.write(7, 0, True, 5, [B], results)
     assert results.get() == {B: E.none}
     assert len(channel.state["connections"][3].requests) == 1
+
+
+# -- the leader's side: the writer the handler and the local path share -----------------------
+
+
+def test_writer_appends_with_acks_all():
+    from kafkatwist.coordinator.transaction.markers import MarkerWriter
+    from kafkatwist.log import MemoryLogManager
+
+    logs = MemoryLogManager()
+    logs.createTopic("t", 1, {"min.insync.replicas": "2"})
+    partitionLog = logs.getLog("t", 0)
+    waits = []
+    writer = MarkerWriter(logs, clock=lambda: T0)
+    writer.awaitReplication = lambda topic, partition, offset, onDone: waits.append(
+        ((topic, partition, offset), onDone)
+    )
+    answers = []
+    # An ISR below min.insync.replicas refuses the marker, as a produce
+    # with acks=all.
+    partitionLog.isrSize = 1
+    writer.write(7, 0, True, 3, [("t", 0)], answers.append)
+    assert answers == [{("t", 0): E.not_enough_replicas}] and partitionLog.logEndOffset == 0
+    # Otherwise it is appended, and answered once the ISR has it.
+    partitionLog.isrSize = 2
+    writer.write(7, 0, True, 3, [("t", 0)], answers.append)
+    assert partitionLog.logEndOffset == 1 and len(answers) == 1
+    ((key, onDone),) = waits
+    assert key == ("t", 0, 1)
+    onDone(E.not_enough_replicas_after_append)
+    assert answers[1] == {("t", 0): E.not_enough_replicas_after_append}

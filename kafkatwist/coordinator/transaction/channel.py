@@ -41,6 +41,7 @@ from twisted.logger import Logger
 from kafkatwist.client.connection import BrokerConnection, KafkaConnectionError
 from kafkatwist.cluster.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.logthrottle import LogThrottle
 from kafkatwist.protocol.apis import WRITE_TXN_MARKERS, requestType
 from kafkatwist.protocol.entities import make, nested
 
@@ -54,6 +55,10 @@ E = ErrorCode
 WRITE_TXN_MARKERS_VERSION = 1
 
 NO_LEADER = -1
+
+#: a dead broker is asked again every retry until the controller moves its
+#: leaders: its lines are counted, not each logged
+_sendLogs = LogThrottle()
 
 
 class LocalMarkerChannel:
@@ -146,7 +151,8 @@ class _Destination:
             try:
                 answers = self._send(entries)
             except KafkaError as e:
-                log.info(
+                _sendLogs.emit(
+                    log.info, ("unsent", self.brokerId),
                     "transaction markers to broker {broker} not sent ({error}); they are retried",
                     broker=self.brokerId, error=e,
                 )

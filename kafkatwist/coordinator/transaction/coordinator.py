@@ -217,6 +217,9 @@ class TransactionCoordinator:
         self._continuations: dict[int, Callable] = {}
         # transactional id -> partitions whose marker is still to be written
         self._markersPending: dict[str, set] = {}
+        #: (transactional id, partition, error) of unexpected marker answers
+        #: already logged
+        self._warned: set = set()
 
     # ------------------------------------------------------------------
     # Effects
@@ -303,6 +306,7 @@ class TransactionCoordinator:
         for transactionalId in [t for t, m in self._txns.items() if m.partition == partition]:
             del self._txns[transactionalId]
             self._markersPending.pop(transactionalId, None)
+            self._forgetWarnings(transactionalId)
 
     def _take(self, loaded) -> None:
         for transactionalId, partition, value in loaded:
@@ -667,9 +671,13 @@ class TransactionCoordinator:
                     pid=meta.current.producerId, epoch=self._epochs.get(meta.partition, self.coordinatorEpoch),
                 )
                 del self._markersPending[transactionalId]
+                self._forgetWarnings(transactionalId)
                 return
             else:
-                if error not in _RETRY_MARKER:
+                if error not in _RETRY_MARKER and (transactionalId, tp, error) not in self._warned:
+                    # Once per transaction, partition and error: it is
+                    # asked again every retry.
+                    self._warned.add((transactionalId, tp, error))
                     log.warn(
                         "transactional id {id}: unexpected {error} from {topic}-{partition}"
                         " for its marker; trying again",
@@ -680,6 +688,10 @@ class TransactionCoordinator:
             self._setTimer((MARKER_RETRY, transactionalId), self._retryBackoffMs)
         elif not remaining:
             self._complete(meta)
+
+    def _forgetWarnings(self, transactionalId: str) -> None:
+        if self._warned:
+            self._warned = {w for w in self._warned if w[0] != transactionalId}
 
     def _complete(self, meta: TxnMetadata) -> None:
         if meta.pending is not None:
@@ -694,6 +706,7 @@ class TransactionCoordinator:
         def written(error: ErrorCode) -> None:
             if error == E.none:
                 self._markersPending.pop(meta.transactionalId, None)
+                self._forgetWarnings(meta.transactionalId)
             else:
                 log.warn(
                     "transactional id {id}: writing {state} failed ({error}); trying again",
