@@ -243,3 +243,30 @@ def test_leader_killed_while_its_marker_is_on_the_way(cluster):
     assert sorted(consumeConfluent(others, len(want))) == want
     initAgain(others, tid)
     assert sorted(consumeKafkaPython(others)) == sorted(want + [(0, b"next")])
+
+
+def test_deleted_topic_does_not_hold_the_transaction(cluster):
+    tid = "orphan"
+    bootstrap = cluster.bootstrap(1, 2, 3)
+    admin = cluster.admin(1, 2, 3)
+    admin.create_topics([NewTopic("doomed", num_partitions=2, replication_factor=3)],
+                        request_timeout=30)["doomed"].result()
+    waitUntil(lambda: (parts := partitions(admin, "doomed")) is not None and len(parts) == 2
+              and all(lead > 0 for lead, _, _ in parts.values()), timeout=60, what="doomed led")
+    producer = transactionalProducer(bootstrap, tid)
+    producer.begin_transaction()
+    for partition in range(3):
+        producer.produce(TOPIC, value=b"kept", partition=partition)
+    for partition in range(2):
+        producer.produce("doomed", value=b"lost", partition=partition)
+    assert producer.flush(60) == 0
+    admin.delete_topics(["doomed"], request_timeout=30)["doomed"].result()
+    # The markers of the deleted partitions are dropped; the others are
+    # written and the transaction completes.
+    producer.commit_transaction(60)
+    waitUntil(lambda: all(end == lso for end, lso in stableOffsets(bootstrap).values()),
+              timeout=30, what="every partition stable")
+    assert any("doomed-0 no longer exists" in b.output() for b in cluster.brokers.values())
+    initAgain(bootstrap, tid)
+    want = expected([b"kept"]) + [(0, b"next")]
+    assert sorted(consumeConfluent(bootstrap, len(want))) == sorted(want)
