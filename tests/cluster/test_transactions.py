@@ -5,10 +5,11 @@ partitions (WriteTxnMarkers between brokers, Kafka's
 C{TransactionMarkerChannelManager}).  A topic with one partition led by
 each broker: a committed transaction is seen, an aborted one is not, by
 read_committed consumers of confluent-kafka and kafka-python; kill -9 of
-the coordinator's broker right after EndTxn returned leaves the new
-coordinator to finish the transaction (the next InitProducerId works);
-a partition leader paused and then killed while its marker is on the way
-gets the marker at its successor.
+the coordinator's broker right after EndTxn returned, or while a marker
+waits for a paused leader, leaves the new coordinator to finish the
+transaction (the next InitProducerId works); a partition leader paused and
+then killed while its marker is on the way gets the marker at its
+successor; a topic deleted under an open transaction does not hold it.
 """
 
 from __future__ import annotations
@@ -205,6 +206,45 @@ def test_coordinator_killed_after_end_txn(cluster):
     waitUntil(lambda: all(end == lso for end, lso in stableOffsets(others).values()),
               timeout=30, what="every partition stable")
     want = expected([b"before", b"committed"]) + [(0, b"next")]
+    assert sorted(consumeConfluent(others, len(want))) == sorted(want)
+    assert sorted(consumeKafkaPython(others)) == sorted(want)
+
+
+@pytest.mark.parametrize(
+    "cluster", [{"transaction.state.log.replication.factor": "2", "min.insync.replicas": "1"}],
+    indirect=True,
+)
+def test_coordinator_killed_while_its_markers_are_on_the_way(cluster):
+    tid = "interrupted"
+    bootstrap = cluster.bootstrap(1, 2, 3)
+    producer = transactionalProducer(bootstrap, tid)
+    coordinator, replicas = stateReplicas(cluster, tid, 1, 2, 3)
+    (paused,) = {1, 2, 3} - set(replicas)
+    producer.begin_transaction()
+    for partition in range(3):
+        producer.produce(TOPIC, value=b"finished", partition=partition)
+    assert producer.flush(60) == 0
+    # The marker to the paused leader is under way when the coordinator
+    # dies; the leader comes back before its ZooKeeper session ends.
+    os.kill(cluster.brokers[paused].process.pid, signal.SIGSTOP)
+    try:
+        producer.commit_transaction(90)
+        time.sleep(0.5)
+        cluster.brokers[coordinator].kill()
+    finally:
+        os.kill(cluster.brokers[paused].process.pid, signal.SIGCONT)
+    survivors = [i for i in (1, 2, 3) if i != coordinator]
+    others = cluster.bootstrap(*survivors)
+    waitUntil(lambda: coordinatorOf(cluster, tid, *survivors) in survivors, timeout=60,
+              what="a new coordinator")
+    # The new coordinator found PrepareCommit and sent every marker again
+    # (a partition that had one already takes the second as a no-op).
+    waitUntil(lambda: all(end == lso for end, lso in stableOffsets(others).values()),
+              timeout=60, what="every partition stable")
+    successor = coordinatorOf(cluster, tid, *survivors)
+    assert f"transactional id {tid}: completing its PrepareCommit" in cluster.brokers[successor].output()
+    initAgain(others, tid)
+    want = expected([b"finished"]) + [(0, b"next")]
     assert sorted(consumeConfluent(others, len(want))) == sorted(want)
     assert sorted(consumeKafkaPython(others)) == sorted(want)
 
