@@ -291,10 +291,15 @@ class MarkerChannel:
         # the marker (the writer's wait is bounded by its timeout).
         for entry in entries:
             marker, partitions = entry
-            self.writer.write(
-                marker.producerId, marker.producerEpoch, marker.commit, marker.coordinatorEpoch,
-                partitions, lambda results, entry=entry: self._answered(entry, results),
-            )
+            try:
+                self.writer.write(
+                    marker.producerId, marker.producerEpoch, marker.commit,
+                    marker.coordinatorEpoch, partitions,
+                    lambda results, entry=entry: self._answered(entry, results),
+                )
+            except Exception:
+                log.failure("writing the marker of producer {pid} here failed", pid=marker.producerId)
+                self._answered(entry, {tp: E.unknown_server_error for tp in partitions})
         return None
 
     def _sender(self, brokerId: int) -> Callable:
