@@ -220,6 +220,16 @@ def channel():
     ch.stop()
 
 
+def test_channels_provide_the_interface(channel):
+    from zope.interface.verify import verifyObject
+
+    from kafkatwist.coordinator.transaction.channel import LocalMarkerChannel
+    from kafkatwist.interfaces import ITxnMarkerChannel
+
+    assert verifyObject(ITxnMarkerChannel, channel)
+    assert verifyObject(ITxnMarkerChannel, LocalMarkerChannel(FakeWriter()))
+
+
 def test_local_partitions_written_in_process_others_sent_to_their_leaders(channel):
     results = Results()
     channel.write(7, 0, True, 5, [A, B, C], results)

@@ -37,10 +37,12 @@ import threading
 from collections.abc import Callable
 
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from kafkatwist.client.connection import BrokerConnection, KafkaConnectionError
 from kafkatwist.cluster.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.interfaces import ITxnMarkerChannel
 from kafkatwist.logthrottle import LogThrottle
 from kafkatwist.protocol.apis import WRITE_TXN_MARKERS, requestType
 from kafkatwist.protocol.entities import make, nested
@@ -61,6 +63,7 @@ NO_LEADER = -1
 _sendLogs = LogThrottle()
 
 
+@implementer(ITxnMarkerChannel)
 class LocalMarkerChannel:
     """
     One broker: every partition is local, and the log manager is the
@@ -169,6 +172,7 @@ class _Destination:
                 self._answered(entry, results)
 
 
+@implementer(ITxnMarkerChannel)
 class MarkerChannel:
     """
     A cluster's marker channel.
