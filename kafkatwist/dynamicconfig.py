@@ -38,7 +38,7 @@ from kafkatwist.config import (
     listenerSslKey,
 )
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.security.statefile import readRecords, writeRecords
+from kafkatwist.security.statefile import readRecords, storeRecords
 
 __all__ = ["DYNAMIC_CONFIG_FILE", "DynamicBrokerConfig", "Reconfigurable"]
 
@@ -270,12 +270,7 @@ class DynamicBrokerConfig:
             for scope, layer in (("default", default), ("broker", broker))
             for name, value in sorted(layer.items())
         ]
-        try:
-            writeRecords(self.path, _KIND, _VERSION, records)
-        except OSError as e:
-            raise KafkaError(
-                ErrorCode.kafka_storage_error, f"cannot write {self.path}: {e.strerror}"
-            ) from None
+        storeRecords(self.path, _KIND, _VERSION, records)
 
 
 def _shown(name: str, value: str) -> str:

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.security.statefile import readRecords, writeRecords
+from kafkatwist.security.statefile import readRecords, storeRecords
 
 __all__ = [
     "CLIENT_ID",
@@ -168,12 +168,7 @@ class ClientQuotaStore:
                     for entity, values in sorted(quotas.items(), key=lambda item: repr(item[0]))
                     for key, value in sorted(values.items())
                 ]
-                try:
-                    writeRecords(self.path, _KIND, _VERSION, records)
-                except OSError as e:
-                    raise KafkaError(
-                        ErrorCode.kafka_storage_error, f"cannot write {self.path}: {e.strerror}"
-                    ) from None
+                storeRecords(self.path, _KIND, _VERSION, records)
             self._publish(quotas)
         for listener in list(self.listeners):
             listener(self._quotas)
