@@ -560,8 +560,9 @@ class ITxnMarkerChannel(Interface):
         C{producerId} at C{producerEpoch} into C{partitions}, C{(topic,
         partition)} pairs, with C{coordinatorEpoch}.  Any thread but a
         reactor's (one broker's channel appends before it returns).  One
-        attempt: C{onDone(results)} is called once, on any thread, with C{{(topic, partition): ErrorCode}}, or C{None} for a
-        partition that no longer exists (no marker is needed there).
+        attempt: C{onDone(results)} is called once, on any thread, with
+        C{{(topic, partition): ErrorCode}}, or C{None} for a partition that
+        no longer exists (no marker is needed there).
         """
 
     def stop():

@@ -242,7 +242,8 @@ def test_coordinator_killed_while_its_markers_are_on_the_way(cluster):
     waitUntil(lambda: all(end == lso for end, lso in stableOffsets(others).values()),
               timeout=60, what="every partition stable")
     successor = coordinatorOf(cluster, tid, *survivors)
-    assert f"transactional id {tid}: completing its PrepareCommit" in cluster.brokers[successor].output()
+    resent = f"transactional id {tid}: completing its PrepareCommit"
+    assert resent in cluster.brokers[successor].output()
     initAgain(others, tid)
     want = expected([b"finished"]) + [(0, b"next")]
     assert sorted(consumeConfluent(others, len(want))) == sorted(want)
@@ -278,7 +279,8 @@ def test_leader_killed_while_its_marker_is_on_the_way(cluster):
               timeout=60, what="a new leader of the victim's partition")
     waitUntil(lambda: all(end == lso for end, lso in stableOffsets(others).values()),
               timeout=60, what="every partition stable")
-    assert f"transaction markers to broker {victim} not sent" in cluster.brokers[coordinator].output()
+    unsent = f"transaction markers to broker {victim} not sent"
+    assert unsent in cluster.brokers[coordinator].output()
     want = expected([b"moved"])
     assert sorted(consumeConfluent(others, len(want))) == want
     initAgain(others, tid)

@@ -102,7 +102,9 @@ def test_retriable_answers_are_asked_again_others_dropped():
 def test_fenced_coordinator_or_producer_stops_the_sending(error):
     machine, markers = _prepared(clustered=True)
     assert markers.coordinatorEpoch == 5
-    fx = machine.markersWritten(T0, markers.token, {A: E.none, B: error, C: E.not_leader_or_follower})
+    fx = machine.markersWritten(
+        T0, markers.token, {A: E.none, B: error, C: E.not_leader_or_follower}
+    )
     # No Complete record, no retry: the newer coordinator finishes it.
     assert fx == []
     assert machine.metadata("tx").state is S.PREPARE_COMMIT
@@ -125,7 +127,8 @@ def test_unloaded_partition_ignores_late_answers_and_reload_sends_again():
     assert again.partitions == {A, B, C} and again.coordinatorEpoch == 6
     # The old request's answers changed nothing.
     assert machine.markersWritten(T0, markers.token, {A: E.none}) == []
-    assert _completed(machine, machine.markersWritten(T0, again.token, {A: E.none, B: E.none, C: E.none}))
+    fx = machine.markersWritten(T0, again.token, {A: E.none, B: E.none, C: E.none})
+    assert _completed(machine, fx)
 
 
 # -- the channel ---------------------------------------------------------------------------
@@ -136,9 +139,13 @@ def _image(leaders: dict, deleting=()) -> ClusterImage:
     for (topic, partition) in leaders:
         topics.setdefault(topic, {})[partition] = (1, 2, 3)
     return ClusterImage(
-        brokers=MappingProxyType({i: BrokerInfo(i, (("PLAINTEXT", "127.0.0.1", 9000 + i),)) for i in (1, 2, 3)}),
+        brokers=MappingProxyType(
+            {i: BrokerInfo(i, (("PLAINTEXT", "127.0.0.1", 9000 + i),)) for i in (1, 2, 3)}
+        ),
         topics=MappingProxyType({t: TopicAssignment(t, None, ps) for t, ps in topics.items()}),
-        states=MappingProxyType({tp: PartitionState(leader, 3, (1, 2, 3), 1) for tp, leader in leaders.items()}),
+        states=MappingProxyType(
+            {tp: PartitionState(leader, 3, (1, 2, 3), 1) for tp, leader in leaders.items()}
+        ),
         deleting=frozenset(deleting),
     )
 

@@ -248,9 +248,11 @@ class MarkerChannel:
         for tp in partitions:
             topic, partition = tp
             assignment = image.topics.get(topic)
-            if assignment is None or partition not in assignment.partitions or topic in image.deleting:
+            gone = assignment is None or partition not in assignment.partitions
+            if gone or topic in image.deleting:
                 log.info(
-                    "{topic}-{partition} no longer exists: no marker of producer {pid} needed there",
+                    "{topic}-{partition} no longer exists: no marker of producer {pid}"
+                    " needed there",
                     topic=topic, partition=partition, pid=marker.producerId,
                 )
                 marker.results[tp] = None
@@ -302,7 +304,8 @@ class MarkerChannel:
                     lambda results, entry=entry: self._answered(entry, results),
                 )
             except Exception:
-                log.failure("writing the marker of producer {pid} here failed", pid=marker.producerId)
+                log.failure("writing the marker of producer {pid} here failed",
+                            pid=marker.producerId)
                 self._answered(entry, {tp: E.unknown_server_error for tp in partitions})
         return None
 

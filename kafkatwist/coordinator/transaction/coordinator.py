@@ -668,7 +668,8 @@ class TransactionCoordinator:
                     " of producer {pid} (coordinator epoch {epoch}): a newer producer or"
                     " coordinator took over; no more markers sent from here",
                     id=transactionalId, topic=tp[0], partition=tp[1], error=error.name,
-                    pid=meta.current.producerId, epoch=self._epochs.get(meta.partition, self.coordinatorEpoch),
+                    pid=meta.current.producerId,
+                    epoch=self._epochs.get(meta.partition, self.coordinatorEpoch),
                 )
                 del self._markersPending[transactionalId]
                 self._forgetWarnings(transactionalId)
