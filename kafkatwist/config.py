@@ -629,6 +629,10 @@ KEYS: dict[str, Key] = {
             "How often the high watermarks are written to replication-offset-checkpoint."),
         Key("offsets.commit.timeout.ms", _int(1), "5000",
             "How long a coordinator's append waits for the ISR of a replicated partition."),
+        Key("request.timeout.ms", _int(1), "30000",
+            "How long a broker's request to another broker may take (the transaction "
+            "coordinator's WriteTxnMarkers); the leader writing a marker waits this long for "
+            "its ISR."),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
             "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
         Key("log.message.downconversion.enable", _bool, "true",

@@ -122,6 +122,14 @@ def awaitCoordinatorReplication(broker, config, logManager) -> None:
         runtime = getattr(coordinator, "runtime", None)
         if runtime is not None:
             runtime.awaitReplication = waiter
+    # Markers are appended with acks=-1 too, waiting up to request.timeout.ms
+    # (Kafka's WriteTxnMarkers path).
+    writer = getattr(broker.transactionCoordinator, "markerWriter", None)
+    if writer is not None:
+        writer.awaitReplication = ReplicationWaiter(
+            logManager, broker.producePurgatory, replicaManager.clock,
+            config["request.timeout.ms"],
+        )
 
 
 def _clustered(config) -> bool:
@@ -233,7 +241,7 @@ class BrokerService(service.Service):
             self.broker, config, self.logManager, loadAll=single
         )
         self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager, loadAll=single
+            self.broker, config, self.logManager, loadAll=single, cluster=self.cluster
         )
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)
