@@ -252,6 +252,9 @@ class ClusterService:
         self._stopping = True
         if not self._started:
             return
+        # A second stop returns at once (the owner thread is gone: a call
+        # to it would wait out its timeout).
+        self._started = False
         try:
             self.owner.call(self._resign, timeout=5)
         except Exception:

@@ -58,7 +58,7 @@ class _Wanted:
     One partition a fetch asks for.
     """
 
-    __slots__ = ("topic", "key", "partition", "offset", "maxBytes", "log", "error")
+    __slots__ = ("topic", "key", "partition", "offset", "maxBytes", "log", "error", "throttle")
 
     def __init__(self, topic, key, partition, offset, maxBytes, log, error):
         self.topic = topic
@@ -68,6 +68,9 @@ class _Wanted:
         self.maxBytes = maxBytes
         self.log = log
         self.error = error
+        #: a follower's fetch of a partition this leader throttles: its
+        #: L{kafkatwist.replication.quota.LeaderThrottle}
+        self.throttle = None
 
 
 class FetchHandler(Handler):
@@ -241,6 +244,7 @@ class FetchHandler(Handler):
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
+        quotas = getattr(self.broker, "replicationQuotas", None) if replicaId >= 0 else None
         byId = None
         plan = []
         previous = _NO_TOPIC
@@ -286,6 +290,8 @@ class FetchHandler(Handler):
                     error,
                 )
             )
+            if quotas is not None and log is not None:
+                wanted[-1].throttle = quotas.leaderThrottle(log, partition, replicaId)
         return plan
 
     @staticmethod
@@ -315,6 +321,16 @@ class FetchHandler(Handler):
                 if w.offset == log.logEndOffset and w.offset >= log.logStartOffset:
                     # Caught up: nothing to read, only the offsets to tell
                     # (most partitions of a consumer's every poll).
+                    partitions.append(
+                        PartitionData(
+                            w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset, b"", aborted,
+                        )
+                    )
+                    continue
+                if w.throttle is not None and w.throttle.holdsBack():
+                    # A follower out of the ISR, over the replication
+                    # throttle: no data for now (Kafka's shouldLeaderThrottle).
                     partitions.append(
                         PartitionData(
                             w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
@@ -402,8 +418,11 @@ class DelayedFetch(DelayedOperation):
                 for w in wanted
             )
         elif self.fromFollower:
+            # A partition held back by a replication throttle does not
+            # complete a follower's fetch (Kafka's DelayedFetch).
             readable = any(
                 w.log is not None and w.log.logEndOffset > w.offset
+                and (w.throttle is None or not w.throttle.holdsBack())
                 for _, wanted in self.plan
                 for w in wanted
             )
@@ -556,6 +575,11 @@ def _account(broker, plan, topics) -> None:
         size = sum(p.size for p in partitions)
         if size:
             fetched(wanted[0].key[0], size)
+            # What a leader sends for throttled partitions counts against
+            # its replication throttle (to followers in the ISR too).
+            for w, p in zip(wanted, partitions):
+                if w.throttle is not None and p.size:
+                    w.throttle.record(p.size)
 
 
 def _close(topics) -> None:

@@ -36,8 +36,9 @@ the manager's own timer thread (C{kafkatwist-replica-manager}), so they
 never run on the caller's thread and their disk work (epoch checkpoints,
 high-watermark checkpoints) never runs on a reactor.  Other threads read
 only what the owner publishes: each log's C{isLeader}, C{leaderEpoch},
-C{isrSize} and high watermark, the C{leaderEpochs()} snapshot, and the
-followers' smallest log start offset behind C{lowWatermark()}.
+C{isrSize}, C{inSyncReplicas} and high watermark, the C{leaderEpochs()}
+snapshot, and the followers' smallest log start offset behind
+C{lowWatermark()}.
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ class ReplicaManager:
         self._timers: list = []
         self._started = False
         self._stopped = False
+        #: the follower side's L{kafkatwist.replication.quota.ReplicationQuota}
+        #: its fetchers count throttled bytes against (C{None}: none)
+        self.followerQuota = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -285,12 +289,14 @@ class ReplicaManager:
                 p.isr, p.partitionEpoch = frozenset(isr), partitionEpoch
                 p.pendingIsr = None
                 p.log.isrSize = len(p.isr)
+                p.log.inSyncReplicas = p.isr
                 self._maybeAdvanceHighWatermark(p)
             return
         self._removeFetcher(p.key)
         start = p.log.becomeLeader(leaderEpoch)
         p.makeLeader(leaderEpoch, isr, replicas, partitionEpoch, start, self.nowMs())
         p.log.isrSize = len(p.isr)
+        p.log.inSyncReplicas = p.isr
         self._updateLowWatermark(p)
         log.info(
             "{topic}-{partition}: leader in epoch {epoch} from offset {offset}, ISR {isr}",
@@ -311,6 +317,7 @@ class ReplicaManager:
         p.log.becomeFollower(leaderEpoch)
         p.makeFollower(leaderId, leaderEpoch, replicas, partitionEpoch)
         p.log.isrSize = 0
+        p.log.inSyncReplicas = frozenset()
         self._updateLowWatermark(p)
         log.info(
             "{topic}-{partition}: following broker {leader} in epoch {epoch}",
@@ -330,6 +337,7 @@ class ReplicaManager:
         if p is not None:
             p.log.isLeader = False
             p.log.isrSize = 0
+            p.log.inSyncReplicas = frozenset()
             if delete:
                 # Kafka's StopReplica with delete (a replica reassigned
                 # away): its data goes once no fetcher writes to it; the
@@ -351,6 +359,8 @@ class ReplicaManager:
                 self.brokerId, leaderId, index, self.directory, self.config,
                 onFenced=self._onFenced,
             )
+            # The follower's replication throttle (follower.replication.throttled.*).
+            fetcher.quota = self.followerQuota
             self._fetchers[(leaderId, index)] = fetcher
             fetcher.start()
         return fetcher
@@ -461,6 +471,7 @@ class ReplicaManager:
         p.isr = newIsr
         p.partitionEpoch = newPartitionEpoch
         p.log.isrSize = len(newIsr)
+        p.log.inSyncReplicas = newIsr
         self._maybeAdvanceHighWatermark(p)
         self.wake(key)
 
