@@ -112,6 +112,8 @@ class ClusterService:
         self._deletedReplicas: dict[str, dict] = {}
         #: (topic, topic id) whose replicas this broker deleted and said so
         self._deletedHere: set = set()
+        #: topics whose znode could not be read: their local data is kept
+        self._unreadable: set[str] = set()
         #: set by a controller write that lost a race (the state changed under it)
         self._lostRace = False
         #: topic -> the brokers its deletion was last logged waiting for
@@ -754,6 +756,7 @@ class ClusterService:
                 self._readTopic(name)
 
     def _forgetTopic(self, name: str) -> None:
+        self._unreadable.discard(name)
         self._topics.pop(name, None)
         self._configs.pop(name, None)
         for key in [k for k in self._states if k[0] == name]:
@@ -768,7 +771,9 @@ class ClusterService:
             assignment = Z.decodeTopic(name, found[0], found[1].version)
         except Z.ZkDataError as e:
             log.warn("Ignoring topic znode: {e}", e=e)
+            self._unreadable.add(name)
             return
+        self._unreadable.discard(name)
         self._topics[name] = assignment
         self._readConfig(name)
         for partition in assignment.partitions:
@@ -1333,6 +1338,8 @@ class ClusterService:
             if name in INTERNAL_TOPICS:
                 continue
             assignment = self._topics.get(name)
+            if name in self._unreadable:
+                continue
             if assignment is None:
                 log.info("Local topic {topic} is not in the cluster any more: deleted", topic=name)
                 self._deleteLocal(name)

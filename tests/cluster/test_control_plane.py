@@ -291,3 +291,47 @@ def test_reassignment_resumes_on_a_new_controller(cluster):
               what="completed")
     assert set(b.image.states[("r", 0)].isr) == {2, 4}
     waitUntil(lambda: ("r", 0, True) in c.replicas.stopped, what="broker 3 stopped its replica with delete")
+
+
+class LocalTopics:
+    """
+    A log manager that only lists topics and records deletions.
+    """
+
+    def __init__(self, *names):
+        self.names = set(names)
+        self.deleted = []
+
+    def topics(self):
+        return {name: None for name in self.names}
+
+    def deleteTopic(self, name):
+        self.names.discard(name)
+        self.deleted.append(name)
+
+
+def test_strays_are_deleted_but_not_topics_zookeeper_cannot_read(cluster):
+    """
+    At start-up a broker deletes its local topics the cluster no longer
+    has, or has no replica of here -- but not one whose znode it cannot
+    read (its data may be the only copy).
+    """
+    a = cluster(1)
+    call(a.service.createTopic, "elsewhere", {0: (1,)}, {})
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        zk.create("/brokers/topics/garbled", b"not json")
+    finally:
+        zk.stop()
+        zk.close()
+    waitUntil(lambda: "elsewhere" in a.image.topics)
+    node = Node(cluster.connect, 2)
+    local = LocalTopics("gone", "elsewhere", "garbled")
+    node.service.logManager = local
+    node.start()
+    try:
+        assert sorted(local.deleted) == ["elsewhere", "gone"]
+        assert local.names == {"garbled"}
+    finally:
+        node.stop()
