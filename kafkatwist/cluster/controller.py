@@ -145,15 +145,17 @@ class ControllerMachine:
                 if message is not None:
                     results.append((topic, partition, ErrorCode.invalid_replica_assignment, message))
                     continue
+            if wanted is None and (replicas is None or topic in image.deleting or not (adding or removing)):
+                # Kafka's maybeBuildReassignment: a cancel with nothing to
+                # cancel, unknown partitions included.
+                results.append((topic, partition, ErrorCode.no_reassignment_in_progress,
+                                "No partition reassignment is in progress."))
+                continue
             if replicas is None or topic in image.deleting:
                 results.append((topic, partition, ErrorCode.unknown_topic_or_partition,
                                 "The partition does not exist."))
                 continue
             if wanted is None:
-                if not adding and not removing:
-                    results.append((topic, partition, ErrorCode.no_reassignment_in_progress,
-                                    "No partition reassignment is in progress."))
-                    continue
                 wanted = R.origin(replicas, adding)
             change = R.reassignTo(replicas, adding, wanted)
             if change != (replicas, adding, removing):
@@ -162,7 +164,7 @@ class ControllerMachine:
         effects: list = []
         for topic, partitions in changes.items():
             assignment = image.topics[topic]
-            effects.append(WriteAssignment(topic, partitions, assignment.zkVersion))
+            states: list = []
             for partition, (replicas, adding, removing) in partitions.items():
                 state = image.states.get((topic, partition))
                 if state is None:
@@ -172,15 +174,16 @@ class ControllerMachine:
                         # Kafka's phase A: a new leader epoch carries the
                         # new replica set to the leader, the added replicas
                         # follow.
-                        effects.append(self._write(topic, state, partition, state.leader, state.isr,
-                                                   "reassignment"))
+                        states.append(self._write(topic, state, partition, state.leader, state.isr,
+                                                  "reassignment"))
                     continue
                 # Done at once (cancelled, reordered): Kafka's phase B on
                 # the state -- a new leader epoch, the leader in the
                 # replicas, the ISR without those no longer replicas.
                 finished = self._finish(replicas, state, live)
                 if finished is not None:
-                    effects.append(self._write(topic, state, partition, *finished, "reassignment"))
+                    states.append(self._write(topic, state, partition, *finished, "reassignment"))
+            effects.append(WriteAssignment(topic, partitions, assignment.zkVersion, tuple(states)))
         effects.append(Respond(replyTo, results))
         return effects
 

@@ -822,7 +822,9 @@ class ClusterService:
         for child in self._children(Z.deletedReplicasPath(topic)):
             try:
                 brokerId = int(child)
-                data, _ = self.zk.get(Z.deletedReplicaPath(topic, brokerId))
+                # Watched too: a broker repairs its word with a set, which
+                # no children watch sees.
+                data, _ = self.zk.get(Z.deletedReplicaPath(topic, brokerId), watch=self._watched)
                 done[brokerId] = Z.decodeDeletedReplica(topic, data)
             except (ValueError, NoNodeError):
                 continue
@@ -1079,13 +1081,13 @@ class ClusterService:
         self._readState(topic, partition)
         return True
 
-    def _writeTopic(self, topic: str, changes: dict, expectedVersion: int, state=None) -> bool | None:
+    def _writeTopic(self, topic: str, changes: dict, expectedVersion: int, states=()) -> bool | None:
         """
         Write some partitions' replicas (C{changes}: partition ->
         (replicas, adding, removing)) into the topic's znode over
-        C{expectedVersion}, with a partition's state in the same
-        transaction if C{state} is C{(partition, PartitionState,
-        version)}.
+        C{expectedVersion}, with partitions' states in the same
+        transaction: C{states} holds C{(partition, PartitionState,
+        version)}s.
 
         @return: as L{_commit}, C{None} also when ZooKeeper failed.
         """
@@ -1098,8 +1100,7 @@ class ClusterService:
         transaction = self._fenced()
         transaction.set_data(Z.topicPath(topic), Z.encodeTopic(current.topicId, partitions, adding, removing),
                              version=expectedVersion)
-        if state is not None:
-            partition, new, version = state
+        for partition, new, version in states:
             transaction.set_data(Z.statePath(topic, partition), Z.encodeState(new), version=version)
         try:
             committed = self._commit(transaction, Z.topicPath(topic))
@@ -1111,21 +1112,28 @@ class ClusterService:
             self._lostRace = True
         if committed is not None:
             self._readTopic(topic)
+            for partition, _, _ in states:
+                self._readState(topic, partition)
         return committed
 
     def _writeAssignment(self, effect: WriteAssignment) -> bool:
-        committed = self._writeTopic(effect.topic, effect.partitions, effect.expectedVersion)
+        committed = self._writeTopic(effect.topic, effect.partitions, effect.expectedVersion,
+                                     [(w.partition, w.state, w.expectedVersion) for w in effect.states])
         if committed:
             for partition, (replicas, adding, removing) in sorted(effect.partitions.items()):
                 log.info("Partition {topic}-{partition}: replicas {replicas} (adding {adding}, removing "
                          "{removing})", topic=effect.topic, partition=partition, replicas=list(replicas),
                          adding=list(adding), removing=list(removing))
+            for w in effect.states:
+                log.info("Partition {topic}-{partition}: leader {leader}, leader epoch {epoch}, ISR {isr} "
+                         "({why})", topic=w.topic, partition=w.partition, leader=w.state.leader,
+                         epoch=w.state.leaderEpoch, isr=list(w.state.isr), why=w.why)
         return committed is not None
 
     def _completeReassignment(self, effect: CompleteReassignment) -> bool:
         topic, partition, state = effect.topic, effect.partition, effect.state
         committed = self._writeTopic(topic, {partition: (effect.replicas, (), ())}, effect.topicVersion,
-                                     (partition, state, effect.stateVersion))
+                                     [(partition, state, effect.stateVersion)])
         if committed:
             log.info("Partition {topic}-{partition}: reassigned to {replicas}, leader {leader}, leader epoch "
                      "{epoch}, ISR {isr}", topic=topic, partition=partition, replicas=list(effect.replicas),
@@ -1232,6 +1240,8 @@ class ClusterService:
         back from its disk.
         """
         me = self.brokerId
+        # Only deletions still pending need remembering.
+        self._deletedHere = {(t, i) for t, i in self._deletedHere if t in image.deleting}
         for topic in image.deleting:
             assignment = image.topics.get(topic)
             if assignment is None or (topic, assignment.topicId) in self._deletedHere:
