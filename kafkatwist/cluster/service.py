@@ -1356,6 +1356,28 @@ class ClusterService:
             elif not any(me in replicas for replicas in assignment.partitions.values()):
                 log.info("Local topic {topic} has no replica here any more: deleted", topic=name)
                 self._deleteLocal(name)
+            else:
+                self._emptyStrayPartitions(name, assignment)
+
+    def _emptyStrayPartitions(self, name: str, assignment) -> None:
+        """
+        Partitions of a topic still hosted here that were reassigned away
+        while this broker was down: their data goes (as a replica removed
+        while it was up, L{IReplicaManager.stopReplica} with delete).
+        """
+        me = self.brokerId
+        for partition, replicas in sorted(assignment.partitions.items()):
+            if me in replicas:
+                continue
+            local = self.logManager.getLog(name, partition)
+            if local is None or local.logEndOffset == 0:
+                continue
+            log.info("Local partition {topic}-{partition} has no replica here any more: emptied",
+                     topic=name, partition=partition)
+            try:
+                local.truncateFullyAndStartAt(0)
+            except (KafkaError, OSError) as e:
+                log.warn("Could not empty {topic}-{partition}: {e}", topic=name, partition=partition, e=e)
 
     # -- assignment (any thread) -------------------------------------------------------------------
 

@@ -309,6 +309,24 @@ class LocalTopics:
         self.names.discard(name)
         self.deleted.append(name)
 
+    def createTopic(self, name, *args, **kw):
+        self.names.add(name)
+
+    def getLog(self, name, partition):
+        return self.logs.get((name, partition)) if hasattr(self, "logs") else None
+
+
+class StrayLog:
+    """
+    A partition's log that records being emptied.
+    """
+
+    def __init__(self, logEndOffset):
+        self.logEndOffset = logEndOffset
+
+    def truncateFullyAndStartAt(self, offset):
+        self.logEndOffset = offset
+
 
 def test_strays_are_deleted_but_not_topics_zookeeper_cannot_read(cluster):
     """
@@ -318,6 +336,8 @@ def test_strays_are_deleted_but_not_topics_zookeeper_cannot_read(cluster):
     """
     a = cluster(1)
     call(a.service.createTopic, "elsewhere", {0: (1,)}, {})
+    # Partition 0 moved away while broker 2 was down; it still hosts 1.
+    call(a.service.createTopic, "half", {0: (1,), 1: (2,)}, {})
     zk = KazooClient(cluster.connect)
     zk.start()
     try:
@@ -325,13 +345,15 @@ def test_strays_are_deleted_but_not_topics_zookeeper_cannot_read(cluster):
     finally:
         zk.stop()
         zk.close()
-    waitUntil(lambda: "elsewhere" in a.image.topics)
+    waitUntil(lambda: "elsewhere" in a.image.topics and "half" in a.image.topics)
     node = Node(cluster.connect, 2)
-    local = LocalTopics("gone", "elsewhere", "garbled")
+    local = LocalTopics("gone", "elsewhere", "garbled", "half")
+    local.logs = {("half", 0): StrayLog(40), ("half", 1): StrayLog(7)}
     node.service.logManager = local
     node.start()
     try:
         assert sorted(local.deleted) == ["elsewhere", "gone"]
-        assert local.names == {"garbled"}
+        assert local.names == {"garbled", "half"}
+        assert (local.logs[("half", 0)].logEndOffset, local.logs[("half", 1)].logEndOffset) == (0, 7)
     finally:
         node.stop()
