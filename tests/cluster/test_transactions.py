@@ -317,3 +317,53 @@ def test_deleted_topic_does_not_hold_the_transaction(cluster):
     initAgain(bootstrap, tid)
     want = expected([b"kept"]) + [(0, b"next")]
     assert sorted(consumeConfluent(bootstrap, len(want))) == sorted(want)
+
+
+def test_offsets_in_a_transaction_reach_another_brokers_group_coordinator(cluster):
+    from confluent_kafka import TopicPartition as TP
+
+    from kafkatwist.coordinator.formats import partitionFor
+
+    tid = "offsets"
+    bootstrap = cluster.bootstrap(1, 2, 3)
+    admin = cluster.admin(1, 2, 3)
+    producer = transactionalProducer(bootstrap, tid)
+    coordinator = coordinatorOf(cluster, tid, 1, 2, 3)
+
+    def consumer(group):
+        return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+
+    # __consumer_offsets exists once a group was looked up.
+    probe = consumer("probe")
+    probe.committed([TP(TOPIC, 0)], timeout=30)
+    probe.close()
+    waitUntil(lambda: (parts := partitions(admin, "__consumer_offsets")) is not None
+              and all(lead > 0 for lead, _, _ in parts.values()), timeout=60,
+              what="__consumer_offsets led")
+    leaders = partitions(admin, "__consumer_offsets")
+    # A group whose offsets another broker than the transaction's
+    # coordinator leads: its marker goes over the network.
+    group = next(g for g in (f"g{i}" for i in range(100))
+                 if leaders[partitionFor(g, 3)][0] != coordinator)
+    source = consumer(group)
+    source.assign([TP(TOPIC, 0)])
+    metadata = source.consumer_group_metadata()
+    for offset, commit in ((42, True), (99, False)):
+        producer.begin_transaction()
+        producer.produce(TOPIC, value=b"out", partition=1)
+        producer.send_offsets_to_transaction([TP(TOPIC, 0, offset)], metadata, 30)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    source.close()
+    # The committed offsets are the group's (read_committed asks with
+    # require_stable: answered once the marker reached the group's
+    # partition); the aborted ones never are.
+    check = consumer(group)
+    try:
+        (committed,) = check.committed([TP(TOPIC, 0)], timeout=30)
+    finally:
+        check.close()
+    assert committed.offset == 42
