@@ -35,7 +35,7 @@ from kafkatwist.config import (
     ConfigError,
     ConfigSource,
     keySpec,
-    listenerSslKey,
+    listenerKey,
 )
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.security.statefile import readRecords, storeRecords
@@ -141,7 +141,7 @@ class DynamicBrokerConfig:
                     (perBroker, name)
                     for perBroker, layer in layers.items()
                     for name in layer
-                    if e.key in (name, (listenerSslKey(name) or ("", ""))[1])
+                    if e.key in (name, (listenerKey(name) or ("", ""))[1])
                 ] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
                 for perBroker, name in dropped:
                     log.error("Not applying stored dynamic broker config {name}={value}: {error}",
@@ -258,7 +258,7 @@ class DynamicBrokerConfig:
                 )
         listeners = {l.name for l in self.static.listeners}
         for name in specs:
-            prefixed = listenerSslKey(name)
+            prefixed = listenerKey(name)
             if prefixed is not None and prefixed[0] not in listeners:
                 raise KafkaError(ErrorCode.invalid_request, f"{name}: there is no listener {prefixed[0]}")
 

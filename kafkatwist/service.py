@@ -33,6 +33,8 @@ from kafkatwist.reconfigure import (
     ConnectionLimits,
     HandlerThreads,
     ListenerKeystores,
+    NetworkThreads,
+    ReplicationThrottles,
     brokerLogDefaults,
     makeLogCleaner,
     reconfigurables,
@@ -181,6 +183,7 @@ class BrokerService(service.Service):
         # Before anything that hands it on (the cluster layer takes it as
         # its IReplicaManager); it gets the log once that is open.
         self.broker.replicaManager = makeReplicaManager(self.broker, config)
+        self.broker.replicaManager.followerQuota = self.broker.replicationQuotas.follower
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self._bindListeners()
@@ -216,7 +219,8 @@ class BrokerService(service.Service):
         dynamic.load()
         self.broker.dynamicConfig = dynamic
         for reconfigurable in (
-            HandlerThreads(self.server), ConnectionLimits(self.server), ListenerKeystores(self.server)
+            HandlerThreads(self.server), NetworkThreads(self.server), ConnectionLimits(self.server),
+            ListenerKeystores(self.server), ReplicationThrottles(self.broker),
         ):
             reconfigurable.reconfigure(config, dynamic.current)
         config = dynamic.current
