@@ -502,21 +502,12 @@ class TxnOffsetCommitHandler(_TxnHandler):
         )
         reply = Reply(context, response)
         partition = (OFFSETS_TOPIC, partitionFor(groupId, groups.log.numPartitions))
-        clustered = getattr(self.broker, "cluster", None) is not None
 
         def verified(result) -> None:
             error = result.get(partition, E.none) if isinstance(result, dict) else result
             if not isinstance(error, ErrorCode):
                 error = E.coordinator_not_available
-            if error == E.not_coordinator and clustered:
-                # The transactional id's coordinator is another broker.
-                # Kafka's group coordinator would ask it (AddPartitionsToTxn,
-                # verify only); this one does not, and commits as Kafka does
-                # with transaction.partition.verification.enable=false (as
-                # Produce does here): the offsets stay pending until the
-                # marker, which AddOffsetsToTxn put on the way.
-                groups.commitTransactionalOffsets(reply, commit)
-            elif error != E.none:
+            if error != E.none:
                 reply(dict.fromkeys(offsets, self._VERIFY_ERRORS.get(error, error)))
             else:
                 groups.commitTransactionalOffsets(reply, commit)

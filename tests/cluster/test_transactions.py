@@ -367,3 +367,53 @@ def test_offsets_in_a_transaction_reach_another_brokers_group_coordinator(cluste
     finally:
         check.close()
     assert committed.offset == 42
+
+
+def test_first_write_verified_with_the_coordinator_on_another_broker(cluster):
+    """
+    KIP-890 part 1 across brokers: a leader asks the transactional id's
+    coordinator (another broker) whether the partition is in the
+    transaction before it appends the producer's first transactional batch
+    there; one that is not is refused (no hanging transaction).
+    """
+    from kafkatwist.client import KafkaWireClient
+    from kafkatwist.errors import ErrorCode, KafkaError
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.entities import make, ms, nested
+    from kafkatwist.protocol.records import Record, buildBatch
+
+    tid = "unlisted"
+    bootstrap = cluster.bootstrap(1, 2, 3)
+    transactionalProducer(bootstrap, tid)
+    coordinator = coordinatorOf(cluster, tid, 1, 2, 3)
+    partition = next(p for p in range(3) if ASSIGNMENT[p][0] != coordinator)
+    with KafkaWireClient(bootstrap) as client:
+        _, init = client.call(22, lambda version, cls: make(
+            cls, transactional_id=tid, transaction_timeout=ms(60000), producer_id=-1,
+            producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False,
+        ), nodeId=coordinator)
+        assert init.error_code == ErrorCode.none
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+        def batch(sequence):
+            return buildBatch([Record(value=b"v")], producerId=pid, producerEpoch=epoch,
+                              baseSequence=sequence, isTransactional=True)
+
+        with pytest.raises(KafkaError) as refused:
+            client.produce(TOPIC, partition, batch(0), acks=-1, transactionalId=tid)
+        assert refused.value.code == ErrorCode.invalid_txn_state
+
+        def add(version, cls):
+            # v3: a producer's form (v4+ is the brokers')
+            cls = requestType(24, 3)
+            Topic = nested(cls, "AddPartitionsToTxnTopic")
+            return 3, make(
+                cls, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=(Topic(name=TOPIC, partitions=(partition,)),),
+            )
+
+        _, added = client.call(24, add, nodeId=coordinator)
+        (result,) = added.results_by_topic_v3_and_below
+        assert [p.partition_error_code for p in result.results_by_partition] == [ErrorCode.none]
+        client.produce(TOPIC, partition, batch(0), acks=-1, transactionalId=tid)

@@ -33,17 +33,15 @@ the owner; nothing is shared but each destination's lock-protected queue.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from kafkatwist.cluster.owner import OwnerThread
 from kafkatwist.coordinator.transaction.interbroker import (
     Destination,
+    Destinations,
     connectedSender,
-    openConnection,
 )
 from kafkatwist.errors import ErrorCode
 from kafkatwist.interfaces import ITxnMarkerChannel
@@ -107,7 +105,7 @@ class _Marker:
 
 
 @implementer(ITxnMarkerChannel)
-class MarkerChannel:
+class MarkerChannel(Destinations):
     """
     A cluster's marker channel.
 
@@ -124,18 +122,8 @@ class MarkerChannel:
 
     def __init__(self, brokerId: int, image: Callable, writer, endpoint: Callable,
                  timeoutMs: int = 30_000, connect: Callable | None = None) -> None:
-        self.brokerId = brokerId
-        self._image = image
         self.writer = writer
-        self._endpoint = endpoint
-        self._timeout = timeoutMs / 1000.0
-        self._connect = connect or self._openConnection
-        self.owner = OwnerThread("kafkatwist-txn-markers")
-        # -- owned by the owner thread --
-        self._destinations: dict[int, Destination] = {}
-        self._stopped = False
-        self._closed = threading.Event()
-        self.owner.start()
+        super().__init__("kafkatwist-txn-markers", brokerId, image, endpoint, timeoutMs, connect)
 
     # -- any thread -----------------------------------------------------------------
 
@@ -148,33 +136,7 @@ class MarkerChannel:
         marker = _Marker(producerId, producerEpoch, commit, coordinatorEpoch, onDone)
         self.owner.submit(self._route, marker, list(dict.fromkeys(partitions)))
 
-    def stop(self) -> None:
-        """
-        Stop the senders and the owner; markers under way are not answered
-        (the coordinator stops with them; the next coordinator of their
-        transactions sends them again).
-        """
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        try:
-            destinations = self.owner.call(self._stopOwned, timeout=5)
-        except Exception:
-            destinations = []
-        self.owner.stop()
-        for destination in destinations:
-            # A sender blocked on a dead broker is a daemon: not waited for.
-            destination.join(1.0)
-
     # -- on the owner -----------------------------------------------------------------
-
-    def _stopOwned(self) -> list:
-        self._stopped = True
-        destinations = list(self._destinations.values())
-        for destination in destinations:
-            destination.stop()
-        self._destinations.clear()
-        return destinations
 
     def _route(self, marker: _Marker, partitions: list) -> None:
         image = self._image()
@@ -203,19 +165,14 @@ class MarkerChannel:
             marker.onDone(marker.results)
             return
         for leader, tps in byLeader.items():
-            destination = self._destinations.get(leader)
-            if destination is None:
-                if leader == self.brokerId:
-                    send = self._sendLocal
-                else:
-                    send = connectedSender(self._connect, leader, self._request)
-                destination = self._destinations[leader] = Destination(
-                    leader, send,
-                    lambda entry, error: dict.fromkeys(entry[1], error),
-                    self._answered,
-                    f"kafkatwist-txn-markers-to-{leader}", "transaction markers",
-                )
-            destination.enqueue((marker, tps))
+            self._destination(leader, lambda leader=leader: Destination(
+                leader,
+                self._sendLocal if leader == self.brokerId
+                else connectedSender(self._connect, leader, self._request),
+                lambda entry, error: dict.fromkeys(entry[1], error),
+                self._answered,
+                f"kafkatwist-txn-markers-to-{leader}", "transaction markers",
+            )).enqueue((marker, tps))
 
     def _answered(self, entry, results: dict) -> None:
         # Any thread: to the owner.
@@ -246,11 +203,6 @@ class MarkerChannel:
                             pid=marker.producerId)
                 self._answered(entry, {tp: E.unknown_server_error for tp in partitions})
         return None
-
-    def _openConnection(self, brokerId: int):
-        # The leader answers after its ISR wait, at most timeoutMs.
-        return openConnection(self._endpoint, brokerId, f"broker-{self.brokerId}-txn-markers",
-                              self._timeout + 5)
 
     def _request(self, connection, entries: list) -> list:
         cls = requestType(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)

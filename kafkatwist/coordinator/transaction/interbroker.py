@@ -20,10 +20,11 @@ from collections.abc import Callable
 from twisted.logger import Logger
 
 from kafkatwist.client.connection import BrokerConnection, KafkaConnectionError
+from kafkatwist.cluster.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.logthrottle import LogThrottle
 
-__all__ = ["Destination", "connectedSender", "openConnection"]
+__all__ = ["Destination", "Destinations", "connectedSender", "openConnection"]
 
 log = Logger()
 E = ErrorCode
@@ -103,6 +104,76 @@ class Destination:
                 continue  # answered by the sender
             for entry, answer in zip(entries, answers):
                 self._answered(entry, answer)
+
+
+class Destinations:
+    """
+    An owner thread (started here) and the destinations made on it, one
+    per broker, until L{stop}.
+
+    @param name: the owner thread's name; its senders' are C{<name>-to-<id>}.
+    @param brokerId: this broker.
+    @param image: returns the cluster's metadata (a
+        L{kafkatwist.cluster.image.ClusterImage}); any thread.
+    @param endpoint: C{endpoint(brokerId)} -> C{(host, port)} or C{None}
+        (the L{IBrokerDirectory}).
+    @param timeoutMs: C{request.timeout.ms}: how long a request may take.
+    @param connect: builds a connected connection to a broker (tests).
+    """
+
+    def __init__(self, name: str, brokerId: int, image: Callable, endpoint: Callable,
+                 timeoutMs: int, connect: Callable | None) -> None:
+        self.name = name
+        self.brokerId = brokerId
+        self._image = image
+        self._endpoint = endpoint
+        self._timeout = timeoutMs / 1000.0
+        self._connect = connect or self._openConnection
+        self.owner = OwnerThread(name)
+        # -- owned by the owner thread --
+        self._destinations: dict[int, Destination] = {}
+        self._stopped = False
+        self._closed = threading.Event()
+        self.owner.start()
+
+    def _destination(self, brokerId: int, make: Callable) -> Destination:
+        """
+        On the owner: the destination of C{brokerId}, made by C{make()} the
+        first time.
+        """
+        destination = self._destinations.get(brokerId)
+        if destination is None:
+            destination = self._destinations[brokerId] = make()
+        return destination
+
+    def _openConnection(self, brokerId: int) -> BrokerConnection:
+        # The other side may wait up to timeoutMs before it answers.
+        return openConnection(self._endpoint, brokerId, f"broker-{self.brokerId}-{self.name}",
+                              self._timeout + 5)
+
+    def stop(self) -> None:
+        """
+        Stop the senders and the owner; what is under way is not answered.
+        """
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            destinations = self.owner.call(self._stopOwned, timeout=5)
+        except Exception:
+            destinations = []
+        self.owner.stop()
+        for destination in destinations:
+            # A sender blocked on a dead broker is a daemon: not waited for.
+            destination.join(1.0)
+
+    def _stopOwned(self) -> list:
+        self._stopped = True
+        destinations = list(self._destinations.values())
+        for destination in destinations:
+            destination.stop()
+        self._destinations.clear()
+        return destinations
 
 
 def openConnection(endpoint: Callable, brokerId: int, clientId: str,
