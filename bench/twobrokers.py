@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -307,6 +308,7 @@ def main(argv: list[str]) -> int:
                 cluster.stopAll()
     finally:
         zookeeper.stop()
+        shutil.rmtree(root, ignore_errors=True)
     print("\n".join(lines))
     print("summary (median one broker -> two brokers): " + "; ".join(summary))
     return 0
