@@ -38,6 +38,7 @@ from collections.abc import Callable
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from kafkatwist.cluster.zkdata import NO_LEADER
 from kafkatwist.coordinator.transaction.interbroker import (
     Destination,
     Destinations,
@@ -57,7 +58,6 @@ E = ErrorCode
 #: from IBP 2.8 on)
 WRITE_TXN_MARKERS_VERSION = 1
 
-NO_LEADER = -1
 
 
 @implementer(ITxnMarkerChannel)

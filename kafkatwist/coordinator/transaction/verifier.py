@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kafkatwist.coordinator.transaction.formats import TRANSACTION_STATE_TOPIC, partitionOf
+from kafkatwist.cluster.zkdata import NO_LEADER
 from kafkatwist.coordinator.transaction.interbroker import (
     Destination,
     Destinations,
@@ -43,7 +44,6 @@ E = ErrorCode
 #: AddPartitionsToTxn's brokers' form with TRANSACTION_ABORTABLE (Kafka 3.8+)
 VERIFY_VERSION = 5
 
-NO_LEADER = -1
 
 #: a coordinator's answer that means "ask again later" to the leader
 _ELSEWHERE = {E.not_coordinator: E.coordinator_not_available}
