@@ -488,3 +488,13 @@ def test_coordinator_asks_remotely_only_for_ids_it_does_not_coordinate():
     service.loadPartition(partitionOf("tx", 3), 0)
     assert sync.verifyPartitions("tx", 7, 0, [A]) == E.invalid_producer_id_mapping
     assert len(Remote.asked) == 1
+    # Another broker's question is answered here, never passed on.
+    answers = []
+    service.unloadPartition(partitionOf("tx", 3))
+    service.verifyPartitions(answers.append, "tx", 7, 0, [A], forward=False)
+    import time
+
+    deadline = time.monotonic() + 5
+    while not answers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert answers == [E.not_coordinator] and len(Remote.asked) == 1

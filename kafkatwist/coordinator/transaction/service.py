@@ -156,15 +156,22 @@ class TransactionCoordinatorService:
             list(partitions),
         )
 
-    def verifyPartitions(self, replyTo, transactionalId, producerId, epoch, partitions) -> None:
+    def verifyPartitions(
+        self, replyTo, transactionalId, producerId, epoch, partitions, forward: bool = True
+    ) -> None:
         """
         Whether C{partitions} are in the producer's transaction, asked of
         this broker's coordinator or, in a cluster, of the id's coordinator
         wherever it is (the answer then comes on the verifier's thread).
+
+        @param forward: C{False} for another broker's question, answered
+            here only (as Kafka's coordinator does), so that two brokers
+            with different views of the coordinator never pass a question
+            back and forth.
         """
         partitions = list(partitions)
         remote = self.remoteVerifier
-        if remote is not None:
+        if remote is not None and forward:
             answer = replyTo
 
             def replyTo(result) -> None:
