@@ -16,6 +16,9 @@ C{twisted.plugin.getPlugins} finds them::
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from twisted.plugin import IPlugin
 from zope.interface import implementer
 
@@ -82,3 +85,36 @@ class HandlerPlugin:
 
     def __repr__(self) -> str:
         return f"<HandlerPlugin {self.name} key={self.apiKey} priority={self.priority}>"
+
+
+def answerByDeadline(context, seconds: float, timedOut: Callable[[], object]):
+    """
+    An answer that comes from another thread or at a deadline, whichever is
+    first, without the handler thread waiting for either (a parked handler
+    thread holds up every Produce and Fetch queued behind it).
+
+    @param context: the request's context (C{respondLater}, C{clock}).
+    @param seconds: how long the answer may take.
+    @param timedOut: builds the answer given at the deadline.
+    @return: C{(answer, deferred)}: C{answer(result)} may be called from
+        any thread (calls after the deadline, or a second call, are
+        ignored); return C{deferred} from C{handle()}.
+    """
+    pending = context.respondLater()
+    lock = threading.Lock()
+    state = {"done": False, "timer": None}
+
+    def once(result, fromTimer: bool = False) -> None:
+        with lock:
+            if state["done"]:
+                return
+            state["done"] = True
+            timer = state["timer"]
+        if timer is not None and not fromTimer:
+            timer.cancel()
+        pending.complete(result)
+
+    timer = context.clock.callLater(seconds, lambda: once(timedOut(), fromTimer=True))
+    with lock:
+        state["timer"] = timer
+    return once, pending.deferred

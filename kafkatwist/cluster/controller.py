@@ -104,7 +104,7 @@ class ControllerMachine:
         live = image.live()
         leaving = image.shuttingDown & live
         for topic in sorted(image.deleting):
-            if self._deletionDone(topic, image):
+            if not deletionWaitsFor(topic, image):
                 effects.append(DeleteTopic(topic))
         for topic, partition, replicas, state in image.partitions():
             if topic in image.deleting:
@@ -145,15 +145,17 @@ class ControllerMachine:
                 if message is not None:
                     results.append((topic, partition, ErrorCode.invalid_replica_assignment, message))
                     continue
+            if wanted is None and (replicas is None or topic in image.deleting or not (adding or removing)):
+                # Kafka's maybeBuildReassignment: a cancel with nothing to
+                # cancel, unknown partitions included.
+                results.append((topic, partition, ErrorCode.no_reassignment_in_progress,
+                                "No partition reassignment is in progress."))
+                continue
             if replicas is None or topic in image.deleting:
                 results.append((topic, partition, ErrorCode.unknown_topic_or_partition,
                                 "The partition does not exist."))
                 continue
             if wanted is None:
-                if not adding and not removing:
-                    results.append((topic, partition, ErrorCode.no_reassignment_in_progress,
-                                    "No partition reassignment is in progress."))
-                    continue
                 wanted = R.origin(replicas, adding)
             change = R.reassignTo(replicas, adding, wanted)
             if change != (replicas, adding, removing):
@@ -162,7 +164,7 @@ class ControllerMachine:
         effects: list = []
         for topic, partitions in changes.items():
             assignment = image.topics[topic]
-            effects.append(WriteAssignment(topic, partitions, assignment.zkVersion))
+            states: list = []
             for partition, (replicas, adding, removing) in partitions.items():
                 state = image.states.get((topic, partition))
                 if state is None:
@@ -172,15 +174,16 @@ class ControllerMachine:
                         # Kafka's phase A: a new leader epoch carries the
                         # new replica set to the leader, the added replicas
                         # follow.
-                        effects.append(self._write(topic, state, partition, state.leader, state.isr,
-                                                   "reassignment"))
+                        states.append(self._write(topic, state, partition, state.leader, state.isr,
+                                                  "reassignment"))
                     continue
                 # Done at once (cancelled, reordered): Kafka's phase B on
                 # the state -- a new leader epoch, the leader in the
                 # replicas, the ISR without those no longer replicas.
                 finished = self._finish(replicas, state, live)
                 if finished is not None:
-                    effects.append(self._write(topic, state, partition, *finished, "reassignment"))
+                    states.append(self._write(topic, state, partition, *finished, "reassignment"))
+            effects.append(WriteAssignment(topic, partitions, assignment.zkVersion, tuple(states)))
         effects.append(Respond(replyTo, results))
         return effects
 
@@ -292,22 +295,6 @@ class ControllerMachine:
         return None
 
     @staticmethod
-    def _deletionDone(topic: str, image: ClusterImage) -> bool:
-        """
-        Kafka's C{TopicDeletionManager}: a topic queued for deletion leaves
-        ZooKeeper only once every broker holding one of its replicas has
-        deleted it (said so for this topic id).  A broker that is down
-        keeps the topic queued (Kafka's "ineligible for deletion") until it
-        returns and deletes its replicas.
-        """
-        assignment = image.topics.get(topic)
-        if assignment is None:
-            return True
-        holders = {r for replicas in assignment.partitions.values() for r in replicas}
-        done = image.deletedReplicas.get(topic, {})
-        return all(done.get(b) == assignment.topicId for b in holders)
-
-    @staticmethod
     def _reassigning(image: ClusterImage, topic: str, partition: int, state) -> bool:
         """
         Whether the partition has a reassignment that still waits for its
@@ -399,6 +386,25 @@ class ControllerMachine:
                 if broker in state.isr:
                     effects.append(self._write(topic, state, partition, broker, state.isr, "preferred"))
         return effects
+
+
+def deletionWaitsFor(topic: str, image: ClusterImage) -> frozenset:
+    """
+    Kafka's C{TopicDeletionManager}: a topic queued for deletion leaves
+    ZooKeeper only once every broker holding one of its replicas has
+    deleted it (said so for this topic id).  A broker that is down keeps
+    the topic queued (Kafka's "ineligible for deletion") until it returns
+    and deletes its replicas.
+
+    @return: the brokers whose word is missing.
+    """
+    assignment = image.topics.get(topic)
+    if assignment is None:
+        return frozenset()
+    done = image.deletedReplicas.get(topic, {})
+    return frozenset(
+        b for replicas in assignment.partitions.values() for b in replicas if done.get(b) != assignment.topicId
+    )
 
 
 def _shrink(isr, live) -> tuple:

@@ -51,12 +51,17 @@ class WriteAssignment:
     Write new replicas for some partitions of a topic (a reassignment
     begins, is replaced or cancelled): C{partitions} maps each to
     C{(replicas, adding, removing)}; the topic znode is written over the
-    version the machine read.
+    version the machine read.  C{states}: the partitions' new states
+    (L{WriteState}s: Kafka's new leader epoch that tells the leader and the
+    added replicas), written in the same ZooKeeper transaction -- written
+    apart, a failure between the two would leave a reassignment that the
+    leader never hears of and that never completes.
     """
 
     topic: str
     partitions: dict
     expectedVersion: int
+    states: tuple = ()
 
 
 @dataclass(frozen=True)

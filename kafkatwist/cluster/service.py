@@ -38,7 +38,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.cluster import zkdata as Z
-from kafkatwist.cluster.controller import ControllerMachine, assignReplicas
+from kafkatwist.cluster.controller import ControllerMachine, assignReplicas, deletionWaitsFor
 from kafkatwist.cluster.effects import (
     CompleteReassignment,
     DeleteTopic,
@@ -112,8 +112,12 @@ class ClusterService:
         self._deletedReplicas: dict[str, dict] = {}
         #: (topic, topic id) whose replicas this broker deleted and said so
         self._deletedHere: set = set()
+        #: topics whose znode could not be read: their local data is kept
+        self._unreadable: set[str] = set()
         #: set by a controller write that lost a race (the state changed under it)
         self._lostRace = False
+        #: topic -> the brokers its deletion was last logged waiting for
+        self._deletionWaits: dict[str, frozenset] = {}
         self._shuttingDown: set[int] = set()
         self._controllerId = -1
         self._epochZkVersion: int | None = None
@@ -752,6 +756,7 @@ class ClusterService:
                 self._readTopic(name)
 
     def _forgetTopic(self, name: str) -> None:
+        self._unreadable.discard(name)
         self._topics.pop(name, None)
         self._configs.pop(name, None)
         for key in [k for k in self._states if k[0] == name]:
@@ -766,7 +771,9 @@ class ClusterService:
             assignment = Z.decodeTopic(name, found[0], found[1].version)
         except Z.ZkDataError as e:
             log.warn("Ignoring topic znode: {e}", e=e)
+            self._unreadable.add(name)
             return
+        self._unreadable.discard(name)
         self._topics[name] = assignment
         self._readConfig(name)
         for partition in assignment.partitions:
@@ -815,7 +822,9 @@ class ClusterService:
         for child in self._children(Z.deletedReplicasPath(topic)):
             try:
                 brokerId = int(child)
-                data, _ = self.zk.get(Z.deletedReplicaPath(topic, brokerId))
+                # Watched too: a broker repairs its word with a set, which
+                # no children watch sees.
+                data, _ = self.zk.get(Z.deletedReplicaPath(topic, brokerId), watch=self._watched)
                 done[brokerId] = Z.decodeDeletedReplica(topic, data)
             except (ValueError, NoNodeError):
                 continue
@@ -945,6 +954,8 @@ class ClusterService:
             if not self._perform(self.controller.reconcile(_nowMs(), image)):
                 break
         image = self.image
+        if self.controller.active:
+            self._logDeletionWaits(image)
         for entry in list(self._waits):
             try:
                 satisfied = entry[0](image)
@@ -955,6 +966,16 @@ class ClusterService:
                 self._waits.remove(entry)
                 entry[2].cancel()
                 entry[1](True)
+
+    def _logDeletionWaits(self, image: ClusterImage) -> None:
+        waits = {topic: deletionWaitsFor(topic, image) for topic in image.deleting}
+        for topic, brokers in sorted(waits.items()):
+            if brokers and self._deletionWaits.get(topic) != brokers:
+                down = sorted(brokers - image.live())
+                log.info("Deletion of topic {topic} waits for brokers {brokers} to delete their replicas"
+                         "{down}", topic=topic, brokers=sorted(brokers),
+                         down=f" ({down} not alive: when they return)" if down else "")
+        self._deletionWaits = {t: b for t, b in waits.items() if b}
 
     def _retryLater(self) -> None:
         """
@@ -1060,13 +1081,13 @@ class ClusterService:
         self._readState(topic, partition)
         return True
 
-    def _writeTopic(self, topic: str, changes: dict, expectedVersion: int, state=None) -> bool | None:
+    def _writeTopic(self, topic: str, changes: dict, expectedVersion: int, states=()) -> bool | None:
         """
         Write some partitions' replicas (C{changes}: partition ->
         (replicas, adding, removing)) into the topic's znode over
-        C{expectedVersion}, with a partition's state in the same
-        transaction if C{state} is C{(partition, PartitionState,
-        version)}.
+        C{expectedVersion}, with partitions' states in the same
+        transaction: C{states} holds C{(partition, PartitionState,
+        version)}s.
 
         @return: as L{_commit}, C{None} also when ZooKeeper failed.
         """
@@ -1079,8 +1100,7 @@ class ClusterService:
         transaction = self._fenced()
         transaction.set_data(Z.topicPath(topic), Z.encodeTopic(current.topicId, partitions, adding, removing),
                              version=expectedVersion)
-        if state is not None:
-            partition, new, version = state
+        for partition, new, version in states:
             transaction.set_data(Z.statePath(topic, partition), Z.encodeState(new), version=version)
         try:
             committed = self._commit(transaction, Z.topicPath(topic))
@@ -1092,21 +1112,28 @@ class ClusterService:
             self._lostRace = True
         if committed is not None:
             self._readTopic(topic)
+            for partition, _, _ in states:
+                self._readState(topic, partition)
         return committed
 
     def _writeAssignment(self, effect: WriteAssignment) -> bool:
-        committed = self._writeTopic(effect.topic, effect.partitions, effect.expectedVersion)
+        committed = self._writeTopic(effect.topic, effect.partitions, effect.expectedVersion,
+                                     [(w.partition, w.state, w.expectedVersion) for w in effect.states])
         if committed:
             for partition, (replicas, adding, removing) in sorted(effect.partitions.items()):
                 log.info("Partition {topic}-{partition}: replicas {replicas} (adding {adding}, removing "
                          "{removing})", topic=effect.topic, partition=partition, replicas=list(replicas),
                          adding=list(adding), removing=list(removing))
+            for w in effect.states:
+                log.info("Partition {topic}-{partition}: leader {leader}, leader epoch {epoch}, ISR {isr} "
+                         "({why})", topic=w.topic, partition=w.partition, leader=w.state.leader,
+                         epoch=w.state.leaderEpoch, isr=list(w.state.isr), why=w.why)
         return committed is not None
 
     def _completeReassignment(self, effect: CompleteReassignment) -> bool:
         topic, partition, state = effect.topic, effect.partition, effect.state
         committed = self._writeTopic(topic, {partition: (effect.replicas, (), ())}, effect.topicVersion,
-                                     (partition, state, effect.stateVersion))
+                                     [(partition, state, effect.stateVersion)])
         if committed:
             log.info("Partition {topic}-{partition}: reassigned to {replicas}, leader {leader}, leader epoch "
                      "{epoch}, ISR {isr}", topic=topic, partition=partition, replicas=list(effect.replicas),
@@ -1213,6 +1240,8 @@ class ClusterService:
         back from its disk.
         """
         me = self.brokerId
+        # Only deletions still pending need remembering.
+        self._deletedHere = {(t, i) for t, i in self._deletedHere if t in image.deleting}
         for topic in image.deleting:
             assignment = image.topics.get(topic)
             if assignment is None or (topic, assignment.topicId) in self._deletedHere:
@@ -1319,6 +1348,8 @@ class ClusterService:
             if name in INTERNAL_TOPICS:
                 continue
             assignment = self._topics.get(name)
+            if name in self._unreadable:
+                continue
             if assignment is None:
                 log.info("Local topic {topic} is not in the cluster any more: deleted", topic=name)
                 self._deleteLocal(name)

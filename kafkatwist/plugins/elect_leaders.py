@@ -8,11 +8,9 @@ its preferred leader (ELECTION_NOT_NEEDED).  Needs ALTER on the cluster.
 
 from __future__ import annotations
 
-import threading
-
 from kafkatwist.cluster.controller import PREFERRED
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.handler import Handler, HandlerPlugin, answerByDeadline
 from kafkatwist.protocol.apis import ELECT_LEADERS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -41,21 +39,21 @@ class ElectLeadersHandler(Handler):
         cluster = getattr(self.broker, "cluster", None)
         if cluster is None:
             return self._answer(cls, ErrorCode.none, self._single(wanted))
-        done = threading.Event()
-        box = []
-
-        def onDone(result):
-            box.append(result)
-            done.set()
-
-        cluster.electLeaders(electionType, wanted, onDone)
-        if not done.wait(max(durationMs(request.timeout), 1000) / 1000.0):
+        def timedOut():
             code = ErrorCode.request_timed_out
             return self._answer(cls, code, [(t, p, code, None) for t, p in wanted or ()])
-        result = box[0]
-        if isinstance(result, ErrorCode):
-            return self._answer(cls, result, [(t, p, result, None) for t, p in wanted or ()])
-        return self._answer(cls, ErrorCode.none, result)
+
+        answer, deferred = answerByDeadline(context, max(durationMs(request.timeout), 1000) / 1000.0, timedOut)
+
+        def onDone(result):
+            # On the cluster's owner thread.
+            if isinstance(result, ErrorCode):
+                answer(self._answer(cls, result, [(t, p, result, None) for t, p in wanted or ()]))
+            else:
+                answer(self._answer(cls, ErrorCode.none, result))
+
+        cluster.electLeaders(electionType, wanted, onDone)
+        return deferred
 
     def _single(self, wanted):
         logManager = self.broker.logManager

@@ -12,11 +12,9 @@ be "reassigned" to itself (nothing to do), any other broker is not alive.
 
 from __future__ import annotations
 
-import threading
-
 from kafkatwist.cluster import reassignment as R
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.handler import Handler, HandlerPlugin, answerByDeadline
 from kafkatwist.protocol.apis import (
     ALTER_PARTITION_REASSIGNMENTS,
     LIST_PARTITION_REASSIGNMENTS,
@@ -56,21 +54,21 @@ class AlterPartitionReassignmentsHandler(Handler):
         cluster = getattr(self.broker, "cluster", None)
         if cluster is None:
             return self._answer(cls, ErrorCode.none, None, self._single(wanted))
-        done = threading.Event()
-        box = []
-
-        def onDone(result):
-            box.append(result)
-            done.set()
-
-        cluster.alterReassignments(wanted, onDone)
-        if not done.wait(max(durationMs(request.timeout), 1000) / 1000.0):
+        def timedOut():
             code = ErrorCode.request_timed_out
             return self._answer(cls, code, None, [(t, p, code, None) for t, p, _ in wanted])
-        result = box[0]
-        if isinstance(result, ErrorCode):
-            return self._answer(cls, result, None, [])
-        return self._answer(cls, ErrorCode.none, None, result)
+
+        answer, deferred = answerByDeadline(context, max(durationMs(request.timeout), 1000) / 1000.0, timedOut)
+
+        def onDone(result):
+            # On the cluster's owner thread.
+            if isinstance(result, ErrorCode):
+                answer(self._answer(cls, result, None, []))
+            else:
+                answer(self._answer(cls, ErrorCode.none, None, result))
+
+        cluster.alterReassignments(wanted, onDone)
+        return deferred
 
     def _single(self, wanted):
         logManager = self.broker.logManager
@@ -84,10 +82,12 @@ class AlterPartitionReassignmentsHandler(Handler):
                     results.append((topic, partition, ErrorCode.invalid_replica_assignment, message))
                     continue
             info = topics.get(topic)
-            if info is None or not 0 <= partition < info.numPartitions:
-                results.append((topic, partition, ErrorCode.unknown_topic_or_partition, _UNKNOWN))
-            elif replicas is None:
+            if replicas is None:
+                # Nothing is ever being reassigned here (Kafka answers this
+                # for unknown partitions too).
                 results.append((topic, partition, ErrorCode.no_reassignment_in_progress, _NO_REASSIGNMENT))
+            elif info is None or not 0 <= partition < info.numPartitions:
+                results.append((topic, partition, ErrorCode.unknown_topic_or_partition, _UNKNOWN))
             else:
                 results.append((topic, partition, ErrorCode.none, None))
         return results

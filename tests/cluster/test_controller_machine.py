@@ -52,8 +52,13 @@ def active(**kw):
 
 
 def writes(effects):
+    """
+    The states written, alone or in the same transaction as an assignment.
+    """
+    states = [e for e in effects if isinstance(e, WriteState)]
+    states += [w for e in effects if isinstance(e, WriteAssignment) for w in e.states]
     return {(e.topic, e.partition): (e.state.leader, e.state.leaderEpoch, e.state.isr, e.expectedVersion)
-            for e in effects if isinstance(e, WriteState)}
+            for e in states}
 
 
 def test_inactive_writes_nothing():
@@ -215,7 +220,7 @@ def test_reassignment_starts_with_a_new_leader_epoch():
     effects = active().alterReassignments(0, answered.append, [("t", 0, (3, 2)), ("t", 9, (1,)),
                                                                ("t", 0, (3, 3))],
                                           image({1, 2, 3}, {0: (1, 2)}, {0: state}))
-    assert effects[0] == WriteAssignment("t", {0: ((3, 2, 1), (3,), (1,))}, -1)
+    assert effects[0].partitions == {0: ((3, 2, 1), (3,), (1,))} and effects[0].expectedVersion == -1
     assert writes(effects) == {("t", 0): (1, 5, (1, 2), 9)}
     assert [(p, code) for _, p, code, _ in effects[-1].result] == [
         (0, ErrorCode.none), (9, ErrorCode.unknown_topic_or_partition), (0, ErrorCode.invalid_replica_assignment)]
@@ -246,6 +251,6 @@ def test_cancelled_reassignment_returns_to_the_original_replicas():
     answered = []
     effects = active().alterReassignments(0, answered.append, [("t", 0, None)],
                                           reassigning({1, 2, 3}, (3, 2, 1), (3,), (1,), state))
-    assert effects[0] == WriteAssignment("t", {0: ((2, 1), (), ())}, 7)
+    assert (effects[0].partitions, effects[0].expectedVersion) == ({0: ((2, 1), (), ())}, 7)
     assert writes(effects) == {("t", 0): (1, 6, (1, 2), 10)}
     assert effects[-1].result == [("t", 0, ErrorCode.none, None)]

@@ -130,6 +130,61 @@ def test_reassignments_on_one_broker():
         response = call(reassignments.AlterPartitionReassignmentsHandler, broker, 0, timeout=datetime.timedelta(seconds=1),
                         topics=(req(45, 0, "ReassignableTopic", name="t", partitions=partitions(replicas)),))
         assert response.responses[0].partitions[0].error_code == code
+    # A cancel with nothing to cancel, on an unknown partition too (Kafka's maybeBuildReassignment).
+    response = call(reassignments.AlterPartitionReassignmentsHandler, broker, 0, timeout=datetime.timedelta(seconds=1),
+                    topics=(req(45, 0, "ReassignableTopic", name="nosuch", partitions=partitions(None)),))
+    assert response.responses[0].partitions[0].error_code == ErrorCode.no_reassignment_in_progress
     listed = call(reassignments.ListPartitionReassignmentsHandler, broker, 0, topics=None,
                   timeout=datetime.timedelta(seconds=1))
     assert (listed.error_code, listed.topics) == (ErrorCode.none, ())
+
+
+class SilentCluster:
+    """
+    A cluster layer that answers only when told (a slow ZooKeeper).
+    """
+
+    def __init__(self):
+        self.onDone = None
+
+    def alterReassignments(self, wanted, onDone):
+        self.onDone = onDone
+
+    def electLeaders(self, electionType, wanted, onDone):
+        self.onDone = onDone
+
+
+def test_cluster_admin_answers_never_park_a_handler_thread():
+    """
+    AlterPartitionReassignments and ElectLeaders hand their answer over
+    instead of waiting on the handler thread: REQUEST_TIMED_OUT by the
+    context's clock at the request's timeout, and a late answer from the
+    cluster layer is dropped.
+    """
+    from kafkatwist.plugins import elect_leaders
+
+    for handlerType, apiKey, request in (
+        (reassignments.AlterPartitionReassignmentsHandler, 45, make(requestType(45, 0), timeout=datetime.timedelta(seconds=2), topics=(
+            req(45, 0, "ReassignableTopic", name="t", partitions=(
+                req(45, 0, "ReassignablePartition", partition_index=0, replicas=(1, 2)),)),))),
+        (elect_leaders.ElectLeadersHandler, 43, make(requestType(43, 2), election_type=0, timeout=datetime.timedelta(seconds=2),
+            topic_partitions=(req(43, 2, "TopicPartitions", topic="t", partitions=(0,)),))),
+    ):
+        broker = makeBroker()
+        broker.cluster = SilentCluster()
+        context = LaterContext(apiKey, 0 if apiKey == 45 else 2, clock=task.Clock())
+        handlerType(broker).handle(context, roundTrip(request))
+        assert context.pending.results == []  # returned at once, unanswered
+        context.clock.advance(2)
+        [response] = context.pending.results
+        assert _codes(roundTrip(response)) == [ErrorCode.request_timed_out]
+        broker.cluster.onDone(ErrorCode.none if apiKey == 43 else [])
+        assert len(context.pending.results) == 1
+
+
+def _codes(response):
+    codes = []
+    for topic in getattr(response, "responses", None) or getattr(response, "replica_election_results", ()):
+        for p in getattr(topic, "partitions", None) or getattr(topic, "partition_result", ()):
+            codes.append(p.error_code)
+    return codes
