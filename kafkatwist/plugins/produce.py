@@ -290,30 +290,18 @@ class ProduceHandler(Handler):
                 return pending.deferred
             return self._appendAll(context, request, version, wake, account, verified)
 
-        clustered = broker.cluster is not None
-
-        def refuse(tp, error):
-            if error == E.not_coordinator and clustered:
-                # The transactional id's coordinator is on another broker.
-                # Kafka's leader would ask it (AddPartitionsToTxn, verify
-                # only); this one does not yet, so the batch keeps its guard
-                # and is appended as by Kafka with
-                # transaction.partition.verification.enable=false -- never
-                # refused for good, which would stall the transaction.
-                return
-            else:
-                verified[tp] = _VERIFY_ERRORS.get(error, error)
-
+        # (In a cluster the coordinator asks the id's coordinator on another
+        # broker itself: coordinator/transaction/verifier.py.)
         def answered(result):
             if isinstance(result, dict):
                 for tp in unverified:
                     error = result.get(tp, E.none)
                     if error != E.none:
-                        refuse(tp, error)
+                        verified[tp] = _VERIFY_ERRORS.get(error, error)
             else:
                 error = result if isinstance(result, ErrorCode) else E.not_enough_replicas
                 for tp in unverified:
-                    refuse(tp, error)
+                    verified[tp] = _VERIFY_ERRORS.get(error, error)
             return self._appendAll(context, request, version, wake, account, verified, pending)
 
         if pending is not None:

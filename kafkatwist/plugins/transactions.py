@@ -243,8 +243,10 @@ class AddPartitionsToTxnHandler(_TxnHandler):
                 )
                 done()
             elif txn.verify_only:
+                # Another broker's question: answered by this coordinator.
                 coordinator.verifyPartitions(
-                    answered, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions
+                    answered, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                    partitions, forward=False,
                 )
             else:
                 coordinator.addPartitions(

@@ -317,3 +317,103 @@ def test_deleted_topic_does_not_hold_the_transaction(cluster):
     initAgain(bootstrap, tid)
     want = expected([b"kept"]) + [(0, b"next")]
     assert sorted(consumeConfluent(bootstrap, len(want))) == sorted(want)
+
+
+def test_offsets_in_a_transaction_reach_another_brokers_group_coordinator(cluster):
+    from confluent_kafka import TopicPartition as TP
+
+    from kafkatwist.coordinator.formats import partitionFor
+
+    tid = "offsets"
+    bootstrap = cluster.bootstrap(1, 2, 3)
+    admin = cluster.admin(1, 2, 3)
+    producer = transactionalProducer(bootstrap, tid)
+    coordinator = coordinatorOf(cluster, tid, 1, 2, 3)
+
+    def consumer(group):
+        return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+
+    # __consumer_offsets exists once a group was looked up.
+    probe = consumer("probe")
+    probe.committed([TP(TOPIC, 0)], timeout=30)
+    probe.close()
+    waitUntil(lambda: (parts := partitions(admin, "__consumer_offsets")) is not None
+              and all(lead > 0 for lead, _, _ in parts.values()), timeout=60,
+              what="__consumer_offsets led")
+    leaders = partitions(admin, "__consumer_offsets")
+    # A group whose offsets another broker than the transaction's
+    # coordinator leads: its marker goes over the network.
+    group = next(g for g in (f"g{i}" for i in range(100))
+                 if leaders[partitionFor(g, 3)][0] != coordinator)
+    source = consumer(group)
+    source.assign([TP(TOPIC, 0)])
+    metadata = source.consumer_group_metadata()
+    for offset, commit in ((42, True), (99, False)):
+        producer.begin_transaction()
+        producer.produce(TOPIC, value=b"out", partition=1)
+        producer.send_offsets_to_transaction([TP(TOPIC, 0, offset)], metadata, 30)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    source.close()
+    # The committed offsets are the group's (read_committed asks with
+    # require_stable: answered once the marker reached the group's
+    # partition); the aborted ones never are.
+    check = consumer(group)
+    try:
+        (committed,) = check.committed([TP(TOPIC, 0)], timeout=30)
+    finally:
+        check.close()
+    assert committed.offset == 42
+
+
+def test_first_write_verified_with_the_coordinator_on_another_broker(cluster):
+    """
+    KIP-890 part 1 across brokers: a leader asks the transactional id's
+    coordinator (another broker) whether the partition is in the
+    transaction before it appends the producer's first transactional batch
+    there; one that is not is refused (no hanging transaction).
+    """
+    from kafkatwist.client import KafkaWireClient
+    from kafkatwist.errors import ErrorCode, KafkaError
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.entities import make, ms, nested
+    from kafkatwist.protocol.records import Record, buildBatch
+
+    tid = "unlisted"
+    bootstrap = cluster.bootstrap(1, 2, 3)
+    transactionalProducer(bootstrap, tid)
+    coordinator = coordinatorOf(cluster, tid, 1, 2, 3)
+    partition = next(p for p in range(3) if ASSIGNMENT[p][0] != coordinator)
+    with KafkaWireClient(bootstrap) as client:
+        _, init = client.call(22, lambda version, cls: make(
+            cls, transactional_id=tid, transaction_timeout=ms(60000), producer_id=-1,
+            producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False,
+        ), nodeId=coordinator)
+        assert init.error_code == ErrorCode.none
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+        def batch(sequence):
+            return buildBatch([Record(value=b"v")], producerId=pid, producerEpoch=epoch,
+                              baseSequence=sequence, isTransactional=True)
+
+        with pytest.raises(KafkaError) as refused:
+            client.produce(TOPIC, partition, batch(0), acks=-1, transactionalId=tid)
+        assert refused.value.code == ErrorCode.invalid_txn_state
+
+        def add(version, cls):
+            # v3: a producer's form (v4+ is the brokers')
+            cls = requestType(24, 3)
+            Topic = nested(cls, "AddPartitionsToTxnTopic")
+            return 3, make(
+                cls, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=(Topic(name=TOPIC, partitions=(partition,)),),
+            )
+
+        _, added = client.call(24, add, nodeId=coordinator)
+        (result,) = added.results_by_topic_v3_and_below
+        assert [p.partition_error_code for p in result.results_by_partition] == [ErrorCode.none]
+        client.produce(TOPIC, partition, batch(0), acks=-1, transactionalId=tid)

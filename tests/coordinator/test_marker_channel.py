@@ -5,11 +5,14 @@ the sending stopped by a newer coordinator or producer), and the
 L{MarkerChannel} shell with fakes for the cluster's metadata, the
 in-process writer and the connections to other brokers (one WriteTxnMarkers
 per destination broker, markers of several transactions in one request,
-lost connections, partitions without a leader, deleted topics).
+lost connections, partitions without a leader, deleted topics); the
+leader's acks=-1 marker append; and KIP-890 part 1's verification asked of
+the transactional id's coordinator on another broker (L{RemoteVerifier}).
 """
 
 from __future__ import annotations
 
+import datetime
 import threading
 from types import MappingProxyType
 
@@ -159,15 +162,13 @@ class FakeWriter:
         onDone({tp: E.none for tp in partitions})
 
 
-class FakeConnection:
+class FakeConnectionBase:
     """
-    Answers WriteTxnMarkers with C{errors} per partition (default NONE);
-    the first request may be held until C{release} is set.
+    A connection to a fake broker; the first request may be held until
+    C{hold} is set.
     """
 
-    def __init__(self, brokerId, errors=None, hold=None) -> None:
-        self.brokerId = brokerId
-        self.errors = errors or {}
+    def __init__(self, hold=None) -> None:
         self.hold = hold
         self.requests = []
         self.connected = True
@@ -176,12 +177,26 @@ class FakeConnection:
     def close(self) -> None:
         self.connected = False
 
-    def request(self, apiKey, version, entity, timeout=None):
-        assert (apiKey, version) == (WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+    def took(self, entity) -> None:
         self.requests.append(entity)
         self.arrived.set()
         if self.hold is not None and len(self.requests) == 1:
             self.hold.wait(10)
+
+
+class FakeConnection(FakeConnectionBase):
+    """
+    Answers WriteTxnMarkers with C{errors} per partition (default NONE).
+    """
+
+    def __init__(self, brokerId, errors=None, hold=None) -> None:
+        super().__init__(hold)
+        self.brokerId = brokerId
+        self.errors = errors or {}
+
+    def request(self, apiKey, version, entity, timeout=None):
+        assert (apiKey, version) == (WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+        self.took(entity)
         cls = responseType(WRITE_TXN_MARKERS, version)
         Result = nested(cls, "WritableTxnMarkerResult")
         Topic = nested(cls, "WritableTxnMarkerTopicResult")
@@ -325,3 +340,161 @@ def test_writer_appends_with_acks_all():
     assert key == ("t", 0, 1)
     onDone(E.not_enough_replicas_after_append)
     assert answers[1] == {("t", 0): E.not_enough_replicas_after_append}
+
+
+# -- verification across brokers ---------------------------------------------------------------
+
+
+class FakeCoordinatorConnection(FakeConnectionBase):
+    """
+    A coordinator answering AddPartitionsToTxn v5 verify-only: C{inTxn}
+    partitions are in the transaction; C{error} answers for all.
+    """
+
+    def __init__(self, inTxn=(), error=None, hold=None) -> None:
+        super().__init__(hold)
+        self.inTxn = set(inTxn)
+        self.error = error
+
+    def request(self, apiKey, version, entity, timeout=None):
+        from kafkatwist.coordinator.transaction.verifier import VERIFY_VERSION
+        from kafkatwist.protocol.apis import ADD_PARTITIONS_TO_TXN
+
+        assert (apiKey, version) == (ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        assert all(t.verify_only for t in entity.transactions)
+        self.took(entity)
+        cls = responseType(apiKey, version)
+        Result = nested(cls, "AddPartitionsToTxnResult")
+        Topic = nested(cls, "AddPartitionsToTxnTopicResult")
+        Partition = nested(cls, "AddPartitionsToTxnPartitionResult")
+
+        def code(tp):
+            if self.error is not None:
+                return self.error
+            return E.none if tp in self.inTxn else E.transaction_abortable
+
+        return make(cls, throttle_time=datetime.timedelta(0), error_code=E.none,
+                    results_by_transaction=tuple(
+                        Result(transactional_id=t.transactional_id, topic_results=tuple(
+                            Topic(name=topic.name, results_by_partition=tuple(
+                                Partition(partition_index=p,
+                                          partition_error_code=code((topic.name, p)))
+                                for p in topic.partitions))
+                            for topic in t.topics))
+                        for t in entity.transactions))
+
+
+def _stateImage(leader):
+    from kafkatwist.coordinator.transaction.formats import TRANSACTION_STATE_TOPIC
+
+    return _image({(TRANSACTION_STATE_TOPIC, p): leader for p in range(3)})
+
+
+@pytest.fixture
+def verifier():
+    from kafkatwist.coordinator.transaction.verifier import RemoteVerifier
+
+    state = {"image": _stateImage(2), "connections": {}, "failing": set()}
+
+    def connect(brokerId):
+        if brokerId in state["failing"]:
+            raise KafkaConnectionError(f"broker {brokerId} is gone")
+        return state["connections"].setdefault(brokerId, FakeCoordinatorConnection())
+
+    v = RemoteVerifier(1, lambda: state["image"], lambda b: None, 3, connect=connect)
+    v.state = state
+    yield v
+    v.stop()
+
+
+def test_verification_asks_the_ids_coordinator(verifier):
+    verifier.state["connections"][2] = FakeCoordinatorConnection(inTxn={A})
+    results = Results()
+    verifier.verify(results, "tx", 7, 0, [A, B])
+    assert results.get() == {A: E.none, B: E.transaction_abortable}
+    ((txn,),) = [r.transactions for r in verifier.state["connections"][2].requests]
+    assert (txn.transactional_id, txn.producer_id, txn.producer_epoch) == ("tx", 7, 0)
+
+
+def test_verification_questions_for_one_coordinator_share_requests(verifier):
+    release = threading.Event()
+    connection = verifier.state["connections"][2] = FakeCoordinatorConnection(
+        inTxn={A, B}, hold=release)
+    first, second, third = Results(), Results(), Results()
+    verifier.verify(first, "tx", 7, 0, [A])
+    assert connection.arrived.wait(10)
+    verifier.verify(second, "other", 8, 0, [B])
+    verifier.verify(third, "other", 8, 0, [A])
+    import time
+
+    time.sleep(0.2)
+    release.set()
+    assert (first.get(), second.get(), third.get()) == ({A: E.none}, {B: E.none}, {A: E.none})
+    # The two ids queued meanwhile: one request each time an id appears once.
+    assert [[t.transactional_id for t in r.transactions] for r in connection.requests] == [
+        ["tx"], ["other"], ["other"]]
+
+
+def test_verification_retriable_answers(verifier):
+    # The coordinator moved: asked again later by the client.
+    verifier.state["connections"][2] = FakeCoordinatorConnection(error=E.not_coordinator)
+    results = Results()
+    verifier.verify(results, "tx", 7, 0, [A])
+    assert results.get() == {A: E.coordinator_not_available}
+    # Unreachable, or no coordinator at all.
+    verifier.state["failing"].add(3)
+    verifier.state["image"] = _stateImage(3)
+    results = Results()
+    verifier.verify(results, "tx", 7, 0, [A])
+    assert results.get() == E.coordinator_not_available
+    verifier.state["image"] = _stateImage(-1)
+    results = Results()
+    verifier.verify(results, "tx", 7, 0, [A])
+    assert results.get() == E.coordinator_not_available
+
+
+def test_coordinator_asks_remotely_only_for_ids_it_does_not_coordinate():
+    from kafkatwist.coordinator.transaction.service import TransactionCoordinatorService
+    from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
+    from kafkatwist.coordinator.transaction.markers import MarkerWriter
+    from kafkatwist.log import MemoryLogManager
+    from twisted.internet import task
+
+    from .helpers import Synchronous
+
+    class Remote:
+        asked = []
+
+        def verify(self, replyTo, *args):
+            self.asked.append(args)
+            replyTo({A: E.none})
+
+        def stop(self):
+            pass
+
+    logs = MemoryLogManager()
+    service = TransactionCoordinatorService(
+        task.Clock(), TransactionStateLog(logs, 3), MarkerWriter(logs), remoteVerifier=Remote(),
+        ownsAllPartitions=False,
+    )
+    service.load(partitions=())
+    sync = Synchronous(service)
+    # Not coordinated here: the id's coordinator answers.
+    assert sync.verifyPartitions("tx", 7, 0, [A]) == {A: E.none}
+    assert Remote.asked == [("tx", 7, 0, [A])]
+    # Coordinated here, but unknown: this broker's answer.
+    from kafkatwist.coordinator.transaction.formats import partitionOf
+
+    service.loadPartition(partitionOf("tx", 3), 0)
+    assert sync.verifyPartitions("tx", 7, 0, [A]) == E.invalid_producer_id_mapping
+    assert len(Remote.asked) == 1
+    # Another broker's question is answered here, never passed on.
+    answers = []
+    service.unloadPartition(partitionOf("tx", 3))
+    service.verifyPartitions(answers.append, "tx", 7, 0, [A], forward=False)
+    import time
+
+    deadline = time.monotonic() + 5
+    while not answers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert answers == [E.not_coordinator] and len(Remote.asked) == 1

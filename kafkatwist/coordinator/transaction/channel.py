@@ -33,17 +33,19 @@ the owner; nothing is shared but each destination's lock-protected queue.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from kafkatwist.client.connection import BrokerConnection, KafkaConnectionError
-from kafkatwist.cluster.owner import OwnerThread
-from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.cluster.zkdata import NO_LEADER
+from kafkatwist.coordinator.transaction.interbroker import (
+    Destination,
+    Destinations,
+    connectedSender,
+)
+from kafkatwist.errors import ErrorCode
 from kafkatwist.interfaces import ITxnMarkerChannel
-from kafkatwist.logthrottle import LogThrottle
 from kafkatwist.protocol.apis import WRITE_TXN_MARKERS, requestType
 from kafkatwist.protocol.entities import make, nested
 
@@ -56,11 +58,6 @@ E = ErrorCode
 #: from IBP 2.8 on)
 WRITE_TXN_MARKERS_VERSION = 1
 
-NO_LEADER = -1
-
-#: a dead broker is asked again every retry until the controller moves its
-#: leaders: its lines are counted, not each logged
-_sendLogs = LogThrottle()
 
 
 @implementer(ITxnMarkerChannel)
@@ -107,73 +104,8 @@ class _Marker:
         self.waiting = 0
 
 
-class _Destination:
-    """
-    One destination broker's queue and sender thread.
-
-    @param send: C{send(entries)} -> C{[{tp: error}]}, one per entry, or
-        C{None} if it answers them itself; called on the sender thread;
-        raises L{KafkaConnectionError} when the broker could not be asked.
-    @param answered: C{answered(entry, results)}, any thread.
-    """
-
-    def __init__(self, brokerId: int, send: Callable, answered: Callable, name: str) -> None:
-        self.brokerId = brokerId
-        self._send = send
-        self._answered = answered
-        self._cond = threading.Condition()
-        self._queue: list = []
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def enqueue(self, entry) -> None:
-        with self._cond:
-            self._queue.append(entry)
-            self._cond.notify()
-
-    def stop(self) -> list:
-        with self._cond:
-            self._stopped = True
-            left, self._queue = self._queue, []
-            self._cond.notify()
-        return left
-
-    def join(self, timeout: float) -> None:
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stopped:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-                entries, self._queue = self._queue, []
-            try:
-                answers = self._send(entries)
-            except KafkaError as e:
-                _sendLogs.emit(
-                    log.info, ("unsent", self.brokerId),
-                    "transaction markers to broker {broker} not sent ({error}); they are retried",
-                    broker=self.brokerId, error=e,
-                )
-                answers = [{tp: E.network_exception for tp in partitions}
-                           for _, partitions in entries]
-            except Exception:
-                log.failure("sending transaction markers to broker {broker} failed",
-                            broker=self.brokerId)
-                answers = [{tp: E.unknown_server_error for tp in partitions}
-                           for _, partitions in entries]
-            if answers is None:
-                continue  # answered by the writer
-            for entry, results in zip(entries, answers):
-                self._answered(entry, results)
-
-
 @implementer(ITxnMarkerChannel)
-class MarkerChannel:
+class MarkerChannel(Destinations):
     """
     A cluster's marker channel.
 
@@ -190,18 +122,8 @@ class MarkerChannel:
 
     def __init__(self, brokerId: int, image: Callable, writer, endpoint: Callable,
                  timeoutMs: int = 30_000, connect: Callable | None = None) -> None:
-        self.brokerId = brokerId
-        self._image = image
         self.writer = writer
-        self._endpoint = endpoint
-        self._timeout = timeoutMs / 1000.0
-        self._connect = connect or self._openConnection
-        self.owner = OwnerThread("kafkatwist-txn-markers")
-        # -- owned by the owner thread --
-        self._destinations: dict[int, _Destination] = {}
-        self._stopped = False
-        self._closed = threading.Event()
-        self.owner.start()
+        super().__init__("kafkatwist-txn-markers", brokerId, image, endpoint, timeoutMs, connect)
 
     # -- any thread -----------------------------------------------------------------
 
@@ -214,33 +136,7 @@ class MarkerChannel:
         marker = _Marker(producerId, producerEpoch, commit, coordinatorEpoch, onDone)
         self.owner.submit(self._route, marker, list(dict.fromkeys(partitions)))
 
-    def stop(self) -> None:
-        """
-        Stop the senders and the owner; markers under way are not answered
-        (the coordinator stops with them; the next coordinator of their
-        transactions sends them again).
-        """
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        try:
-            destinations = self.owner.call(self._stopOwned, timeout=5)
-        except Exception:
-            destinations = []
-        self.owner.stop()
-        for destination in destinations:
-            # A sender blocked on a dead broker is a daemon: not waited for.
-            destination.join(1.0)
-
     # -- on the owner -----------------------------------------------------------------
-
-    def _stopOwned(self) -> list:
-        self._stopped = True
-        destinations = list(self._destinations.values())
-        for destination in destinations:
-            destination.stop()
-        self._destinations.clear()
-        return destinations
 
     def _route(self, marker: _Marker, partitions: list) -> None:
         image = self._image()
@@ -269,15 +165,14 @@ class MarkerChannel:
             marker.onDone(marker.results)
             return
         for leader, tps in byLeader.items():
-            destination = self._destinations.get(leader)
-            if destination is None:
-                destination = self._destinations[leader] = _Destination(
-                    leader,
-                    self._sendLocal if leader == self.brokerId else self._sender(leader),
-                    self._answered,
-                    f"kafkatwist-txn-markers-to-{leader}",
-                )
-            destination.enqueue((marker, tps))
+            self._destination(leader, lambda leader=leader: Destination(
+                leader,
+                self._sendLocal if leader == self.brokerId
+                else connectedSender(self._connect, leader, self._request),
+                lambda entry, error: dict.fromkeys(entry[1], error),
+                self._answered,
+                f"kafkatwist-txn-markers-to-{leader}", "transaction markers",
+            )).enqueue((marker, tps))
 
     def _answered(self, entry, results: dict) -> None:
         # Any thread: to the owner.
@@ -308,34 +203,6 @@ class MarkerChannel:
                             pid=marker.producerId)
                 self._answered(entry, {tp: E.unknown_server_error for tp in partitions})
         return None
-
-    def _sender(self, brokerId: int) -> Callable:
-        connection: list = [None]
-
-        def send(entries: list) -> list:
-            current = connection[0]
-            if current is None or not current.connected:
-                current = connection[0] = self._connect(brokerId)
-            try:
-                return self._request(current, entries)
-            except KafkaError:
-                current.close()
-                raise
-
-        return send
-
-    def _openConnection(self, brokerId: int) -> BrokerConnection:
-        endpoint = self._endpoint(brokerId)
-        if endpoint is None:
-            raise KafkaConnectionError(f"broker {brokerId} is not alive")
-        host, port = endpoint
-        connection = BrokerConnection(
-            host, port, clientId=f"broker-{self.brokerId}-txn-markers",
-            # The leader answers after its ISR wait, at most timeoutMs.
-            timeout=self._timeout + 5,
-        )
-        connection.connect()
-        return connection
 
     def _request(self, connection, entries: list) -> list:
         cls = requestType(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)

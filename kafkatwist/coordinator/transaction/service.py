@@ -30,6 +30,7 @@ from kafkatwist.coordinator.transaction.channel import LocalMarkerChannel
 from kafkatwist.coordinator.transaction.coordinator import TransactionCoordinator
 from kafkatwist.coordinator.transaction.effects import WriteMarkers
 from kafkatwist.coordinator.transaction.logstore import loadTransactions
+from kafkatwist.errors import ErrorCode
 
 __all__ = ["TransactionCoordinatorService"]
 
@@ -81,11 +82,16 @@ class TransactionCoordinatorService:
         (also what the WriteTxnMarkers handler writes with).
     @param markerChannel: what takes the coordinator's markers to the
         partitions (default: a L{LocalMarkerChannel} over C{markerWriter}).
+    @param remoteVerifier: in a cluster, a
+        L{kafkatwist.coordinator.transaction.verifier.RemoteVerifier} that
+        asks the coordinator of an id this broker does not coordinate.
     @param settings: the L{TransactionCoordinator}'s keyword arguments.
     """
 
-    def __init__(self, clock, coordinatorLog, markerWriter, markerChannel=None, **settings) -> None:
+    def __init__(self, clock, coordinatorLog, markerWriter, markerChannel=None,
+                 remoteVerifier=None, **settings) -> None:
         self.clock = clock
+        self.remoteVerifier = remoteVerifier
         self.log = coordinatorLog
         self.markerWriter = markerWriter
         if markerChannel is None:
@@ -130,6 +136,8 @@ class TransactionCoordinatorService:
     def shutdown(self) -> None:
         self.runtime.stop(self.machine.shutdown)
         self.markerChannel.stop()
+        if self.remoteVerifier is not None:
+            self.remoteVerifier.stop()
 
     # -- requests ------------------------------------------------------------------
 
@@ -148,10 +156,33 @@ class TransactionCoordinatorService:
             list(partitions),
         )
 
-    def verifyPartitions(self, replyTo, transactionalId, producerId, epoch, partitions) -> None:
+    def verifyPartitions(
+        self, replyTo, transactionalId, producerId, epoch, partitions, forward: bool = True
+    ) -> None:
+        """
+        Whether C{partitions} are in the producer's transaction, asked of
+        this broker's coordinator or, in a cluster, of the id's coordinator
+        wherever it is (the answer then comes on the verifier's thread).
+
+        @param forward: C{False} for another broker's question, answered
+            here only (as Kafka's coordinator does), so that two brokers
+            with different views of the coordinator never pass a question
+            back and forth.
+        """
+        partitions = list(partitions)
+        remote = self.remoteVerifier
+        if remote is not None and forward:
+            answer = replyTo
+
+            def replyTo(result) -> None:
+                if isinstance(result, ErrorCode) and result == ErrorCode.not_coordinator:
+                    remote.verify(answer, transactionalId, producerId, epoch, partitions)
+                else:
+                    answer(result)
+
         self.runtime.request(
             self.machine.verifyPartitions, replyTo, transactionalId, producerId, epoch,
-            list(partitions),
+            partitions,
         )
 
     def endTxn(self, replyTo, transactionalId, producerId, epoch, commit: bool) -> None:

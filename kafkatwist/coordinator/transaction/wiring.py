@@ -16,6 +16,7 @@ from kafkatwist.coordinator.transaction.channel import MarkerChannel
 from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
 from kafkatwist.coordinator.transaction.markers import MarkerWriter
 from kafkatwist.coordinator.transaction.service import TransactionCoordinatorService
+from kafkatwist.coordinator.transaction.verifier import RemoteVerifier
 from kafkatwist.coordinator.wiring import _setting
 
 __all__ = ["makeTransactionCoordinator", "stopTransactionCoordinator"]
@@ -47,7 +48,8 @@ def makeTransactionCoordinator(
         comes to lead them.
     @param cluster: the L{kafkatwist.cluster.service.ClusterService} (with
         C{zookeeper.connect}): markers go to each partition's leader
-        through a L{MarkerChannel} (C{request.timeout.ms}).
+        through a L{MarkerChannel}, verifications to the id's coordinator
+        through a L{RemoteVerifier} (both C{request.timeout.ms}).
     @return: the loaded L{TransactionCoordinatorService}; the caller sets
         it as C{broker.transactionCoordinator}.
     """
@@ -66,11 +68,15 @@ def makeTransactionCoordinator(
         groupCoordinator=lambda: getattr(broker, "groupCoordinator", None),
         wake=purgatory.checkAndComplete if purgatory is not None else (lambda key: None),
     )
-    channel = None
+    channel = verifier = None
     if cluster is not None:
+        timeoutMs = _setting(config, "request.timeout.ms")
         channel = MarkerChannel(
-            config.nodeId, lambda: cluster.image, writer, cluster.endpoint,
-            timeoutMs=_setting(config, "request.timeout.ms"),
+            config.nodeId, lambda: cluster.image, writer, cluster.endpoint, timeoutMs=timeoutMs,
+        )
+        verifier = RemoteVerifier(
+            config.nodeId, lambda: cluster.image, cluster.endpoint, coordinatorLog.numPartitions,
+            timeoutMs=timeoutMs,
         )
     if clock is None:
         clock = TimerThread("transaction-coordinator")
@@ -80,6 +86,7 @@ def makeTransactionCoordinator(
         coordinatorLog,
         writer,
         markerChannel=channel,
+        remoteVerifier=verifier,
         maxTimeoutMs=_setting(config, "transaction.max.timeout.ms"),
         expirationMs=_setting(config, "transactional.id.expiration.ms"),
         abortIntervalMs=_setting(
