@@ -53,6 +53,12 @@ class BrokerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env.update(self.extraEnv)
+        # A restart appends to the same log: only what this run writes
+        # tells whether it started, and on which ports.
+        try:
+            startedAt = os.path.getsize(self.logPath)
+        except FileNotFoundError:
+            startedAt = 0
         self._log = open(self.logPath, "ab")
         preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if self.ignoreSigint else None
         self.process = subprocess.Popen(
@@ -61,7 +67,7 @@ class BrokerProcess:
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            text = self.output()
+            text = self.output(startedAt)
             if "started" in text and "kafkatwist node" in text:
                 self.ports = {name: int(port) for name, port in _LISTENING.findall(text)}
                 return self
@@ -78,9 +84,13 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def output(self) -> str:
+    def output(self, since: int = 0) -> str:
+        """
+        The broker's log, from byte C{since}.
+        """
         try:
             with open(self.logPath, "rb") as f:
+                f.seek(since)
                 return f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
