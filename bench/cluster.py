@@ -2,7 +2,7 @@
 The cluster (issue 17): what replication costs and how long a fail-over takes.
 
     python -m bench cluster [--records 1000000] [--latency-seconds 20] [--rate 1000]
-                            [--failovers 3] [--small-seconds 10] [--producers 4] [--quick]
+                            [--failovers 3] [--small-seconds 10] [--connections 32] [--quick]
 
 A standalone ZooKeeper (Debian's package, L{kafkatwist.cluster.zkserver})
 on a free loopback port and three brokers (L{tests.cluster.test_brokers.Cluster},
@@ -27,11 +27,13 @@ afterwards.  confluent-kafka clients, 100-byte values.
    round; C{--failovers} rounds, each and the median.  (The controller learns
    of the death when ZooKeeper ends the broker's session:
    zookeeper.session.timeout.ms is 3000 here, Kafka's default 18000.)
-4. Many small requests.  C{--producers} producer processes (linger.ms=0,
-   batch.num.messages=1, acks=1) over 8 partitions of replication factor 1,
-   for C{--small-seconds} after a warm-up: all partitions on one broker,
-   then half led by each of two brokers.  Aggregate records per second and
-   each broker's CPU use (CPU-s per second of wall time: 1.0 is one core).
+4. Many small requests.  C{--connections} connections of the C load
+   generator, each ping-ponging a one-record Produce (acks=1) to one of 8
+   partitions of replication factor 1, for C{--small-seconds} after a
+   warm-up: all partitions led by broker 1, then half by each of brokers 1
+   and 2, two rounds.  Records per second, p50/p99, and each broker's, the
+   generator's and each CPU's use (L{bench.twobrokers}, which also runs it
+   alone with other CPU affinities).
 
 The machine is shared and noisy: the load average is printed with each
 part.  Every wait is bounded; with the defaults it takes about four minutes.
@@ -40,7 +42,6 @@ part.  Every wait is bounded; with the defaults it takes about four minutes.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import sys
@@ -247,55 +248,6 @@ def failovers(cluster: Cluster, topic: str, rounds: int) -> list[float]:
     return times
 
 
-def _smallProducer(bootstrap: str, topic: str, warmup: float, seconds: float, queue) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "batch.num.messages": 1,
-        "queue.buffering.max.messages": 2000,
-    })
-    counted = [0]
-    window = [float("inf"), float("inf")]
-
-    def delivered(error, message):
-        if error is None and window[0] <= time.monotonic() < window[1]:
-            counted[0] += 1
-
-    start = time.monotonic()
-    window[:] = [start + warmup, start + warmup + seconds]
-    while time.monotonic() < window[1]:
-        try:
-            producer.produce(topic, VALUE, on_delivery=delivered)
-        except BufferError:
-            producer.poll(0.001)
-            continue
-        producer.poll(0)
-    producer.flush(10)
-    queue.put(counted[0])
-
-
-def smallRequests(cluster: Cluster, topic: str, brokers: list[int], producers: int,
-                  warmup: float, seconds: float) -> dict:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    workers = [context.Process(target=_smallProducer,
-                               args=(cluster.bootstrap(), topic, warmup, seconds, queue))
-               for _ in range(producers)]
-    for w in workers:
-        w.start()
-    # Spawned interpreters take a while to start: measure the brokers over
-    # the producers' counting window, roughly.
-    time.sleep(warmup + 1.0)
-    before = brokerCpu(cluster)
-    time.sleep(seconds)
-    after = brokerCpu(cluster)
-    counts = [queue.get(timeout=60 + warmup + seconds) for _ in workers]
-    for w in workers:
-        w.join(30)
-    return {"rate": sum(counts) / seconds,
-            "cores": {i: (after[i] - before[i]) / seconds for i in BROKERS}}
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench cluster", description=__doc__.split("\n")[1])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -303,7 +255,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--small-seconds", type=float, default=10)
-    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--connections", type=int, default=32, help="part 4's connections")
     parser.add_argument("--parts", default="1234", help="which parts to run, e.g. 13 (default 1234)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small counts, short waits")
     args = parser.parse_args(argv)
@@ -336,7 +288,7 @@ def main(argv: list[str]) -> int:
         if "3" in args.parts:
             part3(cluster, args, report, synced)
         if "4" in args.parts:
-            part4(cluster, args, report)
+            part4(cluster, args, report, zookeeper.process.pid)
     finally:
         cluster.stopAll()
         zookeeper.stop()
@@ -375,13 +327,19 @@ def part3(cluster, args, report, synced):
            + (f"; median {statistics.median(times):.2f} s" if times else ""))
 
 
-def part4(cluster, args, report):
-    report(f"## 4. many small requests, {args.producers} producers (linger.ms=0, batch.num.messages=1, "
-           f"acks=1), 8 partitions RF 1 (load {loadAverage()})")
-    createTopic(cluster, "one", assignment=[[1]] * 8)
-    createTopic(cluster, "two", assignment=[[1], [2]] * 4)
-    for topic, brokers in (("one", [1]), ("two", [1, 2]), ("one", [1]), ("two", [1, 2])):
-        r = smallRequests(cluster, topic, brokers, args.producers, 3.0, args.small_seconds)
-        cores = ", ".join(f"broker {i} {r['cores'][i]:.2f}" for i in BROKERS)
-        report(f"- {len(brokers)} broker(s): {r['rate']:,.0f} records/s; cores used: {cores} "
-               f"(load {loadAverage()})")
+def part4(cluster, args, report, zookeeperPid):
+    # The C generator (bench.twobrokers): Python producer processes took the
+    # CPU the second broker needed (bench/RESULTS.md).
+    from bench import loadgen
+    from bench.twobrokers import compare
+
+    directory = tempfile.mkdtemp(prefix="bench-cluster-frames-")
+    generator = loadgen.compiled(directory)
+    if generator is None:
+        report("## 4. skipped: no C compiler for bench/loadgen.c")
+        return
+    report(f"## 4. many small requests: {args.connections} connections of the C load generator, "
+           f"one-record Produce v9 acks=1, 8 partitions RF 1, request.threads.cpu.affinity as "
+           f"configured (auto) (load {loadAverage()})")
+    compare(cluster, zookeeperPid, generator, directory, 8, args.connections, 1.5,
+            args.small_seconds, 2, report)

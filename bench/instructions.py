@@ -37,7 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TOTAL = re.compile(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS")
 
 
-def produceFrame(records: int) -> bytes:
+def produceFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
+    """
+    A Produce v9 request, acks=1, of one batch of C{records} 100-byte
+    records, not idempotent (producer id -1): resent as is, it appends again.
+    """
     from kafkatwist.protocol.apis import requestType
     from kafkatwist.protocol.codec import encodeRequestFrame
     from kafkatwist.protocol.entities import make, nested
@@ -50,7 +54,7 @@ def produceFrame(records: int) -> bytes:
     Topic, Partition = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
     request = make(
         cls, transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
-        topic_data=(make(Topic, name="t", partition_data=(make(Partition, index=0, records=batch),)),),
+        topic_data=(make(Topic, name=topic, partition_data=(make(Partition, index=partition, records=batch),)),),
     )
     return encodeRequestFrame(0, 9, 1, "bench", request)
 

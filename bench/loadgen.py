@@ -8,6 +8,9 @@ fallback (one process, C{selectors}, same arguments, same JSON output) runs
 in its own process instead -- slower, and the table says so.
 
     python -m bench.loadgen HOST PORT CONNECTIONS WARMUP_SECONDS SECONDS FRAME_FILE
+
+The C one also drives several brokers with a frame per connection and checks
+Produce answers' error codes (L{startTargets}); the fallback does not.
 """
 
 from __future__ import annotations
@@ -78,6 +81,30 @@ def run(prefix: list[str], host: str, port: int, connections: int, warmup: float
         after.children_system - before.children_system
     )
     return data
+
+
+def startTargets(binary: list[str], host: str, targets: list[tuple[int, str]], warmup: float,
+                 seconds: float, checkProduce: bool = False) -> subprocess.Popen:
+    """
+    Start the C generator with one connection per C{(port, frameFile)} of
+    C{targets} (C{loadgen -m}); with C{checkProduce}, responses are read as
+    Produce responses and one whose error code is not 0 is counted apart
+    (C{failed_responses}, C{error_codes}), never as an answer.  The Python
+    fallback has no such mode.  L{finish} collects the result.
+    """
+    args = binary + ["-m"] + (["-p"] if checkProduce else []) + [host, str(warmup), str(seconds)]
+    args += [f"{port}:{frameFile}" for port, frameFile in targets]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float) -> dict:
+    """
+    @return: the JSON result of a generator started by L{startTargets}.
+    """
+    out, err = process.communicate(timeout=timeout)
+    if process.returncode != 0:
+        raise RuntimeError(f"load generator failed ({process.returncode}): {err.strip()}")
+    return json.loads(out)
 
 
 # -- the Python fallback -------------------------------------------------------

@@ -17,6 +17,7 @@ from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: 
 from kafkatwist.metrics import TopicBytes
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
+from kafkatwist.replication.quota import ReplicationQuotas
 from kafkatwist.purgatory import DelayedActions, Purgatory
 from kafkatwist.security.credentials import CredentialStore
 
@@ -36,6 +37,8 @@ class Broker:
         self._handlerCall = None
         self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
         self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
+        #: leader.replication.throttled.rate and follower.replication.throttled.rate
+        self.replicationQuotas = ReplicationQuotas(config)
         #: acks=all produces waiting for their ISR (kafkatwist.replication)
         self.producePurgatory = Purgatory("Produce", reaper=self.callInHandlerThread)
         #: the L{IReplicaManager}; C{None} until the service builds it

@@ -437,19 +437,47 @@ def listenerSslKey(name: str) -> tuple[str, str] | None:
     return match[1].upper(), match[2]
 
 
+#: the connection limits a listener may set for itself,
+#: C{listener.name.<listener>.<key>}: cluster-wide, as Kafka's
+#: C{ClusterLevelListenerConfigs}
+LISTENER_CONNECTION_KEYS = ("max.connection.creation.rate",)
+_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(.+)$")
+
+
+def listenerConnectionKey(name: str) -> tuple[str, str] | None:
+    """
+    @return: C{(LISTENER, key)} for C{listener.name.<listener>.<key>} with
+        C{key} one of L{LISTENER_CONNECTION_KEYS}, else C{None}.
+    """
+    match = _LISTENER_KEY.match(name)
+    if match is None or match[2] not in LISTENER_CONNECTION_KEYS:
+        return None
+    return match[1].upper(), match[2]
+
+
+def listenerKey(name: str) -> tuple[str, str] | None:
+    """
+    @return: C{(LISTENER, key)} for any key a listener sets for itself
+        (SSL or connection limits), else C{None}.
+    """
+    return listenerSslKey(name) or listenerConnectionKey(name)
+
+
 def keySpec(name: str) -> Key | None:
     """
     The registry entry of C{name}: a broker key, or the base key of a
-    listener's own SSL key (updated per broker).
+    listener's own key (its SSL keys are updated per broker, its connection
+    limits cluster-wide).
     """
     spec = KEYS.get(name)
     if spec is not None:
         return spec
-    prefixed = listenerSslKey(name)
+    prefixed = listenerKey(name)
     if prefixed is None:
         return None
     base = KEYS[prefixed[1]]
-    return Key(name, base.parse, None, f"{base.doc} For listener {prefixed[0]}.", base.sensitive, PER_BROKER)
+    update = PER_BROKER if listenerSslKey(name) else CLUSTER_WIDE
+    return Key(name, base.parse, None, f"{base.doc} For listener {prefixed[0]}.", base.sensitive, update)
 
 
 KEYS: dict[str, Key] = {
@@ -465,7 +493,8 @@ KEYS: dict[str, Key] = {
             "Listener name to security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         Key("log.dirs", _optionalString, None, "Data directories (comma separated); first one wins over log.dir."),
         Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
-        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
+        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections.",
+            update=CLUSTER_WIDE),
         Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers.", update=CLUSTER_WIDE),
         Key("request.threads.cpu.affinity", _cpuAffinity, "auto",
             "CPUs the Processors and handler threads run on: auto (all on one CPU when the process "
@@ -482,6 +511,10 @@ KEYS: dict[str, Key] = {
         Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address.", update=CLUSTER_WIDE),
         Key("max.connections.per.ip.overrides", _perIpOverrides, "",
             "Per-address exceptions to max.connections.per.ip: host:count, comma separated.",
+            update=CLUSTER_WIDE),
+        Key("max.connection.creation.rate", _int(0), str(INT_MAX),
+            "Connections the broker accepts per second (KIP-612); over it the acceptor delays "
+            "accepting. A listener may set its own: listener.name.<listener>.max.connection.creation.rate.",
             update=CLUSTER_WIDE),
         Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key.", update=PER_BROKER),
         Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True, update=PER_BROKER),
@@ -580,10 +613,26 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
         Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
         Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("leader.replication.throttled.rate", _long(0), str(LONG_MAX),
+            "Bytes per second this broker sends, as a leader, for the partitions a topic's "
+            "leader.replication.throttled.replicas names on it; over it, followers out of the ISR "
+            "get no data for them.",
+            update=CLUSTER_WIDE),
+        Key("follower.replication.throttled.rate", _long(0), str(LONG_MAX),
+            "Bytes per second this broker fetches, as a follower, for the partitions a topic's "
+            "follower.replication.throttled.replicas names on it; over it, those not caught up "
+            "are left out of its fetches.",
+            update=CLUSTER_WIDE),
+        Key("replication.quota.window.num", _int(1), "11", "Samples replication throttles measure over."),
+        Key("replication.quota.window.size.seconds", _int(1), "1", "Length of one replication throttle sample."),
         Key("replica.high.watermark.checkpoint.interval.ms", _long(1), "5000",
             "How often the high watermarks are written to replication-offset-checkpoint."),
         Key("offsets.commit.timeout.ms", _int(1), "5000",
             "How long a coordinator's append waits for the ISR of a replicated partition."),
+        Key("request.timeout.ms", _int(1), "30000",
+            "How long a broker's request to another broker may take (the transaction "
+            "coordinator's WriteTxnMarkers); the leader writing a marker waits this long for "
+            "its ISR."),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
             "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
         Key("log.message.downconversion.enable", _bool, "true",
@@ -707,13 +756,17 @@ class TopicKey:
     synonyms: tuple[tuple[str, int], ...]
     doc: str
     fallback: str | None = None
+    #: the validator of a topic key without a broker counterpart
+    ownParse: Callable[[str, str], Any] | None = None
 
     @property
-    def brokerKey(self) -> Key:
-        return KEYS[self.synonyms[0][0]]
+    def brokerKey(self) -> Key | None:
+        return KEYS[self.synonyms[0][0]] if self.synonyms else None
 
     @property
     def type(self) -> ConfigType:
+        if self.ownParse is not None:
+            return getattr(self.ownParse, "configType", ConfigType.STRING)
         return self.brokerKey.type
 
     def parse(self, key: str, raw: str) -> Any:
@@ -723,7 +776,7 @@ class TopicKey:
 
         @raise ConfigError: naming C{key}.
         """
-        parse = self.brokerKey.parse
+        parse = self.ownParse or self.brokerKey.parse
         return getattr(parse, "required", parse)(key, raw)
 
     def inherit(self, brokerValue: Callable[[str], Any]) -> Any:
@@ -744,6 +797,25 @@ class TopicKey:
 
 def _topicKey(name: str, brokerKey: str, doc: str, **kw) -> TopicKey:
     return TopicKey(name, ((brokerKey, 1),), doc, **kw)
+
+
+_REPLICA = re.compile(r"^[0-9]+:[0-9]+$")
+
+
+@_ofType(ConfigType.LIST)
+def _throttledReplicas(key: str, raw: str) -> tuple[str, ...]:
+    """
+    Kafka's C{ThrottledReplicaListValidator}: C{*}, or
+    C{partition:broker} items, comma separated.
+    """
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    if items == ("*",) or all(_REPLICA.match(item) for item in items):
+        return items
+    raise ConfigError(
+        key,
+        f"{key} must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
 
 
 #: Kafka's topic configs (C{TopicConfig}) kafkatwist knows, documentation shortened.
@@ -807,12 +879,21 @@ TOPIC_KEYS: dict[str, TopicKey] = {
                   "How far a CreateTime timestamp may be ahead of the broker's clock (INVALID_TIMESTAMP)."),
         TopicKey("segment.jitter.ms", (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
                  "Up to this much is taken off segment.ms per segment."),
+        TopicKey("leader.replication.throttled.replicas", (),
+                 "Replicas whose replication the leader throttles (leader.replication.throttled.rate "
+                 "of the leader's broker): partitionId:brokerId items naming the leader, or '*'.",
+                 fallback="", ownParse=_throttledReplicas),
+        TopicKey("follower.replication.throttled.replicas", (),
+                 "Replicas whose replication the follower throttles (follower.replication.throttled.rate "
+                 "of its broker): partitionId:brokerId items naming the follower, or '*'.",
+                 fallback="", ownParse=_throttledReplicas),
         _topicKey("preallocate", "log.preallocate",
                   "Preallocate segment files (no effect here: segments grow as written)."),
         _topicKey("file.delete.delay.ms", "log.segment.delete.delay.ms",
                   "Delay before a deleted segment's files are removed (here: once no reader holds them)."),
         _topicKey("unclean.leader.election.enable", "unclean.leader.election.enable",
-                  "Elect an out-of-sync replica as leader (one broker: no other replica)."),
+                  "Elect an out-of-sync replica as leader when no in-sync replica is alive "
+                  "(data loss); overrides the broker's in a cluster (one broker: no other replica)."),
         _topicKey("compression.gzip.level", "compression.gzip.level", "gzip level when the broker compresses."),
         _topicKey("compression.lz4.level", "compression.lz4.level", "lz4 level when the broker compresses."),
         _topicKey("compression.zstd.level", "compression.zstd.level", "zstd level when the broker compresses."),
@@ -831,10 +912,6 @@ UNSUPPORTED_TOPIC_KEYS = {
     "be configured with remote log storage.",
     "remote.log.copy.disable": "Tiered Storage functionality is disabled in the broker.",
     "remote.log.delete.on.disable": "Tiered Storage functionality is disabled in the broker.",
-    "leader.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
-    "replication to throttle.",
-    "follower.replication.throttled.replicas": "kafkatwist is a single broker: there is no "
-    "replication to throttle.",
 }
 
 
@@ -925,7 +1002,7 @@ class BrokerConfig:
             elif (
                 key.startswith("listener.name.")
                 and not _LISTENER_MECHANISMS.match(key)
-                and listenerSslKey(key) is None
+                and listenerKey(key) is None
             ):
                 # Per-listener JAAS logins and the like: credentials live in
                 # the SCRAM store here.
@@ -965,7 +1042,8 @@ class BrokerConfig:
         logDirs = self._values["log.dirs"]
         self.logDirs = _list("log.dirs", logDirs) if logDirs else [self._values["log.dir"]]
 
-        self._listenerSsl = self._listenerSslKeys(raw)
+        self._listenerSsl = self._listenerKeys(raw, listenerSslKey)
+        self._listenerConnection = self._listenerKeys(raw, listenerConnectionKey)
         for listener in self.listeners:
             if listener.tls:
                 self._checkSsl(listener.name)
@@ -1013,11 +1091,11 @@ class BrokerConfig:
             result[listener.name] = mechanisms
         return result
 
-    def _listenerSslKeys(self, raw: dict[str, str]) -> dict[str, dict[str, Any]]:
+    def _listenerKeys(self, raw: dict[str, str], match) -> dict[str, dict[str, Any]]:
         names = {l.name for l in self.listeners}
         result: dict[str, dict[str, Any]] = {}
         for key, value in raw.items():
-            prefixed = listenerSslKey(key)
+            prefixed = match(key)
             if prefixed is None:
                 continue
             listener, base = prefixed
@@ -1047,6 +1125,14 @@ class BrokerConfig:
         """
         own = self._listenerSsl.get(listenerName, {})
         return {key: own.get(key, self._values[key]) for key in LISTENER_SSL_KEYS}
+
+    def listenerSetting(self, listenerName: str, key: str) -> Any:
+        """
+        A connection limit of listener C{listenerName}: its own
+        C{listener.name.<name>.<key>}, else the broker's C{key} (Kafka
+        configures a listener with its prefixed keys over the others).
+        """
+        return self._listenerConnection.get(listenerName, {}).get(key, self._values[key])
 
     def saslMechanisms(self, listenerName: str) -> list[str]:
         """
@@ -1099,7 +1185,7 @@ class BrokerConfig:
                 text = None
             rows.append((name, text, name in self.explicit))
         for name in sorted(self.raw):
-            if listenerSslKey(name) is not None:
+            if listenerKey(name) is not None:
                 spec = keySpec(name)
                 rows.append((name, None if spec.sensitive else self.raw[name], name in self.explicit))
         return rows

@@ -35,10 +35,10 @@ from kafkatwist.config import (
     ConfigError,
     ConfigSource,
     keySpec,
-    listenerSslKey,
+    listenerKey,
 )
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.security.statefile import readRecords, writeRecords
+from kafkatwist.security.statefile import readRecords, storeRecords
 
 __all__ = ["DYNAMIC_CONFIG_FILE", "DynamicBrokerConfig", "Reconfigurable"]
 
@@ -141,7 +141,7 @@ class DynamicBrokerConfig:
                     (perBroker, name)
                     for perBroker, layer in layers.items()
                     for name in layer
-                    if e.key in (name, (listenerSslKey(name) or ("", ""))[1])
+                    if e.key in (name, (listenerKey(name) or ("", ""))[1])
                 ] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
                 for perBroker, name in dropped:
                     log.error("Not applying stored dynamic broker config {name}={value}: {error}",
@@ -258,7 +258,7 @@ class DynamicBrokerConfig:
                 )
         listeners = {l.name for l in self.static.listeners}
         for name in specs:
-            prefixed = listenerSslKey(name)
+            prefixed = listenerKey(name)
             if prefixed is not None and prefixed[0] not in listeners:
                 raise KafkaError(ErrorCode.invalid_request, f"{name}: there is no listener {prefixed[0]}")
 
@@ -270,12 +270,7 @@ class DynamicBrokerConfig:
             for scope, layer in (("default", default), ("broker", broker))
             for name, value in sorted(layer.items())
         ]
-        try:
-            writeRecords(self.path, _KIND, _VERSION, records)
-        except OSError as e:
-            raise KafkaError(
-                ErrorCode.kafka_storage_error, f"cannot write {self.path}: {e.strerror}"
-            ) from None
+        storeRecords(self.path, _KIND, _VERSION, records)
 
 
 def _shown(name: str, value: str) -> str:

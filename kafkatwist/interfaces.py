@@ -546,6 +546,31 @@ class ICoordinatorLog(Interface):
         """
 
 
+class ITxnMarkerChannel(Interface):
+    """
+    How the transaction coordinator's end-transaction markers reach the
+    partitions of a transaction: in process on one broker, WriteTxnMarkers
+    to each partition's leader in a cluster
+    (L{kafkatwist.coordinator.transaction.channel}).
+    """
+
+    def write(producerId, producerEpoch, commit, coordinatorEpoch, partitions, onDone):
+        """
+        Write the marker (COMMIT if C{commit}, else ABORT) of producer
+        C{producerId} at C{producerEpoch} into C{partitions}, C{(topic,
+        partition)} pairs, with C{coordinatorEpoch}.  Any thread but a
+        reactor's (one broker's channel appends before it returns).  One
+        attempt: C{onDone(results)} is called once, on any thread, with
+        C{{(topic, partition): ErrorCode}}, or C{None} for a partition that
+        no longer exists (no marker is needed there).
+        """
+
+    def stop():
+        """
+        Stop; markers under way are not answered.
+        """
+
+
 # ---------------------------------------------------------------------------
 # Cluster (issue 17): the seam between the control plane (kafkatwist.cluster)
 # and the replicas (kafkatwist.replication).  IReplicaManager is the

@@ -178,8 +178,7 @@ def render(broker, server) -> str:
     w = _Writer()
     requests: dict[int, int] = defaultdict(int)
     phases: dict[int, list[_Histogram]] = {}
-    for processor in server.processors:
-        stats = processor.stats
+    for stats in server.requestStats():
         for key, count in list(stats.requests.items()):
             requests[key] += count
         for key, histograms in list(stats.phases.items()):

@@ -15,15 +15,30 @@ over or swapped whole:
     pass in progress is abandoned and redone);
   - L{HandlerThreads}: C{num.io.threads}, with Kafka's bounds (half to
     double the current count);
+  - L{NetworkThreads}: C{num.network.threads}, the same bounds: the
+    Processors are added or removed on the main thread, which owns the
+    list the Acceptors hand connections from (the alter request is answered
+    before a removed Processor closes its connections);
   - L{ConnectionLimits}: C{max.connections}, C{max.connections.per.ip},
-    C{max.connections.per.ip.overrides};
+    C{max.connections.per.ip.overrides}, C{max.connection.creation.rate}
+    and a listener's own C{listener.name.<name>.max.connection.creation.rate},
+    from the next accept;
   - L{ListenerKeystores}: a listener's C{listener.name.<name>.ssl.*}: a new
-    TLS context for new connections, existing ones keep theirs.
+    TLS context for new connections, existing ones keep theirs;
+  - L{ReplicationThrottles}: C{leader.replication.throttled.rate},
+    C{follower.replication.throttled.rate}, in place.
 """
 
 from __future__ import annotations
 
-from kafkatwist.config import KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, listenerSslKey
+from kafkatwist.config import (
+    KEYS,
+    TOPIC_KEYS,
+    BrokerConfig,
+    ConfigError,
+    listenerConnectionKey,
+    listenerSslKey,
+)
 from kafkatwist.dynamicconfig import Reconfigurable
 from kafkatwist.errors import KafkaError
 
@@ -33,7 +48,10 @@ __all__ = [
     "HandlerThreads",
     "ListenerKeystores",
     "LogDefaults",
+    "NetworkThreads",
+    "ReplicationThrottles",
     "brokerLogDefaults",
+    "connectionRates",
     "makeLogCleaner",
 ]
 
@@ -145,6 +163,21 @@ class CleanerSettings(Reconfigurable):
         self.broker.logCleaner = replacement
 
 
+def checkThreadCount(key: str, current: int, wanted: int) -> None:
+    """
+    Kafka's bounds on a dynamic thread count (C{DynamicThreadPool},
+    C{DataPlaneAcceptor}): from half to double the current count.
+
+    @raise ConfigError: out of them.
+    """
+    if wanted == current:
+        return
+    if wanted < current / 2:
+        raise ConfigError(key, f"value should be at least half the current value {current}")
+    if wanted > current * 2:
+        raise ConfigError(key, f"value should not be greater than double the current value {current}")
+
+
 class HandlerThreads(Reconfigurable):
     keys = frozenset(("num.io.threads",))
 
@@ -152,29 +185,72 @@ class HandlerThreads(Reconfigurable):
         self.server = server
 
     def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        # Kafka's DynamicThreadPool bounds.
-        current, wanted = self.server.handlerPool.numThreads, new["num.io.threads"]
-        if wanted < current / 2:
-            raise ConfigError("num.io.threads", f"value should be at least half the current value {current}")
-        if wanted > current * 2:
-            raise ConfigError(
-                "num.io.threads", f"value should not be greater than double the current value {current}"
-            )
+        checkThreadCount("num.io.threads", self.server.handlerPool.numThreads, new["num.io.threads"])
 
     def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
         self.server.handlerPool.resize(new["num.io.threads"])
 
 
+class NetworkThreads(Reconfigurable):
+    """
+    C{num.network.threads}: the Processors the Acceptors share.
+
+    @ivar count: the count last asked for (the list itself changes on the
+        main thread, a moment later).
+    """
+
+    keys = frozenset(("num.network.threads",))
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.count = len(server.processors)
+
+    def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        checkThreadCount("num.network.threads", self.count, new["num.network.threads"])
+
+    def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        self.count = new["num.network.threads"]
+        if self.server.started:
+            self.server.mainReactor.callFromThread(self.server.resizeProcessors, self.count)
+        else:
+            # Start-up (stored configs): nothing runs yet.
+            self.server.resizeProcessors(self.count)
+
+
+def connectionRates(config) -> tuple[int, dict[str, int]]:
+    """
+    C{max.connection.creation.rate}: the broker's, and each listener's
+    (its own key, else the broker's).
+    """
+    key = "max.connection.creation.rate"
+    return config[key], {l.name: config.listenerSetting(l.name, key) for l in config.listeners}
+
+
 class ConnectionLimits(Reconfigurable):
-    keys = frozenset(("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"))
+    keys = frozenset((
+        "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
+    ))
 
     def __init__(self, server) -> None:
         self.server = server
 
+    def _concerns(self, key: str) -> bool:
+        return key in self.keys or listenerConnectionKey(key) is not None
+
+    def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        # Kafka's ListenerConnectionQuota.validateReconfiguration.
+        for name, rate in connectionRates(new)[1].items():
+            if rate <= 0:
+                raise ConfigError(f"listener.name.{name.lower()}.max.connection.creation.rate",
+                                  f"Invalid max.connection.creation.rate {rate}")
+
     def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        self.server.quotas.update(
+        quotas = self.server.quotas
+        quotas.update(
             new["max.connections"], new["max.connections.per.ip"], new["max.connections.per.ip.overrides"]
         )
+        quotas.updateRates(*connectionRates(new))
 
 
 class ListenerKeystores(Reconfigurable):
@@ -205,6 +281,21 @@ class ListenerKeystores(Reconfigurable):
             self.server.tlsContextFactories[name].replace(factory)
 
 
+class ReplicationThrottles(Reconfigurable):
+    """
+    C{leader.replication.throttled.rate}, C{follower.replication.throttled.rate}:
+    the bounds change in place, read at the next fetch.
+    """
+
+    keys = frozenset(("leader.replication.throttled.rate", "follower.replication.throttled.rate"))
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def reconfigure(self, old: BrokerConfig, new: BrokerConfig) -> None:
+        self.broker.replicationQuotas.update(new)
+
+
 def reconfigurables(broker, server) -> list[Reconfigurable]:
     """
     Everything that applies dynamic broker configs on this broker.
@@ -213,6 +304,8 @@ def reconfigurables(broker, server) -> list[Reconfigurable]:
         LogDefaults(broker),
         CleanerSettings(broker),
         HandlerThreads(server),
+        NetworkThreads(server),
         ConnectionLimits(server),
         ListenerKeystores(server),
+        ReplicationThrottles(broker),
     ]

@@ -33,6 +33,8 @@ from kafkatwist.reconfigure import (
     ConnectionLimits,
     HandlerThreads,
     ListenerKeystores,
+    NetworkThreads,
+    ReplicationThrottles,
     brokerLogDefaults,
     makeLogCleaner,
     reconfigurables,
@@ -120,6 +122,14 @@ def awaitCoordinatorReplication(broker, config, logManager) -> None:
         runtime = getattr(coordinator, "runtime", None)
         if runtime is not None:
             runtime.awaitReplication = waiter
+    # Markers are appended with acks=-1 too, waiting up to request.timeout.ms
+    # (Kafka's WriteTxnMarkers path).
+    writer = getattr(broker.transactionCoordinator, "markerWriter", None)
+    if writer is not None:
+        writer.awaitReplication = ReplicationWaiter(
+            logManager, broker.producePurgatory, replicaManager.clock,
+            config["request.timeout.ms"],
+        )
 
 
 def _clustered(config) -> bool:
@@ -173,6 +183,7 @@ class BrokerService(service.Service):
         # Before anything that hands it on (the cluster layer takes it as
         # its IReplicaManager); it gets the log once that is open.
         self.broker.replicaManager = makeReplicaManager(self.broker, config)
+        self.broker.replicaManager.followerQuota = self.broker.replicationQuotas.follower
         registry.build(self.broker)
         self.server = SocketServer(config, self.broker, self.reactor)
         self._bindListeners()
@@ -208,7 +219,8 @@ class BrokerService(service.Service):
         dynamic.load()
         self.broker.dynamicConfig = dynamic
         for reconfigurable in (
-            HandlerThreads(self.server), ConnectionLimits(self.server), ListenerKeystores(self.server)
+            HandlerThreads(self.server), NetworkThreads(self.server), ConnectionLimits(self.server),
+            ListenerKeystores(self.server), ReplicationThrottles(self.broker),
         ):
             reconfigurable.reconfigure(config, dynamic.current)
         config = dynamic.current
@@ -229,7 +241,7 @@ class BrokerService(service.Service):
             self.broker, config, self.logManager, loadAll=single
         )
         self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager, loadAll=single
+            self.broker, config, self.logManager, loadAll=single, cluster=self.cluster
         )
         for reconfigurable in reconfigurables(self.broker, self.server):
             dynamic.addReconfigurable(reconfigurable)

@@ -53,12 +53,9 @@ class BrokerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env.update(self.extraEnv)
-        # A restart appends to the same log: only what this run writes
-        # tells whether it started, and on which ports.
-        try:
-            startedAt = os.path.getsize(self.logPath)
-        except FileNotFoundError:
-            startedAt = 0
+        # A restart appends to the same log: only what this process writes
+        # says it started (and on which ports).
+        startedAt = os.path.getsize(self.logPath) if os.path.exists(self.logPath) else 0
         self._log = open(self.logPath, "ab")
         preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if self.ignoreSigint else None
         self.process = subprocess.Popen(
@@ -84,13 +81,10 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def output(self, since: int = 0) -> str:
-        """
-        The broker's log, from byte C{since}.
-        """
+    def output(self, offset: int = 0) -> str:
         try:
             with open(self.logPath, "rb") as f:
-                f.seek(since)
+                f.seek(offset)
                 return f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""

@@ -6,7 +6,8 @@ coordinator's: inputs in, effects out).
 It is level-triggered: every input carries the current L{ClusterImage},
 and C{reconcile} compares what the image says with what it should say --
 every partition with a live leader from its ISR, no dead broker in an ISR,
-no leader on a broker shutting down, queued deletions carried out -- and
+no leader on a broker shutting down, queued deletions finished once every
+replica's broker deleted its replicas -- and
 asks for the conditional writes that close the gap.  A write that loses a
 race (the state changed under it) fails in the shell, which reads the
 state again; the next image is reconciled in turn.  So the machine keeps
@@ -15,8 +16,9 @@ is moving leaders away from.
 
 Elections follow Kafka's (C{PartitionLeaderElectionAlgorithms}): the
 first live replica, in assignment order, that is in the ISR; outside the
-ISR only when C{unclean.leader.election.enable} (or an unclean
-ElectLeaders) allows it.  An ISR never becomes empty: with no live member
+ISR only when C{unclean.leader.election.enable} (the topic's override in
+C{/config/topics}, else the broker's; or an unclean ElectLeaders) allows
+it.  An ISR never becomes empty: with no live member
 the partition is left leaderless (leader -1) with its last ISR, so the
 replica that had everything is elected when it comes back.
 """
@@ -25,7 +27,15 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
-from kafkatwist.cluster.effects import DeleteTopic, Respond, SetTimer, WriteState
+from kafkatwist.cluster import reassignment as R
+from kafkatwist.cluster.effects import (
+    CompleteReassignment,
+    DeleteTopic,
+    Respond,
+    SetTimer,
+    WriteAssignment,
+    WriteState,
+)
 from kafkatwist.cluster.image import ClusterImage
 from kafkatwist.cluster.zkdata import NO_LEADER, PartitionState
 from kafkatwist.errors import ErrorCode
@@ -40,7 +50,8 @@ REBALANCE_TIMER = "leader-rebalance"
 class ControllerMachine:
     """
     @param brokerId: this broker (the controller while active).
-    @param unclean: C{unclean.leader.election.enable}.
+    @param unclean: the broker's C{unclean.leader.election.enable} (a
+        topic's override in its configs wins).
     @param autoRebalance: C{auto.leader.rebalance.enable}.
     @param rebalanceIntervalMs: C{leader.imbalance.check.interval.seconds}, in ms.
     @param imbalancePercentage: C{leader.imbalance.per.broker.percentage}.
@@ -62,6 +73,12 @@ class ControllerMachine:
         self.epoch = epoch
         log.info("Broker {id} is the controller (epoch {epoch})", id=self.brokerId, epoch=epoch)
         effects = self.reconcile(nowMs, image)
+        # Reassignments in progress resume (Kafka's controller fail-over):
+        # a new leader epoch tells every replica, the added ones included.
+        written = {(e.topic, e.partition) for e in effects if isinstance(e, (WriteState, CompleteReassignment))}
+        for topic, partition, replicas, state in image.partitions():
+            if (topic, partition) not in written and self._reassigning(image, topic, partition, state):
+                effects.append(self._write(topic, state, partition, state.leader, state.isr, "reassignment"))
         if self.autoRebalance:
             effects.append(SetTimer(REBALANCE_TIMER, self.rebalanceIntervalMs))
         return effects
@@ -87,13 +104,84 @@ class ControllerMachine:
         live = image.live()
         leaving = image.shuttingDown & live
         for topic in sorted(image.deleting):
-            effects.append(DeleteTopic(topic))
+            if self._deletionDone(topic, image):
+                effects.append(DeleteTopic(topic))
         for topic, partition, replicas, state in image.partitions():
             if topic in image.deleting:
                 continue
-            effect = self._partition(topic, partition, replicas, state, live, leaving)
+            effect = self._partition(topic, partition, replicas, state, live, leaving,
+                                     self._unclean(topic, image))
+            if effect is None and state is not None:
+                effect = self._completeReassignment(image, topic, partition, replicas, state, live)
             if effect is not None:
                 effects.append(effect)
+        return effects
+
+    def alterReassignments(self, nowMs: int, replyTo, requests, image: ClusterImage) -> list:
+        """
+        AlterPartitionReassignments (45), Kafka's ZooKeeper-mode controller:
+        each partition's new target replicas written to its topic's znode
+        (replacing a reassignment in progress), or, with C{None}, the one
+        in progress cancelled (its target becomes the original replicas);
+        a new leader epoch tells the replicas, and the reassignment
+        completes once every target replica is in the ISR (L{reconcile}).
+        Answered through C{replyTo} with per partition C{(topic,
+        partition, ErrorCode, message)}, or C{ErrorCode.not_controller}.
+
+        @param requests: C{[(topic, partition, replicas or None)]}.
+        """
+        if self.epoch is None:
+            return [Respond(replyTo, ErrorCode.not_controller)]
+        live = image.live()
+        results = []
+        changes: dict[str, dict] = {}
+        for topic, partition, wanted in requests:
+            assignment = image.topics.get(topic)
+            replicas = assignment.partitions.get(partition) if assignment is not None else None
+            adding = assignment.adding.get(partition, ()) if assignment is not None else ()
+            removing = assignment.removing.get(partition, ()) if assignment is not None else ()
+            if wanted is not None:
+                message = R.validate(wanted, R.reassignTo(replicas or (), adding, wanted)[1], live)
+                if message is not None:
+                    results.append((topic, partition, ErrorCode.invalid_replica_assignment, message))
+                    continue
+            if replicas is None or topic in image.deleting:
+                results.append((topic, partition, ErrorCode.unknown_topic_or_partition,
+                                "The partition does not exist."))
+                continue
+            if wanted is None:
+                if not adding and not removing:
+                    results.append((topic, partition, ErrorCode.no_reassignment_in_progress,
+                                    "No partition reassignment is in progress."))
+                    continue
+                wanted = R.origin(replicas, adding)
+            change = R.reassignTo(replicas, adding, wanted)
+            if change != (replicas, adding, removing):
+                changes.setdefault(topic, {})[partition] = change
+            results.append((topic, partition, ErrorCode.none, None))
+        effects: list = []
+        for topic, partitions in changes.items():
+            assignment = image.topics[topic]
+            effects.append(WriteAssignment(topic, partitions, assignment.zkVersion))
+            for partition, (replicas, adding, removing) in partitions.items():
+                state = image.states.get((topic, partition))
+                if state is None:
+                    continue
+                if adding or removing:
+                    if not set(R.target(replicas, removing)) <= set(state.isr):
+                        # Kafka's phase A: a new leader epoch carries the
+                        # new replica set to the leader, the added replicas
+                        # follow.
+                        effects.append(self._write(topic, state, partition, state.leader, state.isr,
+                                                   "reassignment"))
+                    continue
+                # Done at once (cancelled, reordered): Kafka's phase B on
+                # the state -- a new leader epoch, the leader in the
+                # replicas, the ISR without those no longer replicas.
+                finished = self._finish(replicas, state, live)
+                if finished is not None:
+                    effects.append(self._write(topic, state, partition, *finished, "reassignment"))
+        effects.append(Respond(replyTo, results))
         return effects
 
     def timerFired(self, nowMs: int, key, image: ClusterImage) -> list:
@@ -156,7 +244,20 @@ class ControllerMachine:
 
     # -- decisions -------------------------------------------------------------------
 
-    def _partition(self, topic, partition, replicas, state: PartitionState | None, live, leaving):
+    def _unclean(self, topic: str, image: ClusterImage) -> bool:
+        """
+        C{unclean.leader.election.enable} for C{topic}: its override in
+        C{/config/topics} (Kafka's topic config), else the broker's.
+        """
+        value = image.configs.get(topic, {}).get("unclean.leader.election.enable")
+        if value is not None:
+            value = value.strip().lower()
+            if value in ("true", "false"):
+                return value == "true"
+        return self.unclean
+
+    def _partition(self, topic, partition, replicas, state: PartitionState | None, live, leaving,
+                   unclean: bool):
         if state is None:
             # A new partition (Kafka's NewPartition -> OnlinePartition): the
             # live replicas are the ISR, the first of them leads.
@@ -167,7 +268,7 @@ class ControllerMachine:
             return WriteState(topic, partition, PartitionState(isr[0], 0, isr, self.epoch), -1, "new partition")
         leaderOk = state.leader in live and state.leader not in leaving
         if not leaderOk:
-            candidate = self._electable(replicas, state, live, leaving, unclean=self.unclean)
+            candidate = self._electable(replicas, state, live, leaving, unclean=unclean)
             if candidate is not None:
                 leader, isr = candidate
                 why = "controlled shutdown" if state.leader in leaving else "offline leader"
@@ -189,6 +290,74 @@ class ControllerMachine:
         if isr != state.isr:
             return self._write(topic, state, partition, state.leader, isr, "replica offline")
         return None
+
+    @staticmethod
+    def _deletionDone(topic: str, image: ClusterImage) -> bool:
+        """
+        Kafka's C{TopicDeletionManager}: a topic queued for deletion leaves
+        ZooKeeper only once every broker holding one of its replicas has
+        deleted it (said so for this topic id).  A broker that is down
+        keeps the topic queued (Kafka's "ineligible for deletion") until it
+        returns and deletes its replicas.
+        """
+        assignment = image.topics.get(topic)
+        if assignment is None:
+            return True
+        holders = {r for replicas in assignment.partitions.values() for r in replicas}
+        done = image.deletedReplicas.get(topic, {})
+        return all(done.get(b) == assignment.topicId for b in holders)
+
+    @staticmethod
+    def _reassigning(image: ClusterImage, topic: str, partition: int, state) -> bool:
+        """
+        Whether the partition has a reassignment that still waits for its
+        target replicas to join the ISR.
+        """
+        assignment = image.topics.get(topic)
+        if state is None or assignment is None or topic in image.deleting:
+            return False
+        removing = assignment.removing.get(partition, ())
+        if not assignment.adding.get(partition) and not removing:
+            return False
+        target = R.target(assignment.partitions[partition], removing)
+        return not set(target) <= set(state.isr)
+
+    def _completeReassignment(self, image: ClusterImage, topic, partition, replicas, state, live):
+        """
+        Kafka's phase B: once every target replica is in the ISR, the
+        target becomes the assignment; the leader moves to the first live
+        target replica of the ISR if it is not one; the removed replicas
+        leave the ISR (their brokers see they no longer host the partition
+        and delete it).
+        """
+        assignment = image.topics[topic]
+        removing = assignment.removing.get(partition, ())
+        if not assignment.adding.get(partition) and not removing:
+            return None
+        target = R.target(replicas, removing)
+        if not set(target) <= set(state.isr):
+            return None
+        finished = self._finish(target, state, live)
+        if finished is None:
+            return None
+        new = PartitionState(finished[0], state.leaderEpoch + 1, finished[1], self.epoch)
+        return CompleteReassignment(topic, partition, target, new, assignment.zkVersion, state.zkVersion)
+
+    @staticmethod
+    def _finish(target, state, live):
+        """
+        The leader and ISR a reassignment to C{target} ends with (Kafka's
+        C{ReassignPartitionLeaderElectionStrategy}: the first live target
+        replica in the ISR when the leader is not a live target replica),
+        or C{None} while there is none.
+        """
+        leader = state.leader
+        if leader not in target or leader not in live:
+            leader = next((r for r in target if r in live and r in state.isr), None)
+            if leader is None:
+                return None
+        isr = tuple(r for r in state.isr if r in target) or (leader,)
+        return leader, isr
 
     def _electable(self, replicas, state: PartitionState, live, leaving, unclean: bool):
         """

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kafkatwist.cluster.zkdata import PartitionState
 from kafkatwist.coordinator.effects import Respond, SetTimer
 
-__all__ = ["DeleteTopic", "Respond", "SetTimer", "WriteState"]
+__all__ = ["CompleteReassignment", "DeleteTopic", "Respond", "SetTimer", "WriteAssignment", "WriteState"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,34 @@ class DeleteTopic:
     """
 
     topic: str
+
+
+@dataclass(frozen=True)
+class WriteAssignment:
+    """
+    Write new replicas for some partitions of a topic (a reassignment
+    begins, is replaced or cancelled): C{partitions} maps each to
+    C{(replicas, adding, removing)}; the topic znode is written over the
+    version the machine read.
+    """
+
+    topic: str
+    partitions: dict
+    expectedVersion: int
+
+
+@dataclass(frozen=True)
+class CompleteReassignment:
+    """
+    Finish a partition's reassignment in one transaction: its replicas
+    become the target (nothing added or removed any more) and its state the
+    one given (the leader moved into the target if it was not, the removed
+    replicas out of the ISR, a new leader epoch).
+    """
+
+    topic: str
+    partition: int
+    replicas: tuple
+    state: PartitionState
+    topicVersion: int
+    stateVersion: int

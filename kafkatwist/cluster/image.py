@@ -26,6 +26,8 @@ class ClusterImage:
     @ivar configs: each topic's overrides (C{/config/topics}).
     @ivar deleting: topics queued for deletion (C{/admin/delete_topics}).
     @ivar shuttingDown: brokers that asked to have their leaders moved away.
+    @ivar deletedReplicas: for each topic queued for deletion, the brokers
+        that deleted their replicas of it, with the topic id they deleted.
     """
 
     brokers: "MappingProxyType[int, BrokerInfo]" = field(default_factory=lambda: _EMPTY)
@@ -35,6 +37,9 @@ class ClusterImage:
     configs: "MappingProxyType[str, dict]" = field(default_factory=lambda: _EMPTY)
     deleting: frozenset = frozenset()
     shuttingDown: frozenset = frozenset()
+    deletedReplicas: "MappingProxyType[str, MappingProxyType[int, object]]" = field(
+        default_factory=lambda: _EMPTY
+    )
     clusterId: str | None = None
     #: bumped by every published image (tests and waits compare it)
     serial: int = field(default=0, compare=False)

@@ -39,7 +39,14 @@ from zope.interface import implementer
 
 from kafkatwist.cluster import zkdata as Z
 from kafkatwist.cluster.controller import ControllerMachine, assignReplicas
-from kafkatwist.cluster.effects import DeleteTopic, Respond, SetTimer, WriteState
+from kafkatwist.cluster.effects import (
+    CompleteReassignment,
+    DeleteTopic,
+    Respond,
+    SetTimer,
+    WriteAssignment,
+    WriteState,
+)
 from kafkatwist.cluster.image import ClusterImage, freeze
 from kafkatwist.cluster.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
@@ -101,6 +108,12 @@ class ClusterService:
         self._states: dict[tuple[str, int], Z.PartitionState] = {}
         self._configs: dict[str, dict] = {}
         self._deleting: set[str] = set()
+        #: topic queued for deletion -> {broker id: the topic id it deleted}
+        self._deletedReplicas: dict[str, dict] = {}
+        #: (topic, topic id) whose replicas this broker deleted and said so
+        self._deletedHere: set = set()
+        #: set by a controller write that lost a race (the state changed under it)
+        self._lostRace = False
         self._shuttingDown: set[int] = set()
         self._controllerId = -1
         self._epochZkVersion: int | None = None
@@ -237,6 +250,9 @@ class ClusterService:
         self._stopping = True
         if not self._started:
             return
+        # A second stop returns at once (the owner thread is gone: a call
+        # to it would wait out its timeout).
+        self._started = False
         try:
             self.owner.call(self._resign, timeout=5)
         except Exception:
@@ -352,6 +368,12 @@ class ClusterService:
 
     def _createTopic(self, name, assignment, configs, topicId, onDone):
         try:
+            if self.zk.exists(Z.deleteTopicPath(name)) is not None:
+                # Kafka's AdminZkClient.validateTopicCreate: until every
+                # replica of the old topic is deleted.
+                onDone(None, KafkaError(ErrorCode.topic_already_exists,
+                                        f"Topic '{name}' is marked for deletion."))
+                return
             if self.zk.exists(Z.topicPath(name)) is not None:
                 raise NodeExistsError()
             self.zk.ensure_path(Z.CONFIG_TOPICS)
@@ -412,6 +434,8 @@ class ClusterService:
         try:
             data, stat = self.zk.get(Z.topicPath(name))
             current = Z.decodeTopic(name, data)
+            if current.adding or current.removing:
+                raise KafkaError(ErrorCode.reassignment_in_progress, "A partition reassignment is in progress.")
             merged = dict(current.partitions)
             if set(added) & set(merged):
                 raise KafkaError(ErrorCode.invalid_partitions, "partitions exist already")
@@ -464,6 +488,85 @@ class ClusterService:
     def _electLeaders(self, electionType, partitions, onDone):
         self._perform(self.controller.electLeaders(_nowMs(), onDone, electionType, partitions, self.image))
         self._settle()
+
+    def alterReassignments(self, requests, onDone) -> None:
+        """
+        AlterPartitionReassignments on the controller: C{requests} is
+        C{[(topic, partition, replicas or None)]}; C{onDone(results)} with
+        per partition (topic, partition, ErrorCode, message), or
+        C{onDone(ErrorCode.not_controller)}.
+        """
+        self.owner.submit(self._alterReassignments, list(requests), onDone)
+
+    def _alterReassignments(self, requests, onDone, fromZooKeeper: bool = False):
+        for _ in range(5):
+            answers = []
+            self._lostRace = False
+            self._perform(self.controller.alterReassignments(_nowMs(), answers.append, requests, self._publish()))
+            if not self._lostRace:
+                break
+        else:
+            answers = [[(t, p, ErrorCode.request_timed_out, "The topic changed meanwhile; try again.")
+                        for t, p, _ in requests]]
+        result = answers[0]
+        if not isinstance(result, ErrorCode):
+            # The latest reassignment wins over one asked in ZooKeeper
+            # (Kafka's maybeRemoveFromZkReassignment); one from there that
+            # cannot start is taken out of it.
+            if fromZooKeeper:
+                failed = {(t, p) for t, p, code, _ in result if code != ErrorCode.none}
+                self._pruneZkReassignment(lambda t, p, replicas: (t, p) in failed or self._reassigned(t, p, replicas))
+            else:
+                started = {(t, p) for t, p, code, _ in result if code == ErrorCode.none}
+                self._pruneZkReassignment(lambda t, p, replicas: (t, p) in started)
+        self._settle()
+        onDone(result)
+
+    def _reassigned(self, topic: str, partition: int, replicas) -> bool:
+        assignment = self._topics.get(topic)
+        return (assignment is not None and not assignment.adding.get(partition)
+                and not assignment.removing.get(partition)
+                and assignment.partitions.get(partition) == tuple(replicas))
+
+    def _readZkReassignment(self) -> None:
+        """
+        C{/admin/reassign_partitions} (Kafka's ZooKeeper-era way to ask,
+        still read by ZooKeeper-mode Kafka 3.x's controller): its
+        reassignments start; each partition leaves the znode when it
+        completes, the znode goes when empty.  Watched on every broker,
+        acted on by the controller.
+        """
+        found = self._get(Z.REASSIGN_PARTITIONS)
+        if found is None or not self.controller.active:
+            return
+        try:
+            entries = Z.decodeReassignment(found[0])
+        except Z.ZkDataError as e:
+            log.warn("Ignoring {path}: {e}", path=Z.REASSIGN_PARTITIONS, e=e)
+            return
+        self._alterReassignments(entries, lambda result: None, fromZooKeeper=True)
+
+    def _pruneZkReassignment(self, remove) -> None:
+        try:
+            data, stat = self.zk.get(Z.REASSIGN_PARTITIONS)
+            entries = Z.decodeReassignment(data)
+        except NoNodeError:
+            return
+        except (KazooException, Z.ZkDataError) as e:
+            log.warn("Cannot read {path}: {e}", path=Z.REASSIGN_PARTITIONS, e=e)
+            return
+        kept = [e for e in entries if not remove(*e)]
+        if len(kept) == len(entries) or self._epochZkVersion is None:
+            return
+        transaction = self._fenced()
+        if kept:
+            transaction.set_data(Z.REASSIGN_PARTITIONS, Z.encodeReassignment(kept), version=stat.version)
+        else:
+            transaction.delete(Z.REASSIGN_PARTITIONS, version=stat.version)
+        try:
+            self._commit(transaction, Z.REASSIGN_PARTITIONS)
+        except KazooException as e:
+            log.warn("Cannot update {path}: {e}", path=Z.REASSIGN_PARTITIONS, e=e)
 
     def waitFor(self, predicate, timeout: float, onDone) -> None:
         """
@@ -568,6 +671,12 @@ class ClusterService:
             self._readIsrChanges()
         elif path == Z.CONTROLLED_SHUTDOWN:
             self._readShutdowns()
+        elif path == Z.REASSIGN_PARTITIONS:
+            self._readZkReassignment()
+        elif path.startswith(Z.DELETED_REPLICAS + "/"):
+            topic = path[len(Z.DELETED_REPLICAS) + 1:].split("/")[0]
+            if topic in self._deleting:
+                self._readDeletedReplicas(topic)
         elif path.startswith(Z.CONFIG_TOPICS + "/"):
             self._readConfig(path[len(Z.CONFIG_TOPICS) + 1:])
         elif path.startswith(Z.TOPICS + "/"):
@@ -654,7 +763,7 @@ class ClusterService:
             self._forgetTopic(name)
             return
         try:
-            assignment = Z.decodeTopic(name, found[0])
+            assignment = Z.decodeTopic(name, found[0], found[1].version)
         except Z.ZkDataError as e:
             log.warn("Ignoring topic znode: {e}", e=e)
             return
@@ -691,6 +800,28 @@ class ClusterService:
 
     def _readDeletions(self) -> None:
         self._deleting = set(self._children(Z.DELETE_TOPICS))
+        for topic in list(self._deletedReplicas):
+            if topic not in self._deleting:
+                del self._deletedReplicas[topic]
+        for topic in self._deleting:
+            self._readDeletedReplicas(topic)
+
+    def _readDeletedReplicas(self, topic: str) -> None:
+        """
+        Which brokers deleted their replicas of C{topic} (watched: the
+        controller finishes the deletion when the last one says so).
+        """
+        done = {}
+        for child in self._children(Z.deletedReplicasPath(topic)):
+            try:
+                brokerId = int(child)
+                data, _ = self.zk.get(Z.deletedReplicaPath(topic, brokerId))
+                done[brokerId] = Z.decodeDeletedReplica(topic, data)
+            except (ValueError, NoNodeError):
+                continue
+            except Z.ZkDataError as e:
+                log.warn("Ignoring a deleted replica's znode: {e}", e=e)
+        self._deletedReplicas[topic] = done
 
     def _readShutdowns(self) -> None:
         ids = set()
@@ -773,6 +904,7 @@ class ClusterService:
         self._publish()
         self._perform(self.controller.activate(_nowMs(), epoch, self.image))
         self._readIsrChanges()
+        self._readZkReassignment()
 
     def _resign(self) -> None:
         self._perform(self.controller.resign(_nowMs()))
@@ -793,6 +925,7 @@ class ClusterService:
             configs=freeze(self._configs),
             deleting=frozenset(self._deleting),
             shuttingDown=frozenset(self._shuttingDown),
+            deletedReplicas=freeze({t: freeze(d) for t, d in self._deletedReplicas.items()}),
             clusterId=self._clusterId,
             serial=self._serial,
         )
@@ -825,16 +958,16 @@ class ClusterService:
 
     def _retryLater(self) -> None:
         """
-        A controller write failed on ZooKeeper itself (connection loss, not
-        a lost race): reconcile again shortly, since no watch may fire to
-        bring it back.
+        A controller write (or a broker's word that it deleted replicas)
+        failed on ZooKeeper itself (connection loss, not a lost race):
+        settle again shortly, since no watch may fire to bring it back.
         """
         if self._retry is None:
             self._retry = self.owner.callLater(1.0, self._retryNow)
 
     def _retryNow(self) -> None:
         self._retry = None
-        if self.controller.active and not self._stopping:
+        if not self._stopping:
             self._settle()
 
     def _perform(self, effects) -> bool:
@@ -846,6 +979,10 @@ class ClusterService:
             kind = type(effect)
             if kind is WriteState:
                 wrote = self._writeState(effect) or wrote
+            elif kind is WriteAssignment:
+                wrote = self._writeAssignment(effect) or wrote
+            elif kind is CompleteReassignment:
+                wrote = self._completeReassignment(effect) or wrote
             elif kind is DeleteTopic:
                 wrote = self._deleteTopicZnodes(effect.topic) or wrote
             elif kind is Respond:
@@ -912,6 +1049,7 @@ class ClusterService:
         if committed is None:
             return False
         if not committed:
+            self._lostRace = True
             self._readState(topic, partition)
             return True
         log.info(
@@ -921,6 +1059,62 @@ class ClusterService:
         )
         self._readState(topic, partition)
         return True
+
+    def _writeTopic(self, topic: str, changes: dict, expectedVersion: int, state=None) -> bool | None:
+        """
+        Write some partitions' replicas (C{changes}: partition ->
+        (replicas, adding, removing)) into the topic's znode over
+        C{expectedVersion}, with a partition's state in the same
+        transaction if C{state} is C{(partition, PartitionState,
+        version)}.
+
+        @return: as L{_commit}, C{None} also when ZooKeeper failed.
+        """
+        current = self._topics.get(topic)
+        if current is None or self._epochZkVersion is None:
+            return False
+        partitions, adding, removing = dict(current.partitions), dict(current.adding), dict(current.removing)
+        for partition, (replicas, add, remove) in changes.items():
+            partitions[partition], adding[partition], removing[partition] = replicas, add, remove
+        transaction = self._fenced()
+        transaction.set_data(Z.topicPath(topic), Z.encodeTopic(current.topicId, partitions, adding, removing),
+                             version=expectedVersion)
+        if state is not None:
+            partition, new, version = state
+            transaction.set_data(Z.statePath(topic, partition), Z.encodeState(new), version=version)
+        try:
+            committed = self._commit(transaction, Z.topicPath(topic))
+        except KazooException as e:
+            log.warn("Writing {path} failed: {e}; trying again in a second", path=Z.topicPath(topic), e=e)
+            self._retryLater()
+            committed = None
+        if not committed:
+            self._lostRace = True
+        if committed is not None:
+            self._readTopic(topic)
+        return committed
+
+    def _writeAssignment(self, effect: WriteAssignment) -> bool:
+        committed = self._writeTopic(effect.topic, effect.partitions, effect.expectedVersion)
+        if committed:
+            for partition, (replicas, adding, removing) in sorted(effect.partitions.items()):
+                log.info("Partition {topic}-{partition}: replicas {replicas} (adding {adding}, removing "
+                         "{removing})", topic=effect.topic, partition=partition, replicas=list(replicas),
+                         adding=list(adding), removing=list(removing))
+        return committed is not None
+
+    def _completeReassignment(self, effect: CompleteReassignment) -> bool:
+        topic, partition, state = effect.topic, effect.partition, effect.state
+        committed = self._writeTopic(topic, {partition: (effect.replicas, (), ())}, effect.topicVersion,
+                                     (partition, state, effect.stateVersion))
+        if committed:
+            log.info("Partition {topic}-{partition}: reassigned to {replicas}, leader {leader}, leader epoch "
+                     "{epoch}, ISR {isr}", topic=topic, partition=partition, replicas=list(effect.replicas),
+                     leader=state.leader, epoch=state.leaderEpoch, isr=list(state.isr))
+            self._pruneZkReassignment(
+                lambda t, p, replicas: (t, p) == (topic, partition) and tuple(replicas) == tuple(effect.replicas)
+            )
+        return committed is not None
 
     def _deleteTopicZnodes(self, name: str) -> bool:
         paths = []
@@ -936,6 +1130,12 @@ class ClusterService:
             paths.append(Z.topicPath(name))
         if self.zk.exists(Z.topicConfigPath(name)) is not None:
             paths.append(Z.topicConfigPath(name))
+        try:
+            done = Z.deletedReplicasPath(name)
+            paths.extend(f"{done}/{c}" for c in self.zk.get_children(done))
+            paths.append(done)
+        except NoNodeError:
+            pass
         paths.append(Z.deleteTopicPath(name))
         transaction = self._fenced()
         for path in paths:
@@ -990,15 +1190,53 @@ class ClusterService:
         for key in gone:
             del self._applied[key]
             topic, partition = key
-            deleted = topic not in image.topics or topic in image.deleting
+            assignment = image.topics.get(topic)
+            deleted = assignment is None or topic in image.deleting
+            # Reassigned away: this replica's data goes too.
+            removed = not deleted and me not in assignment.partitions.get(partition, ())
             try:
-                self.replicaManager.stopReplica(topic, partition, deleted)
+                self.replicaManager.stopReplica(topic, partition, deleted or removed)
             except Exception:
                 log.failure("replica manager failed to stop {topic}-{partition}", topic=topic, partition=partition)
-            if deleted:
+            if deleted or (removed and not any(me in r for r in assignment.partitions.values())):
                 deletedTopics.add(topic)
         for topic in deletedTopics:
             self._deleteLocal(topic)
+        self._deleteQueued(image)
+
+    def _deleteQueued(self, image: ClusterImage) -> None:
+        """
+        Delete this broker's replicas of the topics queued for deletion and
+        say so in ZooKeeper (Kafka's StopReplica with delete, and its
+        answer) -- also when this broker was down when the deletion was
+        asked: it deletes them on its return, so the topic never comes
+        back from its disk.
+        """
+        me = self.brokerId
+        for topic in image.deleting:
+            assignment = image.topics.get(topic)
+            if assignment is None or (topic, assignment.topicId) in self._deletedHere:
+                continue
+            if not any(me in replicas for replicas in assignment.partitions.values()):
+                continue
+            if image.deletedReplicas.get(topic, {}).get(me) != assignment.topicId:
+                if not self._deleteLocal(topic):
+                    self._retryLater()
+                    continue
+                path = Z.deletedReplicaPath(topic, me)
+                data = Z.encodeDeletedReplica(assignment.topicId)
+                try:
+                    try:
+                        self.zk.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        self.zk.set(path, data)
+                except KazooException as e:
+                    log.warn("Cannot tell that the replicas of {topic} are deleted: {e}", topic=topic, e=e)
+                    self._retryLater()
+                    continue
+                log.info("Replicas of topic {topic} ({topicId}) on broker {id} deleted",
+                         topic=topic, topicId=Z.encodeTopicId(assignment.topicId), id=me)
+            self._deletedHere.add((topic, assignment.topicId))
 
     def _applyConfigs(self, image: ClusterImage, topics) -> None:
         """
@@ -1052,28 +1290,40 @@ class ClusterService:
             return False
         return True
 
-    def _deleteLocal(self, name: str) -> None:
+    def _deleteLocal(self, name: str) -> bool:
+        """
+        @return: whether this broker holds no replica of C{name} any more.
+        """
         if self.logManager is None or name in INTERNAL_TOPICS:
-            return
+            return True
         try:
             self.logManager.deleteTopic(name)
         except KafkaError:
             pass  # the replica manager deleted it already
         except OSError as e:
             log.warn("Deleting the local replicas of {topic} failed: {e}", topic=name, e=e)
+            return False
+        return True
 
     def _removeStrays(self) -> None:
         """
         Local topics the cluster no longer has (deleted while this broker
-        was down) are deleted -- only when ZooKeeper already held this
-        cluster's id, so a broker pointed at an empty ZooKeeper keeps its
-        data.
+        was down), or no longer has here (reassigned away), are deleted --
+        only when ZooKeeper already held this cluster's id, so a broker
+        pointed at an empty ZooKeeper keeps its data.
         """
         if self.logManager is None or not self._clusterIdWasStored:
             return
+        me = self.brokerId
         for name in list(self.logManager.topics()):
-            if name not in self._topics and name not in INTERNAL_TOPICS:
+            if name in INTERNAL_TOPICS:
+                continue
+            assignment = self._topics.get(name)
+            if assignment is None:
                 log.info("Local topic {topic} is not in the cluster any more: deleted", topic=name)
+                self._deleteLocal(name)
+            elif not any(me in replicas for replicas in assignment.partitions.values()):
+                log.info("Local topic {topic} has no replica here any more: deleted", topic=name)
                 self._deleteLocal(name)
 
     # -- assignment (any thread) -------------------------------------------------------------------

@@ -11,13 +11,14 @@ import base64
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGE = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE + "/isr_change_"
 CONFIG_TOPICS = "/config/topics"
@@ -27,10 +28,15 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 #: kafkatwist's own: a broker asking the controller to move its leaders away
 #: (Kafka sends a ControlledShutdown request to the controller instead)
 CONTROLLED_SHUTDOWN = "/kafkatwist/controlled_shutdown"
+#: kafkatwist's own: each broker's "my replicas of this topic are deleted",
+#: which Kafka's controller learns from StopReplica responses; it removes a
+#: topic queued for deletion only once every replica's broker wrote one
+DELETED_REPLICAS = "/kafkatwist/deleted_replicas"
 
 #: every persistent parent the cluster writes under (Kafka's C{PersistentZkPaths})
 PERSISTENT_PATHS = (
     BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, "/cluster", CONTROLLED_SHUTDOWN,
+    DELETED_REPLICAS,
 )
 
 #: no leader (Kafka's C{LeaderAndIsr.NoLeader})
@@ -73,6 +79,14 @@ def deleteTopicPath(topic: str) -> str:
 
 def controlledShutdownPath(brokerId: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{brokerId}"
+
+
+def deletedReplicasPath(topic: str) -> str:
+    return f"{DELETED_REPLICAS}/{topic}"
+
+
+def deletedReplicaPath(topic: str, brokerId: int) -> str:
+    return f"{DELETED_REPLICAS}/{topic}/{brokerId}"
 
 
 def _load(data: bytes | None, what: str) -> dict:
@@ -191,35 +205,92 @@ def decodeTopicId(text: str) -> uuid.UUID:
 class TopicAssignment:
     """
     A topic's znode: its id and each partition's replicas (the first is the
-    preferred leader).
+    preferred leader).  While a partition is reassigned (KIP-455) its
+    replicas are the original ones and the target ones together, with those
+    being added and those being removed beside them; C{zkVersion} is the
+    znode's version, which the controller's writes of it name.
     """
 
     name: str
     topicId: uuid.UUID
     partitions: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    zkVersion: int = -1
 
 
-def encodeTopic(topicId: uuid.UUID, partitions: dict[int, tuple[int, ...]]) -> bytes:
+def encodeTopic(topicId: uuid.UUID, partitions: dict[int, tuple[int, ...]], adding=None,
+                removing=None) -> bytes:
+    def listed(replicas: dict | None) -> dict:
+        return {str(p): list(r) for p, r in sorted((replicas or {}).items()) if r}
+
     return _dump({
         "version": 3,
         "topic_id": encodeTopicId(topicId),
         "partitions": {str(p): list(replicas) for p, replicas in sorted(partitions.items())},
-        "adding_replicas": {},
-        "removing_replicas": {},
+        "adding_replicas": listed(adding),
+        "removing_replicas": listed(removing),
     })
 
 
-def decodeTopic(name: str, data: bytes) -> TopicAssignment:
+def _replicaLists(name: str, value, what: str) -> dict[int, tuple[int, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ZkDataError(f"topic {name}: bad {what}")
+    try:
+        return {int(p): tuple(int(b) for b in replicas) for p, replicas in value.items()}
+    except (TypeError, ValueError):
+        raise ZkDataError(f"topic {name}: bad {what}") from None
+
+
+def decodeTopic(name: str, data: bytes, zkVersion: int = -1) -> TopicAssignment:
     value = _load(data, f"topic {name}")
     topicId = value.get("topic_id")
     partitions = value.get("partitions")
     if not isinstance(partitions, dict) or not isinstance(topicId, str):
         raise ZkDataError(f"topic {name}: no topic_id or partitions")
+    assignment = _replicaLists(name, partitions, "partitions")
+    adding = {p: r for p, r in _replicaLists(name, value.get("adding_replicas"), "adding_replicas").items()
+              if r and p in assignment}
+    removing = {p: r for p, r in _replicaLists(name, value.get("removing_replicas"), "removing_replicas").items()
+                if r and p in assignment}
+    return TopicAssignment(name, decodeTopicId(topicId), assignment, adding, removing, zkVersion)
+
+
+def encodeReassignment(partitions) -> bytes:
+    """
+    C{/admin/reassign_partitions} (Kafka's C{ReassignPartitionsZNode}).
+
+    @param partitions: C{[(topic, partition, replicas)]}.
+    """
+    return _dump({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)} for t, p, r in partitions
+    ]})
+
+
+def decodeReassignment(data: bytes) -> list[tuple[str, int, tuple[int, ...]]]:
+    value = _load(data, "reassign_partitions")
+    entries = value.get("partitions")
+    if not isinstance(entries, list):
+        raise ZkDataError("reassign_partitions: no partitions")
     try:
-        assignment = {int(p): tuple(int(b) for b in replicas) for p, replicas in partitions.items()}
-    except (TypeError, ValueError):
-        raise ZkDataError(f"topic {name}: bad partitions") from None
-    return TopicAssignment(name, decodeTopicId(topicId), assignment)
+        return [(str(e["topic"]), int(e["partition"]), tuple(int(b) for b in e["replicas"])) for e in entries]
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError("reassign_partitions: bad entry") from None
+
+
+def encodeDeletedReplica(topicId: uuid.UUID) -> bytes:
+    # The topic's id: a broker's word about an older topic of the same
+    # name never counts for a newer one.
+    return _dump({"version": 1, "topic_id": encodeTopicId(topicId)})
+
+
+def decodeDeletedReplica(topic: str, data: bytes) -> uuid.UUID:
+    topicId = _load(data, f"deleted replica of {topic}").get("topic_id")
+    if not isinstance(topicId, str):
+        raise ZkDataError(f"deleted replica of {topic}: no topic_id")
+    return decodeTopicId(topicId)
 
 
 def encodeTopicConfig(configs: dict[str, str]) -> bytes:

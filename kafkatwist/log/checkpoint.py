@@ -37,6 +37,16 @@ def readCheckpoint(path: str) -> dict[tuple[str, int], int]:
             raw = f.read()
     except FileNotFoundError:
         return {}
+    except OSError as e:
+        # Unreadable (EIO, EACCES, a directory in its place): the same
+        # fallback as a malformed file, so one bad file never stops start-up.
+        log.warn(
+            "Ignoring unreadable checkpoint {path}: {error}; recovering from the start of "
+            "every log in it",
+            path=path,
+            error=e,
+        )
+        return {}
     try:
         lines = raw.decode("ascii").splitlines()
         if int(lines[0]) != _VERSION:

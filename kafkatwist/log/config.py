@@ -60,7 +60,7 @@ class ConfigEntry:
     value: str
     source: ConfigSource
     configType: ConfigType
-    brokerKey: str
+    brokerKey: str | None
     readOnly: bool = False
     isSensitive: bool = False
 
@@ -104,7 +104,7 @@ class ConfigDef:
     """
 
     name: str
-    brokerKey: str
+    brokerKey: str | None
     configType: ConfigType
     default: Any
     topicKey: TopicKey
@@ -127,7 +127,8 @@ class ConfigDef:
 
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
-    k.name: ConfigDef(k.name, k.synonyms[0][0], k.type, k.default, k) for k in TOPIC_KEYS.values()
+    k.name: ConfigDef(k.name, k.synonyms[0][0] if k.synonyms else None, k.type, k.default, k)
+    for k in TOPIC_KEYS.values()
 }
 
 
@@ -279,6 +280,10 @@ class LogConfig:
     messageTimestampBeforeMaxMs: int = INT64_MAX
     messageTimestampAfterMaxMs: int = INT64_MAX
     segmentJitterMs: int = 0
+    #: the replicas named for replication throttling (C{partition:broker}
+    #: items, or C{*}; L{kafkatwist.replication.quota.throttles})
+    leaderThrottledReplicas: tuple[str, ...] = ()
+    followerThrottledReplicas: tuple[str, ...] = ()
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, str], defaults: BrokerLogDefaults) -> LogConfig:
@@ -307,6 +312,8 @@ class LogConfig:
             messageTimestampBeforeMaxMs=_orDifference(values, "message.timestamp.before.max.ms"),
             messageTimestampAfterMaxMs=_orDifference(values, "message.timestamp.after.max.ms"),
             segmentJitterMs=values["segment.jitter.ms"],
+            leaderThrottledReplicas=tuple(values["leader.replication.throttled.replicas"]),
+            followerThrottledReplicas=tuple(values["follower.replication.throttled.replicas"]),
         )
 
     @property

@@ -141,6 +141,9 @@ class PartitionLog:
     #: the ISR's size as the replica manager last published it (C{None}:
     #: not replicated, and min.insync.replicas is not checked)
     isrSize: int | None = None
+    #: the ISR's broker ids as the replica manager last published them on
+    #: a leader (replication throttles do not hold back replicas in it)
+    inSyncReplicas: frozenset = frozenset()
 
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"

@@ -1,22 +1,27 @@
 """
 The Acceptor: a listening socket on the main reactor that accepts, enforces
-connection quotas, and hands sockets round-robin to the Processors (Kafka's
-C{SocketServer.Acceptor}).  It never reads a byte of a connection itself.
+connection quotas (L{kafkatwist.network.connectionquotas}), and hands
+sockets round-robin to the Processors (Kafka's C{SocketServer.Acceptor}).
+It never reads a byte of a connection itself, and never blocks: where
+Kafka's acceptor thread waits (a connection creation rate over its limit)
+this one stops reading its socket and a reactor timer admits the
+connection and resumes.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
-import threading
-from collections import Counter
 
 from twisted.internet.interfaces import IReadDescriptor
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.logthrottle import connectionLogs
+from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.transport import tuneSocket
+
+__all__ = ["Acceptor", "ConnectionQuotas"]
 
 log = Logger()
 
@@ -24,61 +29,6 @@ log = Logger()
 ACCEPTS_PER_READ = 64
 #: pause after EMFILE/ENFILE, when accept() would otherwise busy-loop
 DESCRIPTOR_BACKOFF_SECONDS = 0.1
-
-
-class ConnectionQuotas:
-    """
-    C{max.connections}, C{max.connections.per.ip} and its per-address
-    C{max.connections.per.ip.overrides}, counted at accept time and
-    released when a Processor sees the connection close.  Thread-safe.
-    """
-
-    def __init__(self, maxConnections: int, maxPerIp: int, overrides=None) -> None:
-        self.maxConnections = maxConnections
-        self.maxPerIp = maxPerIp
-        self.overrides: dict[str, int] = dict(overrides or {})
-        self._lock = threading.Lock()
-        self._perIp: Counter[str] = Counter()
-        self.total = 0
-
-    def tryAcquire(self, host: str) -> str | None:
-        """
-        @return: C{None} if the connection may proceed, else why not.
-        """
-        with self._lock:
-            if self.total >= self.maxConnections:
-                return f"max.connections={self.maxConnections} reached"
-            limit = self.overrides.get(host)
-            if limit is not None:
-                if self._perIp[host] >= limit:
-                    return f"max.connections.per.ip.overrides={host}:{limit} reached"
-            elif self._perIp[host] >= self.maxPerIp:
-                return f"max.connections.per.ip={self.maxPerIp} reached for {host}"
-            self.total += 1
-            self._perIp[host] += 1
-            return None
-
-    def release(self, host: str) -> None:
-        with self._lock:
-            if self._perIp[host] <= 0:
-                return
-            self.total -= 1
-            self._perIp[host] -= 1
-            if not self._perIp[host]:
-                del self._perIp[host]
-
-    def update(self, maxConnections: int, maxPerIp: int, overrides=None) -> None:
-        """
-        New limits (a dynamic update): connections above them stay, new
-        ones wait until the count is under.
-        """
-        with self._lock:
-            self.maxConnections, self.maxPerIp = maxConnections, maxPerIp
-            self.overrides = dict(overrides or {})
-
-    def count(self, host: str) -> int:
-        with self._lock:
-            return self._perIp[host]
 
 
 @implementer(IReadDescriptor)
@@ -106,6 +56,11 @@ class Acceptor:
         self._fd = self.socket.fileno()
         self._reading = False
         self._resumeCall = None
+        #: the socket held back by a connection creation rate
+        self._held = None
+        #: sockets over their ip's connection_creation_rate -> the timer
+        #: that closes them
+        self._throttled: dict = {}
 
     def startListening(self) -> None:
         self._reading = True
@@ -114,6 +69,15 @@ class Acceptor:
     def stopListening(self) -> None:
         if self._resumeCall is not None and self._resumeCall.active():
             self._resumeCall.cancel()
+        self._resumeCall = None
+        if self._held is not None:
+            self._held[0].close()
+            self._held = None
+        for sock, call in self._throttled.items():
+            if call.active():
+                call.cancel()
+            sock.close()
+        self._throttled = {}
         if self._reading:
             self._reading = False
             self.reactor.removeReader(self)
@@ -151,35 +115,69 @@ class Acceptor:
                     continue
                 raise
             host = address[0]
-            refused = self.quotas.tryAcquire(host)
-            if refused is not None:
-                connectionLogs.emit(
-                    log.info, ("refused", host, refused),
-                    "Refused connection from {host} on {listener}: {why}",
-                    host=host,
-                    listener=self.listener,
-                    why=refused,
-                )
-                sock.close()
-                continue
-            try:
-                tuneSocket(sock, self.sendBuffer, self.receiveBuffer)
-            except OSError:
-                self.quotas.release(host)
-                sock.close()
-                continue
-            processor = self.processors[self._next]
-            self._next = (self._next + 1) % len(self.processors)
-            processor.accept(sock, self.listener, host)
+            delayMs = self.quotas.acceptDelayMs(self.listener.name)
+            if delayMs > 0:
+                # Over max.connection.creation.rate: this connection waits,
+                # and so does every later one (the backlog keeps them).
+                self._held = (sock, host)
+                self._pause(delayMs / 1000.0)
+                return
+            self._admit(sock, host)
+
+    def _admit(self, sock, host: str) -> None:
+        throttleMs = self.quotas.ipThrottleMs(self.listener.name, host)
+        if throttleMs > 0:
+            connectionLogs.emit(
+                log.info, ("throttled", host, self.listener.name),
+                "Closing connection from {host} on {listener} in {delay} ms: over its "
+                "connection_creation_rate",
+                host=host,
+                listener=self.listener,
+                delay=throttleMs,
+            )
+            self._throttled[sock] = self.reactor.callLater(throttleMs / 1000.0, self._closeThrottled, sock)
+            return
+        refused = self.quotas.tryAcquire(host)
+        if refused is not None:
+            connectionLogs.emit(
+                log.info, ("refused", host, refused),
+                "Refused connection from {host} on {listener}: {why}",
+                host=host,
+                listener=self.listener,
+                why=refused,
+            )
+            sock.close()
+            return
+        try:
+            tuneSocket(sock, self.sendBuffer, self.receiveBuffer)
+        except OSError:
+            self.quotas.release(host)
+            sock.close()
+            return
+        # The list may have shrunk since (num.network.threads).
+        processors = self.processors
+        processor = processors[self._next % len(processors)]
+        self._next = (self._next + 1) % len(processors)
+        processor.accept(sock, self.listener, host)
+
+    def _closeThrottled(self, sock) -> None:
+        del self._throttled[sock]
+        sock.close()
 
     def _pauseAccepting(self) -> None:
+        self._pause(DESCRIPTOR_BACKOFF_SECONDS)
+
+    def _pause(self, seconds: float) -> None:
         if self._reading:
             self._reading = False
             self.reactor.removeReader(self)
-            self._resumeCall = self.reactor.callLater(DESCRIPTOR_BACKOFF_SECONDS, self._resume)
+            self._resumeCall = self.reactor.callLater(seconds, self._resume)
 
     def _resume(self) -> None:
         self._resumeCall = None
+        held, self._held = self._held, None
+        if held is not None:
+            self._admit(*held)
         if self._fd != -1 and not self._reading:
             self._reading = True
             self.reactor.addReader(self)

@@ -308,29 +308,30 @@ class Processor:
 
     # -- shutdown ------------------------------------------------------------
 
-    def stop(self, deadline: float) -> defer.Deferred:
+    def stop(self, deadline: float, reason: str = "broker shutting down") -> defer.Deferred:
         """
         Take no more requests, let in-flight ones finish until C{deadline}
-        (reactor seconds), close every connection, stop the thread.
+        (reactor seconds), close every connection (with C{reason}), stop
+        the thread.
 
         @return: a Deferred firing in the main thread once the thread ended.
         """
-        self.callInThread(self._beginStop, deadline)
+        self.callInThread(self._beginStop, deadline, reason)
         return self._stopped
 
-    def _beginStop(self, deadline: float) -> None:
+    def _beginStop(self, deadline: float, reason: str) -> None:
         self._stopping = True
         for connection in self.connections:
             connection.mute()
-        self._waitForInflight(deadline)
+        self._waitForInflight(deadline, reason)
 
-    def _waitForInflight(self, deadline: float) -> None:
+    def _waitForInflight(self, deadline: float, reason: str) -> None:
         busy = [c for c in self.connections if c.inflight]
         if busy and self.reactor.seconds() < deadline:
-            self.reactor.callLater(0.02, self._waitForInflight, deadline)
+            self.reactor.callLater(0.02, self._waitForInflight, deadline, reason)
             return
         for connection in list(self.connections):
-            connection.close("broker shutting down")
+            connection.close(reason)
         self._waitForClosed(self.reactor.seconds() + 1.0)
 
     def _waitForClosed(self, deadline: float) -> None:

@@ -13,12 +13,14 @@ from collections import Counter
 from twisted.internet import defer, threads
 from twisted.logger import Logger
 
-from kafkatwist.network.acceptor import Acceptor, ConnectionQuotas
+from kafkatwist.network.acceptor import Acceptor
+from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.affinity import availableCpus, requestThreadCpus, showCpus
 from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ReloadableContextFactory, listenerContextFactory
+from kafkatwist.reconfigure import connectionRates
 from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 log = Logger()
@@ -50,10 +52,19 @@ class SocketServer:
         # Requests per hand-off: small enough that a handler blocked on disk
         # leaves work for the others.
         self.channel = RequestChannel(config["queued.max.requests"], batchSize=8)
+        maxRate, listenerRates = connectionRates(config)
         self.quotas = ConnectionQuotas(
             config["max.connections"], config["max.connections.per.ip"],
             config["max.connections.per.ip.overrides"],
+            maxRate=maxRate, listenerRates=listenerRates,
+            samples=config["quota.window.num"], windowSeconds=config["quota.window.size.seconds"],
+            clock=lambda: int(mainReactor.seconds() * 1000),
         )
+        # The ip entities' connection_creation_rate (AlterClientQuotas).
+        clientQuotas = getattr(broker, "clientQuotas", None)
+        if clientQuotas is not None:
+            clientQuotas.store.listeners.append(self.quotas.quotasChanged)
+            self.quotas.quotasChanged(clientQuotas.store.quotas())
         #: client certificate -> principal (ssl.principal.mapping.rules)
         self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
         #: TLS listener name -> its context factory (replaced by a dynamic
@@ -65,7 +76,15 @@ class SocketServer:
         }
         #: CPUs the Processors and handler threads keep to (None: any)
         self.requestThreadCpus = requestThreadCpus(config["request.threads.cpu.affinity"], availableCpus())
+        #: the Processors the Acceptors hand connections to: changed only on
+        #: the main reactor once started (L{resizeProcessors})
         self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]
+        self._nextProcessorIndex = len(self.processors)
+        #: Processors removed by a resize and not yet ended (shutdown waits for them)
+        self._retiring: set = set()
+        #: what removed Processors counted (the request metrics keep it)
+        self.retiredStats: list = []
+        self.started = False
         self.handlerPool = HandlerPool(
             self.channel, broker, config["num.io.threads"], cpus=self.requestThreadCpus
         )
@@ -125,12 +144,61 @@ class SocketServer:
             )
         for processor in self.processors:
             processor.start()
+        self.started = True
         self.handlerPool.start()
         useHandlerThreads = getattr(self.broker, "useHandlerThreads", None)
         if useHandlerThreads is not None:
             useHandlerThreads(self.channel.sendCall)
         for acceptor in self.acceptors:
             acceptor.startListening()
+
+    def resizeProcessors(self, count: int) -> None:
+        """
+        Run C{count} Processors (a dynamic C{num.network.threads}), in the
+        main thread once started.  New ones start their threads and the
+        Acceptors hand them connections from their next accept on; removed
+        ones take no more connections, let their in-flight requests finish
+        for up to L{SHUTDOWN_GRACE_SECONDS}, then close their connections
+        (clients reconnect to the others) and end, as Kafka's
+        C{Acceptor.removeProcessors} does.
+        """
+        current = len(self.processors)
+        if count > current:
+            added = [Processor(self._nextProcessorIndex + i, self) for i in range(count - current)]
+            self._nextProcessorIndex += len(added)
+            if self.started:
+                for processor in added:
+                    processor.start()
+            self.processors.extend(added)
+        elif count < current:
+            removed = self.processors[count:]
+            del self.processors[count:]
+            if self.started:
+                deadline = self.mainReactor.seconds() + SHUTDOWN_GRACE_SECONDS
+                for processor in removed:
+                    self._retire(processor, deadline)
+        else:
+            return
+        log.info(
+            "Network threads (num.network.threads) resized from {old} to {new}: processors {indexes}",
+            old=current, new=count, indexes=[p.index for p in self.processors],
+        )
+
+    def _retire(self, processor, deadline: float) -> None:
+        self._retiring.add(processor)
+
+        def ended(result):
+            self._retiring.discard(processor)
+            self.retiredStats.append(processor.stats)
+            return result
+
+        processor.stop(deadline, "network thread removed (num.network.threads)").addBoth(ended)
+
+    def requestStats(self) -> list:
+        """
+        The request counters of every Processor, including removed ones.
+        """
+        return [p.stats for p in self.processors] + self.retiredStats
 
     def boundPorts(self) -> dict[str, int]:
         return {a.listener.name: a.port for a in self.acceptors}
@@ -155,7 +223,9 @@ class SocketServer:
         # Processor clocks are their own reactors; hand each its deadline in
         # its own terms (they all read time.time()).
         yield defer.DeferredList(
-            [processor.stop(deadline) for processor in self.processors], consumeErrors=True
+            [processor.stop(deadline) for processor in self.processors]
+            + [processor._stopped for processor in self._retiring],
+            consumeErrors=True,
         )
         self.channel.close(self.handlerPool.numThreads)
         joined = yield threads.deferToThreadPool(

@@ -49,6 +49,7 @@ from kafkatwist.protocol.apis import (
     responseType,
 )
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, durationMs, make, nested
+from kafkatwist.replication.records import DelayedDeleteRecords, Trimming
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import clusterOperations, filterAuthorized
 
@@ -97,6 +98,12 @@ def _timeoutSeconds(request) -> float:
     """
     timeout = getattr(request, "timeout", None)
     return max(durationMs(timeout), 1) / 1000.0 if timeout is not None else 30.0
+
+
+def _goneFromMetadata(image, name: str) -> bool:
+    # Metadata leaves out a topic as soon as it is queued for deletion, as
+    # Kafka's brokers drop it when the controller starts deleting it.
+    return name not in image.topics or name in image.deleting
 
 
 def _hasLeaders(image, name: str) -> bool:
@@ -335,6 +342,10 @@ class CreateTopicsHandler(Handler):
         validateTopicName(name)
         cluster = _cluster(self.broker)
         existing = cluster.image.topics if cluster is not None else logManager.topics()
+        if cluster is not None and name in cluster.image.deleting:
+            # Kafka's AdminZkClient.validateTopicCreate: the old topic's
+            # replicas are not all deleted yet.
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' is marked for deletion.")
         if name in existing:
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         configs = {}
@@ -596,12 +607,30 @@ class DeleteTopicsHandler(Handler):
         response = make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
         if not deleted:
             return response
-        # Kafka answers once the topics are gone from the metadata.
+        # Kafka's DelayedDeleteTopics: the answer once the topics are gone
+        # from this broker's metadata, or REQUEST_TIMED_OUT for those that
+        # are not at the request's timeout.
         pending = context.respondLater()
+
+        def done(inTime):
+            if inTime:
+                pending.complete(response)
+                return
+            image = cluster.image
+            late = {name for name in deleted if not _goneFromMetadata(image, name)}
+            answers = tuple(
+                make(Result, name=r.name, topic_id=getattr(r, "topic_id", None),
+                     error_code=ErrorCode.request_timed_out,
+                     error_message="The request timed out.")
+                if r.name in late else r
+                for r in results
+            )
+            pending.complete(make(cls, throttle_time=NO_THROTTLE, responses=answers))
+
         cluster.waitFor(
-            lambda image: not any(name in image.topics for name in deleted),
+            lambda image: all(_goneFromMetadata(image, name) for name in deleted),
             _timeoutSeconds(request),
-            lambda _: pending.complete(response),
+            done,
         )
         return pending.deferred
 
@@ -726,6 +755,11 @@ class DeleteRecordsHandler(Handler):
     start offset changes nothing and answers the current one; past the high
     watermark is OFFSET_OUT_OF_RANGE.  Internal topics and topics whose
     cleanup policy lacks C{delete} are refused, as Kafka refuses them.
+
+    In a cluster only the leader deletes (NOT_LEADER_OR_FOLLOWER elsewhere,
+    also on a broker without a replica), and its answer waits until every
+    live replica's log start offset reached the offset
+    (L{kafkatwist.replication.records.DelayedDeleteRecords}).
     """
 
     apiKey = DELETE_RECORDS
@@ -737,30 +771,54 @@ class DeleteRecordsHandler(Handler):
         TopicResult = nested(cls, "DeleteRecordsTopicResult")
         PartitionResult = nested(cls, "DeleteRecordsPartitionResult")
         logManager = self.broker.logManager
-        topics = []
+        replicaManager = getattr(self.broker, "replicaManager", None)
+        results = []
+        waiting = []
         for topic in request.topics:
             partitions = []
             refused = not self.allowed(context, AclOperation.DELETE, ResourceType.TOPIC, topic.name)
             for partition in topic.partitions:
+                index = partition.partition_index
                 try:
                     if refused:
                         raise KafkaError(ErrorCode.topic_authorization_failed)
-                    lowWatermark = self._delete(logManager, topic.name, partition)
+                    partitionLog, requested = self._delete(logManager, topic.name, partition)
+                    lowWatermark = partitionLog.logStartOffset
+                    if replicaManager is not None:
+                        lowWatermark = replicaManager.lowWatermark(topic.name, index, partitionLog)
+                    if lowWatermark < requested:
+                        waiting.append(Trimming((topic.name, index), partitionLog, requested, lowWatermark))
                     code = ErrorCode.none
                 except KafkaError as e:
                     lowWatermark, code = -1, e.code
-                partitions.append(
-                    PartitionResult(
-                        partition_index=partition.partition_index,
-                        low_watermark=lowWatermark,
-                        error_code=code,
-                    )
-                )
-            topics.append(TopicResult(name=topic.name, partitions=tuple(partitions)))
-        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+                partitions.append((index, lowWatermark, code))
+            results.append((topic.name, partitions))
 
-    @staticmethod
-    def _delete(logManager, topic: str, partition) -> int:
+        def answer(late=None):
+            # late: {key: (ErrorCode, lowWatermark)} of the partitions waited for
+            late = late or {}
+            topics = []
+            for name, partitions in results:
+                entries = []
+                for index, lowWatermark, code in partitions:
+                    if (name, index) in late:
+                        code, lowWatermark = late[(name, index)]
+                    entries.append(PartitionResult(partition_index=index, low_watermark=lowWatermark,
+                                                   error_code=code))
+                topics.append(TopicResult(name=name, partitions=tuple(entries)))
+            return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+        if not waiting:
+            return answer()
+        pending = context.respondLater()
+        operation = DelayedDeleteRecords(context.clock, waiting, replicaManager.lowWatermark, answer, pending)
+        self.broker.producePurgatory.tryCompleteElseWatch(operation, operation.keys(), _timeoutSeconds(request))
+        return pending.deferred
+
+    def _delete(self, logManager, topic: str, partition):
+        """
+        @return: (the leader's log, the offset asked for).
+        """
         if topic in INTERNAL_TOPICS:
             raise KafkaError(
                 ErrorCode.invalid_topic_exception,
@@ -769,6 +827,11 @@ class DeleteRecordsHandler(Handler):
         index = partition.partition_index
         partitionLog = logManager.getLog(topic, index)
         if partitionLog is None:
+            cluster = _cluster(self.broker)
+            assignment = cluster.image.topics.get(topic) if cluster is not None else None
+            if assignment is not None and index in assignment.partitions:
+                # Kafka's answer where the partition exists on other brokers.
+                raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{index}")
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index}")
         if not partitionLog.isLeader:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{index}")
@@ -793,7 +856,8 @@ class DeleteRecordsHandler(Handler):
                 f"{topic}-{index} since it is larger than the high watermark "
                 f"{partitionLog.highWatermark}",
             )
-        return partitionLog.deleteRecordsBefore(offset)
+        partitionLog.deleteRecordsBefore(offset)
+        return partitionLog, offset
 
 
 class DescribeClusterHandler(Handler):

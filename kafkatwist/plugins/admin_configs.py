@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from itertools import dropwhile
 
 from kafkatwist.config import KEYS as BROKER_KEYS
-from kafkatwist.config import TOPIC_KEYS, keySpec, listenerSslKey
+from kafkatwist.config import TOPIC_KEYS, keySpec, listenerKey
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import (
@@ -225,7 +225,7 @@ def describeBroker(broker, perBroker: bool = True) -> list[ConfigDescription]:
     layers = _layers(broker)
     if perBroker:
         names = set(BROKER_KEYS)
-        names.update(name for layer, _ in layers for name in layer if listenerSslKey(name))
+        names.update(name for layer, _ in layers for name in layer if listenerKey(name))
     else:
         layers = [(l, s) for l, s in layers if s != ConfigSource.DYNAMIC_BROKER_CONFIG]
         names = {

@@ -5,7 +5,8 @@ a handler wrapping the built-in Fetch.
 
 Entities are a user, a client id, or both, each named or the default (a
 null name), with the keys C{producer_byte_rate}, C{consumer_byte_rate} and
-C{request_percentage}.  Describing needs DESCRIBE_CONFIGS on the cluster,
+C{request_percentage}; or an ip alone with C{connection_creation_rate}
+(enforced by the Acceptors, L{kafkatwist.network.connectionquotas}).  Describing needs DESCRIBE_CONFIGS on the cluster,
 altering ALTER_CONFIGS (CLUSTER_AUTHORIZATION_FAILED otherwise), as in
 Kafka.
 
@@ -183,10 +184,10 @@ class AlterClientQuotasHandler(Handler):
                 raise KafkaError(ErrorCode.invalid_request, f"Duplicate quota key {op.key}")
             keys.add(op.key)
             if op.remove:
-                checkQuota(op.key, 1.0)
+                checkQuota(entity, op.key, 1.0)
                 ops.append((op.key, None))
             else:
-                checkQuota(op.key, float(op.value))
+                checkQuota(entity, op.key, float(op.value))
                 ops.append((op.key, float(op.value)))
         return entity, ops
 

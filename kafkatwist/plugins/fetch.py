@@ -58,7 +58,7 @@ class _Wanted:
     One partition a fetch asks for.
     """
 
-    __slots__ = ("topic", "key", "partition", "offset", "maxBytes", "log", "error")
+    __slots__ = ("topic", "key", "partition", "offset", "maxBytes", "log", "error", "throttle")
 
     def __init__(self, topic, key, partition, offset, maxBytes, log, error):
         self.topic = topic
@@ -68,6 +68,9 @@ class _Wanted:
         self.maxBytes = maxBytes
         self.log = log
         self.error = error
+        #: a follower's fetch of a partition this leader throttles: its
+        #: L{kafkatwist.replication.quota.LeaderThrottle}
+        self.throttle = None
 
 
 class FetchHandler(Handler):
@@ -120,7 +123,7 @@ class FetchHandler(Handler):
         readCommitted = request.isolation_level == READ_COMMITTED
         fromFollower = replicaId >= 0
         if fromFollower:
-            self._recordFollower(replicaId, plan)
+            self._recordFollower(replicaId, plan, request, version)
         topics, total, errors = self._read(plan, maxBytes, readCommitted, fromFollower)
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
@@ -194,25 +197,34 @@ class FetchHandler(Handler):
 
         self.sessions.respond(_nowMs(clock), session, results, chosen)
 
-    def _recordFollower(self, replicaId, plan) -> None:
+    def _recordFollower(self, replicaId, plan, request, version) -> None:
         """
         Tell the replica manager how far the follower got: its fetch offset
-        is its log end.
+        is its log end; and its log start offset (Fetch v5+: the leader's
+        low watermark, which DeleteRecords waits for).
         """
         replicaManager = self.broker.replicaManager
         if replicaManager is None:
             return
+        starts = {}
+        key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
+        for t in request.topics:
+            topicKey = getattr(t, key)
+            for p in t.partitions:
+                start = getattr(p, "log_start_offset", -1)
+                if start >= 0:
+                    starts[(topicKey, p.partition)] = start
         # Only offsets this log has: one past its end (a replica with
         # another leader's data) is answered OFFSET_OUT_OF_RANGE, and must
         # not count as replicated.
         fetched = []
-        for _, wanted in plan:
+        for topicKey, wanted in plan:
             for w in wanted:
                 log = w.log
                 if log is not None:
                     end = log.logEndOffset
                     if log.logStartOffset <= w.offset <= end:
-                        fetched.append((w.key, w.offset, end))
+                        fetched.append((w.key, w.offset, end, starts.get((topicKey, w.partition))))
         if fetched:
             replicaManager.recordFollowerFetch(replicaId, fetched)
 
@@ -232,6 +244,7 @@ class FetchHandler(Handler):
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
+        quotas = getattr(self.broker, "replicationQuotas", None) if replicaId >= 0 else None
         byId = None
         plan = []
         previous = _NO_TOPIC
@@ -277,6 +290,8 @@ class FetchHandler(Handler):
                     error,
                 )
             )
+            if quotas is not None and log is not None:
+                wanted[-1].throttle = quotas.leaderThrottle(log, partition, replicaId)
         return plan
 
     @staticmethod
@@ -306,6 +321,16 @@ class FetchHandler(Handler):
                 if w.offset == log.logEndOffset and w.offset >= log.logStartOffset:
                     # Caught up: nothing to read, only the offsets to tell
                     # (most partitions of a consumer's every poll).
+                    partitions.append(
+                        PartitionData(
+                            w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset, b"", aborted,
+                        )
+                    )
+                    continue
+                if w.throttle is not None and w.throttle.holdsBack():
+                    # A follower out of the ISR, over the replication
+                    # throttle: no data for now (Kafka's shouldLeaderThrottle).
                     partitions.append(
                         PartitionData(
                             w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
@@ -393,8 +418,11 @@ class DelayedFetch(DelayedOperation):
                 for w in wanted
             )
         elif self.fromFollower:
+            # A partition held back by a replication throttle does not
+            # complete a follower's fetch (Kafka's DelayedFetch).
             readable = any(
                 w.log is not None and w.log.logEndOffset > w.offset
+                and (w.throttle is None or not w.throttle.holdsBack())
                 for _, wanted in self.plan
                 for w in wanted
             )
@@ -547,6 +575,11 @@ def _account(broker, plan, topics) -> None:
         size = sum(p.size for p in partitions)
         if size:
             fetched(wanted[0].key[0], size)
+            # What a leader sends for throttled partitions counts against
+            # its replication throttle (to followers in the ISR too).
+            for w, p in zip(wanted, partitions):
+                if w.throttle is not None and p.size:
+                    w.throttle.record(p.size)
 
 
 def _close(topics) -> None:

@@ -170,14 +170,8 @@ class ClientQuotas:
         return sensor
 
     def _throttle(self, sensor: SampledRate, bound: float, nowMs: int) -> int:
-        rate = sensor.measure(nowMs)
-        if rate <= bound:
-            return 0
-        # Kafka's QuotaUtils.throttleTime, over the window the rate used;
-        # never longer than the whole sampled window.
-        windowMs = sensor.windowSizeMs(nowMs)
-        throttle = (rate - bound) / bound * windowMs
-        return int(round(min(throttle, self.samples * self.windowMs)))
+        # Never longer than the whole sampled window.
+        return sensor.throttleMs(bound, nowMs, self.samples * self.windowMs)
 
     # -- what the request path calls ---------------------------------------------
 

@@ -10,7 +10,7 @@ Not thread-safe: the quota manager holds a lock around it.
 
 from __future__ import annotations
 
-__all__ = ["SampledRate"]
+__all__ = ["SampledRate", "SimpleRate"]
 
 
 class _Sample:
@@ -79,3 +79,31 @@ class SampledRate:
         windowMs = self.windowSizeMs(nowMs)
         total = sum(s.value for s in self._samples)
         return total / (windowMs / 1000.0) if windowMs > 0 else 0.0
+
+    def throttleMs(self, bound: float, nowMs: int, maxMs: int) -> int:
+        """
+        How long the rate must stay silent to come back to C{bound} --
+        Kafka's C{QuotaUtils.boundedThrottleTime}: C{(rate - bound) / bound}
+        of the window the rate was measured over, at most C{maxMs}; 0
+        within the bound.
+        """
+        rate = self.measure(nowMs)
+        if rate <= bound:
+            return 0
+        if bound <= 0:
+            return maxMs
+        throttle = (rate - bound) / bound * self.windowSizeMs(nowMs)
+        return int(round(min(throttle, maxMs)))
+
+
+class SimpleRate(SampledRate):
+    """
+    Kafka's C{SimpleRate}, which replication throttles measure with: over
+    the time since the oldest sample, at least one window (a first burst is
+    not spread over the whole sampled time as L{SampledRate} spreads it).
+    """
+
+    def windowSizeMs(self, nowMs: int) -> int:
+        self._purge(nowMs)
+        oldest = min((s.start for s in self._samples), default=nowMs)
+        return max(nowMs - oldest, self.windowMs)

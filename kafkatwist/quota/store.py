@@ -14,8 +14,10 @@ replaced whole; changes are serialised by a lock.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -23,11 +25,13 @@ from types import MappingProxyType
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.security.statefile import readRecords, writeRecords
+from kafkatwist.security.statefile import readRecords, storeRecords
 
 __all__ = [
     "CLIENT_ID",
+    "CONNECTION_CREATION_RATE",
     "CONSUMER_BYTE_RATE",
+    "IP",
     "PRODUCER_BYTE_RATE",
     "QUOTAS_FILE",
     "REQUEST_PERCENTAGE",
@@ -36,6 +40,7 @@ __all__ = [
     "Entity",
     "checkEntity",
     "checkQuota",
+    "ipAddress",
 ]
 
 log = Logger()
@@ -51,20 +56,44 @@ IP = "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
-#: the keys kafkatwist enforces, and whether their values are whole numbers
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+#: the keys of user and client-id entities kafkatwist enforces, and whether
+#: their values are whole numbers
 QUOTA_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False}
+#: the keys of an ip entity (Kafka's C{QuotaConfig.ipConfigs}: an INT)
+IP_QUOTA_KEYS = {CONNECTION_CREATION_RATE: True}
 #: Kafka's other keys, refused with the reason
 _UNSUPPORTED_KEYS = {
     "controller_mutation_rate": "kafkatwist does not throttle topic creations and deletions",
-    "connection_creation_rate": "kafkatwist has no IP quotas (connection_creation_rate)",
 }
+_INT_MAX = 2**31 - 1
 
 #: C{((entity type, name or None for the default), ...)}, sorted by type
 Entity = tuple[tuple[str, "str | None"], ...]
 
 
+def ipAddress(name: str) -> str | None:
+    """
+    The address an ip entity names, as the Acceptor sees a peer's (an IP
+    in its usual text, or a host name resolved now, as Kafka's
+    C{InetAddress.getByName}); C{None} when it is neither.
+    """
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return None
+    return ipaddress.ip_address(found[0][4][0]).compressed if found else None
+
+
 def checkEntity(components) -> Entity:
     """
+    Kafka's checks of an entity (C{ClientQuotaControlManager}): known types,
+    each once, no empty name; an ip alone, naming an address.
+
     @param components: C{(entity type, name or None)} pairs as a request
         names them.
     @return: the entity, normalised.
@@ -74,30 +103,40 @@ def checkEntity(components) -> Entity:
     for entityType, name in components:
         if entityType in entity:
             raise KafkaError(ErrorCode.invalid_request, f"Duplicate {entityType} entity type in {list(components)}")
+        if entityType not in (USER, CLIENT_ID, IP):
+            raise KafkaError(ErrorCode.invalid_request, f"Unhandled client quota entity type: {entityType}")
+        if name is not None and not name:
+            raise KafkaError(ErrorCode.invalid_request, f"Empty {entityType} not supported")
         entity[entityType] = name
     if not entity:
         raise KafkaError(ErrorCode.invalid_request, "Invalid empty client quota entity")
-    for entityType in entity:
-        if entityType == IP:
-            raise KafkaError(ErrorCode.invalid_request, _UNSUPPORTED_KEYS["connection_creation_rate"])
-        if entityType not in (USER, CLIENT_ID):
-            raise KafkaError(ErrorCode.invalid_request, f"Unhandled client quota entity type: {entityType}")
+    if IP in entity:
+        if len(entity) > 1:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "Invalid quota entity combination, IP entity should not be combined with User or ClientId",
+            )
+        if entity[IP] is not None and ipAddress(entity[IP]) is None:
+            raise KafkaError(ErrorCode.invalid_request, f"{entity[IP]} is not a valid IP or resolvable host.")
     return tuple(sorted(entity.items()))
 
 
-def checkQuota(key: str, value: float) -> None:
+def checkQuota(entity: Entity, key: str, value: float) -> None:
     """
-    @raise KafkaError: INVALID_REQUEST for a key kafkatwist does not
-        enforce or a value it cannot be.
+    @raise KafkaError: INVALID_REQUEST for a key the entity cannot have (or
+        kafkatwist does not enforce) or a value it cannot be.
     """
-    whole = QUOTA_KEYS.get(key)
+    keys = IP_QUOTA_KEYS if entity[0][0] == IP else QUOTA_KEYS
+    whole = keys.get(key)
     if whole is None:
-        why = _UNSUPPORTED_KEYS.get(key)
+        why = _UNSUPPORTED_KEYS.get(key) if keys is QUOTA_KEYS else None
         raise KafkaError(ErrorCode.invalid_request, why or f"Invalid configuration key {key}")
     if not math.isfinite(value) or value <= 0:
         raise KafkaError(ErrorCode.invalid_request, f"Invalid value {value} for {key}: must be positive")
     if whole and value != int(value):
         raise KafkaError(ErrorCode.invalid_request, f"Invalid value {value} for {key}: must be an integer")
+    if keys is IP_QUOTA_KEYS and value > _INT_MAX:
+        raise KafkaError(ErrorCode.invalid_request, f"Proposed value for {key} is too large for an INT.")
 
 
 def showEntity(entity: Entity) -> str:
@@ -131,13 +170,15 @@ class ClientQuotaStore:
             try:
                 entity = checkEntity([(t, n) for t, n in record["entity"]])
                 key, value = record["key"], float(record["value"])
-                checkQuota(key, value)
+                checkQuota(entity, key, value)
             except (KafkaError, KeyError, TypeError, ValueError) as e:
                 log.error("Skipping a damaged client quota in {path}: {record} ({error})",
                           path=self.path, record=record, error=e)
                 continue
             quotas.setdefault(entity, {})[key] = value
         self._publish(quotas)
+        for listener in list(self.listeners):
+            listener(self._quotas)
         if quotas:
             log.info("Loaded the client quotas of {count} entities from {path}", count=len(quotas), path=self.path)
 
@@ -168,12 +209,7 @@ class ClientQuotaStore:
                     for entity, values in sorted(quotas.items(), key=lambda item: repr(item[0]))
                     for key, value in sorted(values.items())
                 ]
-                try:
-                    writeRecords(self.path, _KIND, _VERSION, records)
-                except OSError as e:
-                    raise KafkaError(
-                        ErrorCode.kafka_storage_error, f"cannot write {self.path}: {e.strerror}"
-                    ) from None
+                storeRecords(self.path, _KIND, _VERSION, records)
             self._publish(quotas)
         for listener in list(self.listeners):
             listener(self._quotas)

@@ -59,9 +59,12 @@ class FetchState:
     @ivar truncating: whether it must find its divergence point first.
     @ivar delayedUntil: monotonic time before which it is not fetched
         (after an error).
+    @ivar lag: the leader's high watermark minus our log end at the last
+        fetch (C{None}: not fetched yet); 0 is caught up, which a
+        replication throttle never holds back.
     """
 
-    __slots__ = ("key", "log", "leaderEpoch", "truncating", "delayedUntil")
+    __slots__ = ("key", "log", "leaderEpoch", "truncating", "delayedUntil", "lag")
 
     def __init__(self, key, log, leaderEpoch: int) -> None:
         self.key = key
@@ -69,6 +72,7 @@ class FetchState:
         self.leaderEpoch = leaderEpoch
         self.truncating = True
         self.delayedUntil = 0.0
+        self.lag = None
 
 
 def truncationOffset(log, leaderEpoch: int, leaderEndOffset: int) -> tuple[int, bool]:
@@ -99,7 +103,14 @@ class ReplicaFetcher:
     @param directory: an L{IBrokerDirectory} (the leader's address).
     @param onFenced: C{onFenced(key, error)}: the leader refused the
         partition (it is no longer its leader, or our epoch is stale).
+    @ivar quota: the follower side's replication throttle
+        (L{kafkatwist.replication.quota.ReplicationQuota}) or C{None}: a
+        partition it throttles here is left out of a fetch while the rate
+        is over and the partition is not caught up (Kafka's
+        C{shouldFollowerThrottle}); its fetched bytes are counted.
     """
+
+    quota = None
 
     def __init__(
         self,
@@ -313,7 +324,7 @@ class ReplicaFetcher:
         # another leader's data made (the old leader would count it as
         # replicated and acknowledge what this replica does not hold).
         with self._appendLock:
-            states = [state for state in states if self._stillOurs(state)]
+            states = [state for state in states if self._stillOurs(state) and not self._throttled(state)]
             for state in states:
                 byTopic.setdefault(state.key[0], []).append(
                     make(
@@ -326,6 +337,9 @@ class ReplicaFetcher:
                     )
                 )
         if not states:
+            # Only throttled partitions: back off, as Kafka's fetcher does
+            # with nothing to fetch.
+            self._sleep(self.backoff)
             return
         request = make(
             cls,
@@ -375,6 +389,12 @@ class ReplicaFetcher:
                 state.truncating = True
                 return
             end = partitionLog.logEndOffset
+            state.lag = max(0, int(p.high_watermark) - end)
+            quota = self.quota
+            if records and quota is not None and quota.throttles(
+                partitionLog.config.followerThrottledReplicas, state.key[1]
+            ):
+                quota.record(len(records))
             leaderStart = int(p.log_start_offset)
             if partitionLog.logStartOffset < leaderStart <= end:
                 partitionLog.deleteRecordsBefore(leaderStart)
@@ -428,6 +448,15 @@ class ReplicaFetcher:
                     else:
                         state.truncating = True
                 return
+
+    def _throttled(self, state: FetchState) -> bool:
+        quota = self.quota
+        return (
+            quota is not None
+            and state.lag != 0
+            and quota.throttles(state.log.config.followerThrottledReplicas, state.key[1])
+            and quota.exceeded()
+        )
 
     def _onError(self, state: FetchState, error: ErrorCode) -> None:
         state.delayedUntil = self._now() + self.backoff

@@ -36,7 +36,9 @@ the manager's own timer thread (C{kafkatwist-replica-manager}), so they
 never run on the caller's thread and their disk work (epoch checkpoints,
 high-watermark checkpoints) never runs on a reactor.  Other threads read
 only what the owner publishes: each log's C{isLeader}, C{leaderEpoch},
-C{isrSize} and high watermark, and the C{leaderEpochs()} snapshot.
+C{isrSize}, C{inSyncReplicas} and high watermark, the C{leaderEpochs()}
+snapshot, and the followers' smallest log start offset behind
+C{lowWatermark()}.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.coordinator.runtime import SerialExecutor
+from kafkatwist.errors import KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint
 from kafkatwist.replication.fetcher import ReplicaFetcher
@@ -133,11 +136,18 @@ class ReplicaManager:
         self._partitions: dict = {}
         self._fetchers: dict = {}
         self._published: dict = {}
+        #: (topic, partition) -> the smallest log start offset of the live
+        #: followers of a partition led here (L{lowWatermark}); written by
+        #: the owner only, one key at a time
+        self._followersLogStart: dict = {}
         self._checkpointed: dict | None = None
         self._checkpointedByDir: dict = {}
         self._timers: list = []
         self._started = False
         self._stopped = False
+        #: the follower side's L{kafkatwist.replication.quota.ReplicationQuota}
+        #: its fetchers count throttled bytes against (C{None}: none)
+        self.followerQuota = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -212,13 +222,24 @@ class ReplicaManager:
     def leaderEpochs(self):
         return self._published
 
+    def lowWatermark(self, topic, partition, partitionLog) -> int:
+        """
+        Kafka's C{Partition.lowWatermarkIfLeader}: the smallest log start
+        offset over this leader's log and its followers on live brokers
+        (-1 while one has not fetched in this epoch).  Any thread.
+        """
+        start = partitionLog.logStartOffset
+        followers = self._followersLogStart.get((topic, partition))
+        return start if followers is None else min(start, followers)
+
     # -- the data plane (handler threads) ---------------------------------------------------
 
     def recordFollowerFetch(self, replicaId: int, fetched) -> None:
         """
         A follower fetched: C{fetched} is C{[(key, fetchOffset,
-        leaderEndOffset)]}, the leader's log end read before the fetch was
-        answered.
+        leaderEndOffset, logStartOffset)]}, the leader's log end read before
+        the fetch was answered and the follower's log start offset (C{None}
+        when its request did not say).
         """
         self.owner.submit(self._onFollowerFetch, replicaId, fetched, self.nowMs())
 
@@ -268,12 +289,15 @@ class ReplicaManager:
                 p.isr, p.partitionEpoch = frozenset(isr), partitionEpoch
                 p.pendingIsr = None
                 p.log.isrSize = len(p.isr)
+                p.log.inSyncReplicas = p.isr
                 self._maybeAdvanceHighWatermark(p)
             return
         self._removeFetcher(p.key)
         start = p.log.becomeLeader(leaderEpoch)
         p.makeLeader(leaderEpoch, isr, replicas, partitionEpoch, start, self.nowMs())
         p.log.isrSize = len(p.isr)
+        p.log.inSyncReplicas = p.isr
+        self._updateLowWatermark(p)
         log.info(
             "{topic}-{partition}: leader in epoch {epoch} from offset {offset}, ISR {isr}",
             topic=topic, partition=partition, epoch=leaderEpoch, offset=start, isr=sorted(p.isr),
@@ -293,6 +317,8 @@ class ReplicaManager:
         p.log.becomeFollower(leaderEpoch)
         p.makeFollower(leaderId, leaderEpoch, replicas, partitionEpoch)
         p.log.isrSize = 0
+        p.log.inSyncReplicas = frozenset()
+        self._updateLowWatermark(p)
         log.info(
             "{topic}-{partition}: following broker {leader} in epoch {epoch}",
             topic=topic, partition=partition, leader=leaderId, epoch=leaderEpoch,
@@ -307,9 +333,19 @@ class ReplicaManager:
         key = (topic, partition)
         p = self._partitions.pop(key, None)
         self._removeFetcher(key)
+        self._followersLogStart.pop(key, None)
         if p is not None:
             p.log.isLeader = False
             p.log.isrSize = 0
+            p.log.inSyncReplicas = frozenset()
+            if delete:
+                # Kafka's StopReplica with delete (a replica reassigned
+                # away): its data goes once no fetcher writes to it; the
+                # log of a deleted topic is deleted whole by the log manager.
+                try:
+                    p.log.truncateFullyAndStartAt(0)
+                except (KafkaError, OSError):
+                    pass
             self._publish()
             self.wake(key)
 
@@ -323,6 +359,8 @@ class ReplicaManager:
                 self.brokerId, leaderId, index, self.directory, self.config,
                 onFenced=self._onFenced,
             )
+            # The follower's replication throttle (follower.replication.throttled.*).
+            fetcher.quota = self.followerQuota
             self._fetchers[(leaderId, index)] = fetcher
             fetcher.start()
         return fetcher
@@ -341,7 +379,7 @@ class ReplicaManager:
     # -- the leader's side ---------------------------------------------------------------------
 
     def _onFollowerFetch(self, replicaId: int, fetched, nowMs: int) -> None:
-        for key, fetchOffset, leaderEndOffset in fetched:
+        for key, fetchOffset, leaderEndOffset, logStartOffset in fetched:
             p = self._partitions.get(key)
             if p is None or p.role != LEADER:
                 continue
@@ -349,6 +387,9 @@ class ReplicaManager:
             if follower is None:
                 continue
             follower.onFetch(fetchOffset, leaderEndOffset, nowMs)
+            if logStartOffset is not None and logStartOffset != follower.logStartOffset:
+                follower.logStartOffset = logStartOffset
+                self._updateLowWatermark(p)
             self._maybeAdvanceHighWatermark(p)
             if p.pendingIsr is None and p.canJoinIsr(replicaId, p.log.highWatermark):
                 self._alter(p, p.isr | {replicaId})
@@ -371,9 +412,27 @@ class ReplicaManager:
             partitionLog.setHighWatermark(hw)
             self.wake(p.key)
 
+    def _updateLowWatermark(self, p: PartitionReplicas) -> None:
+        """
+        Publish the followers' part of the low watermark; a rise wakes the
+        DeleteRecords waiting on it.
+        """
+        value = p.followersLogStart(self.directory.aliveBrokers()) if p.role == LEADER else None
+        old = self._followersLogStart.get(p.key)
+        if value == old:
+            return
+        if value is None:
+            self._followersLogStart.pop(p.key, None)
+        else:
+            self._followersLogStart[p.key] = value
+        self.wake(p.key)
+
     def _checkIsrs(self) -> None:
         nowMs = self.nowMs()
         for p in list(self._partitions.values()):
+            if p.role == LEADER:
+                # A follower's broker may have died: it counts no more.
+                self._updateLowWatermark(p)
             if p.role != LEADER or p.pendingIsr is not None:
                 continue
             lagging = p.outOfSync(nowMs, self.lagMaxMs)
@@ -412,6 +471,7 @@ class ReplicaManager:
         p.isr = newIsr
         p.partitionEpoch = newPartitionEpoch
         p.log.isrSize = len(newIsr)
+        p.log.inSyncReplicas = newIsr
         self._maybeAdvanceHighWatermark(p)
         self.wake(key)
 

@@ -20,10 +20,13 @@ class FollowerState:
     What the leader knows of one follower (Kafka's C{ReplicaState}).
     """
 
-    __slots__ = ("logEndOffset", "lastCaughtUpMs", "lastFetchLeaderEndOffset", "lastFetchMs")
+    __slots__ = ("logEndOffset", "logStartOffset", "lastCaughtUpMs", "lastFetchLeaderEndOffset",
+                 "lastFetchMs")
 
     def __init__(self, lastCaughtUpMs: int) -> None:
         self.logEndOffset = UNKNOWN
+        #: the follower's log start offset as its last fetch said (Fetch v5+)
+        self.logStartOffset = UNKNOWN
         self.lastCaughtUpMs = lastCaughtUpMs
         self.lastFetchLeaderEndOffset = UNKNOWN
         self.lastFetchMs = 0
@@ -104,6 +107,15 @@ class PartitionReplicas:
         self.isr = frozenset()
         self.pendingIsr = None
         self.followers = {}
+
+    def followersLogStart(self, alive) -> int | None:
+        """
+        The smallest log start offset over the followers on live brokers
+        (Kafka's C{lowWatermarkIfLeader} without the leader's own): UNKNOWN
+        while one has not said it yet, C{None} without live followers.
+        """
+        starts = [f.logStartOffset for r, f in self.followers.items() if r in alive]
+        return min(starts) if starts else None
 
     def highWatermark(self, leaderEndOffset: int) -> int | None:
         """

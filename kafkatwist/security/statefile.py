@@ -16,10 +16,11 @@ import json
 
 from twisted.logger import Logger
 
+from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.atomic import replaceFile
 from kafkatwist.startup import StartupError
 
-__all__ = ["readRecords", "writeRecords", "StateFileError"]
+__all__ = ["readRecords", "writeRecords", "storeRecords", "StateFileError"]
 
 log = Logger()
 
@@ -35,6 +36,20 @@ def writeRecords(path: str, kind: str, version: int, records: list[dict]) -> Non
     lines = [json.dumps({"kind": kind, "version": version}, sort_keys=True)]
     lines += [json.dumps(record, sort_keys=True, ensure_ascii=False) for record in records]
     replaceFile(path, ("\n".join(lines) + "\n").encode("utf-8"), mode=0o600)
+
+
+def storeRecords(path: str, kind: str, version: int, records: list[dict]) -> None:
+    """
+    L{writeRecords} for a change a client asked for: a failed write answers
+    the client KAFKA_STORAGE_ERROR (nothing was changed) instead of escaping
+    as an unknown server error.
+
+    @raise KafkaError: the file could not be written.
+    """
+    try:
+        writeRecords(path, kind, version, records)
+    except OSError as e:
+        raise KafkaError(ErrorCode.kafka_storage_error, f"cannot write {path}: {e.strerror}") from None
 
 
 def readRecords(path: str, kind: str, version: int) -> list[dict]:

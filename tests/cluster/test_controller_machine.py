@@ -4,10 +4,18 @@ The controller's state machine without ZooKeeper: images in, writes out.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from kafkatwist.cluster.controller import PREFERRED, UNCLEAN, ControllerMachine, assignReplicas
-from kafkatwist.cluster.effects import DeleteTopic, Respond, SetTimer, WriteState
+from kafkatwist.cluster.effects import (
+    CompleteReassignment,
+    DeleteTopic,
+    Respond,
+    SetTimer,
+    WriteAssignment,
+    WriteState,
+)
 from kafkatwist.cluster.image import ClusterImage, freeze
 from kafkatwist.cluster.zkdata import (
     BrokerInfo,
@@ -25,7 +33,7 @@ from kafkatwist.errors import ErrorCode
 TID = uuid.UUID(int=7)
 
 
-def image(live, partitions, states=None, deleting=(), shuttingDown=()):
+def image(live, partitions, states=None, deleting=(), shuttingDown=(), deletedReplicas=None):
     return ClusterImage(
         brokers=freeze({b: BrokerInfo(b, (("PLAINTEXT", "h", 9000 + b),)) for b in live}),
         controllerId=min(live),
@@ -33,6 +41,7 @@ def image(live, partitions, states=None, deleting=(), shuttingDown=()):
         states=freeze({("t", p): s for p, s in (states or {}).items()}),
         deleting=frozenset(deleting),
         shuttingDown=frozenset(shuttingDown),
+        deletedReplicas=freeze({t: freeze(m) for t, m in (deletedReplicas or {}).items()}),
     )
 
 
@@ -98,9 +107,43 @@ def test_controlled_shutdown_moves_leadership_and_isr():
     assert writes(active().reconcile(0, image({1, 2}, {0: (2, 1)}, alone, shuttingDown={2}))) == {}
 
 
+def test_topic_override_of_unclean_leader_election():
+    """
+    The topic's unclean.leader.election.enable (/config/topics) wins over
+    the broker's, either way; an unreadable one leaves the broker's.
+    """
+    def offline(configs):
+        state = {0: PartitionState(-1, 5, (1,), 2, zkVersion=10)}
+        return dataclasses.replace(image({2, 3}, {0: (1, 2, 3)}, state), configs=freeze({"t": configs}))
+
+    elected = {("t", 0): (2, 6, (2,), 10)}
+    assert writes(active().reconcile(0, offline({"unclean.leader.election.enable": "true"}))) == elected
+    assert writes(active().reconcile(0, offline({"unclean.leader.election.enable": " TRUE "}))) == elected
+    assert writes(active(unclean=True).reconcile(0, offline({"unclean.leader.election.enable": "false"}))) == {}
+    assert writes(active(unclean=True).reconcile(0, offline({"unclean.leader.election.enable": "x"}))) == elected
+    assert writes(active().reconcile(0, offline({"retention.ms": "1"}))) == {}
+
+
 def test_deletion_comes_first_and_skips_the_topics_partitions():
-    effects = active().reconcile(0, image({1}, {0: (1,)}, deleting={"t"}))
+    done = {"t": {1: TID}}
+    effects = active().reconcile(0, image({1}, {0: (1,)}, deleting={"t"}, deletedReplicas=done))
     assert effects == [DeleteTopic("t")]
+
+
+def test_deletion_waits_for_every_replicas_broker():
+    """
+    Kafka's TopicDeletionManager: the topic's znodes go only once every
+    broker holding a replica deleted it -- a broker that is down keeps it
+    queued; a word about an older topic of the same name does not count.
+    """
+    partitions = {0: (1, 2), 1: (2, 3)}
+    waiting = image({1, 2}, partitions, deleting={"t"}, deletedReplicas={"t": {1: TID, 2: TID}})
+    assert active().reconcile(0, waiting) == []
+    stale = image({1, 2, 3}, partitions, deleting={"t"},
+                  deletedReplicas={"t": {1: TID, 2: TID, 3: uuid.UUID(int=8)}})
+    assert active().reconcile(0, stale) == []
+    done = image({1, 2}, partitions, deleting={"t"}, deletedReplicas={"t": {1: TID, 2: TID, 3: TID}})
+    assert active().reconcile(0, done) == [DeleteTopic("t")]
 
 
 def test_preferred_rebalance_over_the_imbalance_threshold():
@@ -152,3 +195,57 @@ def test_znodes_in_kafkas_json():
     assert len(encodeTopicId(topicId)) == 22
     decoded = decodeTopic("t", encodeTopic(topicId, {1: (3, 1), 0: (1, 2)}))
     assert decoded == TopicAssignment("t", topicId, {0: (1, 2), 1: (3, 1)})
+
+
+def reassigning(live, replicas, adding, removing, state):
+    base = image(live, {0: replicas}, {0: state})
+    topic = TopicAssignment("t", TID, {0: replicas}, {0: adding} if adding else {},
+                            {0: removing} if removing else {}, zkVersion=7)
+    return dataclasses.replace(base, topics=freeze({"t": topic}))
+
+
+def test_reassignment_starts_with_a_new_leader_epoch():
+    """
+    KIP-455 in ZooKeeper mode: the target's replicas then the original
+    ones, adding and removing written beside them; a new leader epoch
+    tells the replicas (Kafka's phase A).
+    """
+    state = PartitionState(1, 4, (1, 2), 2, zkVersion=9)
+    answered = []
+    effects = active().alterReassignments(0, answered.append, [("t", 0, (3, 2)), ("t", 9, (1,)),
+                                                               ("t", 0, (3, 3))],
+                                          image({1, 2, 3}, {0: (1, 2)}, {0: state}))
+    assert effects[0] == WriteAssignment("t", {0: ((3, 2, 1), (3,), (1,))}, -1)
+    assert writes(effects) == {("t", 0): (1, 5, (1, 2), 9)}
+    assert [(p, code) for _, p, code, _ in effects[-1].result] == [
+        (0, ErrorCode.none), (9, ErrorCode.unknown_topic_or_partition), (0, ErrorCode.invalid_replica_assignment)]
+    # Not alive, empty, cancelling nothing, not the controller.
+    results = active().alterReassignments(0, answered.append, [("t", 0, (4, 2)), ("t", 0, ()), ("t", 0, None)],
+                                          image({1, 2, 3}, {0: (1, 2)}, {0: state}))[-1].result
+    assert [code for _, _, code, _ in results] == [ErrorCode.invalid_replica_assignment,
+                                                    ErrorCode.invalid_replica_assignment,
+                                                    ErrorCode.no_reassignment_in_progress]
+    assert ControllerMachine(1).alterReassignments(0, answered.append, [], image({1}, {}))[-1].result == \
+        ErrorCode.not_controller
+
+
+def test_reassignment_completes_once_the_target_is_in_the_isr():
+    waiting = reassigning({1, 2, 3}, (3, 2, 1), (3,), (1,), PartitionState(1, 5, (1, 2), 2, zkVersion=10))
+    assert active().reconcile(0, waiting) == []
+    caught = reassigning({1, 2, 3}, (3, 2, 1), (3,), (1,), PartitionState(1, 5, (1, 2, 3), 2, zkVersion=11))
+    [effect] = active().reconcile(0, caught)
+    # The leader (1) leaves: the first live target replica in the ISR leads.
+    assert effect == CompleteReassignment("t", 0, (3, 2), PartitionState(3, 6, (2, 3), 5), 7, 11)
+    # A controller taking over resumes it with a new leader epoch.
+    effects = ControllerMachine(1).activate(0, 6, waiting)
+    assert writes(effects) == {("t", 0): (1, 6, (1, 2), 10)}
+
+
+def test_cancelled_reassignment_returns_to_the_original_replicas():
+    state = PartitionState(1, 5, (1, 2), 2, zkVersion=10)
+    answered = []
+    effects = active().alterReassignments(0, answered.append, [("t", 0, None)],
+                                          reassigning({1, 2, 3}, (3, 2, 1), (3,), (1,), state))
+    assert effects[0] == WriteAssignment("t", {0: ((2, 1), (), ())}, 7)
+    assert writes(effects) == {("t", 0): (1, 6, (1, 2), 10)}
+    assert effects[-1].result == [("t", 0, ErrorCode.none, None)]

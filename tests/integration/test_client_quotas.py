@@ -110,7 +110,7 @@ def test_alter_and_describe(brokerFactory, version):
     results = alterQuotas(broker, [
         ({"client-id": "x"}, {"producer_byte_rate": 1.5}),
         ({"client-id": "y"}, {"nonsense": 1}),
-        ({"ip": "1.2.3.4"}, {"connection_creation_rate": 5}),
+        ({"ip": "1.2.3.4", "user": "x"}, {"connection_creation_rate": 5}),
         ({"client-id": "z"}, {"consumer_byte_rate": 100}),
     ], version)
     assert [code for code, _ in results] == [42, 42, 42, 0]

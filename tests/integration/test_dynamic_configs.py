@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 import uuid
 
 import pytest
@@ -229,8 +230,91 @@ def test_num_io_threads(brokerFactory):
     assert incremental(admin, NODE_ID, num_io_threads="3") == (0, None)
     topic = unique("threads")
     assert produce(broker.bootstrap, topic, 100) is None
-    code, message = incremental(admin, NODE_ID, num_network_threads="2")
-    assert code == 42 and "Set(num.network.threads)" in message
+
+
+def connectFrom(broker, source):
+    from tests.rawclient import RawConnection
+
+    connection = RawConnection.__new__(RawConnection)
+    connection.sock = socket.create_connection(("127.0.0.1", broker.port), 10, source_address=(source, 0))
+    connection.correlationId = 0
+    return connection
+
+
+def waitForOutput(broker, text, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while text not in broker.output():
+        assert time.monotonic() < deadline, f"{text!r} not logged"
+        time.sleep(0.05)
+
+
+def test_num_network_threads(brokerFactory):
+    """
+    Processors added and removed while clients are connected: new ones are
+    handed connections at once; the connections of removed ones are closed
+    and their clients, reconnecting, are served by the others.  Each
+    connection comes from its own address so that its "opened" line is
+    logged (they are rate-limited per address).
+    """
+    from confluent_kafka import Producer
+
+    broker = brokerFactory({"num.network.threads": "2"}).start()
+    admin = confluentAdmin(broker)
+    topic = unique("net")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    delivered = []
+
+    def send(value):
+        producer.produce(topic, value=value, on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(30) == 0
+
+    send(b"before")
+    before = [connectFrom(broker, f"127.0.0.{10 + i}") for i in range(2)]
+
+    code, message = incremental(admin, NODE_ID, num_network_threads="5")
+    assert code == 42 and "should not be greater than double the current value 2" in message
+    assert incremental(broker, "", num_network_threads="4") == (0, None)
+    waitForOutput(broker, "resized from 2 to 4: processors [0, 1, 2, 3]")
+    after = [connectFrom(broker, f"127.0.0.{20 + i}") for i in range(4)]
+    for connection in before + after:
+        assert connection.apiVersions().error_code == 0
+    output = broker.output()
+    assert "(processor 2)" in output and "(processor 3)" in output
+
+    code, message = incremental(admin, NODE_ID, num_network_threads="1")
+    assert code == 42 and "should be at least half the current value 4" in message
+    assert incremental(admin, NODE_ID, num_network_threads="2") == (0, None)
+    waitForOutput(broker, "resized from 4 to 2: processors [0, 1]")
+    # The connections of processors 2 and 3 (two of the four made after
+    # the growth, round robin) are closed; the others are still served.
+    closed: list = []
+    deadline = time.monotonic() + 20
+    while len(closed) < 2 and time.monotonic() < deadline:
+        closed += [c for c in after if c not in closed and c.isClosedByPeer(0.2)]
+    assert len(closed) == 2
+    for connection in before + [c for c in after if c not in closed]:
+        assert connection.apiVersions().error_code == 0
+    assert "network thread removed (num.network.threads)" in broker.output()
+    # A client whose connection was closed reconnects and is served.
+    send(b"after")
+    assert delivered == [None, None]
+    for connection in before + after:
+        connection.close()
+    producer = None
+    entry = describeBroker(admin)["num.network.threads"]
+    assert (entry.value, entry.is_read_only) == ("2", False)
+    assert "Traceback" not in broker.output()
+
+    # Durable: a restarted broker starts with the stored count.
+    assert incremental(admin, NODE_ID, num_network_threads="3") == (0, None)
+    # A new Processor gets a new index (2 and 3 were removed).
+    waitForOutput(broker, "resized from 2 to 3: processors [0, 1, 4]")
+    broker = restart(broker)
+    try:
+        assert "resized from 2 to 3: processors [0, 1, 2]" in broker.output()
+        assert produce(broker.bootstrap, topic, 100) is None
+    finally:
+        broker.stop()
 
 
 def restart(old):

@@ -302,3 +302,24 @@ def test_unclean_restart_keeps_configs_and_start_offset(disk):
     log = manager.getLog("t", 0)
     assert manager.topics()["t"].configs == {"retention.bytes": "100000"}
     assert (log.logStartOffset, log.logEndOffset) == (3, 8)
+
+
+def test_unreadable_checkpoint_does_not_stop_startup(disk):
+    """
+    A checkpoint that cannot be read (here a directory where the file should
+    be: EISDIR, as EIO or EACCES would be) costs a full recovery, like a
+    malformed one, and start-up goes on with every record.
+    """
+    manager = disk.make()
+    manager.createTopic("t", 1)
+    log = manager.getLog("t", 0)
+    for _ in range(3):
+        log.append(makeBatch(2), NOW)
+    manager.abandon()
+    path = os.path.join(disk.directory, RECOVERY_POINT)
+    if os.path.exists(path):
+        os.remove(path)
+    os.mkdir(path)
+    assert readCheckpoint(path) == {}
+    manager = disk.restart(manager, clean=False)
+    assert manager.getLog("t", 0).logEndOffset == 6

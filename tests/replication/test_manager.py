@@ -93,7 +93,7 @@ class Harness:
         return self.log.append(makeBatch(count), self.now[0])
 
     def follow(self, replica, offset):
-        self.manager.recordFollowerFetch(replica, [(("t", 0), offset, self.log.logEndOffset)])
+        self.manager.recordFollowerFetch(replica, [(("t", 0), offset, self.log.logEndOffset, None)])
 
 
 @pytest.fixture

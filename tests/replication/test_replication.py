@@ -158,7 +158,9 @@ def test_only_the_leader_serves_clients(cluster):
     c.waitFor(lambda: (c.state(2, "n") or {}).get("role") == "follower", what="roles")
     from kafkatwist.errors import KafkaError
 
-    with KafkaWireClient(c.bootstrap(2)) as client:
+    # A short timeout: the client follows leaders, so each refused call is
+    # retried until then (the default would make this test wait 90 s).
+    with KafkaWireClient(c.bootstrap(2), timeout=3) as client:
         for call in (
             lambda: client.produce("n", 0, [Record(value=b"x")], acks=1),
             lambda: client.listOffsets("n", [0]),

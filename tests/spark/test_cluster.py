@@ -102,22 +102,7 @@ def _produceInput(bootstrap, topic, first, count):
     assert producer.flush(120) == 0
 
 
-#: what keeps the exactly-once sink from working on a cluster today (a
-#: broker-side gap, not the connector's)
-_TXN_MARKERS = (
-    "broker: the transaction coordinator writes end-transaction markers in-process "
-    "only (coordinator/transaction/markers.py); markers for partitions led by "
-    "another broker (Kafka's TransactionMarkerChannelManager sending WriteTxnMarkers) "
-    "are not sent yet, so such a transaction stays in PrepareCommit and the next "
-    "InitProducerId answers CONCURRENT_TRANSACTIONS."
-)
-
-
-@pytest.mark.parametrize(
-    "mode",
-    ["idempotent", pytest.param("exactly-once", marks=pytest.mark.xfail(
-        run=False, reason=_TXN_MARKERS))],
-)
+@pytest.mark.parametrize("mode", ["idempotent", "exactly-once"])
 def test_stream_rides_through_leader_kill(spark, cluster, tmp_path, mode):
     """
     Broker 1 leads every partition of the input and output topics; it is

@@ -421,6 +421,13 @@ CASES = [
          dict(election_type=0, topic_partitions=(n(43, 2, "TopicPartitions", topic=TOPIC_OK, partitions=(0,)),),
               timeout=datetime.timedelta(seconds=1)),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER)]),
+    Case("AlterPartitionReassignments", 45, 0,
+         dict(topics=(n(45, 0, "ReassignableTopic", name=TOPIC_OK, partitions=(
+             n(45, 0, "ReassignablePartition", partition_index=0, replicas=None),)),),
+              timeout=datetime.timedelta(seconds=1)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.ALTER)]),
+    Case("ListPartitionReassignments", 46, 0, dict(topics=None, timeout=datetime.timedelta(seconds=1)),
+         lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("DescribeUserScramCredentials", 50, 0, dict(users=None),
          lambda r: r.error_code, E.cluster_authorization_failed, [(C, CLUSTER_NAME, Op.DESCRIBE)]),
     Case("AlterUserScramCredentials", 51, 0,

@@ -18,7 +18,7 @@ from kafkatwist.plugins.client_quotas import (
 )
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.rate import SampledRate
-from kafkatwist.quota.store import ClientQuotaStore, checkEntity
+from kafkatwist.quota.store import ClientQuotaStore, checkEntity, checkQuota
 
 P = "producer_byte_rate"
 U, C = "user", "client-id"
@@ -129,7 +129,9 @@ def test_describe_filter():
     [
         ([], "Invalid empty client quota entity"),
         ([(U, "a"), (U, "b")], "Duplicate user entity type"),
-        ([("ip", "1.2.3.4")], "no IP quotas"),
+        ([("ip", "1.2.3.4"), (U, "a")], "IP entity should not be combined with User or ClientId"),
+        ([("ip", "no.such.host.invalid")], "no.such.host.invalid is not a valid IP or resolvable host."),
+        ([(U, "")], "Empty user not supported"),
         ([("group", "g")], "Unhandled client quota entity type: group"),
     ],
 )
@@ -200,3 +202,34 @@ def test_fetch_over_its_quota_is_answered_empty():
     assert answer.size < 100
     # The bytes were taken back: the client's usage is as before.
     assert q.throttle("consumer_byte_rate", "User:ANONYMOUS", "reader") == 0
+
+
+@pytest.mark.parametrize(
+    "entity, key, value, words",
+    [
+        ((("ip", "1.2.3.4"),), "producer_byte_rate", 5.0, "Invalid configuration key producer_byte_rate"),
+        ((("user", "a"),), "connection_creation_rate", 5.0, "Invalid configuration key connection_creation_rate"),
+        ((("ip", None),), "connection_creation_rate", 2.5, "must be an integer"),
+        ((("ip", None),), "connection_creation_rate", 2.0**31, "too large for an INT"),
+    ],
+)
+def test_ip_quota_keys(entity, key, value, words):
+    with pytest.raises(KafkaError) as e:
+        checkQuota(entity, key, value)
+    assert e.value.code == ErrorCode.invalid_request and words in e.value.message
+
+
+def test_ip_entities_are_normalised():
+    assert checkEntity([("ip", "127.0.0.1")]) == (("ip", "127.0.0.1"),)
+    assert checkEntity([("ip", None)]) == (("ip", None),)
+    checkQuota((("ip", "::1"),), "connection_creation_rate", 10.0)
+
+
+def test_quotas_loaded_at_start_up_are_enforced(tmp_path):
+    path = str(tmp_path / "quotas.json")
+    ClientQuotaStore(path).alter([(entity(user=None, client=None), [(P, 100.0)])])
+    store = ClientQuotaStore(path)
+    quotas = ClientQuotas(store, 2, 1, clock=lambda: 0)  # built before the load, as in the broker
+    store.load()
+    assert quotas.active(P)
+    assert quotas.record(P, "User:alice", "c", 10_000, nowMs=0) > 0

@@ -118,8 +118,8 @@ def test_validate_only_changes_nothing(broker, tmp_path):
     [
         (NODE, [("log.dirs", SET, "/x"), ("listeners", SET, "PLAINTEXT://:1")],
          "Cannot update these configs dynamically: Set(listeners, log.dirs)"),
-        (NODE, [("num.network.threads", SET, "2")],
-         "Cannot update these configs dynamically: Set(num.network.threads)"),
+        (NODE, [("socket.request.max.bytes", SET, "2")],
+         "Cannot update these configs dynamically: Set(socket.request.max.bytes)"),
         (NODE, [("no.such.key", SET, "2")], "Cannot update these configs dynamically: Set(no.such.key)"),
         (NODE, [("ssl.keystore.location", SET, "/x.pem")],
          "These security configs can be dynamically updated only per-listener using the listener "
@@ -206,3 +206,14 @@ def test_connection_limits(tmp_path):
     assert "127.0.0.2:2" in quotas.tryAcquire("127.0.0.2")
     [result] = alter(broker, [(BROKER, "", [("max.connections.per.ip.overrides", SET, "nonsense")])])
     assert result.error_code == ErrorCode.invalid_request and "host:count" in result.error_message
+
+    # KIP-612: broker-wide and per listener, both cluster-wide keys.
+    ok(alter(broker, [(BROKER, "", [("max.connection.creation.rate", SET, "50")])]))
+    assert (quotas.maxRate, quotas.listenerRates) == (50, {"PLAINTEXT": 50})
+    ok(alter(broker, [(BROKER, "", [("listener.name.plaintext.max.connection.creation.rate", SET, "7")])]))
+    assert (quotas.maxRate, quotas.listenerRates) == (50, {"PLAINTEXT": 7})
+    [result] = alter(broker, [(BROKER, NODE, [("listener.name.plaintext.max.connection.creation.rate", SET, "0")])])
+    assert result.error_code == ErrorCode.invalid_request
+    assert "Invalid max.connection.creation.rate 0" in result.error_message
+    [result] = alter(broker, [(BROKER, NODE, [("listener.name.other.max.connection.creation.rate", SET, "5")])])
+    assert "there is no listener OTHER" in result.error_message

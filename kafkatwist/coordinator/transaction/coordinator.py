@@ -93,17 +93,31 @@ _APPEND_ERRORS = {
     E.record_list_too_large: E.unknown_server_error,
 }
 
-#: marker errors after which the partition is asked again
+#: marker errors after which the partition is asked again (Kafka's
+#: C{TransactionMarkerRequestCompletionHandler}; NETWORK_EXCEPTION is a
+#: lost connection, COORDINATOR_* a C{__consumer_offsets} partition whose
+#: group coordinator is not ready)
 _RETRY_MARKER = {
+    E.unknown_topic_or_partition,
     E.not_leader_or_follower,
     E.not_enough_replicas,
     E.not_enough_replicas_after_append,
     E.request_timed_out,
     E.kafka_storage_error,
+    E.network_exception,
     E.coordinator_not_available,
     E.coordinator_load_in_progress,
     E.not_coordinator,
 }
+
+#: marker errors that end the sending without a Complete record: the
+#: producer or this coordinator was fenced by a newer one, which finishes
+#: the transaction itself
+_STOP_MARKERS = {E.invalid_producer_epoch, E.transaction_coordinator_fenced}
+
+#: marker errors for which the partition is dropped from the transaction
+#: (the producer could not have written there either)
+_DROP_MARKER = {E.unsupported_for_message_format, E.unsupported_version}
 
 
 @dataclass(frozen=True)
@@ -203,6 +217,9 @@ class TransactionCoordinator:
         self._continuations: dict[int, Callable] = {}
         # transactional id -> partitions whose marker is still to be written
         self._markersPending: dict[str, set] = {}
+        #: (transactional id, partition, error) of unexpected marker answers
+        #: already logged
+        self._warned: set = set()
 
     # ------------------------------------------------------------------
     # Effects
@@ -223,7 +240,7 @@ class TransactionCoordinator:
 
     def _writeMarkers(self, meta: TxnMetadata, snapshot: TxnSnapshot, partitions) -> None:
         token = next(self._tokens)
-        self._continuations[token] = functools.partial(self._onMarkers, meta.transactionalId)
+        self._continuations[token] = functools.partial(self._onMarkers, meta)
         self._fx.append(
             WriteMarkers(
                 snapshot.producerId,
@@ -289,6 +306,7 @@ class TransactionCoordinator:
         for transactionalId in [t for t, m in self._txns.items() if m.partition == partition]:
             del self._txns[transactionalId]
             self._markersPending.pop(transactionalId, None)
+            self._forgetWarnings(transactionalId)
 
     def _take(self, loaded) -> None:
         for transactionalId, partition, value in loaded:
@@ -365,7 +383,11 @@ class TransactionCoordinator:
             self._setTimer(EXPIRY_SWEEP, self._expiryIntervalMs)
         elif key[0] == MARKER_RETRY:
             meta = self._txns.get(key[1])
-            if meta is not None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            if (
+                meta is not None
+                and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+                and key[1] in self._markersPending
+            ):
                 self._sendMarkers(meta)
         elif key[0] == COMPLETE_RETRY:
             meta = self._txns.get(key[1])
@@ -619,30 +641,58 @@ class TransactionCoordinator:
             return
         self._writeMarkers(meta, meta.current, remaining)
 
-    def _onMarkers(self, transactionalId: str, results: dict) -> None:
-        meta = self._txns.get(transactionalId)
+    def _onMarkers(self, meta: TxnMetadata, results: dict) -> None:
+        """
+        @param results: C{(topic, partition)} -> error code, or C{None} for
+            a partition that no longer exists (no marker needed there).
+        """
+        transactionalId = meta.transactionalId
         remaining = self._markersPending.get(transactionalId)
-        if meta is None or remaining is None:
+        if self._txns.get(transactionalId) is not meta or remaining is None:
+            # Unloaded (another broker coordinates the id now), or unloaded
+            # and loaded again: that load sent the markers anew.
             return
         retry = False
         for tp, error in results.items():
-            if error in _RETRY_MARKER:
-                retry = True
-                continue
-            if error not in (E.none, E.unknown_topic_or_partition):
-                # The partition's producer has a newer epoch or coordinator
-                # (nothing left to end there), or a marker it refuses: do
-                # not hold the transaction for it.
+            if error is None or error == E.none or error in _DROP_MARKER:
+                if error is not None and error != E.none:
+                    log.warn(
+                        "transactional id {id}: {topic}-{partition} refused the marker ({error});"
+                        " going on without it",
+                        id=transactionalId, topic=tp[0], partition=tp[1], error=error.name,
+                    )
+                remaining.discard(tp)
+            elif error in _STOP_MARKERS:
                 log.warn(
-                    "transactional id {id}: the marker for {topic}-{partition} was refused"
-                    " ({error}); going on without it",
+                    "transactional id {id}: {topic}-{partition} answered {error} to the marker"
+                    " of producer {pid} (coordinator epoch {epoch}): a newer producer or"
+                    " coordinator took over; no more markers sent from here",
                     id=transactionalId, topic=tp[0], partition=tp[1], error=error.name,
+                    pid=meta.current.producerId,
+                    epoch=self._epochs.get(meta.partition, self.coordinatorEpoch),
                 )
-            remaining.discard(tp)
+                del self._markersPending[transactionalId]
+                self._forgetWarnings(transactionalId)
+                return
+            else:
+                if error not in _RETRY_MARKER and (transactionalId, tp, error) not in self._warned:
+                    # Once per transaction, partition and error: it is
+                    # asked again every retry.
+                    self._warned.add((transactionalId, tp, error))
+                    log.warn(
+                        "transactional id {id}: unexpected {error} from {topic}-{partition}"
+                        " for its marker; trying again",
+                        id=transactionalId, topic=tp[0], partition=tp[1], error=error.name,
+                    )
+                retry = True
         if retry:
             self._setTimer((MARKER_RETRY, transactionalId), self._retryBackoffMs)
         elif not remaining:
             self._complete(meta)
+
+    def _forgetWarnings(self, transactionalId: str) -> None:
+        if self._warned:
+            self._warned = {w for w in self._warned if w[0] != transactionalId}
 
     def _complete(self, meta: TxnMetadata) -> None:
         if meta.pending is not None:
@@ -657,6 +707,7 @@ class TransactionCoordinator:
         def written(error: ErrorCode) -> None:
             if error == E.none:
                 self._markersPending.pop(meta.transactionalId, None)
+                self._forgetWarnings(meta.transactionalId)
             else:
                 log.warn(
                     "transactional id {id}: writing {state} failed ({error}); trying again",

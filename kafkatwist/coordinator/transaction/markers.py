@@ -2,9 +2,13 @@
 Writing end-transaction markers: what WriteTxnMarkers does on the broker
 that leads the partitions (Kafka's C{KafkaApis.handleWriteTxnMarkersRequest}).
 
-The transaction coordinator calls this in-process for its own markers (one
-broker leads every partition); the WriteTxnMarkers handler calls it for
-requests from elsewhere (an operator's C{kafka-transactions.sh abort}).
+The transaction coordinator calls this in-process for its own markers into
+partitions this broker leads (L{kafkatwist.coordinator.transaction.channel}
+sends the others to their leaders); the WriteTxnMarkers handler calls it
+for requests from other brokers' coordinators and from an operator's
+C{kafka-transactions.sh abort}.  As in Kafka, a marker is appended with
+acks=-1: refused (NOT_ENOUGH_REPLICAS) while the ISR is smaller than
+C{min.insync.replicas}, and answered once the ISR has it.
 
 A data partition gets the control batch appended by its log
 (L{kafkatwist.log.partition.PartitionLog.appendMarker}), and long-poll
@@ -43,6 +47,11 @@ _GROUP_NOT_READY = {
 
 class MarkerWriter:
     """
+    @ivar awaitReplication: C{awaitReplication(topic, partition,
+        requiredOffset, onDone)} answers once the partition's ISR has the
+        marker (a L{kafkatwist.replication.delayed.ReplicationWaiter}; set
+        by the broker), C{None} answers at once (one broker).
+
     @param logManager: an L{kafkatwist.interfaces.ILogManager}.
     @param groupCoordinator: returns the group coordinator (or C{None}).
     @param wake: C{wake((topic, partition))} after a marker was appended
@@ -61,6 +70,7 @@ class MarkerWriter:
         self._groupCoordinator = groupCoordinator
         self._wake = wake
         self._clock = clock or (lambda: int(time.time() * 1000))
+        self.awaitReplication = None
 
     def write(
         self,
@@ -98,24 +108,37 @@ class MarkerWriter:
                     tp, producerId, producerEpoch, commit, coordinatorEpoch, done
                 )
             else:
-                done(tp, self._dataMarker(tp, producerId, producerEpoch, commit, coordinatorEpoch))
+                self._dataMarker(tp, producerId, producerEpoch, commit, coordinatorEpoch, done)
         done(None, None)
 
-    def _dataMarker(self, tp, producerId, producerEpoch, commit, coordinatorEpoch) -> ErrorCode:
+    def _dataMarker(self, tp, producerId, producerEpoch, commit, coordinatorEpoch, done) -> None:
         partitionLog = self._logManager.getLog(*tp) if self._logManager is not None else None
         if partitionLog is None:
-            return E.unknown_topic_or_partition
+            done(tp, E.unknown_topic_or_partition)
+            return
+        # Kafka appends markers with acks=-1: a leader whose ISR is below
+        # min.insync.replicas refuses them as it refuses such a produce.
+        isrSize = getattr(partitionLog, "isrSize", None)
+        if isrSize is not None and isrSize < partitionLog.config.minInsyncReplicas:
+            done(tp, E.not_enough_replicas)
+            return
         try:
-            partitionLog.appendMarker(
+            info = partitionLog.appendMarker(
                 producerId, producerEpoch, commit, coordinatorEpoch, self._clock()
             )
         except KafkaError as e:
-            return e.code
+            done(tp, e.code)
+            return
         except OSError as e:
             log.warn("marker for {tp} not written: {error}", tp=tp, error=e)
-            return E.kafka_storage_error
+            done(tp, E.kafka_storage_error)
+            return
         self._wake(tp)
-        return E.none
+        awaitReplication = self.awaitReplication
+        if awaitReplication is None or info is None:
+            done(tp, E.none)
+            return
+        awaitReplication(tp[0], tp[1], info.lastOffset + 1, lambda error: done(tp, error))
 
     def _groupMarker(self, tp, producerId, producerEpoch, commit, coordinatorEpoch, done) -> None:
         coordinator = self._groupCoordinator()

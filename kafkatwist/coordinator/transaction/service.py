@@ -3,13 +3,16 @@ The transaction coordinator as the broker and its request handlers see it
 (C{broker.transactionCoordinator}): the sans-io
 L{kafkatwist.coordinator.transaction.coordinator.TransactionCoordinator}
 run by a L{CoordinatorRuntime} over C{__transaction_state}, with its
-markers written off the owner.
+markers handed to a marker channel (L{kafkatwist.coordinator.transaction.channel}:
+in-process on one broker, WriteTxnMarkers to each partition's leader in a
+cluster).
 
 Threads: the machine belongs to the runtime's owner (a serial executor, as
 the group coordinator's); appends to C{__transaction_state} run on one
 serial queue per partition; markers run on their own serial queue (a
 marker's append to a data partition is a disk write, and may wait for the
-group coordinator), never on the owner.  Timers (the timeout abort and the
+group coordinator), never on the owner; in a cluster the channel's own
+threads take them to the leaders.  Timers (the timeout abort and the
 id expiry sweeps, marker retries) run on the coordinator's timer thread.
 
 Every request method takes a C{replyTo} first and returns nothing;
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kafkatwist.coordinator.runtime import CoordinatorRuntime, SerialExecutor
+from kafkatwist.coordinator.transaction.channel import LocalMarkerChannel
 from kafkatwist.coordinator.transaction.coordinator import TransactionCoordinator
 from kafkatwist.coordinator.transaction.effects import WriteMarkers
 from kafkatwist.coordinator.transaction.logstore import loadTransactions
@@ -35,9 +39,9 @@ class _Runtime(CoordinatorRuntime):
     The shared runtime, plus the one effect only this coordinator has.
     """
 
-    def __init__(self, machine, clock, coordinatorLog, markerWriter) -> None:
+    def __init__(self, machine, clock, coordinatorLog, markerChannel) -> None:
         super().__init__(machine, clock, coordinatorLog)
-        self._markerWriter = markerWriter
+        self.markerChannel = markerChannel
         self._markers = SerialExecutor(perTurn=1)
 
     def _perform(self, effects) -> None:
@@ -58,7 +62,7 @@ class _Runtime(CoordinatorRuntime):
         def written(results) -> None:
             self.input(self._machine.markersWritten, effect.token, results)
 
-        self._markerWriter.write(
+        self.markerChannel.write(
             effect.producerId,
             effect.producerEpoch,
             effect.commit,
@@ -73,21 +77,27 @@ class TransactionCoordinatorService:
     @param clock: the runtime's clock (see L{CoordinatorRuntime}).
     @param coordinatorLog: C{__transaction_state}, a
         L{kafkatwist.coordinator.transaction.logstore.TransactionStateLog}.
-    @param markerWriter: a L{kafkatwist.coordinator.transaction.markers.MarkerWriter}.
+    @param markerWriter: a L{kafkatwist.coordinator.transaction.markers.MarkerWriter}
+        (also what the WriteTxnMarkers handler writes with).
+    @param markerChannel: what takes the coordinator's markers to the
+        partitions (default: a L{LocalMarkerChannel} over C{markerWriter}).
     @param settings: the L{TransactionCoordinator}'s keyword arguments.
     """
 
-    def __init__(self, clock, coordinatorLog, markerWriter, **settings) -> None:
+    def __init__(self, clock, coordinatorLog, markerWriter, markerChannel=None, **settings) -> None:
         self.clock = clock
         self.log = coordinatorLog
         self.markerWriter = markerWriter
+        if markerChannel is None:
+            markerChannel = LocalMarkerChannel(markerWriter)
+        self.markerChannel = markerChannel
         epoch = getattr(coordinatorLog, "coordinatorEpoch", None)
         self.machine = TransactionCoordinator(
             numPartitions=coordinatorLog.numPartitions,
             coordinatorEpoch=epoch(0) if epoch is not None else 0,
             **settings,
         )
-        self.runtime = _Runtime(self.machine, clock, coordinatorLog, markerWriter)
+        self.runtime = _Runtime(self.machine, clock, coordinatorLog, markerChannel)
 
     @property
     def numPartitions(self) -> int:
@@ -119,6 +129,7 @@ class TransactionCoordinatorService:
 
     def shutdown(self) -> None:
         self.runtime.stop(self.machine.shutdown)
+        self.markerChannel.stop()
 
     # -- requests ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.coordinator.runtime import TimerThread
+from kafkatwist.coordinator.transaction.channel import MarkerChannel
 from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
 from kafkatwist.coordinator.transaction.markers import MarkerWriter
 from kafkatwist.coordinator.transaction.service import TransactionCoordinatorService
@@ -22,7 +23,9 @@ __all__ = ["makeTransactionCoordinator", "stopTransactionCoordinator"]
 log = Logger()
 
 
-def makeTransactionCoordinator(broker, config, logManager, clock=None, loadAll: bool = True):
+def makeTransactionCoordinator(
+    broker, config, logManager, clock=None, loadAll: bool = True, cluster=None
+):
     """
     Build the coordinator, load C{__transaction_state} and start its
     sweeps.
@@ -42,6 +45,9 @@ def makeTransactionCoordinator(broker, config, logManager, clock=None, loadAll: 
     @param loadAll: coordinate every transactional id (one broker);
         C{False} in a cluster, where partitions are loaded as this broker
         comes to lead them.
+    @param cluster: the L{kafkatwist.cluster.service.ClusterService} (with
+        C{zookeeper.connect}): markers go to each partition's leader
+        through a L{MarkerChannel} (C{request.timeout.ms}).
     @return: the loaded L{TransactionCoordinatorService}; the caller sets
         it as C{broker.transactionCoordinator}.
     """
@@ -60,6 +66,12 @@ def makeTransactionCoordinator(broker, config, logManager, clock=None, loadAll: 
         groupCoordinator=lambda: getattr(broker, "groupCoordinator", None),
         wake=purgatory.checkAndComplete if purgatory is not None else (lambda key: None),
     )
+    channel = None
+    if cluster is not None:
+        channel = MarkerChannel(
+            config.nodeId, lambda: cluster.image, writer, cluster.endpoint,
+            timeoutMs=_setting(config, "request.timeout.ms"),
+        )
     if clock is None:
         clock = TimerThread("transaction-coordinator")
         clock.start()
@@ -67,6 +79,7 @@ def makeTransactionCoordinator(broker, config, logManager, clock=None, loadAll: 
         clock,
         coordinatorLog,
         writer,
+        markerChannel=channel,
         maxTimeoutMs=_setting(config, "transaction.max.timeout.ms"),
         expirationMs=_setting(config, "transactional.id.expiration.ms"),
         abortIntervalMs=_setting(
