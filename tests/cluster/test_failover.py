@@ -40,8 +40,9 @@ def test_idempotent_producer_through_leader_kills(cluster):
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("d", num_partitions=2, replication_factor=3,
-                                  config={"min.insync.replicas": "2"})], request_timeout=20)["d"].result()
-    waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "d").values()))
+                                  config={"min.insync.replicas": "2"})], request_timeout=60)["d"].result()
+    waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "d").values()),
+              what="d fully replicated")
 
     acked: list[bytes] = []
     failed: list = []
@@ -68,19 +69,19 @@ def test_idempotent_producer_through_leader_kills(cluster):
     thread = threading.Thread(target=produce)
     thread.start()
     try:
-        waitUntil(lambda: len(acked) > 200, timeout=30, what="records acknowledged")
+        waitUntil(lambda: len(acked) > 200, timeout=60, what="records acknowledged")
         for _ in range(3):
             leader = partitions(admin, "d")[0][0]
             cluster.brokers[leader].kill()
             others = [i for i in (1, 2, 3) if i != leader]
             other = cluster.admin(*others)
             waitUntil(lambda: all(l in others for l, _, _ in partitions(other, "d").values()),
-                      timeout=30, what="new leaders")
+                      timeout=90, what="new leaders")
             before = len(acked)
-            waitUntil(lambda: len(acked) > before + 100, timeout=60, what="acknowledged again")
+            waitUntil(lambda: len(acked) > before + 100, timeout=120, what="acknowledged again")
             cluster.start(leader, **REPLICATION)
             waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "d").values()),
-                      timeout=60, what="the killed broker back in every ISR")
+                      timeout=120, what="the killed broker back in every ISR")
     finally:
         stop.set()
         thread.join(180)
@@ -90,7 +91,7 @@ def test_idempotent_producer_through_leader_kills(cluster):
     consumer.subscribe(["d"])
     seen: list[bytes] = []
     wanted = set(acked)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     while not wanted <= set(seen) and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
