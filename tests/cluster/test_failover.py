@@ -30,6 +30,7 @@ REPLICATION = {
 @pytest.fixture
 def cluster(zookeeper, tmp_path):
     c = Cluster(zookeeper.connect("failover"), str(tmp_path))
+    c.zookeeper = zookeeper
     yield c
     c.stopAll()
 
@@ -316,8 +317,13 @@ def test_twenty_failovers_lose_nothing(cluster):
             reading = len(consumed)
             victim.process.send_signal(signal.SIGSTOP if pause else signal.SIGKILL)
             try:
-                waitUntil(lambda: partitions(other, "bar")[0][0] in others, timeout=90,
-                          what=f"round {n}: a new leader")
+                try:
+                    waitUntil(lambda: partitions(other, "bar")[0][0] in others, timeout=90,
+                              what=f"round {n}: a new leader")
+                except AssertionError as e:
+                    # Seen once: every broker lost ZooKeeper while the
+                    # leader was paused.  Say what ZooKeeper answers now.
+                    raise AssertionError(f"{e}; ZooKeeper srvr: {cluster.zookeeper.status()}") from e
                 before = len(acked)
                 waitUntil(lambda: len(acked) > before + 20, timeout=120,
                           what=f"round {n}: acknowledged again")
