@@ -31,6 +31,25 @@ class ZooKeeperFixture:
         """
         return f"{self.server.connect}/{name or 'kt'}-{next(_chroots)}"
 
+    def status(self, timeout: float = 5.0) -> str:
+        """
+        ZooKeeper's C{srvr} four-letter word (latency, outstanding requests),
+        or why it did not answer: for a test's failure message when the
+        cluster did not react in time.
+        """
+        import socket
+
+        host, port = self.server.connect.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout) as s:
+                s.sendall(b"srvr")
+                chunks = []
+                while chunk := s.recv(4096):
+                    chunks.append(chunk)
+            return b"".join(chunks).decode("utf-8", "replace")
+        except OSError as e:
+            return f"no answer: {e}"
+
 
 _unavailable: str | None = None
 

@@ -132,13 +132,25 @@ class ListOffsetsHandler(Handler):
             fetchable = log.logEndOffset
         else:
             fetchable = log.lastStableOffset if readCommitted else log.highWatermark
-        if target == LATEST or target == LATEST_TIERED:
-            return -1, fetchable
         if target in (EARLIEST, EARLIEST_LOCAL):
             return -1, log.logStartOffset
+        # A leader just elected whose high watermark has not reached its
+        # epoch's start knows too little to answer "latest" or a time that
+        # falls past what is fetchable: OFFSET_NOT_AVAILABLE (retriable),
+        # as Kafka's Partition.fetchOffsetForTimestamp, rather than an
+        # offset behind what a consumer of the old leader already read.
+        def lagging():
+            return not fromReplica and _highWatermarkLagging(log)
+
+        if target == LATEST or target == LATEST_TIERED:
+            if lagging():
+                raise _offsetNotAvailable(log)
+            return -1, fetchable
         if target == MAX_TIMESTAMP:
             found = log.maxTimestamp()
             if found is None:
+                if lagging():
+                    raise _offsetNotAvailable(log)
                 return -1, -1
             offset, timestamp = found
             exact = _recordAt(log, offset, lambda r: r.timestamp == timestamp)
@@ -148,10 +160,37 @@ class ListOffsetsHandler(Handler):
         else:
             found = log.offsetForTimestamp(target)
             if found is None:
+                if lagging():
+                    raise _offsetNotAvailable(log)
                 return -1, -1
             exact = _recordAt(log, found[0], lambda r: r.timestamp >= target)
             answer = (found[1], found[0]) if exact is None else exact
-        return answer if answer[1] < fetchable else (-1, -1)
+        if answer[1] < fetchable:
+            return answer
+        if lagging():
+            raise _offsetNotAvailable(log)
+        return -1, -1
+
+
+def _highWatermarkLagging(log) -> bool:
+    """
+    Whether this replica leads an epoch that began past its high watermark
+    (its leader-epoch cache's newest entry is the epoch it leads, and the
+    offset it began at).  A single broker's logs never are: their high
+    watermark is their log end.
+    """
+    if not log.isLeader:
+        return False
+    entries = log.epochs.entries
+    return bool(entries) and entries[-1][0] == log.leaderEpoch and entries[-1][1] > log.highWatermark
+
+
+def _offsetNotAvailable(log) -> KafkaError:
+    return KafkaError(
+        ErrorCode.offset_not_available,
+        f"the high watermark {log.highWatermark} of {log.topic}-{log.partition} is behind "
+        f"the start of leader epoch {log.leaderEpoch}",
+    )
 
 
 def _epochOf(log, target: int, offset: int) -> int:

@@ -104,7 +104,7 @@ def test_topics_across_brokers(cluster):
     futures = admin.create_topics([
         NewTopic("replicated", num_partitions=3, replication_factor=3),
         NewTopic("toomany", num_partitions=1, replication_factor=4),
-    ], request_timeout=20)
+    ], request_timeout=60)
     futures["replicated"].result()
     # kafka-python sends a manual assignment (-1 partitions and replication factor).
     from kafka.admin import NewTopic as PlainNewTopic
@@ -128,7 +128,7 @@ def test_topics_across_brokers(cluster):
         dirs = set(os.listdir(os.path.join(broker.directory, "data")))
         assert {"replicated-0", "replicated-1", "replicated-2"} <= dirs
     # Deleted across the cluster: from the metadata, and each broker's disk.
-    admin.delete_topics(["replicated"], request_timeout=20)["replicated"].result()
+    admin.delete_topics(["replicated"], request_timeout=60)["replicated"].result()
     for i in (1, 2, 3):
         waitUntil(lambda: partitions(cluster.admin(i), "replicated") is None, what=f"gone from {i}")
     for broker in cluster.brokers.values():
@@ -143,7 +143,7 @@ def test_controller_and_leader_failover_on_kill_9(cluster):
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("f", num_partitions=6, replication_factor=3)],
-                        request_timeout=20)["f"].result()
+                        request_timeout=60)["f"].result()
     controller = admin.list_topics(timeout=10).controller_id
     before = partitions(admin, "f")
     cluster.brokers[controller].kill()
@@ -158,7 +158,7 @@ def test_controller_and_leader_failover_on_kill_9(cluster):
         return all(leader in survivors and controller not in isr for leader, _, isr in now.values())
 
     started = time.monotonic()
-    waitUntil(failedOver, timeout=30, what="a new controller and leaders")
+    waitUntil(failedOver, timeout=90, what="a new controller and leaders")
     assert time.monotonic() - started < 20
     after = partitions(other, "f")
     for p, (leader, replicas, isr) in after.items():
@@ -180,19 +180,19 @@ def test_group_coordinator_moves_with_its_partition(cluster):
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("events", num_partitions=1, replication_factor=3)],
-                        request_timeout=20)["events"].result()
+                        request_timeout=60)["events"].result()
     leader = partitions(admin, "events")[0][0]
     producer = Producer({"bootstrap.servers": cluster.brokers[leader].bootstrap})
     for i in range(10):
         producer.produce("events", value=b"%d" % i)
-    assert producer.flush(20) == 0
+    assert producer.flush(60) == 0
 
     def consume(bootstrap, count):
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "movers",
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
         consumer.subscribe(["events"])
         got = []
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 90
         while len(got) < count and time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
@@ -204,7 +204,7 @@ def test_group_coordinator_moves_with_its_partition(cluster):
     # __consumer_offsets was created on first use, replicated three times.
     internal = partitions(admin, "__consumer_offsets")
     assert len(internal) == 3 and all(len(r) == 3 for _, r, _ in internal.values())
-    listed = admin.list_consumer_groups().result(timeout=20)
+    listed = admin.list_consumer_groups().result(timeout=60)
     assert "movers" in {g.group_id for g in listed.valid}
     # The broker leading the group's partition goes: another leads it, and
     # its coordinator serves the group.
@@ -215,15 +215,15 @@ def test_group_coordinator_moves_with_its_partition(cluster):
     survivors = [i for i in (1, 2, 3) if i != owner]
     other = cluster.admin(*survivors)
     waitUntil(lambda: partitions(other, "__consumer_offsets")[partitionFor("movers", 3)][0] in survivors,
-              timeout=30, what="a new leader of the group's partition")
+              timeout=90, what="a new leader of the group's partition")
     if leader == owner:
-        waitUntil(lambda: partitions(other, "events")[0][0] in survivors, timeout=30)
+        waitUntil(lambda: partitions(other, "events")[0][0] in survivors, timeout=90)
     # (Records written before may be gone with their broker until the
     # replicas are replicated: new ones are consumed.)
     producer = Producer({"bootstrap.servers": cluster.bootstrap(*survivors)})
     for i in range(5):
         producer.produce("events", value=b"after %d" % i)
-    assert producer.flush(20) == 0
+    assert producer.flush(60) == 0
     assert consume(cluster.bootstrap(*survivors), 1)
     for i in survivors:
         log = cluster.brokers[i].output()
@@ -241,7 +241,7 @@ def test_paused_controller_is_deposed_and_rejoins(cluster):
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("p", num_partitions=3, replication_factor=3)],
-                        request_timeout=20)["p"].result()
+                        request_timeout=60)["p"].result()
     controller = admin.list_topics(timeout=10).controller_id
     paused = cluster.brokers[controller]
     survivors = [i for i in (1, 2, 3) if i != controller]
@@ -270,7 +270,7 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("e", num_partitions=3, replication_factor=3)],
-                        request_timeout=20)["e"].result()
+                        request_timeout=60)["e"].result()
     before = partitions(admin, "e")
     # A clean stop of a preferred leader: its partitions move away ...
     victim = before[0][1][0]
@@ -306,7 +306,7 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
         zk.close()
     waitUntil(lambda: all(victim in isr for _, _, isr in partitions(admin, "e").values()))
     assert partitions(admin, "e")[0][0] != victim
-    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("e", p) for p in range(3)]).result(timeout=20)
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("e", p) for p in range(3)]).result(timeout=60)
     assert all(error is None or "ELECTION_NOT_NEEDED" in str(error) for error in result.values())
     waitUntil(lambda: all(leader == replicas[0] for leader, replicas, _ in partitions(admin, "e").values()),
               what="preferred leaders back")
@@ -325,17 +325,17 @@ def test_topic_configs_reach_every_replica(cluster):
     admin = cluster.admin(1)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("cfg", num_partitions=1, replication_factor=2,
-                                  config={"retention.ms": "100000"})], request_timeout=20)["cfg"].result()
+                                  config={"retention.ms": "100000"})], request_timeout=60)["cfg"].result()
     resource = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
         ConfigEntry("retention.ms", "200000", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("segment.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
     ])
-    admin.incremental_alter_configs([resource])[resource].result(timeout=20)
+    admin.incremental_alter_configs([resource])[resource].result(timeout=60)
 
     def described(i):
         r = ConfigResource(ResourceType.TOPIC, "cfg")
         client = cluster.admin(i)
-        return client.describe_configs([r])[r].result(timeout=20)
+        return client.describe_configs([r])[r].result(timeout=60)
 
     # Every broker describes the cluster's configs, replica or not.
     for i in (1, 2, 3):

@@ -153,7 +153,11 @@ class StaticCluster:
         answer = self.command(nodeId, {"op": "dump", "topic": topic, "partition": partition})
         return base64.b64decode(answer["data"])
 
-    def waitFor(self, condition, timeout: float = 30.0, what: str = "condition"):
+    def waitFor(self, condition, timeout: float = 90.0, what: str = "condition"):
+        """
+        Poll C{condition} until it is true (a generous bound: the wait ends
+        as soon as it holds, and a loaded machine needs the margin).
+        """
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -166,7 +170,7 @@ class StaticCluster:
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
-    def waitInSync(self, topic: str, partition: int = 0, nodes=None, timeout: float = 30.0):
+    def waitInSync(self, topic: str, partition: int = 0, nodes=None, timeout: float = 120.0):
         """
         Wait until every replica (or C{nodes}) has the leader's log end and
         high watermark, and return the logs' bytes (all identical).

@@ -16,7 +16,7 @@ from kafkatwist.client import KafkaWireClient
 from kafkatwist.protocol.records import Record
 
 
-def produce(bootstrap, topic, values, acks="all", timeoutMs=30000, **extra):
+def produce(bootstrap, topic, values, acks="all", timeoutMs=60000, **extra):
     producer = Producer({
         "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
         "message.timeout.ms": timeoutMs, "request.timeout.ms": timeoutMs, **extra,
@@ -47,23 +47,24 @@ def test_followers_converge(cluster):
 
 
 def test_acks_all_waits_for_the_isr_then_shrinks(cluster):
-    c = cluster(3)
+    # A lag long enough that a loaded machine answers acks=1 well within it.
+    c = cluster(3, {"replica.lag.time.max.ms": "8000"})
     c.createTopic("r")
     c.elect("r", 0, leader=1, epoch=1, isr=[1, 2, 3])
     assert produce(c.bootstrap(1), "r", [b"a"]) == [None]
     c.waitInSync("r")
     c.pause(3)
     try:
+        # acks=1 does not wait for the paused follower: answered while it
+        # is still in the ISR.
+        assert produce(c.bootstrap(1), "r", [b"c"], acks="1") == [None]
+        assert c.state(1, "r")["isr"] == [1, 2, 3]
         started = time.monotonic()
-        # Acknowledged only once broker 3 left the ISR (lag 3 s).
+        # acks=all is acknowledged only once broker 3 left the ISR.
         assert produce(c.bootstrap(1), "r", [b"b"]) == [None]
         waited = time.monotonic() - started
         assert waited > 2.0, waited
         assert c.state(1, "r")["isr"] == [1, 2]
-        # acks=1 answers at once.
-        started = time.monotonic()
-        assert produce(c.bootstrap(1), "r", [b"c"], acks="1") == [None]
-        assert time.monotonic() - started < 2.0
     finally:
         c.resume(3)
     # Broker 3 catches up and rejoins.
