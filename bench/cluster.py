@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -341,5 +342,8 @@ def part4(cluster, args, report, zookeeperPid):
     report(f"## 4. many small requests: {args.connections} connections of the C load generator, "
            f"one-record Produce v9 acks=1, 8 partitions RF 1, request.threads.cpu.affinity as "
            f"configured (auto) (load {loadAverage()})")
-    compare(cluster, zookeeperPid, generator, directory, 8, args.connections, 1.5,
-            args.small_seconds, 2, report)
+    try:
+        compare(cluster, zookeeperPid, generator, directory, 8, args.connections, 1.5,
+                args.small_seconds, 2, report)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

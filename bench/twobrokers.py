@@ -24,10 +24,11 @@ CPU's busy share (/proc/stat), and the broker threads that used more than
 0.05 of a core with the CPUs each may run on (its affinity) -- who is on CPU.
 
 C{--modes} chooses the brokers' C{request.threads.cpu.affinity}, one cluster
-per mode: C{auto} (the default: every broker puts its request threads on the
-highest-numbered CPU -- the same CPU for both brokers on one machine),
-C{spread} (broker 1 on the highest-numbered CPU as auto would, broker 2 on
-the next), C{none} (wherever the OS puts them).
+per mode: C{auto} (the default: in a cluster, broker N puts its request threads on
+the CPU N-1 below the highest-numbered -- before 2026-11-23 every broker took
+the highest, the same CPU for both), C{spread} (broker 1 on the
+highest-numbered CPU, broker 2 on the next, given explicitly: what C{auto}
+now chooses), C{none} (wherever the OS puts them).
 
 Why a cluster and not two standalone brokers: a cluster is what issue 17
 offers as the way past one core (a client's partitions led by several
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -307,6 +309,7 @@ def main(argv: list[str]) -> int:
                 cluster.stopAll()
     finally:
         zookeeper.stop()
+        shutil.rmtree(root, ignore_errors=True)
     print("\n".join(lines))
     print("summary (median one broker -> two brokers): " + "; ".join(summary))
     return 0

@@ -71,12 +71,12 @@ def makeLogCleaner(config, logManager):
     a log.  Its processes keep off the CPUs of the request threads.
     """
     from kafkatwist.log.cleaner import LogCleaner
-    from kafkatwist.network.affinity import availableCpus, requestThreadCpus
+    from kafkatwist.network.affinity import availableCpus, requestThreadCpusFor
 
     if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
         return None
     available = availableCpus()
-    requestCpus = requestThreadCpus(config["request.threads.cpu.affinity"], available)
+    requestCpus = requestThreadCpusFor(config, available)
     cpus = None
     if available and requestCpus and available - requestCpus:
         cpus = frozenset(available - requestCpus)

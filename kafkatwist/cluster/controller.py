@@ -104,7 +104,7 @@ class ControllerMachine:
         live = image.live()
         leaving = image.shuttingDown & live
         for topic in sorted(image.deleting):
-            if self._deletionDone(topic, image):
+            if not deletionWaitsFor(topic, image):
                 effects.append(DeleteTopic(topic))
         for topic, partition, replicas, state in image.partitions():
             if topic in image.deleting:
@@ -292,22 +292,6 @@ class ControllerMachine:
         return None
 
     @staticmethod
-    def _deletionDone(topic: str, image: ClusterImage) -> bool:
-        """
-        Kafka's C{TopicDeletionManager}: a topic queued for deletion leaves
-        ZooKeeper only once every broker holding one of its replicas has
-        deleted it (said so for this topic id).  A broker that is down
-        keeps the topic queued (Kafka's "ineligible for deletion") until it
-        returns and deletes its replicas.
-        """
-        assignment = image.topics.get(topic)
-        if assignment is None:
-            return True
-        holders = {r for replicas in assignment.partitions.values() for r in replicas}
-        done = image.deletedReplicas.get(topic, {})
-        return all(done.get(b) == assignment.topicId for b in holders)
-
-    @staticmethod
     def _reassigning(image: ClusterImage, topic: str, partition: int, state) -> bool:
         """
         Whether the partition has a reassignment that still waits for its
@@ -399,6 +383,25 @@ class ControllerMachine:
                 if broker in state.isr:
                     effects.append(self._write(topic, state, partition, broker, state.isr, "preferred"))
         return effects
+
+
+def deletionWaitsFor(topic: str, image: ClusterImage) -> frozenset:
+    """
+    Kafka's C{TopicDeletionManager}: a topic queued for deletion leaves
+    ZooKeeper only once every broker holding one of its replicas has
+    deleted it (said so for this topic id).  A broker that is down keeps
+    the topic queued (Kafka's "ineligible for deletion") until it returns
+    and deletes its replicas.
+
+    @return: the brokers whose word is missing.
+    """
+    assignment = image.topics.get(topic)
+    if assignment is None:
+        return frozenset()
+    done = image.deletedReplicas.get(topic, {})
+    return frozenset(
+        b for replicas in assignment.partitions.values() for b in replicas if done.get(b) != assignment.topicId
+    )
 
 
 def _shrink(isr, live) -> tuple:

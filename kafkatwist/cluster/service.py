@@ -38,7 +38,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.cluster import zkdata as Z
-from kafkatwist.cluster.controller import ControllerMachine, assignReplicas
+from kafkatwist.cluster.controller import ControllerMachine, assignReplicas, deletionWaitsFor
 from kafkatwist.cluster.effects import (
     CompleteReassignment,
     DeleteTopic,
@@ -112,8 +112,12 @@ class ClusterService:
         self._deletedReplicas: dict[str, dict] = {}
         #: (topic, topic id) whose replicas this broker deleted and said so
         self._deletedHere: set = set()
+        #: topics whose znode could not be read: their local data is kept
+        self._unreadable: set[str] = set()
         #: set by a controller write that lost a race (the state changed under it)
         self._lostRace = False
+        #: topic -> the brokers its deletion was last logged waiting for
+        self._deletionWaits: dict[str, frozenset] = {}
         self._shuttingDown: set[int] = set()
         self._controllerId = -1
         self._epochZkVersion: int | None = None
@@ -752,6 +756,7 @@ class ClusterService:
                 self._readTopic(name)
 
     def _forgetTopic(self, name: str) -> None:
+        self._unreadable.discard(name)
         self._topics.pop(name, None)
         self._configs.pop(name, None)
         for key in [k for k in self._states if k[0] == name]:
@@ -766,7 +771,9 @@ class ClusterService:
             assignment = Z.decodeTopic(name, found[0], found[1].version)
         except Z.ZkDataError as e:
             log.warn("Ignoring topic znode: {e}", e=e)
+            self._unreadable.add(name)
             return
+        self._unreadable.discard(name)
         self._topics[name] = assignment
         self._readConfig(name)
         for partition in assignment.partitions:
@@ -945,6 +952,8 @@ class ClusterService:
             if not self._perform(self.controller.reconcile(_nowMs(), image)):
                 break
         image = self.image
+        if self.controller.active:
+            self._logDeletionWaits(image)
         for entry in list(self._waits):
             try:
                 satisfied = entry[0](image)
@@ -955,6 +964,16 @@ class ClusterService:
                 self._waits.remove(entry)
                 entry[2].cancel()
                 entry[1](True)
+
+    def _logDeletionWaits(self, image: ClusterImage) -> None:
+        waits = {topic: deletionWaitsFor(topic, image) for topic in image.deleting}
+        for topic, brokers in sorted(waits.items()):
+            if brokers and self._deletionWaits.get(topic) != brokers:
+                down = sorted(brokers - image.live())
+                log.info("Deletion of topic {topic} waits for brokers {brokers} to delete their replicas"
+                         "{down}", topic=topic, brokers=sorted(brokers),
+                         down=f" ({down} not alive: when they return)" if down else "")
+        self._deletionWaits = {t: b for t, b in waits.items() if b}
 
     def _retryLater(self) -> None:
         """
@@ -1319,6 +1338,8 @@ class ClusterService:
             if name in INTERNAL_TOPICS:
                 continue
             assignment = self._topics.get(name)
+            if name in self._unreadable:
+                continue
             if assignment is None:
                 log.info("Local topic {topic} is not in the cluster any more: deleted", topic=name)
                 self._deleteLocal(name)

@@ -36,7 +36,7 @@ def availableCpus() -> frozenset[int] | None:
     return frozenset(getAffinity(0))
 
 
-def requestThreadCpus(setting, available: frozenset[int] | None) -> frozenset[int] | None:
+def requestThreadCpus(setting, available: frozenset[int] | None, place: int = 0) -> frozenset[int] | None:
     """
     The CPUs to restrict the Processors and handler threads to, or C{None}
     to leave them where the OS puts them.
@@ -44,16 +44,41 @@ def requestThreadCpus(setting, available: frozenset[int] | None) -> frozenset[in
     @param setting: C{"auto"}, C{"none"} or a set of CPU numbers (as the
         config parsed it).
     @param available: L{availableCpus}.
+    @param place: for C{auto}, how many CPUs down from the highest to
+        start (modulo their number): L{brokerPlace}.
     @return: for C{auto}, one CPU when the process may use several: the
-        highest-numbered, as CPU 0 tends to take the most interrupts.
+        highest-numbered, as CPU 0 tends to take the most interrupts, or the
+        one C{place} below it.
     """
     if setting == NONE:
         return None
     if setting == AUTO:
         if available is None or len(available) < 2:
             return None
-        return frozenset({max(available)})
+        cpus = sorted(available)
+        return frozenset({cpus[-1 - place % len(cpus)]})
     return frozenset(setting)
+
+
+def brokerPlace(config) -> int:
+    """
+    Where C{auto} starts counting for this broker: 0 for a broker on its
+    own; C{node.id - 1} in a cluster, so the brokers of a cluster on one
+    machine (C{make cluster}, tests, benchmarks: ids 1, 2, 3) pin their
+    request threads to different CPUs instead of all sharing the highest
+    one, which held two brokers to one core's worth of work
+    (bench/RESULTS.md, "Two brokers against one").
+    """
+    if not config["zookeeper.connect"]:
+        return 0
+    return max(config["node.id"] - 1, 0)
+
+
+def requestThreadCpusFor(config, available: frozenset[int] | None) -> frozenset[int] | None:
+    """
+    L{requestThreadCpus} for a broker's configuration.
+    """
+    return requestThreadCpus(config["request.threads.cpu.affinity"], available, brokerPlace(config))
 
 
 def pinCurrentThread(cpus: frozenset[int] | None) -> None:

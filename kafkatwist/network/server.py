@@ -14,7 +14,7 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 
 from kafkatwist.network.acceptor import Acceptor
-from kafkatwist.network.affinity import availableCpus, requestThreadCpus, showCpus
+from kafkatwist.network.affinity import availableCpus, requestThreadCpusFor, showCpus
 from kafkatwist.network.channel import MemoryPool, RequestChannel
 from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.handlers import HandlerPool
@@ -75,7 +75,7 @@ class SocketServer:
             if l.tls
         }
         #: CPUs the Processors and handler threads keep to (None: any)
-        self.requestThreadCpus = requestThreadCpus(config["request.threads.cpu.affinity"], availableCpus())
+        self.requestThreadCpus = requestThreadCpusFor(config, availableCpus())
         #: the Processors the Acceptors hand connections to: changed only on
         #: the main reactor once started (L{resizeProcessors})
         self.processors = [Processor(i, self) for i in range(config["num.network.threads"])]

@@ -258,3 +258,80 @@ def test_bounced_broker_loses_its_leadership(cluster):
     a.service.owner.call(a.service._onEvent, "/brokers/ids")
     waitUntil(lambda: a.image.states[("bounce", 0)].leaderEpoch > epoch, what="re-elected")
     assert a.image.live() == {1, 2}
+
+
+def test_reassignment_resumes_on_a_new_controller(cluster):
+    """
+    A reassignment lives in ZooKeeper (the topic znode's adding/removing
+    replicas): the controller that takes over resumes it with a new leader
+    epoch, and completes it once the leader's ISR holds the target; the
+    removed replica's broker is told to stop with delete.
+    """
+    a, b, c, d = cluster(1), cluster(2), cluster(3), cluster(4)
+    waitUntil(lambda: a.image.live() == {1, 2, 3, 4} and a.service.controller.active)
+    call(b.service.createTopic, "r", {0: (2, 3)}, {})
+    waitUntil(lambda: ("r", 0) in b.replicas.roles and ("r", 0) in c.replicas.roles, what="roles")
+    [results] = call(b.service.alterReassignments, [("r", 0, (2, 4))])
+    assert results == ErrorCode.not_controller
+    [results] = call(a.service.alterReassignments, [("r", 0, (2, 4))])
+    assert results == [("r", 0, ErrorCode.none, None)]
+    waitUntil(lambda: d.replicas.roles.get(("r", 0), ("",))[0] == "follower", what="the new replica follows")
+    assert b.image.topics["r"].partitions[0] == (2, 4, 3)
+    assert (b.image.topics["r"].adding, b.image.topics["r"].removing) == ({0: (4,)}, {0: (3,)})
+    epoch = b.image.states[("r", 0)].leaderEpoch
+    a.stop()
+    waitUntil(lambda: b.service.controller.active or c.service.controller.active or d.service.controller.active,
+              what="a new controller")
+    waitUntil(lambda: b.image.states[("r", 0)].leaderEpoch > epoch, what="resumed with a new epoch")
+    # The leader (broker 2) takes broker 4 into its ISR: the reassignment completes.
+    state = b.image.states[("r", 0)]
+    _, error = call(b.service.alterIsr, "r", 0, 2, state.leaderEpoch, (2, 3, 4), state.zkVersion)
+    assert error is None
+    waitUntil(lambda: b.image.topics["r"].partitions[0] == (2, 4) and not b.image.topics["r"].adding,
+              what="completed")
+    assert set(b.image.states[("r", 0)].isr) == {2, 4}
+    waitUntil(lambda: ("r", 0, True) in c.replicas.stopped, what="broker 3 stopped its replica with delete")
+
+
+class LocalTopics:
+    """
+    A log manager that only lists topics and records deletions.
+    """
+
+    def __init__(self, *names):
+        self.names = set(names)
+        self.deleted = []
+
+    def topics(self):
+        return {name: None for name in self.names}
+
+    def deleteTopic(self, name):
+        self.names.discard(name)
+        self.deleted.append(name)
+
+
+def test_strays_are_deleted_but_not_topics_zookeeper_cannot_read(cluster):
+    """
+    At start-up a broker deletes its local topics the cluster no longer
+    has, or has no replica of here -- but not one whose znode it cannot
+    read (its data may be the only copy).
+    """
+    a = cluster(1)
+    call(a.service.createTopic, "elsewhere", {0: (1,)}, {})
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        zk.create("/brokers/topics/garbled", b"not json")
+    finally:
+        zk.stop()
+        zk.close()
+    waitUntil(lambda: "elsewhere" in a.image.topics)
+    node = Node(cluster.connect, 2)
+    local = LocalTopics("gone", "elsewhere", "garbled")
+    node.service.logManager = local
+    node.start()
+    try:
+        assert sorted(local.deleted) == ["elsewhere", "gone"]
+        assert local.names == {"garbled"}
+    finally:
+        node.stop()

@@ -9,13 +9,27 @@ import threading
 import pytest
 
 from kafkatwist.config import BrokerConfig
-from kafkatwist.network.affinity import availableCpus, pinCurrentThread, requestThreadCpus
+from kafkatwist.network.affinity import availableCpus, pinCurrentThread, requestThreadCpus, requestThreadCpusFor
 
 linuxOnly = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity")
 
 
 def test_auto_shares_the_highest_cpu_when_there_are_several():
     assert requestThreadCpus("auto", frozenset({0, 1, 2, 3})) == {3}
+
+
+def test_auto_gives_the_brokers_of_a_local_cluster_different_cpus():
+    """
+    In a cluster, C{auto} counts down from the highest CPU by C{node.id}, so
+    brokers sharing a machine do not share one CPU; a broker on its own
+    keeps the highest whatever its id.
+    """
+    cpus = frozenset({0, 1})
+    inCluster = {"zookeeper.connect": "127.0.0.1:2181/x"}
+    chosen = [requestThreadCpusFor(BrokerConfig({**inCluster, "node.id": str(i)}), cpus) for i in (1, 2, 3)]
+    assert chosen == [{1}, {0}, {1}]
+    assert requestThreadCpusFor(BrokerConfig({"node.id": "2"}), cpus) == {1}
+    assert requestThreadCpusFor(BrokerConfig({**inCluster, "node.id": "2", "request.threads.cpu.affinity": "1"}), cpus) == {1}
 
 
 def test_auto_leaves_a_single_cpu_or_an_unknown_platform_alone():
