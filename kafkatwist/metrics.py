@@ -235,6 +235,15 @@ def render(broker, server) -> str:
 
     _renderFetchSessions(w, broker.fetchSessions.published)
 
+    replication = getattr(broker, "replicationQuotas", None)
+    if replication is not None:
+        # Kafka's LeaderReplication / FollowerReplication byte-rate.
+        w.declare("kafka_server_replication_throttled_byte_rate", "gauge",
+                  "Bytes per second of the partitions each side's replication throttle counts "
+                  "(leader/follower.replication.throttled.replicas).")
+        for quota in (replication.leader, replication.follower):
+            w.sample("kafka_server_replication_throttled_byte_rate", f"{quota.rate():.1f}", side=quota.side)
+
     logManager = broker.logManager
     endOffsets: dict[tuple[str, int], int] = {}
     if logManager is not None:

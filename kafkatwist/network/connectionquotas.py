@@ -176,14 +176,20 @@ class ConnectionQuotas:
         """
         nowMs = self.clock() if nowMs is None else nowMs
         with self._lock:
+            # Recorded whatever the limits, so that a limit set later
+            # measures what came before, as Kafka's sensors do.
             self._brokerRate.record(1.0, nowMs)
-            delay = self._brokerRate.throttleMs(self.maxRate, nowMs, self.windowMs)
             listenerRate = self._listenerRate.get(listenerName)
             if listenerRate is None:
                 listenerRate = self._listenerRate[listenerName] = self._newRate()
             listenerRate.record(1.0, nowMs)
+            delay = 0
+            if self.maxRate < UNLIMITED_RATE:
+                delay = self._brokerRate.throttleMs(self.maxRate, nowMs, self.windowMs)
             limit = self.listenerRates.get(listenerName, self.maxRate)
-            return max(delay, listenerRate.throttleMs(limit, nowMs, self.windowMs))
+            if limit < UNLIMITED_RATE:
+                delay = max(delay, listenerRate.throttleMs(limit, nowMs, self.windowMs))
+            return delay
 
     def ipThrottleMs(self, listenerName: str, host: str, nowMs: int | None = None) -> int:
         """

@@ -14,9 +14,9 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 
 from kafkatwist.network.acceptor import Acceptor
-from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.affinity import availableCpus, requestThreadCpusFor, showCpus
 from kafkatwist.network.channel import MemoryPool, RequestChannel
+from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ReloadableContextFactory, listenerContextFactory
@@ -219,6 +219,8 @@ class SocketServer:
         """
         for acceptor in self.acceptors:
             acceptor.stopListening()
+        # A resize from now on starts no thread.
+        self.started = False
         deadline = self.mainReactor.seconds() + SHUTDOWN_GRACE_SECONDS
         # Processor clocks are their own reactors; hand each its deadline in
         # its own terms (they all read time.time()).

@@ -324,7 +324,11 @@ class ReplicaFetcher:
         # another leader's data made (the old leader would count it as
         # replicated and acknowledge what this replica does not hold).
         with self._appendLock:
-            states = [state for state in states if self._stillOurs(state) and not self._throttled(state)]
+            kept, held = [], []
+            for state in states:
+                if self._stillOurs(state):
+                    (held if self._throttled(state) else kept).append(state)
+            states = kept
             for state in states:
                 byTopic.setdefault(state.key[0], []).append(
                     make(
@@ -337,9 +341,10 @@ class ReplicaFetcher:
                     )
                 )
         if not states:
-            # Only throttled partitions: back off, as Kafka's fetcher does
-            # with nothing to fetch.
-            self._sleep(self.backoff)
+            if held:
+                # Only throttled partitions: back off, as Kafka's fetcher
+                # does with nothing to fetch.
+                self._sleep(self.backoff)
             return
         request = make(
             cls,

@@ -48,6 +48,8 @@ def test_scrape_after_produce_and_consume(brokerFactory):
     assert value(text, "kafka_log_log_end_offset", topic="scraped", partition=0) == 5000
     assert value(text, "kafka_network_connections", listener="PLAINTEXT") >= 0
     assert 0 <= value(text, "kafka_network_processor_idle_ratio", processor=0) <= 1
+    assert value(text, "kafka_server_replication_throttled_byte_rate", side="leader") == 0
+    assert value(text, "kafka_server_replication_throttled_byte_rate", side="follower") == 0
     assert "Completed request <RequestContext produce" in b.output()
     assertStrictlyParsable(text)
 
