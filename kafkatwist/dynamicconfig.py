@@ -200,12 +200,13 @@ class DynamicBrokerConfig:
                 break
             except ConfigError as e:
                 # A stored value that no longer validates: start without it.
+                # The per-broker value first: the default's may be good.
                 dropped = [
                     (perBroker, name)
-                    for perBroker, layer in layers.items()
-                    for name in layer
+                    for perBroker in (True, False)
+                    for name in layers[perBroker]
                     if e.key in (name, (listenerKey(name) or ("", ""))[1])
-                ] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
+                ][:1] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
                 for perBroker, name in dropped:
                     log.error("Not applying stored dynamic broker config {name}={value}: {error}",
                               name=name, value=_shown(name, layers[perBroker][name]), error=e)
