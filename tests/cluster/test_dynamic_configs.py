@@ -3,7 +3,8 @@ Dynamic broker configs in a cluster, with three real broker processes, a
 real ZooKeeper and confluent-kafka's AdminClient: the cluster default set
 through one broker reaches every broker (what producers observe, not only
 DescribeConfigs), a per-broker change applies on that broker only, both
-survive a restart, ZooKeeper holds them in Kafka's layout, a damaged znode
+survive a restart, ZooKeeper holds them in Kafka's layout, the controller
+follows a dynamic unclean election default, a damaged znode
 is skipped, and a password is never written there.
 """
 
@@ -15,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.cluster.test_admin import createPlaced, startThree
-from tests.cluster.test_brokers import cluster  # noqa: F401 (the fixture)
+from tests.cluster.test_brokers import cluster, partitions  # noqa: F401 (the fixture)
 from tests.cluster.test_control_plane import waitUntil
 from tests.integration.test_dynamic_configs import rawIncremental
 
@@ -169,3 +170,24 @@ def test_damaged_znode_is_skipped_and_passwords_refused(cluster):  # noqa: F811
     with pytest.raises(KafkaException) as e:
         admin.incremental_alter_configs([resource])[resource].result(timeout=30)
     assert "Password encoder secret not configured" in str(e.value)
+
+
+def test_controller_follows_the_dynamic_unclean_election_default(cluster):  # noqa: F811
+    """
+    The broker-level unclean.leader.election.enable as a dynamic cluster
+    default (Kafka's controller reads its own dynamic config): a partition
+    left without a live ISR member gets the live replica outside the ISR
+    once the default is set, through any broker.
+    """
+    startThree(cluster)
+    createPlaced(cluster, "w", {0: [1, 2]})
+    cluster.brokers[2].kill()
+    waitUntil(lambda: partitions(cluster.admin(1, 3), "w")[0][2] == (1,), what="ISR {1}")
+    cluster.brokers[1].kill()
+    three = cluster.admin(3)
+    waitUntil(lambda: partitions(three, "w")[0][0] == -1, what="offline")
+    cluster.start(2)
+    waitUntil(lambda: 2 in three.list_topics(timeout=10).brokers, what="broker 2 back")
+    assert partitions(three, "w")[0][0] == -1
+    setDefault(cluster, 2, unclean_leader_election_enable="true")
+    waitUntil(lambda: partitions(three, "w")[0][0] == 2, what="w led by 2")
