@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+import os
 import threading
 
 from kafkatwist.cluster.coordinators import CoordinatorMover
@@ -65,6 +66,10 @@ def clusterDynamicConfig(cluster: ClusterService, config, reactor) -> DynamicBro
     pool.
     """
     dynamic = DynamicBrokerConfig(config, None)
+    local = DynamicBrokerConfig.inDirectory(config).path
+    if os.path.exists(local):
+        log.warn("{path} is not read: in a cluster the dynamic broker configs are ZooKeeper's "
+                 "(/config/brokers)", path=local)
 
     def store(perBroker: bool, layer: dict) -> None:
         # On a request handler thread; the owner writes ZooKeeper.
