@@ -13,10 +13,24 @@ temporary file, fsynced, renamed), written before a change is applied or
 acknowledged, and applied at start-up.  A stored value that no longer
 validates (a keystore file gone) is skipped with one log line.
 
+In a cluster (C{zookeeper.connect}) the layers live in ZooKeeper instead,
+in Kafka's layout: C{/config/brokers/<default>} and C{/config/brokers/<id>}
+(L{kafkatwist.cluster.service.ClusterService.setBrokerConfigs}).  A change
+is written there, applied here, and every other broker it concerns applies
+it when its watch fires (L{DynamicBrokerConfig.storedChanged}); a broker
+starts from what ZooKeeper holds.  Sensitive values (passwords) are never
+written there: Kafka encrypts them with C{password.encoder.secret}, which
+kafkatwist does not have, so they are refused with Kafka's error for a
+broker without one.
+
 Threads: L{DynamicBrokerConfig.alter} runs on request handler threads,
 serialised by a lock; the reconfigurables it calls do their work there or
-hand it to the thread that owns the state.  L{DynamicBrokerConfig.current}
-is an immutable L{BrokerConfig} replaced whole: read it from any thread.
+hand it to the thread that owns the state.  A change read from ZooKeeper
+is handed by the cluster owner thread to L{DynamicBrokerConfig.handOff}
+(the reactor's thread pool), which applies the latest one under the same
+lock: the owner never waits for the lock, which an alter holds while it
+waits for the owner to write ZooKeeper.  L{DynamicBrokerConfig.current} is
+an immutable L{BrokerConfig} replaced whole: read it from any thread.
 """
 
 from __future__ import annotations
@@ -98,6 +112,15 @@ class DynamicBrokerConfig:
         self.current = static
         self._lock = threading.Lock()
         self._reconfigurables: list[Reconfigurable] = []
+        #: in a cluster: C{remote(perBroker, layer)} writes a layer to
+        #: ZooKeeper, raising L{KafkaError}; C{None}: the file is the store
+        self.remote: Callable[[bool, dict[str, str]], None] | None = None
+        #: runs C{f()} off the caller's thread (in a cluster: the reactor's
+        #: thread pool)
+        self.handOff: Callable[[Callable[[], None]], None] = lambda f: f()
+        #: the latest layers read from ZooKeeper, not yet applied
+        self._latest: tuple[dict[str, str], dict[str, str]] | None = None
+        self._latestLock = threading.Lock()
 
     @classmethod
     def inDirectory(cls, static: BrokerConfig) -> DynamicBrokerConfig:
@@ -122,37 +145,109 @@ class DynamicBrokerConfig:
         layers: dict[bool, dict[str, str]] = {True: {}, False: {}}
         for record in readRecords(self.path, _KIND, _VERSION):
             scope, name, value = record.get("scope"), record.get("name"), record.get("value")
-            try:
-                if scope not in _SCOPES or not isinstance(name, str) or not isinstance(value, str):
-                    raise ConfigError(str(name), "not a dynamic config record")
-                self._checkKeys({name}, _SCOPES[scope])
-            except (ConfigError, KafkaError) as e:
+            if scope not in _SCOPES or not isinstance(name, str) or not isinstance(value, str):
                 log.error("Skipping stored dynamic broker config {record} in {path}: {error}",
-                          record=record, path=self.path, error=e)
+                          record=record, path=self.path, error="not a dynamic config record")
                 continue
-            layers[_SCOPES[scope]][name] = value
-        while True:
-            try:
-                self.current = self._build(layers[False], layers[True])
-                break
-            except ConfigError as e:
-                # A stored value that no longer validates: start without it.
-                dropped = [
-                    (perBroker, name)
-                    for perBroker, layer in layers.items()
-                    for name in layer
-                    if e.key in (name, (listenerKey(name) or ("", ""))[1])
-                ] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
-                for perBroker, name in dropped:
-                    log.error("Not applying stored dynamic broker config {name}={value}: {error}",
-                              name=name, value=_shown(name, layers[perBroker][name]), error=e)
-                    del layers[perBroker][name]
-        self.clusterDefault, self.perBroker = layers[False], layers[True]
+            if self._storable(name, value, _SCOPES[scope], self.path):
+                layers[_SCOPES[scope]][name] = value
+        self._adopt(layers[False], layers[True])
+
+    def loadLayers(self, default: Mapping[str, str], broker: Mapping[str, str], where: str) -> None:
+        """
+        Make the layers read from ZooKeeper at start-up current (as L{load}
+        does with the file's).
+        """
+        self._adopt(self._checked(default, False, where), self._checked(broker, True, where))
+
+    def _checked(self, layer: Mapping[str, str], perBroker: bool, where: str) -> dict[str, str]:
+        return {name: value for name, value in layer.items() if self._storable(name, value, perBroker, where)}
+
+    def _storable(self, name: str, value: str, perBroker: bool, where: str) -> bool:
+        """
+        Whether a stored entry may be applied; one log line if not.
+        """
+        try:
+            self._checkKeys({name}, perBroker)
+            spec = keySpec(name)
+            if self.remote is not None and spec is not None and spec.sensitive:
+                # Kafka's is encrypted with its password.encoder.secret.
+                raise ConfigError(name, "a password in ZooKeeper cannot be decoded without "
+                                        "password.encoder.secret")
+        except (ConfigError, KafkaError) as e:
+            log.error("Skipping stored dynamic broker config {name}={value} in {where}: {error}",
+                      name=name, value=_shown(name, value), where=where, error=e)
+            return False
+        return True
+
+    def _adopt(self, default: dict[str, str], broker: dict[str, str]) -> None:
+        self.clusterDefault, self.perBroker, self.current = self._resolve(default, broker)
         if self.clusterDefault or self.perBroker:
             log.info(
                 "Dynamic broker configs applied: {broker} (this broker), {default} (cluster default)",
                 broker=_showLayer(self.perBroker), default=_showLayer(self.clusterDefault),
             )
+
+    def _resolve(self, default: dict[str, str], broker: dict[str, str]):
+        """
+        The layers without the stored values that no longer validate (a
+        keystore file gone; one log line each), and the config they make.
+        """
+        layers = {False: dict(default), True: dict(broker)}
+        while True:
+            try:
+                current = self._build(layers[False], layers[True])
+                break
+            except ConfigError as e:
+                # A stored value that no longer validates: start without it.
+                # The per-broker value first: the default's may be good.
+                dropped = [
+                    (perBroker, name)
+                    for perBroker in (True, False)
+                    for name in layers[perBroker]
+                    if e.key in (name, (listenerKey(name) or ("", ""))[1])
+                ][:1] or [(perBroker, name) for perBroker, layer in layers.items() for name in layer]
+                for perBroker, name in dropped:
+                    log.error("Not applying stored dynamic broker config {name}={value}: {error}",
+                              name=name, value=_shown(name, layers[perBroker][name]), error=e)
+                    del layers[perBroker][name]
+        return layers[False], layers[True], current
+
+    def storedChanged(self, default: Mapping[str, str], broker: Mapping[str, str]) -> None:
+        """
+        The layers as ZooKeeper holds them now (read on the cluster owner
+        thread): what differs from the current ones is applied through the
+        reconfigurables, off this thread (L{handOff}).
+        """
+        with self._latestLock:
+            self._latest = (dict(default), dict(broker))
+        self.handOff(self._applyLatest)
+
+    def _applyLatest(self) -> None:
+        with self._lock:
+            with self._latestLock:
+                latest, self._latest = self._latest, None
+            if latest is None:
+                return
+            where = "ZooKeeper"
+            default, broker = self._checked(latest[0], False, where), self._checked(latest[1], True, where)
+            if default == self.clusterDefault and broker == self.perBroker:
+                return
+            old = self.current
+            default, broker, new = self._resolve(default, broker)
+            changed = _differing(self.clusterDefault, default) | _differing(self.perBroker, broker)
+            try:
+                for reconfigurable in self._reconfigurables:
+                    if reconfigurable.concerns(changed):
+                        reconfigurable.validate(old, new)
+            except ConfigError as e:
+                log.error("Not applying dynamic broker configs {layers} from ZooKeeper: {error}",
+                          layers=_showLayer({**default, **broker}), error=e)
+                return
+            self.clusterDefault, self.perBroker, self.current = default, broker, new
+            log.info("Dynamic broker configs from ZooKeeper: {broker} (this broker), "
+                     "{default} (cluster default)", broker=_showLayer(broker), default=_showLayer(default))
+            self._reconfigure(old, new, changed)
 
     def layer(self, perBroker: bool) -> dict[str, str]:
         return dict(self.perBroker if perBroker else self.clusterDefault)
@@ -193,11 +288,7 @@ class DynamicBrokerConfig:
         with self._lock:
             old = self.current
             layer = change(self.layer(perBroker))
-            changed = {
-                name
-                for name in set(layer) | set(self.layer(perBroker))
-                if layer.get(name) != self.layer(perBroker).get(name)
-            }
+            changed = _differing(self.layer(perBroker), layer)
             self._checkKeys(set(layer), perBroker)
             default = layer if not perBroker else self.clusterDefault
             broker = layer if perBroker else self.perBroker
@@ -210,17 +301,42 @@ class DynamicBrokerConfig:
                 raise KafkaError(ErrorCode.invalid_request, str(e)) from None
             if validateOnly:
                 return
-            self._store(default, broker)
+            if self.remote is not None:
+                self._refusePasswords(perBroker, layer, changed)
+                self.remote(perBroker, dict(layer))
+            else:
+                self._store(default, broker)
             self.clusterDefault, self.perBroker, self.current = dict(default), dict(broker), new
             log.info("Dynamic broker configs of {scope} now {layer}",
                      scope="this broker" if perBroker else "the cluster default", layer=_showLayer(layer))
-            for reconfigurable in self._reconfigurables:
-                if reconfigurable.concerns(changed):
-                    try:
-                        reconfigurable.reconfigure(old, new)
-                    except Exception:
-                        log.failure("Applying dynamic broker configs {keys} failed",
-                                    keys=", ".join(sorted(changed)))
+            self._reconfigure(old, new, changed)
+
+    def _reconfigure(self, old: BrokerConfig, new: BrokerConfig, changed: set[str]) -> None:
+        for reconfigurable in self._reconfigurables:
+            if reconfigurable.concerns(changed):
+                try:
+                    reconfigurable.reconfigure(old, new)
+                except Exception:
+                    log.failure("Applying dynamic broker configs {keys} failed",
+                                keys=", ".join(sorted(changed)))
+
+    def _refusePasswords(self, perBroker: bool, layer: Mapping[str, str], changed: set[str]) -> None:
+        """
+        Kafka's answer for a password without C{password.encoder.secret}
+        (C{DynamicBrokerConfig.toPersistentProps}): never written in plain
+        text.
+
+        @raise KafkaError: INVALID_REQUEST.
+        """
+        for name in sorted(changed):
+            spec = keySpec(name)
+            if name in layer and spec is not None and spec.sensitive:
+                resource = str(self.static.nodeId) if perBroker else ""
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"Invalid config value for resource ConfigResource(type=BROKER, name='{resource}'): "
+                    "Password encoder secret not configured",
+                )
 
     def _build(self, default: Mapping[str, str], broker: Mapping[str, str]) -> BrokerConfig:
         raw = dict(self.static.raw)
@@ -271,6 +387,10 @@ class DynamicBrokerConfig:
             for name, value in sorted(layer.items())
         ]
         storeRecords(self.path, _KIND, _VERSION, records)
+
+
+def _differing(old: Mapping[str, str], new: Mapping[str, str]) -> set[str]:
+    return {name for name in set(old) | set(new) if old.get(name) != new.get(name)}
 
 
 def _shown(name: str, value: str) -> str:

@@ -18,7 +18,14 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
-from kafkatwist.cluster.wiring import controlledShutdown, makeCluster, startCluster, stopCluster
+from kafkatwist.cluster.wiring import (
+    UncleanElection,
+    clusterDynamicConfig,
+    controlledShutdown,
+    makeCluster,
+    startCluster,
+    stopCluster,
+)
 from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
@@ -215,13 +222,19 @@ class BrokerService(service.Service):
         # The dynamic broker configs stored by earlier runs: what is built
         # from here on reads them; what was built before the directory was
         # ours (the network layer) is reconfigured.
-        dynamic = DynamicBrokerConfig.inDirectory(config)
-        dynamic.load()
+        # (In a cluster: ZooKeeper's, read by connect().)
+        if self.cluster is not None:
+            dynamic = clusterDynamicConfig(self.cluster, config, self.reactor)
+            clusterOnly = [UncleanElection(self.cluster)]
+        else:
+            dynamic = DynamicBrokerConfig.inDirectory(config)
+            dynamic.load()
+            clusterOnly = []
         self.broker.dynamicConfig = dynamic
-        for reconfigurable in (
+        for reconfigurable in [
             HandlerThreads(self.server), NetworkThreads(self.server), ConnectionLimits(self.server),
             ListenerKeystores(self.server), ReplicationThrottles(self.broker),
-        ):
+        ] + clusterOnly:
             reconfigurable.reconfigure(config, dynamic.current)
         config = dynamic.current
         if self.logManagerFactory is not None:
@@ -243,7 +256,7 @@ class BrokerService(service.Service):
         self.broker.transactionCoordinator = makeTransactionCoordinator(
             self.broker, config, self.logManager, loadAll=single, cluster=self.cluster
         )
-        for reconfigurable in reconfigurables(self.broker, self.server):
+        for reconfigurable in reconfigurables(self.broker, self.server) + clusterOnly:
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(self.broker.replicaManager, config, self.logManager, self.cluster)
         awaitCoordinatorReplication(self.broker, config, self.logManager)

@@ -131,6 +131,12 @@ class ClusterService:
         self._stopping = False
         self._started = False
         self._sessionId = None
+        #: the dynamic broker configs (cluster default, this broker's) read
+        #: by L{connect}, before anything is built from the config
+        self.storedBrokerConfigs: tuple[dict, dict] = ({}, {})
+        #: called on the owner thread with both layers whenever either znode
+        #: is read (L{kafkatwist.dynamicconfig.DynamicBrokerConfig.storedChanged})
+        self.onBrokerConfigs = None
 
     # -- start and stop (caller's thread) --------------------------------------------
 
@@ -166,6 +172,10 @@ class ClusterService:
                     data, _ = zk.get(Z.CLUSTER_ID)
                     self._clusterId = Z.decodeClusterId(data)
                     self._clusterIdWasStored = True
+            self.storedBrokerConfigs = tuple(
+                self._brokerConfigLayer(entity, lambda path: zk.get(path) if zk.exists(path) else None)
+                for entity in (Z.DEFAULT_BROKER_ENTITY, str(self.brokerId))
+            )
         except (KazooException, Z.ZkDataError) as e:
             raise ClusterStartError(f"ZooKeeper at {self.config['zookeeper.connect']}: {e}") from None
         finally:
@@ -404,17 +414,20 @@ class ClusterService:
         """
         self.owner.submit(self._setTopicConfigs, name, dict(configs), onDone)
 
+    def _writeEntityConfig(self, path: str, entityType: str, name: str, configs: dict) -> None:
+        data = Z.encodeTopicConfig(configs)
+        if self.zk.exists(path) is None:
+            self.zk.create(path, data, makepath=True)
+        else:
+            self.zk.set(path, data)
+        self.zk.create(Z.CONFIG_CHANGE_PREFIX, Z.encodeConfigChange(entityType, name), sequence=True,
+                       makepath=True)
+
     def _setTopicConfigs(self, name, configs, onDone):
         try:
             if self.zk.exists(Z.topicPath(name)) is None:
                 raise NoNodeError()
-            data = Z.encodeTopicConfig(configs)
-            if self.zk.exists(Z.topicConfigPath(name)) is None:
-                self.zk.create(Z.topicConfigPath(name), data, makepath=True)
-            else:
-                self.zk.set(Z.topicConfigPath(name), data)
-            self.zk.create(Z.CONFIG_CHANGE_PREFIX, Z.encodeConfigChange("topics", name), sequence=True,
-                           makepath=True)
+            self._writeEntityConfig(Z.topicConfigPath(name), "topics", name, configs)
         except NoNodeError:
             onDone(None, KafkaError(ErrorCode.unknown_topic_or_partition,
                                     "This server does not host this topic-partition."))
@@ -425,6 +438,25 @@ class ClusterService:
         log.info("Topic {topic} configs set in ZooKeeper: {configs}", topic=name, configs=configs)
         self._readConfig(name)
         self._settle()
+        onDone(None, None)
+
+    def setBrokerConfigs(self, perBroker: bool, configs: dict, onDone) -> None:
+        """
+        Replace a dynamic broker config layer -- this broker's
+        C{/config/brokers/<id>} or the cluster default's
+        C{/config/brokers/<default>} -- and announce it under
+        C{/config/changes} (Kafka's layout); every broker it concerns reads
+        it (L{_readBrokerConfigs}).  C{onDone(None, KafkaError or None)}.
+        """
+        self.owner.submit(self._setBrokerConfigs, perBroker, dict(configs), onDone)
+
+    def _setBrokerConfigs(self, perBroker, configs, onDone):
+        entity = str(self.brokerId) if perBroker else Z.DEFAULT_BROKER_ENTITY
+        try:
+            self._writeEntityConfig(Z.brokerConfigPath(entity), "brokers", entity, configs)
+        except KazooException as e:
+            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+            return
         onDone(None, None)
 
     def addPartitions(self, name: str, assignment: dict, onDone) -> None:
@@ -652,6 +684,7 @@ class ClusterService:
         log.info("Broker {id} registered in ZooKeeper at {path}", id=self.brokerId, path=path)
 
     def _readAll(self) -> None:
+        self._readBrokerConfigs()
         self._readBrokers()
         self._readTopics(all=True)
         self._readDeletions()
@@ -681,6 +714,8 @@ class ClusterService:
             topic = path[len(Z.DELETED_REPLICAS) + 1:].split("/")[0]
             if topic in self._deleting:
                 self._readDeletedReplicas(topic)
+        elif path.startswith(Z.CONFIG_BROKERS + "/"):
+            self._readBrokerConfigs()
         elif path.startswith(Z.CONFIG_TOPICS + "/"):
             self._readConfig(path[len(Z.CONFIG_TOPICS) + 1:])
         elif path.startswith(Z.TOPICS + "/"):
@@ -793,6 +828,46 @@ class ClusterService:
                 log.warn("Ignoring topic configs: {e}", e=e)
         if name in self._topics:
             self._configs[name] = configs
+
+    def _brokerConfigLayer(self, entity: str, get) -> dict:
+        """
+        One dynamic broker config znode's configs; a damaged one is one log
+        line and counts as empty (start-up goes on).
+        """
+        path = Z.brokerConfigPath(entity)
+        found = get(path)
+        if found is None:
+            return {}
+        try:
+            return Z.decodeEntityConfig(f"dynamic broker configs {path}", found[0])
+        except Z.ZkDataError as e:
+            log.error("Ignoring {e}", e=e)
+            return {}
+
+    def _readBrokerConfigs(self) -> None:
+        """
+        The cluster default's and this broker's dynamic configs, watched:
+        handed to L{onBrokerConfigs}, which applies what changed.
+        """
+        layers = [self._brokerConfigLayer(entity, self._get)
+                  for entity in (Z.DEFAULT_BROKER_ENTITY, str(self.brokerId))]
+        if self.onBrokerConfigs is not None:
+            self.onBrokerConfigs(*layers)
+
+    def setUncleanElection(self, enabled: bool) -> None:
+        """
+        The broker-level C{unclean.leader.election.enable} changed (a
+        dynamic config): the controller uses it from its next decision.
+        Any thread.
+        """
+        if not self._started:
+            self.controller.unclean = enabled
+            return
+        self.owner.submit(self._setUnclean, enabled)
+
+    def _setUnclean(self, enabled: bool) -> None:
+        self.controller.unclean = enabled
+        self._settle()
 
     def _readState(self, topic: str, partition: int) -> None:
         found = self._get(Z.statePath(topic, partition))

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+import os
+import threading
+
 from kafkatwist.cluster.coordinators import CoordinatorMover
 from kafkatwist.cluster.service import ClusterService
+from kafkatwist.dynamicconfig import DynamicBrokerConfig, Reconfigurable
+from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.init_producer_id import ProducerIdManager
 
 log = Logger()
@@ -51,6 +56,52 @@ def makeCluster(config, broker) -> ClusterService:
     cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
     broker.cluster = cluster
     return cluster
+
+
+def clusterDynamicConfig(cluster: ClusterService, config, reactor) -> DynamicBrokerConfig:
+    """
+    The dynamic broker configs of a cluster broker: kept in ZooKeeper
+    (C{/config/brokers}), starting from what L{ClusterService.connect}
+    read there; changes read later are applied on the reactor's thread
+    pool.
+    """
+    dynamic = DynamicBrokerConfig(config, None)
+    local = DynamicBrokerConfig.inDirectory(config).path
+    if os.path.exists(local):
+        log.warn("{path} is not read: in a cluster the dynamic broker configs are ZooKeeper's "
+                 "(/config/brokers)", path=local)
+
+    def store(perBroker: bool, layer: dict) -> None:
+        # On a request handler thread; the owner writes ZooKeeper.
+        done = threading.Event()
+        box: list = []
+        cluster.setBrokerConfigs(perBroker, layer, lambda result, error: (box.append(error), done.set()))
+        if not done.wait(30):
+            raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
+        if box[0] is not None:
+            raise box[0]
+
+    dynamic.remote = store
+    dynamic.handOff = reactor.callInThread
+    dynamic.loadLayers(*cluster.storedBrokerConfigs, where="ZooKeeper")
+    cluster.onBrokerConfigs = dynamic.storedChanged
+    return dynamic
+
+
+class UncleanElection(Reconfigurable):
+    """
+    The broker-level C{unclean.leader.election.enable}: the controller's
+    default for topics without their own (Kafka's controller reads it
+    from its dynamic config).
+    """
+
+    keys = frozenset(("unclean.leader.election.enable",))
+
+    def __init__(self, cluster: ClusterService) -> None:
+        self.cluster = cluster
+
+    def reconfigure(self, old, new) -> None:
+        self.cluster.setUncleanElection(new["unclean.leader.election.enable"])
 
 
 def startCluster(cluster: ClusterService, broker, logManager) -> None:

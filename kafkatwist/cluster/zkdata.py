@@ -22,6 +22,9 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGE = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE + "/isr_change_"
 CONFIG_TOPICS = "/config/topics"
+#: dynamic broker configs: C{<default>} (the cluster default) and one per broker id
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_BROKER_ENTITY = "<default>"
 CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -35,8 +38,8 @@ DELETED_REPLICAS = "/kafkatwist/deleted_replicas"
 
 #: every persistent parent the cluster writes under (Kafka's C{PersistentZkPaths})
 PERSISTENT_PATHS = (
-    BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, "/cluster", CONTROLLED_SHUTDOWN,
-    DELETED_REPLICAS,
+    BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster",
+    CONTROLLED_SHUTDOWN, DELETED_REPLICAS,
 )
 
 #: no leader (Kafka's C{LeaderAndIsr.NoLeader})
@@ -71,6 +74,13 @@ def statePath(topic: str, partition: int) -> str:
 
 def topicConfigPath(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def brokerConfigPath(entity: str) -> str:
+    """
+    @param entity: a broker id as text, or L{DEFAULT_BROKER_ENTITY}.
+    """
+    return f"{CONFIG_BROKERS}/{entity}"
 
 
 def deleteTopicPath(topic: str) -> str:
@@ -303,10 +313,19 @@ def encodeConfigChange(entityType: str, name: str) -> bytes:
 
 
 def decodeTopicConfig(name: str, data: bytes) -> dict[str, str]:
-    value = _load(data, f"config of topic {name}")
+    return decodeEntityConfig(f"config of topic {name}", data)
+
+
+def decodeEntityConfig(what: str, data: bytes) -> dict[str, str]:
+    """
+    A C{/config/<type>/<name>} znode's configs (Kafka's C{ConfigEntityZNode}).
+    """
+    value = _load(data, what)
     configs = value.get("config") or {}
     if not isinstance(configs, dict):
-        raise ZkDataError(f"config of topic {name}: not an object")
+        raise ZkDataError(f"{what}: not an object")
+    if any(not isinstance(v, (str, int, float, bool)) for v in configs.values()):
+        raise ZkDataError(f"{what}: a value is not text")
     return {str(k): str(v) for k, v in configs.items()}
 
 

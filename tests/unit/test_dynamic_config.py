@@ -217,3 +217,121 @@ def test_connection_limits(tmp_path):
     assert "Invalid max.connection.creation.rate 0" in result.error_message
     [result] = alter(broker, [(BROKER, NODE, [("listener.name.other.max.connection.creation.rate", SET, "5")])])
     assert "there is no listener OTHER" in result.error_message
+
+
+class _Recorder:
+    """
+    A reconfigurable recording what it applied, refusing C{message.max.bytes}
+    below C{floor}.
+    """
+
+    keys = frozenset(("message.max.bytes", "unclean.leader.election.enable"))
+
+    def __init__(self, floor=0):
+        self.floor = floor
+        self.applied = []
+
+    def concerns(self, changed):
+        return bool(self.keys & changed)
+
+    def validate(self, old, new):
+        from kafkatwist.config import ConfigError
+
+        if new["message.max.bytes"] < self.floor:
+            raise ConfigError("message.max.bytes", "too small")
+
+    def reconfigure(self, old, new):
+        self.applied.append((new["message.max.bytes"], new["unclean.leader.election.enable"]))
+
+
+def clustered(stored=({}, {})):
+    """
+    A cluster broker's dynamic config (ZooKeeper is C{writes}); handed-off
+    applications wait in C{queue}.
+    """
+    dynamic = DynamicBrokerConfig(BrokerConfig({"node.id": "1"}), None)
+    writes, queue = [], []
+    dynamic.remote = lambda perBroker, layer: writes.append((perBroker, layer))
+    dynamic.handOff = queue.append
+    dynamic.loadLayers(*stored, where="ZooKeeper")
+    return dynamic, writes, queue
+
+
+def test_cluster_layers_start_from_zookeeper_and_follow_it():
+    dynamic, writes, queue = clustered(({"message.max.bytes": "3000", "log.dir": "/x"},
+                                        {"message.max.bytes": "nonsense"}))
+    # The static key and the value that does not parse are skipped.
+    assert dynamic.clusterDefault == {"message.max.bytes": "3000"}
+    assert dynamic.perBroker == {}
+    assert dynamic.current["message.max.bytes"] == 3000
+    recorder = _Recorder(floor=1000)
+    dynamic.addReconfigurable(recorder)
+
+    # Changes read by the owner are applied off its thread, the latest only.
+    dynamic.storedChanged({"message.max.bytes": "4000"}, {})
+    dynamic.storedChanged({"message.max.bytes": "5000"}, {"unclean.leader.election.enable": "true"})
+    assert recorder.applied == [] and len(queue) == 2
+    queue.pop(0)()
+    queue.pop(0)()
+    assert recorder.applied == [(5000, True)]
+    assert (dynamic.clusterDefault, dynamic.perBroker) == (
+        {"message.max.bytes": "5000"}, {"unclean.leader.election.enable": "true"})
+    assert configs_of(dynamic)["message.max.bytes"] == ("5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert configs_of(dynamic)["unclean.leader.election.enable"][1] == ConfigSource.DYNAMIC_BROKER_CONFIG
+
+    # The same layers again (this broker's own write, read back): nothing.
+    dynamic.storedChanged({"message.max.bytes": "5000"}, {"unclean.leader.election.enable": "true"})
+    queue.pop(0)()
+    assert len(recorder.applied) == 1
+
+    # A value a reconfigurable refuses is not applied (one log line).
+    dynamic.storedChanged({"message.max.bytes": "10"}, {"unclean.leader.election.enable": "true"})
+    queue.pop(0)()
+    assert dynamic.current["message.max.bytes"] == 5000 and len(recorder.applied) == 1
+
+    # An alter writes ZooKeeper, then applies here at once.
+    dynamic.alter(False, lambda layer: {**layer, "message.max.bytes": "6000"})
+    assert writes == [(False, {"message.max.bytes": "6000"})]
+    assert recorder.applied[-1] == (6000, True)
+
+
+def configs_of(dynamic):
+    return {name: (layer[name], source) for layer, source in reversed(dynamic.layers()) for name in layer}
+
+
+def test_cluster_passwords_are_never_written_to_zookeeper():
+    from kafkatwist.errors import KafkaError
+
+    dynamic, writes, queue = clustered(({}, {"listener.name.plaintext.ssl.key.password": "plain"}))
+    # One stored by someone else (Kafka's is encrypted): skipped.
+    assert dynamic.perBroker == {}
+    with pytest.raises(KafkaError) as e:
+        dynamic.alter(True, lambda layer: {**layer, "listener.name.plaintext.ssl.key.password": "secret"})
+    assert e.value.code == ErrorCode.invalid_request
+    assert e.value.message == (
+        "Invalid config value for resource ConfigResource(type=BROKER, name='1'): "
+        "Password encoder secret not configured"
+    )
+    assert writes == []
+    # validate_only does not write: Kafka validates it as any other value.
+    dynamic.alter(True, lambda layer: {**layer, "listener.name.plaintext.ssl.key.password": "secret"},
+                  validateOnly=True)
+
+
+def test_unclean_election_follows_the_dynamic_config():
+    from kafkatwist.cluster.wiring import UncleanElection
+
+    class Cluster:
+        unclean = None
+
+        def setUncleanElection(self, enabled):
+            self.unclean = enabled
+
+    cluster = Cluster()
+    dynamic, writes, queue = clustered()
+    dynamic.addReconfigurable(UncleanElection(cluster))
+    dynamic.alter(False, lambda layer: {**layer, "unclean.leader.election.enable": "true"})
+    assert cluster.unclean is True
+    dynamic.storedChanged({}, {})
+    queue.pop(0)()
+    assert cluster.unclean is False
