@@ -326,7 +326,8 @@ def decodeEntityConfig(what: str, data: bytes) -> dict[str, str]:
         raise ZkDataError(f"{what}: not an object")
     if any(not isinstance(v, (str, int, float, bool)) for v in configs.values()):
         raise ZkDataError(f"{what}: a value is not text")
-    return {str(k): str(v) for k, v in configs.items()}
+    # (Kafka writes text; a number or boolean some other tool wrote reads as Kafka's text.)
+    return {str(k): json.dumps(v) if isinstance(v, bool) else str(v) for k, v in configs.items()}
 
 
 # -- partition state ---------------------------------------------------------------

@@ -335,3 +335,20 @@ def test_unclean_election_follows_the_dynamic_config():
     dynamic.storedChanged({}, {})
     queue.pop(0)()
     assert cluster.unclean is False
+
+
+def test_broker_config_znodes_in_kafkas_layout():
+    from kafkatwist.cluster import zkdata as Z
+
+    assert Z.brokerConfigPath(Z.DEFAULT_BROKER_ENTITY) == "/config/brokers/<default>"
+    assert Z.brokerConfigPath("3") == "/config/brokers/3"
+    assert json.loads(Z.encodeConfigChange("brokers", "<default>")) == {
+        "version": 2, "entity_path": "brokers/<default>"}
+    data = Z.encodeTopicConfig({"message.max.bytes": "3000"})
+    assert json.loads(data) == {"version": 1, "config": {"message.max.bytes": "3000"}}
+    assert Z.decodeEntityConfig("x", data) == {"message.max.bytes": "3000"}
+    # Another tool's number or boolean reads as Kafka's text; damage is an error.
+    assert Z.decodeEntityConfig("x", b'{"config":{"a":true,"b":5}}') == {"a": "true", "b": "5"}
+    for damaged in (b'{"config":{"a":null}}', b'{"config":[1]}', b"\x00", b""):
+        with pytest.raises(Z.ZkDataError):
+            Z.decodeEntityConfig("x", damaged)
