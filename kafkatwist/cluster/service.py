@@ -422,6 +422,29 @@ class ClusterService:
             self.zk.set(path, data)
         self.zk.create(Z.CONFIG_CHANGE_PREFIX, Z.encodeConfigChange(entityType, name), sequence=True,
                        makepath=True)
+        self._purgeChangeNotifications(_nowMs())
+
+    def _purgeChangeNotifications(self, nowMs: int) -> None:
+        """
+        Delete the C{/config/changes} notifications older than Kafka's 15
+        minutes (its C{ZkNodeChangeNotificationListener} purges them so;
+        here the writer of a new one does): every broker watches the
+        configs themselves, and Kafka's brokers have read them by then.
+        """
+        parent = Z.CONFIG_CHANGE_PREFIX.rsplit("/", 1)[0]
+        try:
+            children = self.zk.get_children(parent)
+        except NoNodeError:
+            return
+        for child in sorted(children):
+            path = f"{parent}/{child}"
+            stat = self.zk.exists(path)
+            if stat is None or stat.ctime + Z.CONFIG_CHANGE_EXPIRATION_MS >= nowMs:
+                continue
+            try:
+                self.zk.delete(path)
+            except NoNodeError:
+                pass  # another broker purged it
 
     def _setTopicConfigs(self, name, configs, onDone):
         try:

@@ -26,6 +26,8 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 DEFAULT_BROKER_ENTITY = "<default>"
 CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
+#: how long a change notification stays (Kafka's C{changeExpirationMs})
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 #: kafkatwist's own: a broker asking the controller to move its leaders away

@@ -371,3 +371,39 @@ def test_strays_are_deleted_but_not_topics_zookeeper_cannot_read(cluster):
         assert (local.logs[("half", 0)].logEndOffset, local.logs[("half", 1)].logEndOffset) == (0, 7)
     finally:
         node.stop()
+
+
+def test_broker_configs_and_change_notifications(cluster):
+    """
+    The dynamic broker config znodes: written by one broker in Kafka's
+    layout, read (watched) by every broker, each its own and the default;
+    the change notifications older than Kafka's 15 minutes are purged by
+    the next writer.
+    """
+    a, b = cluster(1), cluster(2)
+    seen = {1: [], 2: []}
+    a.service.onBrokerConfigs = lambda default, broker: seen[1].append((default, broker))
+    b.service.onBrokerConfigs = lambda default, broker: seen[2].append((default, broker))
+    assert call(a.service.setBrokerConfigs, False, {"message.max.bytes": "3000"}) == (None, None)
+    assert call(b.service.setBrokerConfigs, True, {"log.retention.ms": "1000"}) == (None, None)
+    waitUntil(lambda: seen[1] and seen[1][-1] == ({"message.max.bytes": "3000"}, {}), what="a read it")
+    waitUntil(lambda: seen[2] and seen[2][-1] == ({"message.max.bytes": "3000"}, {"log.retention.ms": "1000"}),
+              what="b read both")
+    zk = KazooClient(cluster.connect)
+    zk.start()
+    try:
+        assert zk.get("/config/brokers/2")[0] == Z.encodeTopicConfig({"log.retention.ms": "1000"})
+        changes = sorted(zk.get_children("/config/changes"))
+        assert len(changes) == 2
+        # Fifteen minutes on, the next writer purges both.
+        later = zk.exists("/config/changes/" + changes[-1]).ctime + Z.CONFIG_CHANGE_EXPIRATION_MS + 1
+        a.service.owner.call(a.service._purgeChangeNotifications, later)
+        assert zk.get_children("/config/changes") == []
+        # A broker that starts reads both before it serves.
+        c = cluster(3)
+        assert c.service.storedBrokerConfigs == ({"message.max.bytes": "3000"}, {})
+        zk.set("/config/brokers/<default>", b"{damaged")
+        waitUntil(lambda: seen[1][-1] == ({}, {}), what="a damaged default read as empty")
+    finally:
+        zk.stop()
+        zk.close()
