@@ -31,10 +31,14 @@ import threading
 import time
 from collections import Counter
 
+from twisted.logger import Logger
+
 from kafkatwist.quota.rate import SampledRate
 from kafkatwist.quota.store import CONNECTION_CREATION_RATE, IP, ipAddress
 
 __all__ = ["UNLIMITED_RATE", "ConnectionQuotas"]
+
+log = Logger()
 
 #: Kafka's "no limit" for a connection creation rate (Int.MaxValue)
 UNLIMITED_RATE = 2**31 - 1
@@ -58,8 +62,13 @@ def ipConnectionRates(quotas) -> tuple[dict[str, float], float]:
             default = values[CONNECTION_CREATION_RATE]
             continue
         address = ipAddress(name)
-        if address is not None:
-            perIp[address] = values[CONNECTION_CREATION_RATE]
+        if address is None:
+            # Kept in the store; enforced once it resolves (at the next
+            # change of the quotas).
+            log.warn("The connection creation rate of {name} is not enforced: it does not resolve now",
+                     name=name)
+            continue
+        perIp[address] = values[CONNECTION_CREATION_RATE]
     return perIp, default
 
 

@@ -89,13 +89,34 @@ def ipAddress(name: str) -> str | None:
     return ipaddress.ip_address(found[0][4][0]).compressed if found else None
 
 
-def checkEntity(components) -> Entity:
+def _hostName(name: str) -> bool:
+    """
+    Whether C{name} is an IP address or could be a host name (RFC 1123
+    labels), without asking a resolver.
+    """
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    labels = name.rstrip(".").split(".")
+    return len(name) <= 253 and all(
+        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-"
+        and all(c.isascii() and (c.isalnum() or c == "-") for c in label)
+        for label in labels
+    )
+
+
+def checkEntity(components, resolve: bool = True) -> Entity:
     """
     Kafka's checks of an entity (C{ClientQuotaControlManager}): known types,
     each once, no empty name; an ip alone, naming an address.
 
     @param components: C{(entity type, name or None)} pairs as a request
         names them.
+    @param resolve: an ip entity's host name must resolve now (a request);
+        C{False} checks only its form (the stored file at start-up: a
+        resolver down then must not lose an acknowledged quota).
     @return: the entity, normalised.
     @raise KafkaError: INVALID_REQUEST naming what is wrong.
     """
@@ -116,8 +137,9 @@ def checkEntity(components) -> Entity:
                 ErrorCode.invalid_request,
                 "Invalid quota entity combination, IP entity should not be combined with User or ClientId",
             )
-        if entity[IP] is not None and ipAddress(entity[IP]) is None:
-            raise KafkaError(ErrorCode.invalid_request, f"{entity[IP]} is not a valid IP or resolvable host.")
+        name = entity[IP]
+        if name is not None and not (ipAddress(name) is not None if resolve else _hostName(name)):
+            raise KafkaError(ErrorCode.invalid_request, f"{name} is not a valid IP or resolvable host.")
     return tuple(sorted(entity.items()))
 
 
@@ -168,7 +190,7 @@ class ClientQuotaStore:
         quotas: dict[Entity, dict[str, float]] = {}
         for record in readRecords(self.path, _KIND, _VERSION):
             try:
-                entity = checkEntity([(t, n) for t, n in record["entity"]])
+                entity = checkEntity([(t, n) for t, n in record["entity"]], resolve=False)
                 key, value = record["key"], float(record["value"])
                 checkQuota(entity, key, value)
             except (KafkaError, KeyError, TypeError, ValueError) as e:

@@ -233,3 +233,35 @@ def test_quotas_loaded_at_start_up_are_enforced(tmp_path):
     store.load()
     assert quotas.active(P)
     assert quotas.record(P, "User:alice", "c", 10_000, nowMs=0) > 0
+
+
+def test_ip_quota_by_host_name_survives_a_start_up_without_a_resolver(tmp_path, monkeypatch):
+    """
+    A quota on a host-named ip entity, acknowledged when the name resolved,
+    is kept when the broker starts while it does not (only its form is
+    checked then), and a later change of another entity keeps it on disk.
+    """
+    import socket
+
+    store = ClientQuotaStore.inDirectory(str(tmp_path))
+    store.load()
+    store.alter([(checkEntity([("ip", "localhost")]), [("connection_creation_rate", 5.0)])])
+
+    def down(*args, **kw):
+        raise socket.gaierror(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", down)
+    again = ClientQuotaStore.inDirectory(str(tmp_path))
+    again.load()
+    assert dict(again.quotas()[(("ip", "localhost"),)]) == {"connection_creation_rate": 5.0}
+    again.alter([(checkEntity([("user", "bob")]), [("producer_byte_rate", 1000.0)])])
+    monkeypatch.undo()
+    third = ClientQuotaStore.inDirectory(str(tmp_path))
+    third.load()
+    assert set(third.quotas()) == {(("ip", "localhost"),), (("user", "bob"),)}
+    # A request still needs the name to resolve; a stored name only its form.
+    monkeypatch.setattr(socket, "getaddrinfo", down)
+    with pytest.raises(KafkaError):
+        checkEntity([("ip", "localhost")])
+    with pytest.raises(KafkaError):
+        checkEntity([("ip", "not a host!")], resolve=False)
