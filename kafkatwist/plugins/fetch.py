@@ -328,9 +328,15 @@ class FetchHandler(Handler):
                         )
                     )
                     continue
-                if w.throttle is not None and w.throttle.holdsBack():
+                if (
+                    w.throttle is not None
+                    and log.logStartOffset <= w.offset <= log.logEndOffset
+                    and w.throttle.holdsBack()
+                ):
                     # A follower out of the ISR, over the replication
-                    # throttle: no data for now (Kafka's shouldLeaderThrottle).
+                    # throttle: no data for now (Kafka's shouldLeaderThrottle,
+                    # which empties what was read: an offset out of range
+                    # is still answered as such, below).
                     partitions.append(
                         PartitionData(
                             w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
