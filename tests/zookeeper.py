@@ -58,7 +58,7 @@ def zookeeperSession(tmp_path_factory):
     global _unavailable
     if _unavailable is not None:
         pytest.skip(_unavailable)
-    server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")))
+    server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), forceSync=False)
     try:
         server.start()
     except ZooKeeperUnavailable as e:
