@@ -138,12 +138,20 @@ class PartitionLog:
     #: leader alone in its ISR, and every log of a single broker): the
     #: replica manager sets it; reads for consumers stop there
     _highWatermark: int | None = None
-    #: the ISR's size as the replica manager last published it (C{None}:
-    #: not replicated, and min.insync.replicas is not checked)
-    isrSize: int | None = None
-    #: the ISR's broker ids as the replica manager last published them on
-    #: a leader (replication throttles do not hold back replicas in it)
-    inSyncReplicas: frozenset = frozenset()
+    #: the ISR's broker ids as the replica manager last published them
+    #: (empty on a follower; C{None}: not replicated, and
+    #: min.insync.replicas is not checked); replication throttles do not
+    #: hold back replicas in it
+    inSyncReplicas: frozenset | None = None
+
+    @property
+    def isrSize(self) -> int | None:
+        """
+        The size of L{inSyncReplicas} (C{None} when not replicated): derived,
+        so one published value can never disagree with the other.
+        """
+        isr = self.inSyncReplicas
+        return None if isr is None else len(isr)
 
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"

@@ -36,7 +36,7 @@ the manager's own timer thread (C{kafkatwist-replica-manager}), so they
 never run on the caller's thread and their disk work (epoch checkpoints,
 high-watermark checkpoints) never runs on a reactor.  Other threads read
 only what the owner publishes: each log's C{isLeader}, C{leaderEpoch},
-C{isrSize}, C{inSyncReplicas} and high watermark, the C{leaderEpochs()}
+C{inSyncReplicas} (and so C{isrSize}) and high watermark, the C{leaderEpochs()}
 snapshot, and the followers' smallest log start offset behind
 C{lowWatermark()}.
 """
@@ -288,14 +288,12 @@ class ReplicaManager:
                 # The same epoch, a newer ISR (written by someone else).
                 p.isr, p.partitionEpoch = frozenset(isr), partitionEpoch
                 p.pendingIsr = None
-                p.log.isrSize = len(p.isr)
                 p.log.inSyncReplicas = p.isr
                 self._maybeAdvanceHighWatermark(p)
             return
         self._removeFetcher(p.key)
         start = p.log.becomeLeader(leaderEpoch)
         p.makeLeader(leaderEpoch, isr, replicas, partitionEpoch, start, self.nowMs())
-        p.log.isrSize = len(p.isr)
         p.log.inSyncReplicas = p.isr
         self._updateLowWatermark(p)
         log.info(
@@ -316,7 +314,6 @@ class ReplicaManager:
         self._removeFetcher(p.key)
         p.log.becomeFollower(leaderEpoch)
         p.makeFollower(leaderId, leaderEpoch, replicas, partitionEpoch)
-        p.log.isrSize = 0
         p.log.inSyncReplicas = frozenset()
         self._updateLowWatermark(p)
         log.info(
@@ -336,7 +333,6 @@ class ReplicaManager:
         self._followersLogStart.pop(key, None)
         if p is not None:
             p.log.isLeader = False
-            p.log.isrSize = 0
             p.log.inSyncReplicas = frozenset()
             if delete:
                 # Kafka's StopReplica with delete (a replica reassigned
@@ -470,7 +466,6 @@ class ReplicaManager:
             return
         p.isr = newIsr
         p.partitionEpoch = newPartitionEpoch
-        p.log.isrSize = len(newIsr)
         p.log.inSyncReplicas = newIsr
         self._maybeAdvanceHighWatermark(p)
         self.wake(key)

@@ -135,7 +135,7 @@ class ReplicationQuotas:
         """
         if not self.leader.throttles(partitionLog.config.leaderThrottledReplicas, partition):
             return None
-        inSync = replicaId in partitionLog.inSyncReplicas
+        inSync = replicaId in (partitionLog.inSyncReplicas or ())
         return self.leader.inSync if inSync else self.leader.outOfSync
 
     def update(self, config) -> None:

@@ -329,11 +329,11 @@ def test_writer_appends_with_acks_all():
     answers = []
     # An ISR below min.insync.replicas refuses the marker, as a produce
     # with acks=all.
-    partitionLog.isrSize = 1
+    partitionLog.inSyncReplicas = frozenset(range(1))
     writer.write(7, 0, True, 3, [("t", 0)], answers.append)
     assert answers == [{("t", 0): E.not_enough_replicas}] and partitionLog.logEndOffset == 0
     # Otherwise it is appended, and answered once the ISR has it.
-    partitionLog.isrSize = 2
+    partitionLog.inSyncReplicas = frozenset(range(2))
     writer.write(7, 0, True, 3, [("t", 0)], answers.append)
     assert partitionLog.logEndOffset == 1 and len(answers) == 1
     ((key, onDone),) = waits

@@ -259,7 +259,7 @@ def test_delayed_produce_answers():
     log = logManager.getLog("t", 0)
     log.append(makeBatch(2), NOW)
     log.setHighWatermark(0)
-    log.isrSize = 2
+    log.inSyncReplicas = frozenset(range(2))
     answers = []
 
     class Pending:
@@ -273,7 +273,7 @@ def test_delayed_produce_answers():
     assert op.tryComplete()
     assert answers == [{("t", 0): ErrorCode.none}]
     # After the ISR fell below min.insync.replicas.
-    log.isrSize = 1
+    log.inSyncReplicas = frozenset(range(1))
     op = DelayedProduce(clock, [Waiting("t", 0, log, 2, 0)], lambda errors: errors, Pending())
     assert op.tryComplete()
     assert answers[-1] == {("t", 0): ErrorCode.not_enough_replicas_after_append}
@@ -307,7 +307,7 @@ def test_coordinator_appends_wait_for_the_isr():
     assert done == [ErrorCode.none]
     # Replicated: once the high watermark passes it.
     log.setHighWatermark(2)
-    log.isrSize = 2
+    log.inSyncReplicas = frozenset(range(2))
     info = log.append(makeBatch(1), NOW, isFromClient=False)
     waiter("__consumer_offsets", 0, info.lastOffset + 1, done.append)
     assert done == [ErrorCode.none]
