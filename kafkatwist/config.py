@@ -18,6 +18,7 @@ DescribeConfigs' types, synonyms and documentation.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 import sys
@@ -998,7 +999,7 @@ class BrokerConfig:
         self.explicit = set(raw)
         for key in raw:
             if key not in KEYS and not _TOLERATED.match(key):
-                warn(f"Unknown configuration key {key!r} ignored")
+                warn(f"Unknown configuration key {key!r} ignored{didYouMean(key)}")
             elif (
                 key.startswith("listener.name.")
                 and not _LISTENER_MECHANISMS.match(key)
@@ -1198,6 +1199,15 @@ def _readable(key: str, path: str | None) -> None:
                 pass
         except OSError as e:
             raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+
+
+def didYouMean(key: str) -> str:
+    """
+    @return: C{"; did you mean 'x'?"} naming the known key closest to
+        C{key} (a typo), or C{""} when none is close.
+    """
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.85)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None) -> BrokerConfig:

@@ -41,6 +41,15 @@ class Options(usage.Options):
 
     opt_o = opt_override
 
+    def parseOptions(self, options=None) -> None:
+        # twistd prints its whole usage text before an argument error: one
+        # line says it better.
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as e:
+            sys.stderr.write(f"kafkatwist: {e} (twistd kafkatwist --help lists the options)\n")
+            raise SystemExit(2)
+
 
 def honourSigint() -> None:
     """
@@ -59,7 +68,9 @@ def makeService(options):
     from kafkatwist.service import BrokerService
 
     try:
-        config = loadConfig(options["config"], options["overrides"])
+        # Logging starts after this returns; --describe-config exits first.
+        warn = (lambda message: sys.stderr.write(f"kafkatwist: {message}\n")) if options["describe-config"] else None
+        config = loadConfig(options["config"], options["overrides"], warn=warn)
         if options["describe-config"]:
             from kafkatwist.tools.describeconfig import describeConfig
 

@@ -60,6 +60,29 @@ def test_config_file_and_override(tmp_path):
         assert "Unknown configuration key 'some.unknown.key' ignored" in output
 
 
+def test_unknown_key_names_the_key_it_is_close_to(tmp_path):
+    result = runTwistd(tmp_path, "--override", "num.io.thread=2", "--describe-config")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "kafkatwist: Unknown configuration key 'num.io.thread' ignored; did you mean 'num.io.threads'?"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--override", "num.io.threads"], "kafkatwist: --override wants key=value, not 'num.io.threads'"),
+        (["--no-such-option"], "kafkatwist: option --no-such-option not recognized"),
+    ],
+)
+def test_argument_errors_are_one_line(tmp_path, args, expected):
+    result = runTwistd(tmp_path, *args)
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(expected)
+
+
 def assertOneLine(result, expected):
     assert result.returncode != 0
     lines = [l for l in result.stderr.splitlines() if l.strip()]

@@ -72,3 +72,9 @@ def test_unknown_key_warns():
     warnings = []
     BrokerConfig({"no.such.key": "1", "process.roles": "broker"}, warn=warnings.append)
     assert warnings == ["Unknown configuration key 'no.such.key' ignored"]
+
+
+def test_unknown_key_names_the_key_it_is_close_to():
+    warnings = []
+    BrokerConfig({"num.io.thread": "2"}, warn=warnings.append)
+    assert warnings == ["Unknown configuration key 'num.io.thread' ignored; did you mean 'num.io.threads'?"]
