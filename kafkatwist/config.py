@@ -726,6 +726,9 @@ KEYS: dict[str, Key] = {
         Key("quota.window.num", _int(1), "11", "Samples client quotas measure usage over."),
         Key("quota.window.size.seconds", _int(1), "1", "Length of one client quota sample."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
+        Key("logger.level", _choice("debug", "info", "warn", "error"), "info",
+            "The lowest level of log lines written (debug adds tracebacks of handler errors and "
+            "the handler chain of every ApiKey)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]
 }

@@ -62,6 +62,34 @@ def honourSigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+_levelFilter = None
+
+
+def filterLogLevels(config) -> None:
+    """
+    Lines below C{logger.level} are not written (twistd writes every
+    level); C{request.logging.enable} lets the request log's debug lines
+    through.  The filter wraps the observers twistd starts logging to once
+    this returns (events logged meanwhile are buffered and go through it).
+    """
+    global _levelFilter
+    from twisted.logger import LogLevel, LogLevelFilterPredicate, globalLogBeginner
+
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(config["logger.level"]))
+    if config["request.logging.enable"]:
+        predicate.setLogLevelForNamespace("kafkatwist.network.processor", LogLevel.debug)
+    if _levelFilter is None:
+        from twisted.logger import FilteringLogObserver
+
+        begin = globalLogBeginner.beginLoggingTo
+
+        def beginLoggingTo(observers, *args, **kwargs):
+            return begin([FilteringLogObserver(o, [_levelFilter]) for o in observers], *args, **kwargs)
+
+        globalLogBeginner.beginLoggingTo = beginLoggingTo
+    _levelFilter = predicate
+
+
 def makeService(options):
     from twisted.internet import reactor
 
@@ -80,6 +108,7 @@ def makeService(options):
             except BrokenPipeError:
                 pass  # `| head` had enough
             raise SystemExit(0)
+        filterLogLevels(config)
         service = BrokerService(config, reactor)
         service.prepare()
         honourSigint()

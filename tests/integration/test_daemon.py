@@ -389,3 +389,12 @@ def test_topic_creation_and_deletion_are_logged_once(brokerFactory):
     while "Deleted topic logged-once" not in b.output() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert b.output().count("Deleted topic logged-once") == 1, b.output()
+
+
+def test_start_up_names_the_handler_chain_in_one_line(broker, brokerFactory):
+    output = broker.output()
+    [summary] = [l for l in output.splitlines() if "Request handlers:" in l]
+    assert "ApiKeys served, all by built-in handlers" in summary
+    assert "ApiKey " not in output and "#debug" not in output
+    verbose = brokerFactory({"logger.level": "debug"}).start()
+    assert re.search(r"#debug\] ApiKey\s+0 produce\s+v0-\d+\s+builtin\.produce", verbose.output())
