@@ -164,6 +164,8 @@ class BrokerService(service.Service):
         self.logManager = None
         self._periodic: list = []
         self._metricsPort = None
+        #: the web console on the metrics listener (its figures' timer)
+        self._metricsConsole = None
         self._dirLock: DataDirLock | None = None
         #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
         self.cluster = None
@@ -288,9 +290,9 @@ class BrokerService(service.Service):
 
         host, _, port = address.rpartition(":")
         try:
-            self._metricsPort = self.reactor.listenTCP(
-                int(port), metricsSite(self.broker, self.server), interface=host.strip("[]")
-            )
+            site = metricsSite(self.broker, self.server, self.reactor)
+            self._metricsConsole = site.console
+            self._metricsPort = self.reactor.listenTCP(int(port), site, interface=host.strip("[]"))
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
 
@@ -411,6 +413,8 @@ class BrokerService(service.Service):
             # Abandons a pass in progress (its cleaner process is killed)
             # and waits for a swap under way: in the pool, not here.
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
+        if self._metricsConsole is not None:
+            self._metricsConsole.stop()
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
         if self.cluster is not None and self.config["controlled.shutdown.enable"]:
