@@ -12,9 +12,13 @@ from kafkatwist.metrics import render
 class MetricsResource(Resource):
     isLeaf = True
 
-    def __init__(self, broker, server) -> None:
+    """
+    @param server: the L{kafkatwist.network.server.SocketServer}; its
+        C{broker} (the services it serves) is read at each scrape.
+    """
+
+    def __init__(self, server) -> None:
         super().__init__()
-        self.broker = broker
         self.socketServer = server
 
     def render_GET(self, request):
@@ -22,12 +26,12 @@ class MetricsResource(Resource):
             # A leaf sees the rest of the path: /metrics/x is not the metrics.
             return NoResource().render(request)
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
-        return render(self.broker, self.socketServer).encode("utf-8")
+        return render(self.socketServer.broker, self.socketServer).encode("utf-8")
 
 
-def metricsSite(broker, server) -> Site:
+def metricsSite(server) -> Site:
     root = Resource()
-    root.putChild(b"metrics", MetricsResource(broker, server))
+    root.putChild(b"metrics", MetricsResource(server))
     site = Site(root)
     site.displayTracebacks = False
     return site
