@@ -165,6 +165,9 @@ class BrokerService(service.Service):
         self.logManager = None
         self._periodic: list = []
         self._metricsPort = None
+        #: the web console on the metrics listener (its figures' timer)
+        self._metricsConsole = None
+        self._metricsSite = None
         self._dirLock: DataDirLock | None = None
         #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
         self.cluster = None
@@ -268,6 +271,7 @@ class BrokerService(service.Service):
         )
         registry.build(self.broker)
         self.server.serve(self.broker)
+        self._serveMetrics()
         for reconfigurable in reconfigurables(self.broker, self.server) + clusterOnly:
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(replicaManager, config, self.logManager, self.cluster)
@@ -293,21 +297,37 @@ class BrokerService(service.Service):
 
     def _bindMetrics(self) -> None:
         """
-        Bound here, before the reactor runs and before twistd daemonizes, so
-        a port in use is one line on the terminal that started the broker.
+        Bound here, with the other listeners, before the data directory is
+        opened, the reactor runs and twistd daemonizes, so a port in use is
+        one line on the terminal that started the broker and leaves the
+        directory as it was.  What it serves (L{_serveMetrics}) needs the
+        services: it is put in place once they exist, before the reactor
+        runs (so before any request can come).
         """
         address = self.config["metrics.http.listener"]
         if not address:
             return
-        from kafkatwist.metrics_http import metricsSite
+        from twisted.web.resource import Resource
+        from twisted.web.server import Site
 
         host, _, port = address.rpartition(":")
+        self._metricsSite = Site(Resource())
         try:
             self._metricsPort = self.reactor.listenTCP(
-                int(port), metricsSite(self.server), interface=host.strip("[]")
+                int(port), self._metricsSite, interface=host.strip("[]")
             )
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
+
+    def _serveMetrics(self) -> None:
+        if self._metricsSite is None:
+            return
+        from kafkatwist.metrics_http import metricsSite
+
+        site = metricsSite(self.broker, self.server, self.reactor)
+        self._metricsSite.resource = site.resource
+        self._metricsSite.displayTracebacks = site.displayTracebacks
+        self._metricsConsole = site.console
 
     def startService(self) -> None:
         super().startService()
@@ -420,6 +440,8 @@ class BrokerService(service.Service):
             # Abandons a pass in progress (its cleaner process is killed)
             # and waits for a swap under way: in the pool, not here.
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
+        if self._metricsConsole is not None:
+            self._metricsConsole.stop()
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
         if self.cluster is not None and self.config["controlled.shutdown.enable"]:
