@@ -18,6 +18,7 @@ DescribeConfigs' types, synonyms and documentation.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 import sys
@@ -753,6 +754,9 @@ KEYS: dict[str, Key] = {
         Key("quota.window.num", _int(1), "11", "Samples client quotas measure usage over."),
         Key("quota.window.size.seconds", _int(1), "1", "Length of one client quota sample."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
+        Key("logger.level", _choice("debug", "info", "warn", "error"), "info",
+            "The lowest level of log lines written (debug adds tracebacks of handler errors and "
+            "the handler chain of every ApiKey)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]
 }
@@ -1026,7 +1030,7 @@ class BrokerConfig:
         self.explicit = set(raw)
         for key in raw:
             if key not in KEYS and not _TOLERATED.match(key):
-                warn(f"Unknown configuration key {key!r} ignored")
+                warn(f"Unknown configuration key {key!r} ignored{didYouMean(key)}")
             elif (
                 key.startswith("listener.name.")
                 and not _LISTENER_MECHANISMS.match(key)
@@ -1226,6 +1230,15 @@ def _readable(key: str, path: str | None) -> None:
                 pass
         except OSError as e:
             raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+
+
+def didYouMean(key: str) -> str:
+    """
+    @return: C{"; did you mean 'x'?"} naming the known key closest to
+        C{key} (a typo), or C{""} when none is close.
+    """
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.85)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None) -> BrokerConfig:

@@ -353,8 +353,12 @@ class BrokerService(service.Service):
             processors=self.config["num.network.threads"],
             handlers=self.server.handlerPool.numThreads,
         )
-        for line in self.broker.registry.describe():
-            log.info("ApiKey {line}", line=line)
+        registry = self.broker.registry
+        log.info("Request handlers: {summary}", summary=registry.summary())
+        plugged = set(registry.pluggedKeys())
+        for key, line in zip(sorted(registry.handlers), registry.describe()):
+            # The chains plugins take part in, at info; the built-in rest at debug.
+            (log.info if key in plugged else log.debug)("ApiKey {line}", line=line)
         self._startLogTasks()
         self.broker.replicaManager.start()
         if self.broker.logCleaner is not None:

@@ -57,7 +57,11 @@ button.danger { background:#fff; border-color:var(--bad); color:var(--bad); }
 .chart .t { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.3px; }
 .chart .last { float:right; font-weight:650; color:var(--ink); text-transform:none; }
 .chart svg { width:100%; height:90px; display:block; margin-top:6px; }
-pre.val { margin:0; white-space:pre-wrap; word-break:break-all; max-height:16em; overflow:auto; }
+td.nowrap, .nowrap { white-space:nowrap; }
+td.k { max-width:220px; } td.v { max-width:520px; } td.hd { max-width:260px; font-size:12.5px; }
+td.hd .hdr { margin-bottom:3px; } td.hd .hdr code { color:var(--muted); } td.hd pre.val { display:inline; }
+tr.control td { background:#fbfbf6; }
+pre.val { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; margin:0; white-space:pre-wrap; word-break:break-all; max-height:16em; overflow:auto; }
 details summary { cursor:pointer; color:var(--muted); }
 .bar { height:6px; background:#eef1f6; border-radius:3px; overflow:hidden; min-width:60px; }
 .bar span { display:block; height:100%; background:var(--warn); }

@@ -209,6 +209,7 @@ def topic(data: dict) -> str:
         '<div class="crumbs"><a href="/topics">Topics</a> /</div>'
         f'<h1 id="topic-name">{h(name)}</h1>'
         f'<div class="sub">id <code>{h(data["topicId"])}</code>'
+        f' · <a href="/topics/{u(name)}/messages" id="browse-link">Browse messages</a>'
         + (' · <span class="badge">internal</span>' if data["internal"] else "")
         + f'</div><div class="cards">{cards}</div>'
         f"<h2>Partitions</h2>{parts}"
@@ -291,4 +292,116 @@ def group(data: dict) -> str:
         f'<div class="cards">{cards}</div>'
         f"<h2>Members</h2>{membersTable}"
         f"<h2>Committed offsets and lag</h2>{offsets}"
+    )
+
+
+# -- messages ------------------------------------------------------------------------
+
+
+def _when(ms) -> str:
+    if ms is None or ms < 0:
+        return "—"
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def showValue(shown, fmt: str) -> str:
+    """
+    A key, value or header value in the chosen format (C{auto}: JSON when
+    it is JSON, else text when it is UTF-8, else hex).
+    """
+    if shown is None:
+        return '<span class="muted">null</span>'
+    if fmt == "hex":
+        text, kind = shown["hex"], "hex"
+    elif fmt == "json" and shown["json"] is not None:
+        text, kind = shown["json"], "json"
+    elif fmt in ("utf8", "json") and shown["utf8"] is not None:
+        text, kind = shown["utf8"], "utf8"
+    elif fmt == "auto":
+        if shown["json"] is not None:
+            text, kind = shown["utf8"], "json"
+        elif shown["utf8"] is not None:
+            text, kind = shown["utf8"], "utf8"
+        else:
+            text, kind = shown["hex"], "hex"
+    else:
+        text, kind = shown["hex"], "hex"
+    more = f' <span class="muted">… {fmtBytes(shown["size"])}</span>' if shown["truncated"] else ""
+    badge = f'<span class="badge">{kind}</span> ' if kind != "utf8" else ""
+    return f'<pre class="val {kind}">{badge}{h(text)}</pre>{more}'
+
+
+def _option(value, label, current) -> str:
+    selected = " selected" if str(value) == str(current) else ""
+    return f'<option value="{h(value)}"{selected}>{h(label)}</option>'
+
+
+def messages(data: dict, query: dict) -> str:
+    name = data["topic"]
+    fmt = query.get("format") or "auto"
+    mode = data["mode"]
+    partition = query.get("partition") or "all"
+    partitions = "".join(
+        [_option("all", "All partitions", partition)]
+        + [_option(p, f"Partition {p}", partition) for p in data["allPartitions"]]
+    )
+    modes = "".join(_option(v, l, mode) for v, l in (
+        ("newest", "Newest first"), ("oldest", "Oldest first"), ("offset", "From offset"), ("timestamp", "From timestamp")))
+    formats = "".join(_option(v, l, fmt) for v, l in (("auto", "Auto"), ("utf8", "UTF-8"), ("json", "JSON"), ("hex", "Hex")))
+    form = (
+        f'<form class="toolbar" method="get" action="/topics/{u(name)}/messages" id="browse">'
+        f'<select name="partition">{partitions}</select><select name="mode">{modes}</select>'
+        f'<input type="number" name="offset" min="0" placeholder="offset" value="{h(query.get("offset"))}" style="width:110px">'
+        f'<input type="text" name="timestamp" placeholder="2026-01-31T12:00:00 (UTC) or ms" value="{h(query.get("timestamp"))}" style="width:250px">'
+        f'<select name="format">{formats}</select><button class="primary" type="submit">Show</button></form>'
+    )
+    rows = []
+    for r in data["records"]:
+        flags = []
+        if r["control"]:
+            flags.append(f'<span class="badge {"ok" if r["control"] == "COMMIT" else "bad"}">{h(r["control"])} marker</span>')
+        elif r["transactional"]:
+            state = r.get("transaction") or "transactional"
+            cls = {"aborted": "bad", "open": "warn"}.get(state, "blue")
+            flags.append(f'<span class="badge {cls}">{h("transactional · " + state)}</span>')
+        headers = "".join(
+            f'<div class="hdr"><code>{h(x["key"])}</code> {showValue(x["value"], fmt)}</div>' for x in r["headers"]
+        )
+        rows.append(
+            f'<tr class="rec{" control" if r["control"] else ""}"><td class="n">{h(r["partition"])}</td>'
+            f'<td class="n">{h(r["offset"])}</td><td class="mono nowrap">{h(_when(r["timestamp"]))}</td>'
+            f'<td class="k">{showValue(r["key"], fmt) if not r["control"] else ""}</td>'
+            f'<td class="v">{showValue(r["value"], fmt) if not r["control"] else ""}</td>'
+            f'<td class="hd">{headers}</td><td>{"".join(flags)}</td></tr>'
+        )
+    table = (
+        '<table id="records"><thead><tr><th class="n">Partition</th><th class="n">Offset</th><th>Timestamp (UTC)</th>'
+        '<th>Key</th><th>Value</th><th>Headers</th><th></th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        if rows else '<div class="empty">No records here.</div>'
+    )
+    base = f"/topics/{u(name)}/messages?partition={u(partition)}&amp;format={u(fmt)}"
+    links = []
+    if data.get("older"):
+        links.append(f'<a class="btn" id="older" href="{base}&amp;mode=newest&amp;cursor={u(data["older"])}">Older records →</a>')
+    if data.get("next"):
+        links.append(f'<a class="btn" id="next" href="{base}&amp;mode={u(mode)}&amp;cursor={u(data["next"])}">Next records →</a>')
+    ranges = ", ".join(
+        f'{h(p)}: {fmtNum(r["logStartOffset"])}–{fmtNum(r["highWatermark"])}' for p, r in sorted(data["ranges"].items(), key=lambda kv: int(kv[0]))
+    )
+    notHere = ""
+    if data["notHere"]:
+        notHere = '<div class="note">' + "; ".join(
+            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))})'
+            for p in data["notHere"]
+        ) + "</div>"
+    return (
+        f'<div class="crumbs"><a href="/topics">Topics</a> / <a href="/topics/{u(name)}">{h(name)}</a> /</div>'
+        f'<h1>Messages <span class="muted" id="topic-name">{h(name)}</span></h1>'
+        f'<div class="sub">{len(data["records"])} records shown · offsets (start–end) {ranges or "—"}</div>'
+        f"{form}{notHere}{table}"
+        f'<div class="toolbar">{"".join(links)}</div>'
     )

@@ -48,6 +48,40 @@ def _arg(request, name: str, default: str = "") -> str:
     return values[0].decode("utf-8", "replace")
 
 
+def messageArgs(request) -> dict:
+    """
+    The message browser's query: partition, mode, offset, timestamp,
+    cursor, limit (400 for what does not parse).
+    """
+    from kafkatwist.console.messages import MAX_PAGE, parseTimestamp
+
+    def number(name):
+        text = _arg(request, name).strip()
+        if not text or text == "all":
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise ConsoleHTTPError(400, f"{name} must be a number, not {text!r}") from None
+
+    timestamp = None
+    text = _arg(request, "timestamp").strip()
+    if text:
+        try:
+            timestamp = parseTimestamp(text)
+        except ValueError:
+            raise ConsoleHTTPError(400, f"timestamp must be milliseconds or ISO 8601, not {text!r}") from None
+    mode = _arg(request, "mode") or ("offset" if _arg(request, "offset") else "timestamp" if timestamp is not None else "newest")
+    return {
+        "partition": number("partition"),
+        "mode": mode,
+        "offset": number("offset"),
+        "timestamp": timestamp,
+        "cursor": _arg(request, "cursor"),
+        "limit": number("limit") or MAX_PAGE,
+    }
+
+
 def _segments(request) -> list[str]:
     return [s.decode("utf-8", "replace") for s in request.postpath if s != b""]
 
@@ -127,6 +161,13 @@ class ApiResource(_Base):
             d = source.topics(context, _arg(request, "q"))
         elif len(parts) == 2 and parts[0] == "topics":
             d = source.topic(context, parts[1])
+        elif len(parts) == 3 and parts[0] == "topics" and parts[2] == "messages":
+            try:
+                d = source.messages(context, parts[1], **messageArgs(request))
+            except ConsoleHTTPError as e:
+                from twisted.internet.defer import fail
+
+                d = fail(e)
         elif parts == ["groups"]:
             d = source.groups(context, _arg(request, "q"))
         elif len(parts) == 2 and parts[0] == "groups":
@@ -183,6 +224,24 @@ class PageResource(_Base):
         return self.answer(request, d, render)
 
 
+def _loadTopics(source, context, request, parts):
+    if not parts:
+        return source.topics(context, _arg(request, "q"))
+    if len(parts) == 1:
+        return source.topic(context, parts[0])
+    if len(parts) == 2 and parts[1] == "messages":
+        return source.messages(context, parts[0], **messageArgs(request))
+    raise ConsoleHTTPError(404, "No such page")
+
+
+def _renderTopics(data, request):
+    if "records" in data:
+        return pages.messages(data, {k: _arg(request, k) for k in ("partition", "mode", "offset", "timestamp", "format")})
+    if "configs" in data:
+        return pages.topic(data)
+    return pages.topics(data, _arg(request, "q"))
+
+
 def _one(parts) -> str:
     if len(parts) != 1:
         raise ConsoleHTTPError(404, "No such page")
@@ -224,10 +283,8 @@ class ConsoleRoot(Resource):
         self.putChild(b"api", ApiResource(console))
         self.putChild(b"static", Static())
         self.putChild(b"topics", PageResource(
-            console, "topics",
-            lambda s, c, r, p: s.topic(c, _one(p)) if p else s.topics(c, _arg(r, "q")),
-            lambda data, r: pages.topic(data) if "configs" in data else pages.topics(data, _arg(r, "q")),
-            lambda data, r, p: p[0] if p else "Topics",
+            console, "topics", _loadTopics, _renderTopics,
+            lambda data, r, p: (p[0] + (" · messages" if len(p) > 1 else "")) if p else "Topics",
         ))
         self.putChild(b"groups", PageResource(
             console, "groups",

@@ -74,6 +74,12 @@ def test_unknown_key_warns():
     assert warnings == ["Unknown configuration key 'no.such.key' ignored"]
 
 
+def test_unknown_key_names_the_key_it_is_close_to():
+    warnings = []
+    BrokerConfig({"num.io.thread": "2"}, warn=warnings.append)
+    assert warnings == ["Unknown configuration key 'num.io.thread' ignored; did you mean 'num.io.threads'?"]
+
+
 @pytest.mark.parametrize(
     "version", ["0.10.0.0", "0.10.0", "0.10.0-IV1", "0.8.2.2", "0.11.0.3", "2.8.1", "2.8", "1.0.2",
                 "3.0-IV1", "3.9", "3.9-IV0", "4.0-IV1"],
