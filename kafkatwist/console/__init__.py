@@ -40,7 +40,7 @@ class Console:
         self.sessions = Sessions()
 
     def clusterId(self) -> str | None:
-        return getattr(self.broker, "clusterId", None)
+        return self.broker.clusterId
 
     def start(self) -> None:
         self.history.start()

@@ -358,7 +358,7 @@ class ConsoleSource:
         C{keys} this broker holds and the principal may describe.
         """
         topics = filterAuthorized(
-            getattr(self.broker, "authorizer", None), context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+            self.broker.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC,
             {t for t, _ in keys}, logIfDenied=False,
         )
         logManager = self.broker.logManager
