@@ -43,7 +43,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.cluster import zkdata as Z
-from kafkatwist.cluster.controller import ControllerMachine, assignReplicas, deletionWaitsFor
+from kafkatwist.cluster.controller import ControllerMachine, deletionWaitsFor
 from kafkatwist.cluster.effects import (
     CompleteReassignment,
     DeleteTopic,
@@ -54,6 +54,7 @@ from kafkatwist.cluster.effects import (
 )
 from kafkatwist.cluster.image import ClusterImage, freeze
 from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
 from kafkatwist.startup import StartupError
@@ -1525,20 +1526,22 @@ class ClusterService:
     def assign(self, numPartitions: int, replicationFactor: int, firstPartition: int = 0) -> dict:
         """
         Replicas for new partitions over the live brokers, as Kafka assigns
-        them (rack-unaware).
+        them (rack-aware when the brokers have a C{broker.rack}:
+        L{kafkatwist.cluster.placement}).
 
         @raise KafkaError: INVALID_REPLICATION_FACTOR with more replicas
             than live brokers.
         """
-        live = self.image.live()
-        if replicationFactor > len(live):
+        brokers = self.image.brokers
+        if replicationFactor > len(brokers):
             raise KafkaError(
                 ErrorCode.invalid_replication_factor,
-                f"Replication factor: {replicationFactor} larger than available brokers: {len(live)}.",
+                f"Replication factor: {replicationFactor} larger than available brokers: {len(brokers)}.",
             )
-        n = len(live)
-        return assignReplicas(live, numPartitions, replicationFactor,
-                              random.randrange(n), random.randrange(n), firstPartition)
+        n = len(brokers)
+        return assignReplicasToBrokers({b: info.rack for b, info in brokers.items()}, numPartitions,
+                                       replicationFactor, random.randrange(n), random.randrange(n),
+                                       firstPartition)
 
 
 def _newClusterId() -> str:

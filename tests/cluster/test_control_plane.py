@@ -120,6 +120,28 @@ def test_registration_and_controller(cluster):
         zk.close()
 
 
+def test_rack_aware_assignment(cluster):
+    """
+    With broker.rack registered, new partitions' replicas go to different
+    racks, as Kafka's AdminUtils places them; one broker without a rack
+    among racked ones is refused as Kafka refuses it.
+    """
+    a = cluster(1, **{"broker.rack": "a"})
+    b = cluster(2, **{"broker.rack": "a"})
+    c = cluster(3, **{"broker.rack": "b"})
+    waitUntil(lambda: a.image.live() == {1, 2, 3}, what="three live brokers")
+    for _ in range(5):
+        assignment = a.service.assign(6, 2)
+        assert all(sorted({1: "a", 2: "a", 3: "b"}[r] for r in replicas) == ["a", "b"]
+                   for replicas in assignment.values())
+    d = cluster(4)
+    waitUntil(lambda: a.image.live() == {1, 2, 3, 4}, what="four live brokers")
+    with pytest.raises(Exception) as e:
+        a.service.assign(1, 1)
+    assert e.value.code == ErrorCode.unknown_server_error
+    d.stop()
+
+
 def test_topic_leaders_and_failover(cluster):
     a, b, c = cluster(1), cluster(2), cluster(3)
     waitUntil(lambda: a.image.live() == {1, 2, 3})
