@@ -74,7 +74,9 @@ form.stack label { display:flex; flex-direction:column; gap:3px; font-size:12.5p
 form.stack label input[type=checkbox] { align-self:flex-start; }
 form.stack input, form.stack select, form.stack textarea { color:var(--ink); font-size:13.5px; }
 details form.stack { max-width:460px; margin-top:10px; }
-.login { max-width:360px; margin:60px auto; }
+.login { max-width:380px; margin:70px auto; }
+.login h1 { margin-bottom:6px; } .login .err { margin:10px 0; }
+form.logout { margin-top:8px; } form.logout button { padding:3px 10px; font-size:12px; background:#222a39; color:#c9cfdb; border-color:#3a4356; }
 .bar { height:6px; background:#eef1f6; border-radius:3px; overflow:hidden; min-width:60px; }
 .bar span { display:block; height:100%; background:var(--warn); }
 """

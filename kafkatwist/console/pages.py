@@ -52,7 +52,10 @@ def fmtRate(n, unit="/s") -> str:
     return f"{n:,.1f}{unit}"
 
 
-NAV = (("overview", "/", "Overview"), ("topics", "/topics", "Topics"), ("groups", "/groups", "Consumer groups"))
+NAV = (
+    ("overview", "/", "Overview"), ("topics", "/topics", "Topics"), ("groups", "/groups", "Consumer groups"),
+    ("security", "/security", "Security"),
+)
 
 
 def layout(title: str, active: str, body: str, *, clusterId: str | None = None, who: str | None = None,
@@ -72,6 +75,67 @@ def layout(title: str, active: str, body: str, *, clusterId: str | None = None, 
         f"<main>{_flash(flash)}{body}</main>"
         '<script src="/static/console.js"></script></body></html>'
     )
+
+
+def logoutForm(csrf: str) -> str:
+    return (
+        f'<form method="post" action="/logout" class="logout"><input type="hidden" name="csrf" value="{h(csrf)}">'
+        '<button type="submit">Log out</button></form>'
+    )
+
+
+def loginPage(csrf: str, next: str, message: str = "", user: str = "") -> str:
+    error = f'<div class="err" id="login-error">{h(message)}</div>' if message else ""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<title>Log in · kafkatwist</title><link rel="stylesheet" href="/static/console.css"></head><body>'
+        '<main><div class="login panel"><h1>kafkatwist</h1>'
+        '<div class="sub">Log in with a SASL user of this broker (its SCRAM credentials).</div>'
+        f"{error}"
+        f'<form method="post" action="/login" class="stack" id="login">'
+        f'<input type="hidden" name="csrf" value="{h(csrf)}"><input type="hidden" name="next" value="{h(next)}">'
+        f'<label>User <input type="text" name="username" value="{h(user)}" autocomplete="username" required autofocus></label>'
+        '<label>Password <input type="password" name="password" autocomplete="current-password" required></label>'
+        '<div><button class="primary" type="submit">Log in</button></div></form></div></main></body></html>'
+    )
+
+
+def security(data: dict) -> str:
+    errors = data.get("errors") or {}
+    if not data["authorizer"]:
+        acls = '<div class="empty">No authorizer is configured: every principal may do everything.</div>'
+    elif data["acls"] is None:
+        acls = f'<div class="err">{h(errors.get("acls", "ACLs not available"))}</div>'
+    elif not data["acls"]:
+        acls = '<div class="empty">No ACLs.</div>'
+    else:
+        rows = "".join(
+            f'<tr data-key="{h(a["principal"] + " " + a["resourceName"])}"><td class="mono">{h(a["principal"])}</td>'
+            f'<td>{h(a["resourceType"].lower())}</td><td class="mono">{h(a["resourceName"])}</td>'
+            f'<td>{h(a["patternType"].lower())}</td><td>{h(a["operation"])}</td>'
+            f'<td><span class="badge {"ok" if a["permission"] == "ALLOW" else "bad"}">{h(a["permission"])}</span></td>'
+            f'<td class="mono">{h(a["host"])}</td></tr>'
+            for a in data["acls"]
+        )
+        acls = (
+            '<div class="toolbar"><input type="search" placeholder="Filter ACLs" data-filter="acls"></div>'
+            '<table id="acls"><thead><tr><th>Principal</th><th>Resource</th><th>Name</th><th>Pattern</th>'
+            f"<th>Operation</th><th>Permission</th><th>Host</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    if data["scramUsers"] is None:
+        users = f'<div class="err">{h(errors.get("scramUsers", "SCRAM users not available"))}</div>'
+    elif not data["scramUsers"]:
+        users = '<div class="empty">No SCRAM users.</div>'
+    else:
+        rows = "".join(
+            f'<tr><td class="mono">{h(u["user"])}</td><td>'
+            + " ".join(f'<span class="badge blue">{h(m["mechanism"])}</span> <span class="muted">{fmtNum(m["iterations"])} iterations</span>' for m in u["mechanisms"])
+            + "</td></tr>"
+            for u in data["scramUsers"]
+        )
+        users = f'<table id="scram-users"><thead><tr><th>User</th><th>Mechanisms</th></tr></thead><tbody>{rows}</tbody></table>'
+    return f"<h1>Security</h1><h2>ACLs</h2>{acls}<h2>SCRAM users</h2>{users}"
 
 
 def _flash(flash) -> str:
