@@ -26,7 +26,9 @@ class Console:
     """
 
     def __init__(self, broker, server, reactor) -> None:
+        from kafkatwist.console.actions import ConsoleActions
         from kafkatwist.console.history import History
+        from kafkatwist.console.session import Sessions
         from kafkatwist.console.source import ConsoleSource
 
         self.broker = broker
@@ -34,9 +36,11 @@ class Console:
         self.reactor = reactor
         self.history = History(broker, server, clock=reactor)
         self.source = ConsoleSource(broker, reactor, self.history, startedAt=time.time())
+        self.actions = ConsoleActions(self.source)
+        self.sessions = Sessions()
 
     def clusterId(self) -> str | None:
-        return getattr(self.broker, "clusterId", None)
+        return self.broker.clusterId
 
     def start(self) -> None:
         self.history.start()

@@ -258,11 +258,11 @@ class FetchHandler(Handler):
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
-        quotas = getattr(self.broker, "replicationQuotas", None) if replicaId >= 0 else None
+        quotas = self.broker.replicationQuotas if replicaId >= 0 else None
         # Kafka's fetchOnlyFromLeader is false for a consumer's fetch with
         # client metadata: a follower serves it up to its high watermark.
         fromAnyReplica = replicaId < 0 and version >= CLIENT_METADATA_FROM
-        replicaManager = getattr(self.broker, "replicaManager", None) if fromAnyReplica else None
+        replicaManager = self.broker.replicaManager if fromAnyReplica else None
         selecting = (
             replicaManager is not None
             and bool(clientRack)
@@ -329,7 +329,7 @@ class FetchHandler(Handler):
         Whether this broker follows the partition (the replica manager
         published that role): only then does it serve a consumer.
         """
-        replicaManager = getattr(self.broker, "replicaManager", None)
+        replicaManager = self.broker.replicaManager
         if replicaManager is None:
             return False
         role = replicaManager.leaderEpochs().get((topic, partition))
