@@ -304,6 +304,10 @@ class ClusterService:
     def aliveBrokers(self):
         return self.image.live()
 
+    def rack(self, brokerId):
+        info = self.image.brokers.get(brokerId)
+        return info.rack if info is not None else None
+
     def eligibleForIsr(self, brokerId) -> bool:
         """
         Whether a leader may add C{brokerId} to an ISR: alive and not being
