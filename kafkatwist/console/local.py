@@ -77,11 +77,11 @@ class ConsoleContext:
         return context
 
     def authorize(self, operation, resourceType, resourceName: str) -> bool:
-        return authorize(getattr(self._broker, "authorizer", None), self, operation, resourceType, resourceName)
+        return authorize(self._broker.authorizer, self, operation, resourceType, resourceName)
 
     def allowed(self, operation, resourceType, resourceName: str, logIfDenied: bool = True) -> bool:
         return authorize(
-            getattr(self._broker, "authorizer", None), self, operation, resourceType, resourceName, logIfDenied
+            self._broker.authorizer, self, operation, resourceType, resourceName, logIfDenied
         )
 
     def respondLater(self) -> PendingResponse:

@@ -21,10 +21,12 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.python.failure import Failure
 
 from kafkatwist.console import local
+from kafkatwist.console.messages import MAX_PAGE, readPage
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol import apis
 from kafkatwist.protocol.entities import make, nested
-from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from kafkatwist.security.scram import BY_TYPE
 from kafkatwist.security.checks import filterAuthorized
 
 
@@ -357,7 +359,7 @@ class ConsoleSource:
         C{keys} this broker holds and the principal may describe.
         """
         topics = filterAuthorized(
-            getattr(self.broker, "authorizer", None), context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+            self.broker.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC,
             {t for t, _ in keys}, logIfDenied=False,
         )
         logManager = self.broker.logManager
@@ -504,3 +506,195 @@ class ConsoleSource:
                 if p.error_code == ErrorCode.none and p.committed_offset >= 0:
                     out[(topic.name, p.partition_index)] = p.committed_offset
         return out
+
+    # -- records -----------------------------------------------------------------
+
+    @inlineCallbacks
+    def messages(self, context, name: str, partition: int | None = None, mode: str = "newest",
+                 offset: int | None = None, timestamp: int | None = None, cursor: str = "",
+                 limit: int = MAX_PAGE):
+        """
+        A page of records (see L{kafkatwist.console.messages}).
+
+        @param partition: one partition, or C{None} for all (the page is
+            shared between them).
+        @param mode: C{newest} (the last records, newest first), C{oldest},
+            C{offset} (from C{offset}) or C{timestamp} (from the first
+            record at or after C{timestamp}, in ms).
+        @param cursor: C{p:o,p:o...}: where each partition's page starts
+            (forward modes) or ends (newest), from a previous page's
+            C{next}/C{older}.
+        """
+        if mode not in ("newest", "oldest", "offset", "timestamp"):
+            raise ConsoleHTTPError(400, f"unknown mode {mode!r}")
+        limit = max(1, min(limit, MAX_PAGE))
+        meta = yield self.metadata(context, [name])
+        t = meta.topics[0] if meta.topics else None
+        if t is None or t.error_code != ErrorCode.none:
+            raise errorFor(t.error_code if t is not None else ErrorCode.unknown_topic_or_partition, f"topic {name}")
+        leaders = {p.partition_index: p.leader_id for p in t.partitions}
+        if partition is not None and partition not in leaders:
+            raise ConsoleHTTPError(404, f"Not found: partition {partition} of topic {name}")
+        selected = [partition] if partition is not None else sorted(leaders)
+        positions = _parseCursor(cursor)
+        page = yield self.onHandlerThread(
+            self._readMessages, context, name, selected, mode, offset, timestamp, positions, limit
+        )
+        page["leaders"] = {str(p): leaders[p] for p in selected}
+        page["allPartitions"] = sorted(leaders)
+        page["thisBroker"] = self.broker.nodeId
+        return page
+
+    def _readMessages(self, context, name, selected, mode, offset, timestamp, positions, limit) -> dict:
+        if not context.allowed(AclOperation.READ, ResourceType.TOPIC, name):
+            raise ConsoleHTTPError(403, f"Not authorized: reading topic {name} (TOPIC_AUTHORIZATION_FAILED)")
+        logManager = self.broker.logManager
+        logs = {}
+        notHere = []
+        for p in selected:
+            log = logManager.getLog(name, p) if logManager is not None else None
+            if log is None:
+                notHere.append(p)
+            else:
+                logs[p] = log
+        share = max(1, limit // max(1, len(logs)))
+        records: list[dict] = []
+        nextCursor: dict[int, int] = {}
+        olderCursor: dict[int, int] = {}
+        ranges = {}
+        for p, log in logs.items():
+            start, hw = log.logStartOffset, log.highWatermark
+            ranges[str(p)] = {"logStartOffset": start, "highWatermark": hw}
+            if mode == "newest":
+                end = min(positions.get(p, hw), hw)
+                begin = max(start, end - share)
+                got, _ = readPage(log, begin, share, end)
+                records.extend(got)
+                if begin > start:
+                    olderCursor[p] = begin
+                continue
+            if p in positions:
+                begin = positions[p]
+            elif mode == "oldest":
+                begin = start
+            elif mode == "offset":
+                begin = start if offset is None else max(offset, start)
+            else:
+                found = log.offsetForTimestamp(timestamp if timestamp is not None else 0)
+                begin = found[0] if found is not None else hw
+            got, after = readPage(log, begin, share, hw)
+            records.extend(got)
+            if after < hw:
+                nextCursor[p] = after
+        if mode == "newest":
+            records.sort(key=lambda r: (r["timestamp"] or 0, r["offset"]), reverse=True)
+        else:
+            records.sort(key=lambda r: (r["timestamp"] or 0, r["partition"], r["offset"]))
+        return {
+            "topic": name,
+            "mode": mode,
+            "partitions": selected,
+            "records": records,
+            "next": _formatCursor(nextCursor),
+            "older": _formatCursor(olderCursor),
+            "ranges": ranges,
+            "notHere": notHere,
+        }
+
+    # -- security ------------------------------------------------------------------
+
+    @inlineCallbacks
+    def acls(self, context):
+        """
+        Every ACL (DescribeAcls with a match-anything filter): needs DESCRIBE
+        on the cluster, as the request does.
+        """
+
+        def build(version, cls):
+            return make(
+                cls, resource_type_filter=int(ResourceType.ANY), resource_name_filter=None,
+                pattern_type_filter=int(PatternType.ANY), principal_filter=None, host_filter=None,
+                operation=int(AclOperation.ANY), permission_type=int(AclPermissionType.ANY),
+            )
+
+        answer = yield self.call(context, apis.DESCRIBE_ACLS, build)
+        if answer.error_code == ErrorCode.security_disabled:
+            return None
+        _raiseUnless(answer.error_code, "ACLs")
+        out = []
+        for resource in answer.resources:
+            for acl in resource.acls:
+                out.append({
+                    "resourceType": ResourceType(resource.resource_type).name,
+                    "resourceName": resource.resource_name,
+                    "patternType": PatternType(resource.pattern_type).name,
+                    "principal": acl.principal,
+                    "host": acl.host,
+                    "operation": AclOperation(acl.operation).name,
+                    "permission": AclPermissionType(acl.permission_type).name,
+                })
+        return out
+
+    @inlineCallbacks
+    def scramUsers(self, context):
+        """
+        SCRAM users with their mechanisms and iteration counts
+        (DescribeUserScramCredentials: never a salt or a key).
+        """
+        answer = yield self.call(context, apis.DESCRIBE_USER_SCRAM_CREDENTIALS, lambda version, cls: make(cls, users=None))
+        _raiseUnless(answer.error_code, "SCRAM users")
+        out = []
+        for result in answer.results:
+            if result.error_code != ErrorCode.none:
+                continue
+            out.append({
+                "user": result.user,
+                "mechanisms": [
+                    {"mechanism": BY_TYPE[i.mechanism].name if i.mechanism in BY_TYPE else str(i.mechanism),
+                     "iterations": i.iterations}
+                    for i in result.credential_infos
+                ],
+            })
+        return sorted(out, key=lambda u: u["user"])
+
+    @inlineCallbacks
+    def security(self, context):
+        acls, users = None, None
+        errors = {}
+        try:
+            acls = yield self.acls(context)
+        except ConsoleHTTPError as e:
+            errors["acls"] = e.message
+        try:
+            users = yield self.scramUsers(context)
+        except ConsoleHTTPError as e:
+            errors["scramUsers"] = e.message
+        return {
+            "authorizer": self.broker.authorizer is not None,
+            "acls": acls,
+            "scramUsers": users,
+            "errors": errors,
+        }
+
+
+def _parseCursor(text: str) -> dict[int, int]:
+    out = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        p, sep, o = part.partition(":")
+        try:
+            out[int(p)] = int(o)
+        except ValueError:
+            raise ConsoleHTTPError(400, f"bad cursor {text!r}") from None
+    return out
+
+
+def _formatCursor(positions: dict[int, int]) -> str | None:
+    return ",".join(f"{p}:{o}" for p, o in sorted(positions.items())) or None
+
+
+
+def _raiseUnless(code, what: str) -> None:
+    if code != ErrorCode.none:
+        raise errorFor(code, what)

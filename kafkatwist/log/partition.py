@@ -169,6 +169,13 @@ class PartitionLog:
         isr = self.inSyncReplicas
         return None if isr is None else len(isr)
 
+    def replicated(self) -> bool:
+        """
+        See L{IPartitionLog.replicated}: the high watermark is pinned (the
+        replica manager publishes it) rather than following the log end.
+        """
+        return self._highWatermark is not None
+
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"
         return f"<{type(self).__name__} {name} [{self.logStartOffset}, {self.logEndOffset})>"

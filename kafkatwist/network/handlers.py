@@ -48,9 +48,19 @@ _QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
 
 class HandlerPool:
-    def __init__(self, channel, broker, numThreads: int, cpus=None) -> None:
+    """
+    @param broker: what answers requests: C{handlerFor(apiKey)} and
+        C{supportedVersions()} (the L{IBroker}; the SocketServer gives it
+        with L{kafkatwist.network.server.SocketServer.serve}).
+    @param clientQuotas: the broker's
+        L{kafkatwist.quota.manager.ClientQuotas} (request_percentage), or
+        C{None}: no request is throttled.
+    """
+
+    def __init__(self, channel, broker, numThreads: int, cpus=None, clientQuotas=None) -> None:
         self.channel = channel
         self.broker = broker
+        self.clientQuotas = clientQuotas
         self.numThreads = numThreads
         self.cpus = cpus
         self._threads: list[threading.Thread] = []
@@ -215,7 +225,7 @@ class HandlerPool:
 
         @return: the broker's client quotas when the request counts.
         """
-        quotas = getattr(self.broker, "clientQuotas", None)
+        quotas = self.clientQuotas
         if quotas is None or request.header.apiKey in _QUOTA_EXEMPT:
             return None
         if quotas.active(REQUEST_PERCENTAGE):

@@ -162,3 +162,81 @@ def test_not_found(populated):
 def test_history(populated):
     data = get(populated, "/api/history")
     assert data["interval"] > 0 and isinstance(data["series"], list)
+
+
+def messages(broker, topic, **query):
+    return get(broker, f"/api/topics/{topic}/messages?" + urllib.parse.urlencode(query))
+
+
+def test_messages_newest_first_with_transaction_markers(populated):
+    page = messages(populated, "payments", partition=0, limit=3)
+    assert [r["offset"] for r in page["records"]] == [5, 4, 3]
+    marker, last = page["records"][0], page["records"][1]
+    assert marker["control"] == "COMMIT" and marker["key"] is None and marker["transactional"]
+    assert last["transaction"] == "committed" and last["key"]["utf8"] == "p4" and last["value"]["utf8"] == "paid"
+    assert page["older"] == "0:3" and page["next"] is None
+    older = messages(populated, "payments", partition=0, limit=3, cursor=page["older"])
+    assert [r["offset"] for r in older["records"]] == [2, 1, 0] and older["older"] is None
+
+
+def test_messages_from_offset_and_paging(populated):
+    page = messages(populated, "orders", partition=1, offset=25)
+    assert [r["offset"] for r in page["records"]] == [25, 26, 27, 28, 29] and page["next"] is None
+    first = messages(populated, "orders", partition=0, mode="oldest", limit=10)
+    assert [r["offset"] for r in first["records"]] == list(range(10)) and first["next"] == "0:10"
+    second = messages(populated, "orders", partition=0, mode="oldest", limit=10, cursor=first["next"])
+    assert [r["offset"] for r in second["records"]] == list(range(10, 20))
+    record = first["records"][0]
+    assert record["key"] == {"size": 2, "truncated": False, "utf8": "k0", "json": None, "hex": "6b 30"}
+    assert json.loads(record["value"]["json"]) == {"i": 0} and record["transaction"] is None
+    assert record["timestampType"] == "CreateTime" and record["timestamp"] > 0
+
+
+def test_messages_all_partitions_share_one_page(populated):
+    page = messages(populated, "orders", mode="oldest", limit=30)
+    assert len(page["records"]) == 30
+    assert {r["partition"] for r in page["records"]} == {0, 1, 2}
+    assert page["next"] == "0:10,1:10,2:10"
+    assert len(messages(populated, "orders", mode="oldest", limit=500)["records"]) == 90  # capped at 100
+
+
+def test_messages_from_timestamp(populated):
+    page = messages(populated, "orders", partition=2, mode="oldest", limit=1)
+    ts = page["records"][0]["timestamp"]
+    assert messages(populated, "orders", partition=2, timestamp=ts)["records"][0]["offset"] == 0
+    assert messages(populated, "orders", partition=2, timestamp=ts + 10**9)["records"] == []
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts / 1000 - 1))
+    assert messages(populated, "orders", partition=2, timestamp=iso, limit=1)["records"][0]["offset"] == 0
+
+
+def test_aborted_and_open_transactions(populated):
+    from confluent_kafka import Producer
+
+    txn = Producer({"bootstrap.servers": populated.bootstrap, "transactional.id": "console-abort"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce("payments", key=b"undo", value=b"refund")
+    txn.flush(30)
+    txn.abort_transaction(30)
+    txn.begin_transaction()
+    txn.produce("payments", key=b"pending", value=b"wait")
+    txn.flush(30)
+    try:
+        def page():
+            records = messages(populated, "payments", partition=0, limit=3)["records"]
+            return records if records and records[0]["key"] and records[0]["key"]["utf8"] == "pending" else None
+
+        records = waitFor(page, what="the open transaction's record")
+        assert [(r["offset"], r["transaction"], r["control"]) for r in records] == [
+            (8, "open", None), (7, None, "ABORT"), (6, "aborted", None),
+        ]
+    finally:
+        txn.abort_transaction(30)
+
+
+def test_messages_bad_queries(populated):
+    assert getError(populated, "/api/topics/orders/messages?partition=x")[0] == 400
+    assert getError(populated, "/api/topics/orders/messages?timestamp=yesterday")[0] == 400
+    assert getError(populated, "/api/topics/orders/messages?partition=7")[0] == 404
+    assert getError(populated, "/api/topics/orders/messages?mode=random")[0] == 400
+    assert getError(populated, "/api/topics/nope/messages")[0] == 404

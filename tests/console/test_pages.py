@@ -40,7 +40,8 @@ def pagesBroker(consoleBroker):
     for i in range(600):
         producer.produce("clicks", key=b"user-%d" % (i % 40), value=b'{"page": "/home"}', partition=i % 6)
         if i < 300:
-            producer.produce("orders", key=HOSTILE.encode(), value=HOSTILE_ATTR.encode(), partition=i % 3)
+            producer.produce("orders", key=HOSTILE.encode(), value=HOSTILE_ATTR.encode(), partition=i % 3,
+                             headers=[(HOSTILE, HOSTILE_ATTR.encode()), ("trace", b"t-%d" % i)])
     assert producer.flush(30) == 0
     for group, offsets in (("billing", [("orders", 0, 20), ("orders", 1, 95), ("orders", 2, 100)]),
                            (HOSTILE, [("orders", 0, 1)]), (HOSTILE_ATTR, [("clicks", 2, 3)])):
@@ -101,3 +102,14 @@ def test_missing_pages(pagesBroker):
     dom = dumpDom(pagesBroker.http + "/topics/" + urllib.parse.quote(HOSTILE, safe=""))
     assert "Not found" in dom
     assertSafe(dom)
+
+
+def test_messages_page(pagesBroker, shots):
+    dom = page(pagesBroker, "/topics/orders/messages?partition=0&limit=5", shots, "messages")
+    assert dom.count('<tr class="rec') == 5
+    assert "&lt;script&gt;document.body" in dom and "&lt;img id=pwned" in dom
+    assert '<a class="btn" id="older"' in dom
+    dom = page(pagesBroker, "/topics/clicks/messages?partition=2&mode=offset&offset=3&format=json", shots, "messages-json")
+    assert '"page": "/home"' in dom.replace("&quot;", '"')
+    dom = dumpDom(pagesBroker.http + "/topics/clicks/messages?partition=2&mode=oldest&format=hex&limit=1")
+    assert "75 73 65 72 2d" in dom  # "user-" in hex
