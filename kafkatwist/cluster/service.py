@@ -166,7 +166,9 @@ class ClusterService:
         that lasts.  Blocking: start-up only.
 
         @param localClusterId: callable giving an id to store when ZooKeeper
-            has none yet (this broker's C{meta.properties} one).
+            has none yet (this broker's C{meta.properties} one), or
+            C{None} for a new one; it must write nothing: the race to
+            create C{/cluster/id} decides the id the caller then stores.
         @return: the cluster id.
         @raise ClusterStartError: ZooKeeper cannot be reached.
         """
@@ -181,7 +183,7 @@ class ClusterService:
                 self._clusterId = Z.decodeClusterId(data)
                 self._clusterIdWasStored = True
             except NoNodeError:
-                clusterId = localClusterId() if localClusterId is not None else _newClusterId()
+                clusterId = (localClusterId() if localClusterId is not None else None) or _newClusterId()
                 try:
                     zk.create(Z.CLUSTER_ID, Z.encodeClusterId(clusterId), makepath=True)
                     self._clusterId = clusterId
