@@ -190,7 +190,7 @@ class IBroker(Interface):
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
     fetchSessions = Attribute(
-        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+        "L{kafkatwist.plugins.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
     )
     groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
     transactionCoordinator = Attribute(

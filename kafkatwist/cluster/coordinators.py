@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
-from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.util.owner import OwnerThread
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC
 from kafkatwist.coordinator.transaction.formats import TRANSACTION_STATE_TOPIC
 

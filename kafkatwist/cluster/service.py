@@ -13,7 +13,7 @@ or C{becomeFollower}.  The controller is the only writer of leaders (a
 leader writes its own ISR, conditionally, through L{IAlterIsr}).
 
 Threads: everything here runs on the cluster owner thread
-(L{kafkatwist.cluster.owner.OwnerThread}, C{kafkatwist-cluster}) except
+(L{kafkatwist.util.owner.OwnerThread}, C{kafkatwist-cluster}) except
 the public methods, which hand work to it, and L{image}, which any thread
 reads.
 """
@@ -48,10 +48,10 @@ from kafkatwist.cluster.effects import (
     WriteState,
 )
 from kafkatwist.cluster.image import ClusterImage, freeze
-from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.util.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
-from kafkatwist.startup import StartupError
+from kafkatwist.util.startup import StartupError
 
 log = Logger()
 
@@ -135,7 +135,7 @@ class ClusterService:
         #: by L{connect}, before anything is built from the config
         self.storedBrokerConfigs: tuple[dict, dict] = ({}, {})
         #: called on the owner thread with both layers whenever either znode
-        #: is read (L{kafkatwist.dynamicconfig.DynamicBrokerConfig.storedChanged})
+        #: is read (L{kafkatwist.config.dynamic.DynamicBrokerConfig.storedChanged})
         self.onBrokerConfigs = None
 
     # -- start and stop (caller's thread) --------------------------------------------

@@ -15,9 +15,9 @@ import threading
 
 from kafkatwist.cluster.coordinators import CoordinatorMover
 from kafkatwist.cluster.service import ClusterService
-from kafkatwist.dynamicconfig import DynamicBrokerConfig, Reconfigurable
+from kafkatwist.config.dynamic import DynamicBrokerConfig, Reconfigurable
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.plugins.init_producer_id import ProducerIdManager
+from kafkatwist.coordinator.transaction.producerids import ProducerIdManager
 
 log = Logger()
 

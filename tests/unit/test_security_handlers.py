@@ -22,7 +22,7 @@ from kafkatwist.protocol.apis import knownVersions, requestType, responseType
 from kafkatwist.protocol.codec import decodeRequest
 from kafkatwist.protocol.entities import durationMs, make, nested
 from kafkatwist.protocol.header import parseRequestHeader
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.security.acl import (
     CLUSTER_NAME,
     AclBinding,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
-from kafkatwist.coordinator.runtime import TimerThread
+from kafkatwist.util.timers import TimerThread
 from kafkatwist.coordinator.transaction.channel import MarkerChannel
 from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
 from kafkatwist.coordinator.transaction.markers import MarkerWriter

@@ -6,7 +6,7 @@ The Prometheus scrape endpoint, served by twisted.web on the main reactor
 from twisted.web.resource import NoResource, Resource
 from twisted.web.server import Site
 
-from kafkatwist.metrics import render
+from kafkatwist.metrics.stats import render
 
 
 class MetricsResource(Resource):
