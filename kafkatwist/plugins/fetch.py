@@ -244,7 +244,7 @@ class FetchHandler(Handler):
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
-        quotas = getattr(self.broker, "replicationQuotas", None) if replicaId >= 0 else None
+        quotas = self.broker.replicationQuotas if replicaId >= 0 else None
         byId = None
         plan = []
         previous = _NO_TOPIC

@@ -37,7 +37,7 @@ class MetadataHandler(Handler):
         Partition = nested(cls, "MetadataResponsePartition")
         broker = self.broker
         nodeId = broker.nodeId
-        cluster = getattr(broker, "cluster", None)
+        cluster = broker.cluster
         image = cluster.image if cluster is not None else None
         controllerId = nodeId
         if image is not None:
