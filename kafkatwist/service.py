@@ -17,7 +17,7 @@ from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from kafkatwist.server.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
+from kafkatwist.server.broker import BrokerParts, BrokerServices, loadOrCreateClusterId, storedClusterId
 from kafkatwist.cluster.wiring import (
     UncleanElection,
     clusterDynamicConfig,
@@ -190,6 +190,7 @@ class BrokerService(service.Service):
         """
         config = self.config
         raiseDescriptorLimit()
+        self._checkDataDirs()
         registry = HandlerRegistry(
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
@@ -218,8 +219,11 @@ class BrokerService(service.Service):
             self.cluster = makeCluster(config, advertisedListeners, replicaManager)
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
+            # The directories' meta.properties get ZooKeeper's id only (the
+            # loser of the race to create /cluster/id must not have written
+            # its own first).
             configuredClusterId = self.cluster.connect(
-                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+                lambda: configuredClusterId or storedClusterId(config.logDirs, config.nodeId)
             )
         clusterId = loadOrCreateClusterId(config.logDirs, config.nodeId, configuredClusterId)
         # The dynamic broker configs stored by earlier runs: what is built
@@ -276,6 +280,22 @@ class BrokerService(service.Service):
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(replicaManager, config, self.logManager, self.cluster)
         awaitCoordinatorReplication(self.broker, config, self.logManager)
+
+    def _checkDataDirs(self) -> None:
+        """
+        What start-up would refuse in the data directories -- another
+        broker holding them, a bad C{meta.properties}, a topic without
+        usable metadata -- checked before any port is bound, reading only:
+        a broker about to refuse its directory never accepts a connection
+        (a port-based health check would see it up).
+        """
+        from kafkatwist.log.manager import checkTopicMetadata
+
+        config = self.config
+        DataDirLock(config.logDirs).probe()
+        storedClusterId(config.logDirs, config.nodeId, config["cluster.id"])
+        if self.logManagerFactory is openLogManager:
+            checkTopicMetadata(config.logDirs)
 
     def _bindListeners(self) -> list:
         """

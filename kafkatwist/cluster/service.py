@@ -97,6 +97,7 @@ class ClusterService:
             hosts=config["zookeeper.connect"], timeout=self.sessionTimeoutMs / 1000.0,
         )
         self.owner = owner or OwnerThread()
+        self.owner.onError = self._ownerFailed
         #: read by any thread; replaced whole by the owner
         self.image = ClusterImage()
         self.controller = ControllerMachine(
@@ -131,6 +132,10 @@ class ClusterService:
         self._waits: list = []
         self._timers: dict = {}
         self._retry = None
+        #: a ZooKeeper call failed on the owner: a watch may be lost, so
+        #: everything is read again (L{_catchUp}) once connected
+        self._stale = False
+        self._catchUpTimer = None
         self._serial = 0
         self._clusterId: str | None = None
         self._clusterIdWasStored = False
@@ -161,7 +166,9 @@ class ClusterService:
         that lasts.  Blocking: start-up only.
 
         @param localClusterId: callable giving an id to store when ZooKeeper
-            has none yet (this broker's C{meta.properties} one).
+            has none yet (this broker's C{meta.properties} one), or
+            C{None} for a new one; it must write nothing: the race to
+            create C{/cluster/id} decides the id the caller then stores.
         @return: the cluster id.
         @raise ClusterStartError: ZooKeeper cannot be reached.
         """
@@ -176,7 +183,7 @@ class ClusterService:
                 self._clusterId = Z.decodeClusterId(data)
                 self._clusterIdWasStored = True
             except NoNodeError:
-                clusterId = localClusterId() if localClusterId is not None else _newClusterId()
+                clusterId = (localClusterId() if localClusterId is not None else None) or _newClusterId()
                 try:
                     zk.create(Z.CLUSTER_ID, Z.encodeClusterId(clusterId), makepath=True)
                     self._clusterId = clusterId
@@ -298,6 +305,10 @@ class ClusterService:
 
     def aliveBrokers(self):
         return self.image.live()
+
+    def rack(self, brokerId):
+        info = self.image.brokers.get(brokerId)
+        return info.rack if info is not None else None
 
     def eligibleForIsr(self, brokerId) -> bool:
         """
@@ -678,14 +689,57 @@ class ClusterService:
         if self._stopping:
             return
         sessionId = self.zk.client_id[0] if self.zk.client_id else None
-        if sessionId == self._sessionId:
+        if sessionId == self._sessionId and not self._stale:
             return  # reconnected within the session: watches and znodes are still there
-        log.info("New ZooKeeper session for broker {id}: registering again", id=self.brokerId)
-        try:
+        self._catchUp()
+
+    def _ownerFailed(self, f, e) -> bool:
+        """
+        A ZooKeeper call on the owner failed (the connection dropped, the
+        session expired): one line, and everything is read again once
+        connected -- the read that failed may have been the one to set a
+        watch (a lost watch on C{/controller} or C{/brokers/ids} leaves a
+        partition without a leader for good).  Other failures keep their
+        traceback.
+        """
+        if not isinstance(e, KazooException):
+            return False
+        if not self._stopping:
+            if not self._stale:  # one line until the cluster is read again
+                log.warn("ZooKeeper call in {f} failed ({e}): broker {id} reads the cluster again when connected",
+                         f=getattr(f, "__name__", f), e=type(e).__name__, id=self.brokerId)
+            self._stale = True
+            self._catchUpLater()
+        return True
+
+    def _catchUpLater(self, delay: float = 1.0) -> None:
+        if self._catchUpTimer is None:
+            self._catchUpTimer = self.owner.callLater(delay, self._catchUp)
+
+    def _catchUp(self) -> None:
+        """
+        Register again under a new session, read everything (watches set
+        anew), settle.  A failure comes back here through L{_ownerFailed}.
+        """
+        if self._catchUpTimer is not None:
+            self._catchUpTimer.cancel()
+            self._catchUpTimer = None
+        if self._stopping or not self.zk.connected:
+            return  # the session listener calls again once connected
+        sessionId = self.zk.client_id[0] if self.zk.client_id else None
+        if sessionId != self._sessionId:
+            log.info("New ZooKeeper session for broker {id}: registering again", id=self.brokerId)
             self._register(1.5 * self.sessionTimeoutMs / 1000.0 + 5)
             self._readAll()
-        except Exception:
-            log.failure("re-registering broker {id} failed", id=self.brokerId)
+        else:
+            wasController = self.controller.active
+            self._readEverything()
+            if wasController and self.controller.active:
+                # What only the controller watches (a new one reads them).
+                self._readIsrChanges()
+                self._readZkReassignment()
+                self._settle()
+        self._stale = False
 
     def _watched(self, event) -> None:
         # On a kazoo thread: only hand over.
@@ -724,6 +778,10 @@ class ClusterService:
                  id=self.brokerId, path=path, epoch=self._brokerEpoch)
 
     def _readAll(self) -> None:
+        self._readEverything()
+        self._removeStrays()
+
+    def _readEverything(self) -> None:
         self._readBrokerConfigs()
         self._readBrokers()
         self._readTopics(all=True)
@@ -731,7 +789,6 @@ class ClusterService:
         self._readShutdowns()
         self._readController()
         self._settle()
-        self._removeStrays()
 
     def _onEvent(self, path: str) -> None:
         if self._stopping or path is None:

@@ -23,7 +23,7 @@ from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.plugins.fetchsessions import FetchSessions
 from kafkatwist.config.dynamic import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
-from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
+from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId, storedClusterId  # noqa: F401
 from kafkatwist.metrics.stats import TopicBytes
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
@@ -31,7 +31,7 @@ from kafkatwist.replication.quota import ReplicationQuotas
 from kafkatwist.util.purgatory import DelayedActions, Purgatory
 from kafkatwist.security.credentials import CredentialStore
 
-__all__ = ["BrokerParts", "BrokerServices", "HandlerCalls", "loadOrCreateClusterId"]
+__all__ = ["BrokerParts", "BrokerServices", "HandlerCalls", "loadOrCreateClusterId", "storedClusterId"]
 
 
 class HandlerCalls:

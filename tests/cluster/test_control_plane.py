@@ -10,6 +10,7 @@ import time
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from kafkatwist.cluster import zkdata as Z
 from kafkatwist.cluster.controller import PREFERRED, UNCLEAN
@@ -429,6 +430,36 @@ def test_broker_configs_and_change_notifications(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_a_watched_read_that_fails_is_read_again(cluster):
+    """
+    Issue 30: a read a watch asked for failed on ZooKeeper (the connection
+    dropped under load) and the watch it would have set again was lost:
+    the controller never heard of the next broker to go, whose partitions
+    then had no leader for good.  Now the failure is one line and the
+    broker reads everything again (watches set anew).
+    """
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    call(a.service.createTopic, "w", {0: (2, 1)}, {})
+    waitUntil(lambda: a.image.leader("w", 0) == 2, what="broker 2 leads w-0")
+    assert a.service.controller.active
+    real = a.service.zk.get_children
+    failed = []
+
+    def droppedOnce(path, *args, **kw):
+        if path == Z.BROKER_IDS and not failed:
+            failed.append(path)
+            raise ConnectionLoss()
+        return real(path, *args, **kw)
+
+    a.service.zk.get_children = droppedOnce
+    cluster(3)  # the controller's watch on /brokers/ids fires; its read fails
+    waitUntil(lambda: failed, what="the failed read")
+    waitUntil(lambda: a.image.live() == {1, 2, 3}, what="broker 3 seen after all")
+    b.stop()
+    waitUntil(lambda: a.image.leader("w", 0) == 1, what="a new leader of w-0")
 
 
 def test_a_restarted_broker_leads_only_when_the_controller_elects_it_again():

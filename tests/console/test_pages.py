@@ -68,6 +68,8 @@ def page(broker, path, shots, name):
 def test_overview(pagesBroker, shots):
     dom = page(pagesBroker, "/", shots, "overview")
     assert "Brokers" in dom and pagesBroker.bootstrap in dom and "controller" in dom
+    for chart in ("chart-bytes", "chart-requests", "chart-latency"):
+        assert f'id="{chart}"' in dom
 
 
 def test_topics(pagesBroker, shots):
@@ -93,6 +95,7 @@ def test_groups_with_hostile_ids(pagesBroker, shots):
 def test_group_pages(pagesBroker, shots):
     dom = page(pagesBroker, "/groups/billing", shots, "group")
     assert '<h1 id="group-id">billing</h1>' in dom and ">80<" in dom  # 80 + 5 + 0 behind
+    assert 'id="chart-lag"' in dom and 'data-group="billing"' in dom
     for i, group in enumerate((HOSTILE, HOSTILE_ATTR)):
         dom = page(pagesBroker, "/groups/" + urllib.parse.quote(group, safe=""), shots, f"hostile-group-{i}")
         assert "&lt;" in dom.split('<h1 id="group-id">', 1)[1].split("</h1>", 1)[0]
