@@ -189,7 +189,7 @@ def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str
         return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none"><text x="4" y="{height // 2}" class="nodata">collecting…</text></svg>'
     t0 = min(p[0] for p in points)
     t1 = max(p[0] for p in points)
-    top = max(p[1] for p in points) or 1
+    top = (max(p[1] for p in points) or 1) * 1.15
     span = (t1 - t0) or 1
     lines = []
     for i, values in enumerate(series.values()):
@@ -201,7 +201,8 @@ def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str
     return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none">{"".join(lines)}</svg>'
 
 
-def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None) -> str:
+def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None,
+          cls: str = "") -> str:
     legend = " ".join(
         f'<span style="color:{COLORS[i % len(COLORS)]}">● {h(name)} '
         f'<b>{h(_fmtUnit(values[-1][1] if values else None, unit))}</b></span>'
@@ -209,7 +210,7 @@ def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: st
     )
     groupAttr = f' data-group="{h(group)}"' if group is not None else ""
     return (
-        f'<div class="chart" id="{h(chartId)}" data-keys="{h(keys)}" data-unit="{h(unit)}"{groupAttr}>'
+        f'<div class="chart {cls}" id="{h(chartId)}" data-keys="{h(keys)}" data-unit="{h(unit)}"{groupAttr}>'
         f'<div class="t">{h(title)}</div><div class="legend">{legend}</div>'
         f'<div class="plot">{chartSvg(series)}</div></div>'
     )
@@ -508,14 +509,13 @@ def group(data: dict, csrf: str = "") -> str:
         card("Protocol", h(data["protocol"]) + (f'<div class="muted small">assignor {h(data["assignor"])}</div>' if data.get("assignor") else "")),
         card("Members", fmtNum(len(data["members"]))),
         card("Total lag", fmtNum(data["totalLag"]), "bad" if data["totalLag"] else "ok"),
+        chart("chart-lag", "Total lag, last minutes", {"lag": data.get("lagHistory", [])}, "", "lag",
+              group=data["groupId"], cls="wide"),
     ])
     return (
         '<div class="crumbs"><a href="/groups">Consumer groups</a> /</div>'
         f'<h1 id="group-id">{h(data["groupId"])}</h1>'
         f'<div class="cards">{cards}</div>'
-        + '<div class="charts">'
-        + chart("chart-lag", "Total lag", {"lag": data.get("lagHistory", [])}, "", "lag", group=data["groupId"])
-        + "</div>"
         f"<h2>Members</h2>{membersTable}"
         f"<h2>Committed offsets and lag</h2>{offsets}"
         + (groupActions(data, csrf) if csrf else "")

@@ -36,7 +36,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
-from kafkatwist.logthrottle import connectionLogs
+from kafkatwist.util.logthrottle import connectionLogs
 from kafkatwist.network.channel import Request
 from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.tls import tlsFailureInWords

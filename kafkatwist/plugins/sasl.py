@@ -20,9 +20,9 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, responseType
-from kafkatwist.logthrottle import connectionLogs
+from kafkatwist.util.logthrottle import connectionLogs
 from kafkatwist.protocol.entities import make, ms
 from kafkatwist.security.errors import AuthenticationFailed
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kafkatwist.log.atomic import TEMPORARY_SUFFIX
+from kafkatwist.util.atomic import TEMPORARY_SUFFIX
 from tests.broker import ROOT, TWISTD, BrokerProcess
 from tests.rawclient import RawConnection
 

@@ -22,7 +22,7 @@ from kafkatwist.protocol.apis import knownVersions, requestType, responseType
 from kafkatwist.protocol.codec import decodeRequest
 from kafkatwist.protocol.entities import durationMs, make, nested
 from kafkatwist.protocol.header import parseRequestHeader
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -505,7 +505,7 @@ def test_refused_logins_from_one_client_are_throttled_like_refused_handshakes(st
     # A client with a wrong password retries at once, forever.
     from twisted.logger import globalLogPublisher
 
-    from kafkatwist.logthrottle import BURST
+    from kafkatwist.util.logthrottle import BURST
 
     events = []
     globalLogPublisher.addObserver(events.append)
