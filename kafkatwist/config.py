@@ -314,6 +314,23 @@ def _messageFormatVersion(key: str, raw: str) -> str:
     return value
 
 
+#: the replica selectors kafkatwist implements (Kafka's class names)
+REPLICA_SELECTORS = (
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    "org.apache.kafka.common.replica.LeaderSelector",
+)
+
+
+@_ofType(ConfigType.CLASS)
+def _replicaSelector(key: str, raw: str) -> str | None:
+    value = raw.strip()
+    if not value or value == "null":
+        return None
+    if value not in REPLICA_SELECTORS:
+        raise ConfigError(key, f"Class {value} cannot be found (kafkatwist has {', '.join(REPLICA_SELECTORS)})")
+    return value
+
+
 def _compressionLevel(special: int | None, lo: int, hi: int):
     plain = _int(lo, hi)
 
@@ -642,6 +659,14 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
         Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
         Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("broker.rack", _optionalString, None,
+            "This broker's rack: Metadata reports it, new partitions' replicas are placed on "
+            "different racks when every broker has one, and a replica selector may send a "
+            "consumer with the same client.rack to this broker's replicas."),
+        Key("replica.selector.class", _replicaSelector, None,
+            "Which replica a consumer (Fetch v11+) should fetch from, as the leader tells it "
+            "(KIP-392): Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector (a "
+            "replica in the consumer's client.rack) or LeaderSelector; unset: the leader."),
         Key("leader.replication.throttled.rate", _long(0), str(LONG_MAX),
             "Bytes per second this broker sends, as a leader, for the partitions a topic's "
             "leader.replication.throttled.replicas names on it; over it, followers out of the ISR "
@@ -765,7 +790,7 @@ KEYS: dict[str, Key] = {
 _TOLERATED = re.compile(
     r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
     r"|num\.recovery\.threads\.per\.data\.dir"
-    r"|broker\.rack|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
+    r"|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
     r"|listener\.name\.)"
 )
 

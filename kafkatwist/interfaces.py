@@ -706,6 +706,11 @@ class IBrokerDirectory(Interface):
         @return: C{frozenset} of live broker ids.
         """
 
+    def rack(brokerId):
+        """
+        @return: the live broker's C{broker.rack}, or C{None}.
+        """
+
 
 class IReplicaManager(Interface):
     """

@@ -26,7 +26,9 @@ class Console:
     """
 
     def __init__(self, broker, server, reactor) -> None:
+        from kafkatwist.console.actions import ConsoleActions
         from kafkatwist.console.history import History
+        from kafkatwist.console.session import Sessions
         from kafkatwist.console.source import ConsoleSource
 
         self.broker = broker
@@ -34,6 +36,15 @@ class Console:
         self.reactor = reactor
         self.history = History(broker, server, clock=reactor)
         self.source = ConsoleSource(broker, reactor, self.history, startedAt=time.time())
+        self.actions = ConsoleActions(self.source)
+        self.sessions = Sessions()
+
+    def loginRequired(self) -> bool:
+        """
+        With an authorizer the console asks for a login (as the Kafka port
+        asks for SASL); without one it is as open as a PLAINTEXT port.
+        """
+        return self.broker.authorizer is not None
 
     def clusterId(self) -> str | None:
         return self.broker.clusterId

@@ -63,6 +63,20 @@ td.hd .hdr { margin-bottom:3px; } td.hd .hdr code { color:var(--muted); } td.hd 
 tr.control td { background:#fbfbf6; }
 pre.val { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; margin:0; white-space:pre-wrap; word-break:break-all; max-height:16em; overflow:auto; }
 details summary { cursor:pointer; color:var(--muted); }
+.flash { padding:10px 14px; border-radius:8px; margin-bottom:16px; }
+.flash.ok { background:#e3f5ea; border:1px solid #bfe6cd; color:#17663a; }
+.flash.err { background:#fde8e8; border:1px solid #f4c7c7; color:#8c2323; }
+.actions { display:grid; grid-template-columns:repeat(auto-fill,minmax(300px,1fr)); gap:14px; align-items:start; }
+.panel { background:var(--panel); border:1px solid var(--line); border-radius:8px; padding:12px 14px; }
+details.panel { margin-top:18px; } details.panel summary { font-weight:600; color:var(--ink); }
+form.stack { display:flex; flex-direction:column; gap:8px; }
+form.stack label { display:flex; flex-direction:column; gap:3px; font-size:12.5px; color:var(--muted); }
+form.stack label input[type=checkbox] { align-self:flex-start; }
+form.stack input, form.stack select, form.stack textarea { color:var(--ink); font-size:13.5px; }
+details form.stack { max-width:460px; margin-top:10px; }
+.login { max-width:380px; margin:70px auto; }
+.login h1 { margin-bottom:6px; } .login .err { margin:10px 0; }
+form.logout { margin-top:8px; } form.logout button { padding:3px 10px; font-size:12px; background:#222a39; color:#c9cfdb; border-color:#3a4356; }
 .bar { height:6px; background:#eef1f6; border-radius:3px; overflow:hidden; min-width:60px; }
 .bar span { display:block; height:100%; background:var(--warn); }
 """
@@ -79,14 +93,6 @@ JS = r"""
         var key = (row.getAttribute('data-key') || row.textContent).toLowerCase();
         row.style.display = key.indexOf(q) >= 0 ? '' : 'none';
       });
-    });
-  });
-  // Forms that need a confirmation (data-confirm="text the user types").
-  document.querySelectorAll('form[data-confirm]').forEach(function (form) {
-    form.addEventListener('submit', function (ev) {
-      var want = form.getAttribute('data-confirm');
-      var got = window.prompt('Type "' + want + '" to confirm');
-      if (got !== want) ev.preventDefault();
     });
   });
 })();

@@ -52,11 +52,14 @@ def fmtRate(n, unit="/s") -> str:
     return f"{n:,.1f}{unit}"
 
 
-NAV = (("overview", "/", "Overview"), ("topics", "/topics", "Topics"), ("groups", "/groups", "Consumer groups"))
+NAV = (
+    ("overview", "/", "Overview"), ("topics", "/topics", "Topics"), ("groups", "/groups", "Consumer groups"),
+    ("security", "/security", "Security"),
+)
 
 
 def layout(title: str, active: str, body: str, *, clusterId: str | None = None, who: str | None = None,
-           logout: str = "") -> str:
+           logout: str = "", flash=None) -> str:
     links = "".join(
         f'<a href="{href}" class="{"on" if key == active else ""}">{label}</a>' for key, href, label in NAV
     )
@@ -69,9 +72,81 @@ def layout(title: str, active: str, body: str, *, clusterId: str | None = None, 
         '<nav class="side"><div class="brand">kafkatwist</div>'
         f'<div class="cluster">{("cluster " + h(clusterId)) if clusterId else "console"}</div>'
         f"{links}{whoLine}</nav>"
-        f"<main>{body}</main>"
+        f"<main>{_flash(flash)}{body}</main>"
         '<script src="/static/console.js"></script></body></html>'
     )
+
+
+def logoutForm(csrf: str) -> str:
+    return (
+        f'<form method="post" action="/logout" class="logout"><input type="hidden" name="csrf" value="{h(csrf)}">'
+        '<button type="submit">Log out</button></form>'
+    )
+
+
+def loginPage(csrf: str, next: str, message: str = "", user: str = "") -> str:
+    error = f'<div class="err" id="login-error">{h(message)}</div>' if message else ""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<title>Log in · kafkatwist</title><link rel="stylesheet" href="/static/console.css"></head><body>'
+        '<main><div class="login panel"><h1>kafkatwist</h1>'
+        '<div class="sub">Log in with a SASL user of this broker (its SCRAM credentials).</div>'
+        f"{error}"
+        f'<form method="post" action="/login" class="stack" id="login">'
+        f'<input type="hidden" name="csrf" value="{h(csrf)}"><input type="hidden" name="next" value="{h(next)}">'
+        f'<label>User <input type="text" name="username" value="{h(user)}" autocomplete="username" required autofocus></label>'
+        '<label>Password <input type="password" name="password" autocomplete="current-password" required></label>'
+        '<div><button class="primary" type="submit">Log in</button></div></form></div></main></body></html>'
+    )
+
+
+def security(data: dict) -> str:
+    errors = data.get("errors") or {}
+    if not data["authorizer"]:
+        acls = '<div class="empty">No authorizer is configured: every principal may do everything.</div>'
+    elif data["acls"] is None:
+        acls = f'<div class="err">{h(errors.get("acls", "ACLs not available"))}</div>'
+    elif not data["acls"]:
+        acls = '<div class="empty">No ACLs.</div>'
+    else:
+        rows = "".join(
+            f'<tr data-key="{h(a["principal"] + " " + a["resourceName"])}"><td class="mono">{h(a["principal"])}</td>'
+            f'<td>{h(a["resourceType"].lower())}</td><td class="mono">{h(a["resourceName"])}</td>'
+            f'<td>{h(a["patternType"].lower())}</td><td>{h(a["operation"])}</td>'
+            f'<td><span class="badge {"ok" if a["permission"] == "ALLOW" else "bad"}">{h(a["permission"])}</span></td>'
+            f'<td class="mono">{h(a["host"])}</td></tr>'
+            for a in data["acls"]
+        )
+        acls = (
+            '<div class="toolbar"><input type="search" placeholder="Filter ACLs" data-filter="acls"></div>'
+            '<table id="acls"><thead><tr><th>Principal</th><th>Resource</th><th>Name</th><th>Pattern</th>'
+            f"<th>Operation</th><th>Permission</th><th>Host</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    if data["scramUsers"] is None:
+        users = f'<div class="err">{h(errors.get("scramUsers", "SCRAM users not available"))}</div>'
+    elif not data["scramUsers"]:
+        users = '<div class="empty">No SCRAM users.</div>'
+    else:
+        rows = "".join(
+            f'<tr><td class="mono">{h(u["user"])}</td><td>'
+            + " ".join(f'<span class="badge blue">{h(m["mechanism"])}</span> <span class="muted">{fmtNum(m["iterations"])} iterations</span>' for m in u["mechanisms"])
+            + "</td></tr>"
+            for u in data["scramUsers"]
+        )
+        users = f'<table id="scram-users"><thead><tr><th>User</th><th>Mechanisms</th></tr></thead><tbody>{rows}</tbody></table>'
+    return f"<h1>Security</h1><h2>ACLs</h2>{acls}<h2>SCRAM users</h2>{users}"
+
+
+def _flash(flash) -> str:
+    if not flash:
+        return ""
+    kind, text = flash
+    return f'<div class="flash {"ok" if kind == "ok" else "err"}" id="flash" role="status">{h(text)}</div>'
+
+
+def hidden(csrf: str, action: str) -> str:
+    return f'<input type="hidden" name="csrf" value="{h(csrf)}"><input type="hidden" name="action" value="{h(action)}">'
 
 
 def card(label: str, value: str, cls: str = "") -> str:
@@ -130,7 +205,21 @@ def overview(data: dict) -> str:
 # -- topics ------------------------------------------------------------------------
 
 
-def topics(data: dict, search: str = "") -> str:
+def createTopicForm(csrf: str) -> str:
+    return (
+        '<details class="panel" id="create-topic"><summary>Create a topic</summary>'
+        f'<form method="post" action="/topics" class="stack">{hidden(csrf, "create")}'
+        '<label>Name <input type="text" name="name" required pattern="[a-zA-Z0-9._-]+" maxlength="249"></label>'
+        '<label>Partitions <input type="number" name="partitions" min="1" value="1"></label>'
+        '<label>Replication factor <input type="number" name="replicationFactor" min="-1" value="-1">'
+        ' <span class="muted">-1: the broker\'s default</span></label>'
+        '<label>Configs <textarea name="configs" rows="3" placeholder="retention.ms=86400000"></textarea>'
+        ' <span class="muted">one key=value a line</span></label>'
+        '<div><button class="primary" type="submit">Create</button></div></form></details>'
+    )
+
+
+def topics(data: dict, search: str = "", csrf: str = "") -> str:
     rows = []
     for t in data["topics"]:
         flags = ""
@@ -161,10 +250,45 @@ def topics(data: dict, search: str = "") -> str:
         "</form>"
         f"{body}"
         + ('<p class="muted">* size of the replicas this broker holds</p>' if partial else "")
+        + (createTopicForm(csrf) if csrf else "")
     )
 
 
-def topic(data: dict) -> str:
+def topicActions(data: dict, csrf: str) -> str:
+    name = data["name"]
+    n = len(data["partitions"])
+    partitionOptions = _option("", "any (random)", "") + "".join(_option(p["partition"], str(p["partition"]), "") for p in data["partitions"])
+    configNames = "".join(f'<option value="{h(c["name"])}">' for c in data["configs"] or ())
+    action = f"/topics/{u(name)}"
+    return (
+        '<h2>Actions</h2><div class="actions">'
+        f'<form method="post" action="{action}" class="panel stack" id="produce">{hidden(csrf, "produce")}'
+        '<b>Produce a message</b>'
+        f'<label>Partition <select name="partition">{partitionOptions}</select></label>'
+        '<label>Key <input type="text" name="key" placeholder="(none)"></label>'
+        '<label>Value <textarea name="value" rows="3"></textarea></label>'
+        '<label>Headers <textarea name="headers" rows="2" placeholder="trace-id=abc"></textarea>'
+        ' <span class="muted">one key=value a line</span></label>'
+        '<div><button class="primary" type="submit">Produce</button></div></form>'
+        f'<form method="post" action="{action}" class="panel stack" id="set-config">{hidden(csrf, "config")}'
+        '<b>Change a config</b>'
+        f'<label>Config <input type="text" name="key" list="config-names" required></label><datalist id="config-names">{configNames}</datalist>'
+        '<label>Value <input type="text" name="value"></label>'
+        '<label><input type="checkbox" name="reset" value="1"> back to the default</label>'
+        '<div><button type="submit">Apply</button></div></form>'
+        f'<form method="post" action="{action}" class="panel stack" id="add-partitions">{hidden(csrf, "partitions")}'
+        '<b>Add partitions</b>'
+        f'<label>New partition count <input type="number" name="count" min="{n + 1}" value="{n + 1}"></label>'
+        '<div><button type="submit">Add</button></div></form>'
+        f'<form method="post" action="{action}" class="panel stack" id="delete-topic">{hidden(csrf, "delete")}'
+        '<b>Delete this topic</b>'
+        f'<label>Type its name to confirm <input type="text" name="confirm" required autocomplete="off"></label>'
+        '<div><button class="danger" type="submit">Delete topic</button></div></form>'
+        "</div>"
+    )
+
+
+def topic(data: dict, csrf: str = "") -> str:
     name = data["name"]
     rows = []
     for p in data["partitions"]:
@@ -214,6 +338,7 @@ def topic(data: dict) -> str:
         + f'</div><div class="cards">{cards}</div>'
         f"<h2>Partitions</h2>{parts}"
         f"<h2>Configs</h2>{cfg}"
+        + (topicActions(data, csrf) if csrf else "")
     )
 
 
@@ -249,7 +374,36 @@ def groups(data: dict, search: str = "") -> str:
     )
 
 
-def group(data: dict) -> str:
+def groupActions(data: dict, csrf: str) -> str:
+    gid = data["groupId"]
+    action = f"/groups/{u(gid)}"
+    if data["members"]:
+        return (
+            '<h2>Actions</h2><div class="note">This group has active members: stop its consumers to reset '
+            "its offsets or delete it.</div>"
+        )
+    topics = sorted({o["topic"] for o in data["offsets"]})
+    topicOptions = _option("", "every topic", "") + "".join(_option(t, t, "") for t in topics)
+    strategies = "".join(_option(v, l, "") for v, l in (
+        ("earliest", "Earliest"), ("latest", "Latest"), ("timestamp", "To a timestamp"), ("exact", "To an offset")))
+    return (
+        '<h2>Actions</h2><div class="actions">'
+        f'<form method="post" action="{action}" class="panel stack" id="reset-offsets">{hidden(csrf, "reset")}'
+        "<b>Reset offsets</b>"
+        f'<label>Topic <select name="topic">{topicOptions}</select></label>'
+        '<label>Partition <input type="number" name="partition" min="0" placeholder="every partition"></label>'
+        f'<label>To <select name="strategy">{strategies}</select></label>'
+        '<label>Offset or timestamp <input type="text" name="value" placeholder="42, or 2026-01-31T12:00:00 (UTC)"></label>'
+        '<div><button class="primary" type="submit">Reset</button></div></form>'
+        f'<form method="post" action="{action}" class="panel stack" id="delete-group">{hidden(csrf, "delete")}'
+        "<b>Delete this group</b><span class=\"muted\">and its committed offsets</span>"
+        '<label>Type its id to confirm <input type="text" name="confirm" required autocomplete="off"></label>'
+        '<div><button class="danger" type="submit">Delete group</button></div></form>'
+        "</div>"
+    )
+
+
+def group(data: dict, csrf: str = "") -> str:
     members = []
     for m in data["members"]:
         assignment = "; ".join(
@@ -292,6 +446,7 @@ def group(data: dict) -> str:
         f'<div class="cards">{cards}</div>'
         f"<h2>Members</h2>{membersTable}"
         f"<h2>Committed offsets and lag</h2>{offsets}"
+        + (groupActions(data, csrf) if csrf else "")
     )
 
 

@@ -25,7 +25,8 @@ from kafkatwist.console.messages import MAX_PAGE, readPage
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol import apis
 from kafkatwist.protocol.entities import make, nested
-from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from kafkatwist.security.scram import BY_TYPE
 from kafkatwist.security.checks import filterAuthorized
 
 
@@ -600,6 +601,81 @@ class ConsoleSource:
             "notHere": notHere,
         }
 
+    # -- security ------------------------------------------------------------------
+
+    @inlineCallbacks
+    def acls(self, context):
+        """
+        Every ACL (DescribeAcls with a match-anything filter): needs DESCRIBE
+        on the cluster, as the request does.
+        """
+
+        def build(version, cls):
+            return make(
+                cls, resource_type_filter=int(ResourceType.ANY), resource_name_filter=None,
+                pattern_type_filter=int(PatternType.ANY), principal_filter=None, host_filter=None,
+                operation=int(AclOperation.ANY), permission_type=int(AclPermissionType.ANY),
+            )
+
+        answer = yield self.call(context, apis.DESCRIBE_ACLS, build)
+        if answer.error_code == ErrorCode.security_disabled:
+            return None
+        _raiseUnless(answer.error_code, "ACLs")
+        out = []
+        for resource in answer.resources:
+            for acl in resource.acls:
+                out.append({
+                    "resourceType": ResourceType(resource.resource_type).name,
+                    "resourceName": resource.resource_name,
+                    "patternType": PatternType(resource.pattern_type).name,
+                    "principal": acl.principal,
+                    "host": acl.host,
+                    "operation": AclOperation(acl.operation).name,
+                    "permission": AclPermissionType(acl.permission_type).name,
+                })
+        return out
+
+    @inlineCallbacks
+    def scramUsers(self, context):
+        """
+        SCRAM users with their mechanisms and iteration counts
+        (DescribeUserScramCredentials: never a salt or a key).
+        """
+        answer = yield self.call(context, apis.DESCRIBE_USER_SCRAM_CREDENTIALS, lambda version, cls: make(cls, users=None))
+        _raiseUnless(answer.error_code, "SCRAM users")
+        out = []
+        for result in answer.results:
+            if result.error_code != ErrorCode.none:
+                continue
+            out.append({
+                "user": result.user,
+                "mechanisms": [
+                    {"mechanism": BY_TYPE[i.mechanism].name if i.mechanism in BY_TYPE else str(i.mechanism),
+                     "iterations": i.iterations}
+                    for i in result.credential_infos
+                ],
+            })
+        return sorted(out, key=lambda u: u["user"])
+
+    @inlineCallbacks
+    def security(self, context):
+        acls, users = None, None
+        errors = {}
+        try:
+            acls = yield self.acls(context)
+        except ConsoleHTTPError as e:
+            errors["acls"] = e.message
+        try:
+            users = yield self.scramUsers(context)
+        except ConsoleHTTPError as e:
+            errors["scramUsers"] = e.message
+        return {
+            "authorizer": self.broker.authorizer is not None,
+            "acls": acls,
+            "scramUsers": users,
+            "errors": errors,
+        }
+
 
 def _parseCursor(text: str) -> dict[int, int]:
     out = {}
@@ -616,3 +692,9 @@ def _parseCursor(text: str) -> dict[int, int]:
 
 def _formatCursor(positions: dict[int, int]) -> str | None:
     return ",".join(f"{p}:{o}" for p, o in sorted(positions.items())) or None
+
+
+
+def _raiseUnless(code, what: str) -> None:
+    if code != ErrorCode.none:
+        raise errorFor(code, what)

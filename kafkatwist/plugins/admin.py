@@ -1012,7 +1012,7 @@ class DescribeClusterHandler(Handler):
                     broker_id=broker.nodeId,
                     host=endpoint.host,
                     port=endpoint.port,
-                    rack=None,
+                    rack=broker.config["broker.rack"],
                     is_fenced=False,
                 ),
             )

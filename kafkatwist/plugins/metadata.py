@@ -49,7 +49,10 @@ class MetadataHandler(Handler):
             known = {name: a for name, a in image.topics.items() if name not in image.deleting}
         else:
             endpoint = broker.advertisedListenerFor(context.listenerName)
-            brokers = (make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port, rack=None),)
+            brokers = (
+                make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port,
+                     rack=broker.config["broker.rack"]),
+            )
 
         logManager = broker.logManager
         if image is None:
