@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from twisted.python.failure import Failure
 
@@ -62,8 +63,9 @@ class ClusterWrites:
         #: response; the last answer or the deadline finishes)
         self._mode: str | None = None
         self._finished = False
-        self._timer = None
-        self._pending = None
+        self._timer: Any = None
+        #: the request's IPendingResponse once it answers later
+        self._pending: Any = None
         self._finish: Callable | None = None
 
     def __len__(self) -> int:
