@@ -13,6 +13,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from kafkatwist.protocol.entities import NO_LEADER  # noqa: F401 (cluster modules import it from here)
+
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
@@ -43,9 +45,6 @@ PERSISTENT_PATHS = (
     BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster",
     CONTROLLED_SHUTDOWN, DELETED_REPLICAS,
 )
-
-#: no leader (Kafka's C{LeaderAndIsr.NoLeader})
-NO_LEADER = -1
 
 
 class ZkDataError(ValueError):

@@ -187,7 +187,17 @@ class ConsoleSource:
     # -- the cluster -------------------------------------------------------------
 
     @inlineCallbacks
-    def brokers(self, context):
+    def lagHistory(self, context, groupId: str):
+        """
+        A group's total lag over the last minutes (the group must be one
+        the user may describe).
+        """
+        yield self.committedOffsets(context, groupId)
+        series = [[round(at, 3), lag] for at, lag in self.history.groupLag.get(groupId, ())]
+        return {"interval": self.history.interval, "group": groupId, "lag": series}
+
+    @inlineCallbacks
+    def brokers(self, context, withHistory: bool = False):
         meta = yield self.metadata(context)
         disk = yield self.onHandlerThread(self._diskUse)
         led: dict[int, int] = {}
@@ -228,6 +238,7 @@ class ConsoleSource:
             "underReplicatedPartitions": under,
             "offlinePartitions": offline,
             **rates,
+            **({"history": self.history.series(), "historyInterval": self.history.interval} if withHistory else {}),
         }
 
     # -- topics -------------------------------------------------------------------

@@ -50,11 +50,11 @@ from collections import defaultdict
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from kafkatwist.coordinator.runtime import SerialExecutor
+from kafkatwist.util.executor import SerialExecutor
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint
-from kafkatwist.purgatory import Purgatory
+from kafkatwist.util.purgatory import Purgatory
 from kafkatwist.replication import appends
 from kafkatwist.replication.delayed import DelayedProduce, Waiting
 from kafkatwist.replication.fetcher import ReplicaFetcher

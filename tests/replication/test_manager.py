@@ -292,7 +292,7 @@ def test_delayed_produce_answers():
 
 def test_coordinator_appends_wait_for_the_isr():
     from kafkatwist.config import BrokerConfig
-    from kafkatwist.purgatory import Purgatory
+    from kafkatwist.util.purgatory import Purgatory
 
     logManager = MemoryLogManager()
     logManager.createTopic("__consumer_offsets", 1, {})
