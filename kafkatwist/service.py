@@ -161,6 +161,8 @@ class BrokerService(service.Service):
         #: the web console on the metrics listener (its figures' timer)
         self._metricsConsole = None
         self._metricsSite = None
+        #: the HTTP listener is HTTPS
+        self._metricsTls = False
         self._dirLock: DataDirLock | None = None
         #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
         self.cluster = None
@@ -210,6 +212,7 @@ class BrokerService(service.Service):
         configuredClusterId = config["cluster.id"]
         if config["zookeeper.connect"]:
             self.cluster = makeCluster(config, advertisedListeners, replicaManager)
+            self.cluster.consoleUrl = self._consoleUrl(advertisedListeners)
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
             # The directories' meta.properties get ZooKeeper's id only (the
@@ -323,21 +326,49 @@ class BrokerService(service.Service):
         from twisted.web.resource import Resource
         from twisted.web.server import Site
 
-        host, _, port = address.rpartition(":")
+        from kafkatwist.metrics.http import parseHttpListener
+
+        tls, host, port = parseHttpListener(address)
+        self._metricsTls = tls
         self._metricsSite = Site(Resource())
         try:
-            self._metricsPort = self.reactor.listenTCP(
-                int(port), self._metricsSite, interface=host.strip("[]")
-            )
+            if tls:
+                from kafkatwist.network.tls import ServerContextFactory
+
+                config = self.config
+                contextFactory = ServerContextFactory(
+                    config["ssl.keystore.location"], config["ssl.key.password"], None, "none",
+                    config["ssl.enabled.protocols"], config["ssl.cipher.suites"],
+                )
+                self._metricsPort = self.reactor.listenSSL(port, self._metricsSite, contextFactory, interface=host)
+            else:
+                self._metricsPort = self.reactor.listenTCP(port, self._metricsSite, interface=host)
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
+
+    def _consoleUrl(self, advertisedListeners) -> str | None:
+        """
+        The web console's URL as other brokers' consoles link to it: the
+        HTTP listener's bound port, on its host (the first advertised
+        listener's host when it listens on every address).
+        """
+        if self._metricsPort is None:
+            return None
+        from kafkatwist.metrics.http import parseHttpListener
+
+        tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
+        if host in ("", "0.0.0.0", "::"):
+            host = advertisedListeners[0].host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if tls else 'http'}://{host}:{self._metricsPort.getHost().port}"
 
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:
             return
         from kafkatwist.metrics.http import metricsSite
 
-        site = metricsSite(self.broker, self.server, self.reactor)
+        site = metricsSite(self.broker, self.server, self.reactor, secure=self._metricsTls)
         self._metricsSite.resource = site.resource
         self._metricsSite.displayTracebacks = site.displayTracebacks
         self._metricsConsole = site.console
@@ -409,10 +440,13 @@ class BrokerService(service.Service):
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
             return
+        from kafkatwist.metrics.http import parseHttpListener
+
         address = self._metricsPort.getHost()
+        tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
         log.info(
-            "Prometheus metrics on http://{host}:{port}/metrics",
-            host=self.config["metrics.http.listener"].rpartition(":")[0], port=address.port,
+            "Prometheus metrics on {scheme}://{host}:{port}/metrics, web console on {scheme}://{host}:{port}/",
+            scheme="https" if tls else "http", host=host, port=address.port,
         )
 
     def _startLogTasks(self) -> None:

@@ -250,10 +250,12 @@ def overview(data: dict) -> str:
         role = '<span class="badge blue">controller</span>' if b["controller"] else ""
         here = ' <span class="badge">this broker</span>' if b["thisBroker"] else ""
         rows.append(
-            f'<tr><td class="n">{h(b["id"])}</td><td class="mono">{h(b["address"])}</td>'
-            f"<td>{role}{here}</td><td>{h(b['rack'] or '—')}</td>"
-            f'<td class="n">{fmtNum(b["partitionsLed"])}</td><td class="n">{fmtBytes(b["diskBytes"])}</td>'
-            f'<td>{h(b["upSince"] or "—")}</td></tr>'
+            f'<tr><td class="n">{h(b["id"])}</td><td class="mono">{h(b["address"])}'
+            + (f' <a class="console-link" href="{h(b["console"])}/">console ↗</a>' if b.get("console") and not b["thisBroker"] else "")
+            + "</td>"
+            + f"<td>{role}{here}</td><td>{h(b['rack'] or '—')}</td>"
+            + f'<td class="n">{fmtNum(b["partitionsLed"])}</td><td class="n">{fmtBytes(b["diskBytes"])}</td>'
+            + f'<td>{h(b["upSince"] or "—")}</td></tr>'
         )
     table = (
         '<table id="brokers"><thead><tr><th class="n">Id</th><th>Address</th><th>Role</th><th>Rack</th>'
@@ -324,6 +326,13 @@ def topics(data: dict, search: str = "", csrf: str = "") -> str:
     )
 
 
+def _leaderCell(p: dict, topic: str) -> str:
+    url = p.get("leaderConsole")
+    if not url:
+        return h(p["leader"])
+    return f'<a class="leader-link" href="{h(url)}/topics/{u(topic)}" title="its leader\'s console">{h(p["leader"])} ↗</a>'
+
+
 def topicActions(data: dict, csrf: str) -> str:
     name = data["name"]
     n = len(data["partitions"])
@@ -367,7 +376,7 @@ def topic(data: dict, csrf: str = "") -> str:
         if p["leader"] < 0:
             state = '<span class="badge bad">offline</span>'
         rows.append(
-            f'<tr><td class="n">{h(p["partition"])}</td><td class="n">{h(p["leader"])}</td>'
+            f'<tr><td class="n">{h(p["partition"])}</td><td class="n">{_leaderCell(p, data["name"])}</td>'
             f'<td>{h(", ".join(str(r) for r in p["replicas"]))}</td><td>{h(isr)}</td><td>{state}</td>'
             f'<td class="n">{fmtNum(p["logStartOffset"])}</td><td class="n">{fmtNum(p["logEndOffset"])}</td>'
             f'<td class="n">{fmtBytes(p["sizeBytes"])}</td></tr>'
@@ -436,8 +445,15 @@ def groups(data: dict, search: str = "") -> str:
         f"<tbody>{''.join(rows)}</tbody></table>"
         if rows else '<div class="empty">No consumer groups' + (" match." if search else " yet.") + "</div>"
     )
+    others = data.get("otherConsoles") or {}
+    sub = f'{fmtNum(data["count"])} groups'
+    if others:
+        sub += (
+            f" coordinated by broker {h(data['coordinator'])}; the others are on their coordinators' consoles: "
+            + ", ".join(f'<a href="{h(url)}/groups">broker {h(i)} ↗</a>' for i, url in others.items())
+        )
     return (
-        f'<h1>Consumer groups</h1><div class="sub">{fmtNum(data["count"])} groups</div>'
+        f'<h1>Consumer groups</h1><div class="sub">{sub}</div>'
         '<form class="toolbar" method="get" action="/groups">'
         f'<input type="search" name="q" value="{h(search)}" placeholder="Search groups" data-filter="groups" autofocus>'
         f"</form>{body}"
@@ -621,8 +637,12 @@ def messages(data: dict, query: dict) -> str:
     )
     notHere = ""
     if data["notHere"]:
+        consoles = data.get("leaderConsoles") or {}
         notHere = '<div class="note">' + "; ".join(
-            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))})'
+            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))}'
+            + (f', <a href="{h(consoles[str(p)])}/topics/{u(name)}/messages?partition={h(p)}">browse it there ↗</a>'
+               if consoles.get(str(p)) else "")
+            + ")"
             for p in data["notHere"]
         ) + "</div>"
     return (

@@ -27,8 +27,26 @@ class MetricsResource(Resource):
         return render(self.broker, self.socketServer).encode("utf-8")
 
 
-def metricsSite(broker, server, reactor=None) -> Site:
+def parseHttpListener(address: str) -> tuple[bool, str, int]:
     """
+    C{metrics.http.listener}: C{host:port}, C{http://host:port} or
+    C{https://host:port} (TLS with the broker's C{ssl.keystore.location}).
+
+    @return: (TLS, host, port).
+    """
+    tls = address.startswith("https://")
+    if tls:
+        address = address[len("https://"):]
+    elif address.startswith("http://"):
+        address = address[len("http://"):]
+    host, _, port = address.rpartition(":")
+    return tls, host.strip("[]"), int(port)
+
+
+def metricsSite(broker, server, reactor=None, secure: bool = False) -> Site:
+    """
+    @param secure: the listener is HTTPS (the console's cookies are then
+        C{Secure}).
     @return: the site; its C{console} is started and must be stopped with
         the listener.
     """
@@ -37,7 +55,7 @@ def metricsSite(broker, server, reactor=None) -> Site:
 
     if reactor is None:
         from twisted.internet import reactor
-    console = Console(broker, server, reactor)
+    console = Console(broker, server, reactor, secure=secure)
     root = ConsoleRoot(console)
     root.putChild(b"metrics", MetricsResource(broker, server))
     site = Site(root)
