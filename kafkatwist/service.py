@@ -93,7 +93,8 @@ def makeReplicaManager(parts, config):
     from kafkatwist.replication.manager import ReplicaManager
 
     replicaManager = ReplicaManager(
-        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition()
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition(),
+        producePurgatory=parts.producePurgatory,
     )
     replicaManager.followerQuota = parts.replicationQuotas.follower
     return replicaManager
@@ -115,28 +116,20 @@ def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
             partitionLog.isLeader = False
 
 
-def awaitCoordinatorReplication(broker, config, logManager) -> None:
+def awaitCoordinatorReplication(broker, config) -> None:
     """
     The coordinators' appends wait for the ISR of a replicated partition
-    (Kafka's coordinators write with acks=all), so a committed offset or a
-    transaction's state survives its leader.
+    (Kafka's coordinators write with acks=-1), so a committed offset or a
+    transaction's state survives its leader; so do end-transaction markers,
+    up to request.timeout.ms (Kafka's WriteTxnMarkers path).  Both through
+    the replica manager's append path.
     """
-    from kafkatwist.replication.delayed import ReplicationWaiter
-
     replicaManager = broker.replicaManager
-    if logManager is None:
-        return
-    waiter = ReplicationWaiter(
-        logManager, broker.producePurgatory, replicaManager.clock,
-        config["offsets.commit.timeout.ms"],
-    )
+    waiter = replicaManager.replicationWaiter(config["offsets.commit.timeout.ms"])
     broker.groupCoordinator.runtime.awaitReplication = waiter
     broker.transactionCoordinator.runtime.awaitReplication = waiter
-    # Markers are appended with acks=-1 too, waiting up to request.timeout.ms
-    # (Kafka's WriteTxnMarkers path).
-    broker.transactionCoordinator.markerWriter.awaitReplication = ReplicationWaiter(
-        logManager, broker.producePurgatory, replicaManager.clock,
-        config["request.timeout.ms"],
+    broker.transactionCoordinator.markerWriter.awaitReplication = replicaManager.replicationWaiter(
+        config["request.timeout.ms"]
     )
 
 
@@ -282,7 +275,7 @@ class BrokerService(service.Service):
         for reconfigurable in reconfigurables(self.broker, self.server) + clusterOnly:
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(replicaManager, config, self.logManager, self.cluster)
-        awaitCoordinatorReplication(self.broker, config, self.logManager)
+        awaitCoordinatorReplication(self.broker, config)
 
     def _checkDataDirs(self) -> None:
         """
