@@ -17,7 +17,7 @@ from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from kafkatwist.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
+from kafkatwist.server.broker import BrokerParts, BrokerServices, loadOrCreateClusterId, storedClusterId
 from kafkatwist.cluster.wiring import (
     UncleanElection,
     clusterDynamicConfig,
@@ -32,11 +32,11 @@ from kafkatwist.coordinator.transaction.wiring import (
     stopTransactionCoordinator,
 )
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
-from kafkatwist.dirlock import DataDirLock
+from kafkatwist.util.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
-from kafkatwist.dynamicconfig import DynamicBrokerConfig
+from kafkatwist.config.dynamic import DynamicBrokerConfig
 from kafkatwist.network.server import SocketServer
-from kafkatwist.reconfigure import (
+from kafkatwist.server.reconfigure import (
     ConnectionLimits,
     HandlerThreads,
     ListenerKeystores,
@@ -46,10 +46,10 @@ from kafkatwist.reconfigure import (
     makeLogCleaner,
     reconfigurables,
 )
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
-from kafkatwist.sdnotify import Notifier
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.sdnotify import Notifier
 from kafkatwist.security.plugin import loadAuthorizer
-from kafkatwist.startup import cannotListen
+from kafkatwist.util.startup import cannotListen
 
 log = Logger()
 
@@ -89,11 +89,12 @@ def makeReplicaManager(parts, config):
     @param parts: the L{BrokerParts} (the purgatories it wakes, the
         follower throttle).
     """
-    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.util.timers import TimerThread
     from kafkatwist.replication.manager import ReplicaManager
 
     replicaManager = ReplicaManager(
-        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition()
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition(),
+        producePurgatory=parts.producePurgatory,
     )
     replicaManager.followerQuota = parts.replicationQuotas.follower
     return replicaManager
@@ -115,28 +116,20 @@ def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
             partitionLog.isLeader = False
 
 
-def awaitCoordinatorReplication(broker, config, logManager) -> None:
+def awaitCoordinatorReplication(broker, config) -> None:
     """
     The coordinators' appends wait for the ISR of a replicated partition
-    (Kafka's coordinators write with acks=all), so a committed offset or a
-    transaction's state survives its leader.
+    (Kafka's coordinators write with acks=-1), so a committed offset or a
+    transaction's state survives its leader; so do end-transaction markers,
+    up to request.timeout.ms (Kafka's WriteTxnMarkers path).  Both through
+    the replica manager's append path.
     """
-    from kafkatwist.replication.delayed import ReplicationWaiter
-
     replicaManager = broker.replicaManager
-    if logManager is None:
-        return
-    waiter = ReplicationWaiter(
-        logManager, broker.producePurgatory, replicaManager.clock,
-        config["offsets.commit.timeout.ms"],
-    )
+    waiter = replicaManager.replicationWaiter(config["offsets.commit.timeout.ms"])
     broker.groupCoordinator.runtime.awaitReplication = waiter
     broker.transactionCoordinator.runtime.awaitReplication = waiter
-    # Markers are appended with acks=-1 too, waiting up to request.timeout.ms
-    # (Kafka's WriteTxnMarkers path).
-    broker.transactionCoordinator.markerWriter.awaitReplication = ReplicationWaiter(
-        logManager, broker.producePurgatory, replicaManager.clock,
-        config["request.timeout.ms"],
+    broker.transactionCoordinator.markerWriter.awaitReplication = replicaManager.replicationWaiter(
+        config["request.timeout.ms"]
     )
 
 
@@ -168,6 +161,8 @@ class BrokerService(service.Service):
         #: the web console on the metrics listener (its figures' timer)
         self._metricsConsole = None
         self._metricsSite = None
+        #: the HTTP listener is HTTPS
+        self._metricsTls = False
         self._dirLock: DataDirLock | None = None
         #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
         self.cluster = None
@@ -175,8 +170,8 @@ class BrokerService(service.Service):
     def prepare(self) -> None:
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
-        L{kafkatwist.registry.PluginConflict},
-        L{kafkatwist.startup.StartupError} (a damaged ACL or credential file
+        L{kafkatwist.server.registry.PluginConflict},
+        L{kafkatwist.util.startup.StartupError} (a damaged ACL or credential file
         among them) or C{OSError}.
 
         Order matters to an operator: nothing is written to the data
@@ -190,6 +185,7 @@ class BrokerService(service.Service):
         """
         config = self.config
         raiseDescriptorLimit()
+        self._checkDataDirs()
         registry = HandlerRegistry(
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
@@ -216,10 +212,14 @@ class BrokerService(service.Service):
         configuredClusterId = config["cluster.id"]
         if config["zookeeper.connect"]:
             self.cluster = makeCluster(config, advertisedListeners, replicaManager)
+            self.cluster.consoleUrl = self._consoleUrl(advertisedListeners)
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
+            # The directories' meta.properties get ZooKeeper's id only (the
+            # loser of the race to create /cluster/id must not have written
+            # its own first).
             configuredClusterId = self.cluster.connect(
-                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+                lambda: configuredClusterId or storedClusterId(config.logDirs, config.nodeId)
             )
         clusterId = loadOrCreateClusterId(config.logDirs, config.nodeId, configuredClusterId)
         # The dynamic broker configs stored by earlier runs: what is built
@@ -275,7 +275,23 @@ class BrokerService(service.Service):
         for reconfigurable in reconfigurables(self.broker, self.server) + clusterOnly:
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(replicaManager, config, self.logManager, self.cluster)
-        awaitCoordinatorReplication(self.broker, config, self.logManager)
+        awaitCoordinatorReplication(self.broker, config)
+
+    def _checkDataDirs(self) -> None:
+        """
+        What start-up would refuse in the data directories -- another
+        broker holding them, a bad C{meta.properties}, a topic without
+        usable metadata -- checked before any port is bound, reading only:
+        a broker about to refuse its directory never accepts a connection
+        (a port-based health check would see it up).
+        """
+        from kafkatwist.log.manager import checkTopicMetadata
+
+        config = self.config
+        DataDirLock(config.logDirs).probe()
+        storedClusterId(config.logDirs, config.nodeId, config["cluster.id"])
+        if self.logManagerFactory is openLogManager:
+            checkTopicMetadata(config.logDirs)
 
     def _bindListeners(self) -> list:
         """
@@ -310,21 +326,49 @@ class BrokerService(service.Service):
         from twisted.web.resource import Resource
         from twisted.web.server import Site
 
-        host, _, port = address.rpartition(":")
+        from kafkatwist.metrics.http import parseHttpListener
+
+        tls, host, port = parseHttpListener(address)
+        self._metricsTls = tls
         self._metricsSite = Site(Resource())
         try:
-            self._metricsPort = self.reactor.listenTCP(
-                int(port), self._metricsSite, interface=host.strip("[]")
-            )
+            if tls:
+                from kafkatwist.network.tls import ServerContextFactory
+
+                config = self.config
+                contextFactory = ServerContextFactory(
+                    config["ssl.keystore.location"], config["ssl.key.password"], None, "none",
+                    config["ssl.enabled.protocols"], config["ssl.cipher.suites"],
+                )
+                self._metricsPort = self.reactor.listenSSL(port, self._metricsSite, contextFactory, interface=host)
+            else:
+                self._metricsPort = self.reactor.listenTCP(port, self._metricsSite, interface=host)
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
+
+    def _consoleUrl(self, advertisedListeners) -> str | None:
+        """
+        The web console's URL as other brokers' consoles link to it: the
+        HTTP listener's bound port, on its host (the first advertised
+        listener's host when it listens on every address).
+        """
+        if self._metricsPort is None:
+            return None
+        from kafkatwist.metrics.http import parseHttpListener
+
+        tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
+        if host in ("", "0.0.0.0", "::"):
+            host = advertisedListeners[0].host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if tls else 'http'}://{host}:{self._metricsPort.getHost().port}"
 
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:
             return
-        from kafkatwist.metrics_http import metricsSite
+        from kafkatwist.console.site import httpSite
 
-        site = metricsSite(self.broker, self.server, self.reactor)
+        site = httpSite(self.broker, self.server, self.reactor, secure=self._metricsTls)
         self._metricsSite.resource = site.resource
         self._metricsSite.displayTracebacks = site.displayTracebacks
         self._metricsConsole = site.console
@@ -378,7 +422,7 @@ class BrokerService(service.Service):
         keystore = self.config["ssl.keystore.location"]
         if not keystore or not any(l.tls for l in self.config.listeners):
             return
-        from kafkatwist.servercert import advertisedHostWarnings
+        from kafkatwist.server.servercert import advertisedHostWarnings
 
         for warning in advertisedHostWarnings(keystore, self.broker.advertisedListeners):
             log.warn("{warning}", warning=warning)
@@ -396,10 +440,13 @@ class BrokerService(service.Service):
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
             return
+        from kafkatwist.metrics.http import parseHttpListener
+
         address = self._metricsPort.getHost()
+        tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
         log.info(
-            "Prometheus metrics on http://{host}:{port}/metrics",
-            host=self.config["metrics.http.listener"].rpartition(":")[0], port=address.port,
+            "Prometheus metrics on {scheme}://{host}:{port}/metrics, web console on {scheme}://{host}:{port}/",
+            scheme="https" if tls else "http", host=host, port=address.port,
         )
 
     def _startLogTasks(self) -> None:

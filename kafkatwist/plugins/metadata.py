@@ -12,7 +12,7 @@ import uuid
 
 from kafkatwist.cluster.answers import autoCreate, brokerEndpoints, clusterPartitions
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -49,7 +49,10 @@ class MetadataHandler(Handler):
             known = {name: a for name, a in image.topics.items() if name not in image.deleting}
         else:
             endpoint = broker.advertisedListenerFor(context.listenerName)
-            brokers = (make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port, rack=None),)
+            brokers = (
+                make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port,
+                     rack=broker.config["broker.rack"]),
+            )
 
         logManager = broker.logManager
         if image is None:

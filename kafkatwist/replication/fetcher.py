@@ -125,6 +125,9 @@ class ReplicaFetcher:
     """
 
     quota = None
+    #: C{wake(key)}: re-check what waits on a partition whose high
+    #: watermark moved here (a consumer's fetch from this follower)
+    wake = None
 
     def __init__(
         self,
@@ -431,7 +434,11 @@ class ReplicaFetcher:
             leaderStart = int(p.log_start_offset)
             if partitionLog.logStartOffset < leaderStart <= end:
                 partitionLog.deleteRecordsBefore(leaderStart)
-            partitionLog.setHighWatermark(min(int(p.high_watermark), end))
+            hw = min(int(p.high_watermark), end)
+            moved = hw != partitionLog.highWatermark
+            partitionLog.setHighWatermark(hw)
+        if moved and self.wake is not None:
+            self.wake(state.key)
 
     def _outOfRange(self, connection, state: FetchState) -> None:
         """

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from twisted.logger import Logger
 
-from kafkatwist.network.affinity import AUTO, NONE, availableCpus, showCpus
+from kafkatwist.util.affinity import AUTO, NONE, availableCpus, showCpus
 
 log = Logger()
 
@@ -311,6 +311,23 @@ def _messageFormatVersion(key: str, raw: str) -> str:
     name = value if wanted >= len(parts) else ".".join(parts[:wanted])
     if name not in _VERSION_NAMES:
         raise ConfigError(key, f"Version {value} is not a valid version")
+    return value
+
+
+#: the replica selectors kafkatwist implements (Kafka's class names)
+REPLICA_SELECTORS = (
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    "org.apache.kafka.common.replica.LeaderSelector",
+)
+
+
+@_ofType(ConfigType.CLASS)
+def _replicaSelector(key: str, raw: str) -> str | None:
+    value = raw.strip()
+    if not value or value == "null":
+        return None
+    if value not in REPLICA_SELECTORS:
+        raise ConfigError(key, f"Class {value} cannot be found (kafkatwist has {', '.join(REPLICA_SELECTORS)})")
     return value
 
 
@@ -642,6 +659,14 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
         Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
         Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("broker.rack", _optionalString, None,
+            "This broker's rack: Metadata reports it, new partitions' replicas are placed on "
+            "different racks when every broker has one, and a replica selector may send a "
+            "consumer with the same client.rack to this broker's replicas."),
+        Key("replica.selector.class", _replicaSelector, None,
+            "Which replica a consumer (Fetch v11+) should fetch from, as the leader tells it "
+            "(KIP-392): Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector (a "
+            "replica in the consumer's client.rack) or LeaderSelector; unset: the leader."),
         Key("leader.replication.throttled.rate", _long(0), str(LONG_MAX),
             "Bytes per second this broker sends, as a leader, for the partitions a topic's "
             "leader.replication.throttled.replicas names on it; over it, followers out of the ISR "
@@ -757,7 +782,7 @@ KEYS: dict[str, Key] = {
         Key("logger.level", _choice("debug", "info", "warn", "error"), "info",
             "The lowest level of log lines written (debug adds tracebacks of handler errors and "
             "the handler chain of every ApiKey)."),
-        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
+        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics and the web console over HTTP, or https://host:port over TLS with ssl.keystore.location (off when unset)."),
     ]
 }
 
@@ -765,7 +790,7 @@ KEYS: dict[str, Key] = {
 _TOLERATED = re.compile(
     r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
     r"|num\.recovery\.threads\.per\.data\.dir"
-    r"|broker\.rack|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
+    r"|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
     r"|listener\.name\.)"
 )
 
@@ -1086,9 +1111,16 @@ class BrokerConfig:
             raise ConfigError("group.min.session.timeout.ms", "is above group.max.session.timeout.ms")
         metricsListener = self._values["metrics.http.listener"]
         if metricsListener:
-            host, sep, port = metricsListener.rpartition(":")
-            if not sep or not port.isdigit() or int(port) > 65535:
+            # host:port, or http:// or https:// before it (HTTPS uses
+            # ssl.keystore.location).
+            scheme, found, rest = metricsListener.partition("://")
+            if not found:
+                scheme, rest = "http", metricsListener
+            host, sep, port = rest.rpartition(":")
+            if scheme not in ("http", "https") or not sep or not port.isdigit() or int(port) > 65535:
                 raise ConfigError("metrics.http.listener", f"{metricsListener!r} is not host:port")
+            if scheme == "https" and not self._values["ssl.keystore.location"]:
+                raise ConfigError("metrics.http.listener", "https needs ssl.keystore.location")
 
     def _listenerMechanisms(self, raw: dict[str, str]) -> dict[str, list[str]]:
         """

@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from twisted.python.failure import Failure
 
-from kafkatwist.coordinator.runtime import SerialExecutor, runHere
+from kafkatwist.util.executor import SerialExecutor, runHere
 from kafkatwist.errors import ErrorCode
 
 __all__ = [
@@ -109,7 +109,7 @@ class CachedPartition:
         always sent, and its high watermark forgotten so that the partition
         is sent again once the error is gone.
         """
-        news = data.size > 0
+        news = data.size > 0 or data.preferredReadReplica >= 0
         if data.errorCode:
             self.highWatermark = -1
             return True
