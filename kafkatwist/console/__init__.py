@@ -39,6 +39,13 @@ class Console:
         self.actions = ConsoleActions(self.source)
         self.sessions = Sessions()
 
+    def loginRequired(self) -> bool:
+        """
+        With an authorizer the console asks for a login (as the Kafka port
+        asks for SASL); without one it is as open as a PLAINTEXT port.
+        """
+        return self.broker.authorizer is not None
+
     def clusterId(self) -> str | None:
         return self.broker.clusterId
 

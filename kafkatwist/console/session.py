@@ -98,7 +98,7 @@ def sameOrigin(request) -> bool:
     for header in (b"origin", b"referer"):
         value = request.getHeader(header)
         if value:
-            if value == "null" or host is None:
+            if value == b"null" or host is None:
                 return False
             return urlsplit(value).netloc == host
     return True

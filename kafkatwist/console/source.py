@@ -25,7 +25,8 @@ from kafkatwist.console.messages import MAX_PAGE, readPage
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol import apis
 from kafkatwist.protocol.entities import make, nested
-from kafkatwist.security.acl import AclOperation, ResourceType
+from kafkatwist.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from kafkatwist.security.scram import BY_TYPE
 from kafkatwist.security.checks import filterAuthorized
 
 
@@ -171,6 +172,17 @@ class ConsoleSource:
                 out[(topic, partition)] = (log.size, log.logStartOffset, log.highWatermark)
         return out
 
+    def consoles(self) -> dict[int, str]:
+        """
+        Each live broker's web console URL, from the cluster image (what
+        the brokers registered in ZooKeeper); empty for a single broker.
+        """
+        cluster = self.broker.cluster
+        image = cluster.image if cluster is not None else None
+        if image is None:
+            return {}
+        return {i: b.console for i, b in image.brokers.items() if b.console}
+
     def _diskUse(self) -> int:
         logManager = self.broker.logManager
         total = 0
@@ -186,7 +198,17 @@ class ConsoleSource:
     # -- the cluster -------------------------------------------------------------
 
     @inlineCallbacks
-    def brokers(self, context):
+    def lagHistory(self, context, groupId: str):
+        """
+        A group's total lag over the last minutes (the group must be one
+        the user may describe).
+        """
+        yield self.committedOffsets(context, groupId)
+        series = [[round(at, 3), lag] for at, lag in self.history.groupLag.get(groupId, ())]
+        return {"interval": self.history.interval, "group": groupId, "lag": series}
+
+    @inlineCallbacks
+    def brokers(self, context, withHistory: bool = False):
         meta = yield self.metadata(context)
         disk = yield self.onHandlerThread(self._diskUse)
         led: dict[int, int] = {}
@@ -200,6 +222,7 @@ class ConsoleSource:
                 if len(p.isr_nodes) < len(p.replica_nodes):
                     under += 1
         me = self.broker.nodeId
+        consoles = self.consoles()
         brokers = []
         for b in sorted(meta.brokers, key=lambda b: b.node_id):
             mine = b.node_id == me
@@ -214,6 +237,7 @@ class ConsoleSource:
                 "diskBytes": disk if mine else None,
                 "upSince": _iso(self.startedAt) if mine else None,
                 "thisBroker": mine,
+                "console": consoles.get(b.node_id),
             })
         rates = self.history.rates()
         rates.pop("recordsPerSec", None)
@@ -227,6 +251,7 @@ class ConsoleSource:
             "underReplicatedPartitions": under,
             "offlinePartitions": offline,
             **rates,
+            **({"history": self.history.series(), "historyInterval": self.history.interval} if withHistory else {}),
         }
 
     # -- topics -------------------------------------------------------------------
@@ -235,7 +260,8 @@ class ConsoleSource:
     def topics(self, context, search: str = ""):
         meta = yield self.metadata(context)
         wanted = [t for t in meta.topics if t.error_code == ErrorCode.none and search.lower() in t.name.lower()]
-        keys = [(t.name, p.partition_index) for t in wanted for p in t.partitions]
+        me = self.broker.nodeId
+        keys = [(t.name, p.partition_index) for t in wanted for p in t.partitions if me in p.replica_nodes]
         logs = yield self.onHandlerThread(self._localLogs, keys)
         records = self.history.rates()["recordsPerSec"]
         out = []
@@ -274,14 +300,17 @@ class ConsoleSource:
         t = meta.topics[0]
         if t.error_code != ErrorCode.none:
             raise errorFor(t.error_code, f"topic {name}")
-        keys = [(name, p.partition_index) for p in t.partitions]
+        me = self.broker.nodeId
+        keys = [(name, p.partition_index) for p in t.partitions if me in p.replica_nodes]
         logs = yield self.onHandlerThread(self._localLogs, keys)
+        consoles = self.consoles()
         partitions = []
         for p in sorted(t.partitions, key=lambda p: p.partition_index):
             info = logs.get((name, p.partition_index))
             partitions.append({
                 "partition": p.partition_index,
                 "leader": p.leader_id,
+                "leaderConsole": consoles.get(p.leader_id) if p.leader_id != self.broker.nodeId else None,
                 "leaderEpoch": p.leader_epoch,
                 "replicas": list(p.replica_nodes),
                 "isr": list(p.isr_nodes),
@@ -422,7 +451,9 @@ class ConsoleSource:
                 "topics": len(topics),
                 "lag": lag,
             })
-        return {"groups": out, "count": len(out)}
+        me = self.broker.nodeId
+        others = {str(i): url for i, url in sorted(self.consoles().items()) if i != me}
+        return {"groups": out, "count": len(out), "coordinator": me, "otherConsoles": others}
 
     @inlineCallbacks
     def group(self, context, groupId: str):
@@ -532,26 +563,29 @@ class ConsoleSource:
         if t is None or t.error_code != ErrorCode.none:
             raise errorFor(t.error_code if t is not None else ErrorCode.unknown_topic_or_partition, f"topic {name}")
         leaders = {p.partition_index: p.leader_id for p in t.partitions}
+        hosted = {p.partition_index for p in t.partitions if self.broker.nodeId in p.replica_nodes}
         if partition is not None and partition not in leaders:
             raise ConsoleHTTPError(404, f"Not found: partition {partition} of topic {name}")
         selected = [partition] if partition is not None else sorted(leaders)
         positions = _parseCursor(cursor)
         page = yield self.onHandlerThread(
-            self._readMessages, context, name, selected, mode, offset, timestamp, positions, limit
+            self._readMessages, context, name, selected, mode, offset, timestamp, positions, limit, hosted
         )
         page["leaders"] = {str(p): leaders[p] for p in selected}
         page["allPartitions"] = sorted(leaders)
+        consoles = self.consoles()
+        page["leaderConsoles"] = {str(p): consoles.get(leaders[p]) for p in page["notHere"]}
         page["thisBroker"] = self.broker.nodeId
         return page
 
-    def _readMessages(self, context, name, selected, mode, offset, timestamp, positions, limit) -> dict:
+    def _readMessages(self, context, name, selected, mode, offset, timestamp, positions, limit, hosted) -> dict:
         if not context.allowed(AclOperation.READ, ResourceType.TOPIC, name):
             raise ConsoleHTTPError(403, f"Not authorized: reading topic {name} (TOPIC_AUTHORIZATION_FAILED)")
         logManager = self.broker.logManager
         logs = {}
         notHere = []
         for p in selected:
-            log = logManager.getLog(name, p) if logManager is not None else None
+            log = logManager.getLog(name, p) if logManager is not None and p in hosted else None
             if log is None:
                 notHere.append(p)
             else:
@@ -600,6 +634,81 @@ class ConsoleSource:
             "notHere": notHere,
         }
 
+    # -- security ------------------------------------------------------------------
+
+    @inlineCallbacks
+    def acls(self, context):
+        """
+        Every ACL (DescribeAcls with a match-anything filter): needs DESCRIBE
+        on the cluster, as the request does.
+        """
+
+        def build(version, cls):
+            return make(
+                cls, resource_type_filter=int(ResourceType.ANY), resource_name_filter=None,
+                pattern_type_filter=int(PatternType.ANY), principal_filter=None, host_filter=None,
+                operation=int(AclOperation.ANY), permission_type=int(AclPermissionType.ANY),
+            )
+
+        answer = yield self.call(context, apis.DESCRIBE_ACLS, build)
+        if answer.error_code == ErrorCode.security_disabled:
+            return None
+        _raiseUnless(answer.error_code, "ACLs")
+        out = []
+        for resource in answer.resources:
+            for acl in resource.acls:
+                out.append({
+                    "resourceType": ResourceType(resource.resource_type).name,
+                    "resourceName": resource.resource_name,
+                    "patternType": PatternType(resource.pattern_type).name,
+                    "principal": acl.principal,
+                    "host": acl.host,
+                    "operation": AclOperation(acl.operation).name,
+                    "permission": AclPermissionType(acl.permission_type).name,
+                })
+        return out
+
+    @inlineCallbacks
+    def scramUsers(self, context):
+        """
+        SCRAM users with their mechanisms and iteration counts
+        (DescribeUserScramCredentials: never a salt or a key).
+        """
+        answer = yield self.call(context, apis.DESCRIBE_USER_SCRAM_CREDENTIALS, lambda version, cls: make(cls, users=None))
+        _raiseUnless(answer.error_code, "SCRAM users")
+        out = []
+        for result in answer.results:
+            if result.error_code != ErrorCode.none:
+                continue
+            out.append({
+                "user": result.user,
+                "mechanisms": [
+                    {"mechanism": BY_TYPE[i.mechanism].name if i.mechanism in BY_TYPE else str(i.mechanism),
+                     "iterations": i.iterations}
+                    for i in result.credential_infos
+                ],
+            })
+        return sorted(out, key=lambda u: u["user"])
+
+    @inlineCallbacks
+    def security(self, context):
+        acls, users = None, None
+        errors = {}
+        try:
+            acls = yield self.acls(context)
+        except ConsoleHTTPError as e:
+            errors["acls"] = e.message
+        try:
+            users = yield self.scramUsers(context)
+        except ConsoleHTTPError as e:
+            errors["scramUsers"] = e.message
+        return {
+            "authorizer": self.broker.authorizer is not None,
+            "acls": acls,
+            "scramUsers": users,
+            "errors": errors,
+        }
+
 
 def _parseCursor(text: str) -> dict[int, int]:
     out = {}
@@ -616,3 +725,9 @@ def _parseCursor(text: str) -> dict[int, int]:
 
 def _formatCursor(positions: dict[int, int]) -> str | None:
     return ",".join(f"{p}:{o}" for p, o in sorted(positions.items())) or None
+
+
+
+def _raiseUnless(code, what: str) -> None:
+    if code != ErrorCode.none:
+        raise errorFor(code, what)

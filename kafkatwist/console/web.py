@@ -23,6 +23,7 @@ from twisted.web.server import NOT_DONE_YET
 
 from kafkatwist.console import pages
 from kafkatwist.console.assets import CSS, JS
+from kafkatwist.console.login import basicCredentials
 from kafkatwist.console.session import checkCsrf
 from kafkatwist.console.source import ConsoleHTTPError
 
@@ -132,7 +133,7 @@ class _Base(Resource):
             else:
                 log.failure("Console request {uri} failed", failure, uri=request.uri)
                 status, message = 500, "Internal error (see the broker's log)"
-            code, contentType, body = self.error(status, message)
+            code, contentType, body = self.error(status, message, request)
             request.setResponseCode(code)
             self._headers(request, contentType)
             request.write(body)
@@ -143,7 +144,7 @@ class _Base(Resource):
         )
         return NOT_DONE_YET
 
-    def error(self, status: int, message: str):
+    def error(self, status: int, message: str, request=None):
         raise NotImplementedError
 
 
@@ -152,40 +153,91 @@ class ApiResource(_Base):
     /api/...: JSON.
     """
 
-    def error(self, status: int, message: str):
+    def error(self, status: int, message: str, request=None):
         return status, b"application/json; charset=utf-8", _json({"error": message, "status": status})
 
     def render_GET(self, request):
+        """
+        Under an authorizer: as the session's user, or as the user an HTTP
+        Basic header names (checked like a SASL/PLAIN login); else 401.
+        """
+        if not self.console.loginRequired():
+            return self.answer(request, self.query(request, None), _jsonAnswer)
+        session = self.console.sessions.find(request)
+        if session is not None and session.principal:
+            return self.answer(request, self.query(request, session), _jsonAnswer)
+        basic = basicCredentials(request)
+        if basic is None:
+            request.setHeader(b"www-authenticate", b'Basic realm="kafkatwist console", charset="UTF-8"')
+            return self._now(request, 401, "Log in first (or send HTTP Basic credentials of a SASL user)")
+        from kafkatwist.console.login import checkPassword
+
+        checked = self.console.source.onHandlerThread(checkPassword, self.console.broker.scramCredentials, *basic)
+
+        def then(principal):
+            if principal is None:
+                request.setHeader(b"www-authenticate", b'Basic realm="kafkatwist console", charset="UTF-8"')
+                raise ConsoleHTTPError(401, "Invalid username or password")
+            return self.query(request, _Principal(principal))
+
+        checked.addCallback(then)
+        return self.answer(request, checked, _jsonAnswer)
+
+    def _now(self, request, status: int, message: str):
+        status, contentType, body = self.error(status, message)
+        request.setResponseCode(status)
+        self._headers(request, contentType)
+        return body
+
+    def query(self, request, session):
+        """
+        @return: a Deferred of the JSON answer to the request's path.
+        """
+        from twisted.internet.defer import fail, succeed
+
         parts = _segments(request)
         source = self.console.source
-        context = self.context(request)
-        if parts == ["brokers"]:
-            d = source.brokers(context)
-        elif parts == ["topics"]:
-            d = source.topics(context, _arg(request, "q"))
-        elif len(parts) == 2 and parts[0] == "topics":
-            d = source.topic(context, parts[1])
-        elif len(parts) == 3 and parts[0] == "topics" and parts[2] == "messages":
-            try:
-                d = source.messages(context, parts[1], **messageArgs(request))
-            except ConsoleHTTPError as e:
-                from twisted.internet.defer import fail
+        context = self.context(request, session)
+        try:
+            if parts == ["brokers"]:
+                return source.brokers(context)
+            if parts == ["topics"]:
+                return source.topics(context, _arg(request, "q"))
+            if len(parts) == 2 and parts[0] == "topics":
+                return source.topic(context, parts[1])
+            if len(parts) == 3 and parts[0] == "topics" and parts[2] == "messages":
+                return source.messages(context, parts[1], **messageArgs(request))
+            if parts == ["groups"]:
+                return source.groups(context, _arg(request, "q"))
+            if len(parts) == 2 and parts[0] == "groups":
+                return source.group(context, parts[1])
+            if parts == ["acls"]:
+                return source.acls(context).addCallback(lambda acls: {"acls": acls})
+            if parts == ["scram-users"]:
+                return source.scramUsers(context).addCallback(lambda users: {"users": users})
+            if parts == ["security"]:
+                return source.security(context)
+            if parts == ["history"]:
+                group = _arg(request, "group")
+                if group:
+                    return source.lagHistory(context, group)
+                return succeed({"interval": self.console.history.interval, "series": self.console.history.series()})
+            raise ConsoleHTTPError(404, "no such API")
+        except ConsoleHTTPError as e:
+            return fail(e)
 
-                d = fail(e)
-        elif parts == ["groups"]:
-            d = source.groups(context, _arg(request, "q"))
-        elif len(parts) == 2 and parts[0] == "groups":
-            d = source.group(context, parts[1])
-        elif parts == ["history"]:
-            from twisted.internet.defer import succeed
 
-            d = succeed({"interval": self.console.history.interval, "series": self.console.history.series()})
-        else:
-            status, contentType, body = self.error(404, "no such API")
-            request.setResponseCode(status)
-            self._headers(request, contentType)
-            return body
-        return self.answer(request, d, lambda data: (200, b"application/json; charset=utf-8", _json(data)))
+class _Principal:
+    """
+    A request's identity without a session (HTTP Basic).
+    """
+
+    def __init__(self, principal: str) -> None:
+        self.principal = principal
+
+
+def _jsonAnswer(data):
+    return 200, b"application/json; charset=utf-8", _json(data)
 
 
 def _json(data) -> bytes:
@@ -208,8 +260,11 @@ class PageResource(_Base):
         #: of a message, the path to go to after, or None for this page)
         self.post = post
 
-    def error(self, status: int, message: str):
-        body = pages.layout("Error", self.active, pages.errorBody(status, message), clusterId=self.console.clusterId())
+    def error(self, status: int, message: str, request=None):
+        body = pages.layout(
+            "Error", self.active, pages.errorBody(status, message), clusterId=self.console.clusterId(),
+            flash=getattr(request, "consoleFlash", None),
+        )
         return status, b"text/html; charset=utf-8", body.encode("utf-8")
 
     def render_GET(self, request):
@@ -217,11 +272,18 @@ class PageResource(_Base):
         source = self.console.source
         sessions = self.console.sessions
         session = sessions.find(request) or sessions.start(request, None)
-        flash = session.takeFlash()
+        loginRequired = self.console.loginRequired()
+        if loginRequired and not session.principal:
+            from urllib.parse import quote
+
+            request.setResponseCode(303)
+            request.setHeader(b"location", b"/login?next=" + quote(request.uri.decode("ascii", "replace"), safe="").encode())
+            return b""
+        flash = request.consoleFlash = session.takeFlash()
         try:
             d = self.load(source, self.context(request, session), request, parts)
         except ConsoleHTTPError as e:
-            status, contentType, body = self.error(e.status, e.message)
+            status, contentType, body = self.error(e.status, e.message, request)
             request.setResponseCode(status)
             self._headers(request, contentType)
             return body
@@ -231,6 +293,8 @@ class PageResource(_Base):
             body = pages.layout(
                 title, self.active, self.renderBody(data, request, session.csrf),
                 clusterId=self.console.clusterId(), flash=flash,
+                who=session.user if loginRequired else None,
+                logout=pages.logoutForm(session.csrf) if loginRequired else "",
             )
             return 200, b"text/html; charset=utf-8", body.encode("utf-8")
 
@@ -242,6 +306,8 @@ class PageResource(_Base):
         a redirect (303) to the page to show next, with what happened.
         """
         session = self.console.sessions.find(request)
+        if self.console.loginRequired() and (session is None or not session.principal):
+            session = None
         if self.post is None or not checkCsrf(session, request):
             status, contentType, body = self.error(403, "This form expired or did not come from this console: reload the page and try again")
             request.setResponseCode(status)
@@ -406,6 +472,87 @@ class Static(Resource):
         return entry[1]
 
 
+class LoginResource(_Base):
+    """
+    /login: a user name and password of the broker's SASL users (only
+    when an authorizer is configured); /logout (POST) ends the session.
+    """
+
+    def error(self, status: int, message: str, request=None):
+        return status, b"text/html; charset=utf-8", pages.loginPage("", "", message).encode("utf-8")
+
+    def _page(self, request, status: int, csrf: str, message: str = "", user: str = ""):
+        request.setResponseCode(status)
+        self._headers(request, b"text/html; charset=utf-8")
+        return pages.loginPage(csrf, _safeNext(_arg(request, "next")), message, user).encode("utf-8")
+
+    def render_GET(self, request):
+        if not self.console.loginRequired():
+            return _seeOther(request, "/")
+        sessions = self.console.sessions
+        session = sessions.find(request) or sessions.start(request, None)
+        return self._page(request, 200, session.csrf)
+
+    def render_POST(self, request):
+        from kafkatwist.console.login import checkPassword
+
+        if not self.console.loginRequired():
+            return _seeOther(request, "/")
+        session = self.console.sessions.find(request)
+        if not checkCsrf(session, request):
+            fresh = self.console.sessions.start(request, None)
+            return self._page(request, 403, fresh.csrf, "This form expired: try again")
+        user = _arg(request, "username")
+        checked = self.console.source.onHandlerThread(
+            checkPassword, self.console.broker.scramCredentials, user, _arg(request, "password")
+        )
+        gone = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def then(principal):
+            if gone:
+                return
+            if principal is None:
+                body = self._page(request, 401, session.csrf, "Invalid username or password", user)
+            else:
+                self.console.sessions.start(request, principal, user)
+                body = _seeOther(request, _safeNext(_arg(request, "next")) or "/")
+            request.write(body)
+            request.finish()
+
+        def failed(failure):
+            log.failure("Console login failed", failure)
+            if not gone:
+                request.write(self._page(request, 500, session.csrf, "Login failed (see the broker's log)"))
+                request.finish()
+
+        checked.addCallbacks(then, failed)
+        return NOT_DONE_YET
+
+
+class LogoutResource(_Base):
+    def render_POST(self, request):
+        session = self.console.sessions.find(request)
+        if checkCsrf(session, request):
+            self.console.sessions.end(session)
+        return _seeOther(request, "/login" if self.console.loginRequired() else "/")
+
+
+def _seeOther(request, target: str) -> bytes:
+    request.setResponseCode(303)
+    request.setHeader(b"location", target.encode("ascii"))
+    return b""
+
+
+def _safeNext(target: str) -> str:
+    """
+    Where to go after the login: a path on this listener only.
+    """
+    if not target.startswith("/") or target.startswith("//") or "\\" in target or not target.isascii():
+        return ""
+    return target
+
+
 class ConsoleRoot(Resource):
     """
     The HTTP listener's root: the console's pages, its API and assets, and
@@ -429,9 +576,17 @@ class ConsoleRoot(Resource):
             lambda data, r, p: p[0] if p else "Consumer groups",
             post=_postGroups,
         ))
+        self.putChild(b"login", LoginResource(console))
+        self.putChild(b"logout", LogoutResource(console))
+        self.putChild(b"security", PageResource(
+            console, "security",
+            lambda s, c, r, p: (_none(p), s.security(c))[1],
+            lambda data, r, csrf: pages.security(data),
+            lambda data, r, p: "Security",
+        ))
         self._overview = PageResource(
             console, "overview",
-            lambda s, c, r, p: (_none(p), s.brokers(c))[1],
+            lambda s, c, r, p: (_none(p), s.brokers(c, withHistory=True))[1],
             lambda data, r, csrf: pages.overview(data),
             lambda data, r, p: "Overview",
         )
