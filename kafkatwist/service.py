@@ -366,9 +366,9 @@ class BrokerService(service.Service):
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:
             return
-        from kafkatwist.metrics.http import metricsSite
+        from kafkatwist.console.site import httpSite
 
-        site = metricsSite(self.broker, self.server, self.reactor, secure=self._metricsTls)
+        site = httpSite(self.broker, self.server, self.reactor, secure=self._metricsTls)
         self._metricsSite.resource = site.resource
         self._metricsSite.displayTracebacks = site.displayTracebacks
         self._metricsConsole = site.console
