@@ -26,7 +26,6 @@ from kafkatwist.cluster.wiring import (
     startCluster,
     stopCluster,
 )
-from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
     stopTransactionCoordinator,
@@ -48,7 +47,7 @@ from kafkatwist.server.reconfigure import (
 )
 from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.server.sdnotify import Notifier
-from kafkatwist.security.plugin import loadAuthorizer
+from kafkatwist.server.authorizer import loadAuthorizer
 from kafkatwist.util.startup import cannotListen
 
 log = Logger()
@@ -342,7 +341,7 @@ class BrokerService(service.Service):
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:
             return
-        from kafkatwist.metrics.http import metricsSite
+        from kafkatwist.server.http import metricsSite
 
         site = metricsSite(self.broker, self.server, self.reactor)
         self._metricsSite.resource = site.resource

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from twisted.logger import Logger
 
 from kafkatwist.util.affinity import AUTO, NONE, availableCpus, showCpus
+from kafkatwist.security.sslprincipal import InvalidRules, parseRules
 
 log = Logger()
 
@@ -227,8 +228,6 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
 
 
 def _principalRules(key: str, raw: str) -> str:
-    from kafkatwist.security.sslprincipal import InvalidRules, parseRules
-
     try:
         parseRules(raw)
     except InvalidRules as e:

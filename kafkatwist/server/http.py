@@ -9,6 +9,8 @@ from twisted.web.resource import NoResource, Resource
 from twisted.web.server import Site
 
 from kafkatwist.metrics.stats import render
+from kafkatwist.console import Console
+from kafkatwist.console.web import ConsoleRoot
 
 
 class MetricsResource(Resource):
@@ -32,8 +34,6 @@ def metricsSite(broker, server, reactor=None) -> Site:
     @return: the site; its C{console} is started and must be stopped with
         the listener.
     """
-    from kafkatwist.console import Console
-    from kafkatwist.console.web import ConsoleRoot
 
     if reactor is None:
         from twisted.internet import reactor
