@@ -216,6 +216,7 @@ class BrokerService(service.Service):
         configuredClusterId = config["cluster.id"]
         if config["zookeeper.connect"]:
             self.cluster = makeCluster(config, advertisedListeners, replicaManager)
+            self.cluster.consoleUrl = self._consoleUrl(advertisedListeners)
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
             # The directories' meta.properties get ZooKeeper's id only (the
@@ -337,6 +338,21 @@ class BrokerService(service.Service):
             )
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
+
+    def _consoleUrl(self, advertisedListeners) -> str | None:
+        """
+        The web console's URL as other brokers' consoles link to it: the
+        HTTP listener's bound port, on its host (the first advertised
+        listener's host when it listens on every address).
+        """
+        if self._metricsPort is None:
+            return None
+        host = self.config["metrics.http.listener"].rpartition(":")[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            host = advertisedListeners[0].host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self._metricsPort.getHost().port}"
 
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:

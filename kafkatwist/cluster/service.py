@@ -89,6 +89,9 @@ class ClusterService:
         self.config = config
         self.brokerId = config.nodeId
         self.advertisedListeners = list(advertisedListeners)
+        #: this broker's web console URL, registered with its endpoints
+        #: (set before L{connect} when C{metrics.http.listener} is)
+        self.consoleUrl: str | None = None
         self.replicaManager = replicaManager
         self.logManager = logManager
         self.sessionTimeoutMs = config["zookeeper.session.timeout.ms"]
@@ -751,7 +754,8 @@ class ClusterService:
         path = Z.brokerPath(self.brokerId)
         raw = getattr(self.config, "raw", {}) or {}
         data = Z.encodeBroker(self.brokerId, self.advertisedListeners,
-                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"))
+                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"),
+                              console=self.consoleUrl)
         deadline = time.monotonic() + wait
         while True:
             try:

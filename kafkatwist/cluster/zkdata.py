@@ -130,6 +130,8 @@ class BrokerInfo:
     brokerId: int
     endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
     rack: str | None = None
+    #: the broker's web console (C{http://host:port}), when it serves one
+    console: str | None = None
 
     def endpoint(self, listenerName: str | None = None) -> tuple[str, int] | None:
         for name, host, port in self.endpoints:
@@ -138,9 +140,13 @@ class BrokerInfo:
         return None
 
 
-def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: str | None = None) -> bytes:
+def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: str | None = None,
+                 console: str | None = None) -> bytes:
     """
     @param listeners: the advertised L{kafkatwist.config.Listener}s.
+    @param console: the broker's web console URL, registered beside its
+        endpoints (a field Kafka's tools ignore) so every broker's console
+        can link to the others'.
     """
     endpoints = [f"{l.name}://{l.host}:{l.port}" for l in listeners]
     first = listeners[0]
@@ -156,6 +162,8 @@ def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: st
     }
     if rack is not None:
         value["rack"] = rack
+    if console is not None:
+        value["kafkatwist_console"] = console
     return _dump(value)
 
 
@@ -171,7 +179,10 @@ def decodeBroker(brokerId: int, data: bytes) -> BrokerInfo:
             raise ZkDataError(f"broker {brokerId}: bad endpoint {endpoint!r}") from None
     if not endpoints:
         raise ZkDataError(f"broker {brokerId}: no endpoints")
-    return BrokerInfo(brokerId, tuple(endpoints), value.get("rack"))
+    console = value.get("kafkatwist_console")
+    if not isinstance(console, str) or not console.startswith(("http://", "https://")):
+        console = None
+    return BrokerInfo(brokerId, tuple(endpoints), value.get("rack"), console)
 
 
 # -- controller ------------------------------------------------------------------
