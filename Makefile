@@ -32,7 +32,16 @@ run: install
 	@echo "make: starting kafkatwist on 127.0.0.1:$(PORT), data in ./data (Ctrl-C stops it)"
 	$(BIN)/twistd -n --pidfile= kafkatwist --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dir=./data $(ARGS)
 
-test: install
+# The layers (import-linter contracts in pyproject.toml), ruff's error
+# checks, and mypy on the typed modules; `make test` runs them first.
+MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
+.PHONY: lint
+lint: install
+	$(BIN)/lint-imports
+	$(BIN)/ruff check kafkatwist tests bench spark plugins_examples twisted
+	$(BIN)/mypy $(MYPY_PATHS)
+
+test: install lint
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
