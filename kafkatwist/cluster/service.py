@@ -18,7 +18,7 @@ a broker first -- out of the ISR, its leaderships moved in a new leader
 epoch -- before it counts as a new broker (see docs/crash-restart.md).
 
 Threads: everything here runs on the cluster owner thread
-(L{kafkatwist.cluster.owner.OwnerThread}, C{kafkatwist-cluster}) except
+(L{kafkatwist.util.owner.OwnerThread}, C{kafkatwist-cluster}) except
 the public methods, which hand work to it, and L{image}, which any thread
 reads.
 """
@@ -54,11 +54,11 @@ from kafkatwist.cluster.effects import (
     WriteState,
 )
 from kafkatwist.cluster.image import ClusterImage, freeze
-from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.util.owner import OwnerThread
 from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
-from kafkatwist.startup import StartupError
+from kafkatwist.util.startup import StartupError
 
 log = Logger()
 
@@ -90,6 +90,9 @@ class ClusterService:
         self.config = config
         self.brokerId = config.nodeId
         self.advertisedListeners = list(advertisedListeners)
+        #: this broker's web console URL, registered with its endpoints
+        #: (set before L{connect} when C{metrics.http.listener} is)
+        self.consoleUrl: str | None = None
         self.replicaManager = replicaManager
         self.logManager = logManager
         self.sessionTimeoutMs = config["zookeeper.session.timeout.ms"]
@@ -153,7 +156,7 @@ class ClusterService:
         #: by L{connect}, before anything is built from the config
         self.storedBrokerConfigs: tuple[dict, dict] = ({}, {})
         #: called on the owner thread with both layers whenever either znode
-        #: is read (L{kafkatwist.dynamicconfig.DynamicBrokerConfig.storedChanged})
+        #: is read (L{kafkatwist.config.dynamic.DynamicBrokerConfig.storedChanged})
         self.onBrokerConfigs = None
 
     # -- start and stop (caller's thread) --------------------------------------------
@@ -770,7 +773,8 @@ class ClusterService:
         path = Z.brokerPath(self.brokerId)
         raw = getattr(self.config, "raw", {}) or {}
         data = Z.encodeBroker(self.brokerId, self.advertisedListeners,
-                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"))
+                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"),
+                              console=self.consoleUrl)
         deadline = time.monotonic() + wait
         while True:
             try:

@@ -62,6 +62,7 @@ button.danger { background:#fff; border-color:var(--bad); color:var(--bad); }
 .chart text.nodata { fill:#9aa3b5; font-size:12px; }
 .charts { display:grid; grid-template-columns:repeat(auto-fill,minmax(300px,1fr)); gap:14px; margin-top:10px; }
 .small { font-size:12px; font-weight:400; }
+.cards .chart.wide { grid-column:span 2; padding:8px 12px; }
 td.nowrap, .nowrap { white-space:nowrap; }
 td.k { max-width:220px; } td.v { max-width:520px; } td.hd { max-width:260px; font-size:12.5px; }
 td.hd .hdr { margin-bottom:3px; } td.hd .hdr code { color:var(--muted); } td.hd pre.val { display:inline; }
@@ -121,7 +122,7 @@ JS = r"""
     }
     var t0 = Math.min.apply(null, pts.map(function (p) { return p[0]; }));
     var t1 = Math.max.apply(null, pts.map(function (p) { return p[0]; }));
-    var top = Math.max.apply(null, pts.map(function (p) { return p[1]; })) || 1, span = (t1 - t0) || 1;
+    var top = (Math.max.apply(null, pts.map(function (p) { return p[1]; })) || 1) * 1.15, span = (t1 - t0) || 1;
     var out = '';
     series.forEach(function (s, i) {
       var c = s.values.filter(function (p) { return p[1] !== null; }).map(function (p) {

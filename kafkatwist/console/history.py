@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from twisted.internet.task import LoopingCall
 
-from kafkatwist.metrics import BUCKETS, PHASES
+from kafkatwist.metrics.stats import BUCKETS, PHASES
 from kafkatwist.protocol.apis import FETCH, PRODUCE
 
 _TOTAL = PHASES.index("total")

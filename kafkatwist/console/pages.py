@@ -189,7 +189,7 @@ def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str
         return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none"><text x="4" y="{height // 2}" class="nodata">collecting…</text></svg>'
     t0 = min(p[0] for p in points)
     t1 = max(p[0] for p in points)
-    top = max(p[1] for p in points) or 1
+    top = (max(p[1] for p in points) or 1) * 1.15
     span = (t1 - t0) or 1
     lines = []
     for i, values in enumerate(series.values()):
@@ -201,7 +201,8 @@ def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str
     return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none">{"".join(lines)}</svg>'
 
 
-def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None) -> str:
+def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None,
+          cls: str = "") -> str:
     legend = " ".join(
         f'<span style="color:{COLORS[i % len(COLORS)]}">● {h(name)} '
         f'<b>{h(_fmtUnit(values[-1][1] if values else None, unit))}</b></span>'
@@ -209,7 +210,7 @@ def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: st
     )
     groupAttr = f' data-group="{h(group)}"' if group is not None else ""
     return (
-        f'<div class="chart" id="{h(chartId)}" data-keys="{h(keys)}" data-unit="{h(unit)}"{groupAttr}>'
+        f'<div class="chart {cls}" id="{h(chartId)}" data-keys="{h(keys)}" data-unit="{h(unit)}"{groupAttr}>'
         f'<div class="t">{h(title)}</div><div class="legend">{legend}</div>'
         f'<div class="plot">{chartSvg(series)}</div></div>'
     )
@@ -249,10 +250,12 @@ def overview(data: dict) -> str:
         role = '<span class="badge blue">controller</span>' if b["controller"] else ""
         here = ' <span class="badge">this broker</span>' if b["thisBroker"] else ""
         rows.append(
-            f'<tr><td class="n">{h(b["id"])}</td><td class="mono">{h(b["address"])}</td>'
-            f"<td>{role}{here}</td><td>{h(b['rack'] or '—')}</td>"
-            f'<td class="n">{fmtNum(b["partitionsLed"])}</td><td class="n">{fmtBytes(b["diskBytes"])}</td>'
-            f'<td>{h(b["upSince"] or "—")}</td></tr>'
+            f'<tr><td class="n">{h(b["id"])}</td><td class="mono">{h(b["address"])}'
+            + (f' <a class="console-link" href="{h(b["console"])}/">console ↗</a>' if b.get("console") and not b["thisBroker"] else "")
+            + "</td>"
+            + f"<td>{role}{here}</td><td>{h(b['rack'] or '—')}</td>"
+            + f'<td class="n">{fmtNum(b["partitionsLed"])}</td><td class="n">{fmtBytes(b["diskBytes"])}</td>'
+            + f'<td>{h(b["upSince"] or "—")}</td></tr>'
         )
     table = (
         '<table id="brokers"><thead><tr><th class="n">Id</th><th>Address</th><th>Role</th><th>Rack</th>'
@@ -323,6 +326,13 @@ def topics(data: dict, search: str = "", csrf: str = "") -> str:
     )
 
 
+def _leaderCell(p: dict, topic: str) -> str:
+    url = p.get("leaderConsole")
+    if not url:
+        return h(p["leader"])
+    return f'<a class="leader-link" href="{h(url)}/topics/{u(topic)}" title="its leader\'s console">{h(p["leader"])} ↗</a>'
+
+
 def topicActions(data: dict, csrf: str) -> str:
     name = data["name"]
     n = len(data["partitions"])
@@ -366,7 +376,7 @@ def topic(data: dict, csrf: str = "") -> str:
         if p["leader"] < 0:
             state = '<span class="badge bad">offline</span>'
         rows.append(
-            f'<tr><td class="n">{h(p["partition"])}</td><td class="n">{h(p["leader"])}</td>'
+            f'<tr><td class="n">{h(p["partition"])}</td><td class="n">{_leaderCell(p, data["name"])}</td>'
             f'<td>{h(", ".join(str(r) for r in p["replicas"]))}</td><td>{h(isr)}</td><td>{state}</td>'
             f'<td class="n">{fmtNum(p["logStartOffset"])}</td><td class="n">{fmtNum(p["logEndOffset"])}</td>'
             f'<td class="n">{fmtBytes(p["sizeBytes"])}</td></tr>'
@@ -435,8 +445,15 @@ def groups(data: dict, search: str = "") -> str:
         f"<tbody>{''.join(rows)}</tbody></table>"
         if rows else '<div class="empty">No consumer groups' + (" match." if search else " yet.") + "</div>"
     )
+    others = data.get("otherConsoles") or {}
+    sub = f'{fmtNum(data["count"])} groups'
+    if others:
+        sub += (
+            f" coordinated by broker {h(data['coordinator'])}; the others are on their coordinators' consoles: "
+            + ", ".join(f'<a href="{h(url)}/groups">broker {h(i)} ↗</a>' for i, url in others.items())
+        )
     return (
-        f'<h1>Consumer groups</h1><div class="sub">{fmtNum(data["count"])} groups</div>'
+        f'<h1>Consumer groups</h1><div class="sub">{sub}</div>'
         '<form class="toolbar" method="get" action="/groups">'
         f'<input type="search" name="q" value="{h(search)}" placeholder="Search groups" data-filter="groups" autofocus>'
         f"</form>{body}"
@@ -508,14 +525,13 @@ def group(data: dict, csrf: str = "") -> str:
         card("Protocol", h(data["protocol"]) + (f'<div class="muted small">assignor {h(data["assignor"])}</div>' if data.get("assignor") else "")),
         card("Members", fmtNum(len(data["members"]))),
         card("Total lag", fmtNum(data["totalLag"]), "bad" if data["totalLag"] else "ok"),
+        chart("chart-lag", "Total lag, last minutes", {"lag": data.get("lagHistory", [])}, "", "lag",
+              group=data["groupId"], cls="wide"),
     ])
     return (
         '<div class="crumbs"><a href="/groups">Consumer groups</a> /</div>'
         f'<h1 id="group-id">{h(data["groupId"])}</h1>'
         f'<div class="cards">{cards}</div>'
-        + '<div class="charts">'
-        + chart("chart-lag", "Total lag", {"lag": data.get("lagHistory", [])}, "", "lag", group=data["groupId"])
-        + "</div>"
         f"<h2>Members</h2>{membersTable}"
         f"<h2>Committed offsets and lag</h2>{offsets}"
         + (groupActions(data, csrf) if csrf else "")
@@ -621,8 +637,12 @@ def messages(data: dict, query: dict) -> str:
     )
     notHere = ""
     if data["notHere"]:
+        consoles = data.get("leaderConsoles") or {}
         notHere = '<div class="note">' + "; ".join(
-            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))})'
+            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))}'
+            + (f', <a href="{h(consoles[str(p)])}/topics/{u(name)}/messages?partition={h(p)}">browse it there ↗</a>'
+               if consoles.get(str(p)) else "")
+            + ")"
             for p in data["notHere"]
         ) + "</div>"
     return (

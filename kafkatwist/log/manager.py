@@ -64,7 +64,7 @@ from kafkatwist.log.checkpoint import (
     readCheckpoint,
     writeCheckpoint,
 )
-from kafkatwist.log.atomic import replaceFile, syncDirectory
+from kafkatwist.util.atomic import replaceFile, syncDirectory
 from kafkatwist.log.config import LogConfig, validateTopicConfigs
 from kafkatwist.log.errors import StorageError
 from kafkatwist.log.filelog import FilePartitionLog

@@ -17,7 +17,7 @@ import base64
 import os
 import uuid
 
-from kafkatwist.log.atomic import TEMPORARY_SUFFIX, replaceFile
+from kafkatwist.util.atomic import TEMPORARY_SUFFIX, replaceFile
 from kafkatwist.log.errors import StorageError
 
 __all__ = ["META_PROPERTIES", "loadOrCreateClusterId", "storedClusterId"]

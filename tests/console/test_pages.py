@@ -116,3 +116,45 @@ def test_messages_page(pagesBroker, shots):
     assert '"page": "/home"' in dom.replace("&quot;", '"')
     dom = dumpDom(pagesBroker.http + "/topics/clicks/messages?partition=2&mode=oldest&format=hex&limit=1")
     assert "75 73 65 72 2d" in dom  # "user-" in hex
+
+
+def test_live_overview(pagesBroker, shots):
+    """
+    After a few seconds of traffic the overview's charts have lines (the
+    README's screenshot is this one, console-live.png).
+    """
+    import json
+    import time
+    import urllib.request
+
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": pagesBroker.bootstrap, "linger.ms": 5})
+    consumer = Consumer({"bootstrap.servers": pagesBroker.bootstrap, "group.id": "dashboard",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["clicks"])
+    def samples():
+        with urllib.request.urlopen(pagesBroker.http + "/api/history", timeout=20) as r:
+            return json.loads(r.read())["series"]
+
+    def lastAt():
+        series = samples()
+        return series[-1]["at"] if series else 0
+
+    startedAt = time.time()
+    deadline = time.monotonic() + 60
+    i = 0
+    while time.monotonic() < deadline:
+        for _ in range(40):
+            producer.produce("clicks", key=b"user-%d" % (i % 50), value=b'{"page": "/cart"}')
+            i += 1
+        producer.poll(0)
+        consumer.poll(0.05)
+        time.sleep(0.02)
+        if i % 2000 == 0 and len([r for r in samples() if r["at"] > startedAt + 1]) >= 3:
+            break
+    producer.flush(30)
+    consumer.close()
+    assert lastAt() > startedAt
+    dom = page(pagesBroker, "/", shots, "live")
+    assert dom.count("<polyline") >= 3  # bytes in, out and requests at least

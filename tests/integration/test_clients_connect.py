@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 PRINCIPAL_PLUGIN = textwrap.dedent(
     """
     import dataclasses
-    from kafkatwist.handler import Handler, HandlerPlugin
+    from kafkatwist.plugins.handler import Handler, HandlerPlugin
 
     class PrincipalAsClusterId(Handler):
         apiKey = 3

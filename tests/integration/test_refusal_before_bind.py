@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from kafkatwist.dirlock import DataDirLock
+from kafkatwist.util.dirlock import DataDirLock
 from kafkatwist.log import LogManager
 from kafkatwist.log.meta import loadOrCreateClusterId
 

@@ -6,7 +6,7 @@ it loads and wraps the built-in Produce as the text says.
 import os
 import re
 
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "# my_plugins/logging_produce.py"

@@ -12,7 +12,7 @@ import re
 
 from kio.schema.index import api_key_map, schema_name_map
 
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
 ROW = re.compile(r"^\| (\d+) \| (\w+) \| ([\d–-]+) \| ([\d–-]+) \| ([\d–-]+) \|$")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from kafkatwist.startup import StartupError
+from kafkatwist.util.startup import StartupError
 
 LOCK_FILE = ".lock"
 
