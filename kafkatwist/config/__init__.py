@@ -786,7 +786,7 @@ KEYS: dict[str, Key] = {
         Key("logger.level", _choice("debug", "info", "warn", "error"), "info",
             "The lowest level of log lines written (debug adds tracebacks of handler errors and "
             "the handler chain of every ApiKey)."),
-        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
+        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics and the web console over HTTP, or https://host:port over TLS with ssl.keystore.location (off when unset)."),
     ]
 }
 
@@ -1115,9 +1115,16 @@ class BrokerConfig:
             raise ConfigError("group.min.session.timeout.ms", "is above group.max.session.timeout.ms")
         metricsListener = self._values["metrics.http.listener"]
         if metricsListener:
-            host, sep, port = metricsListener.rpartition(":")
-            if not sep or not port.isdigit() or int(port) > 65535:
+            # host:port, or http:// or https:// before it (HTTPS uses
+            # ssl.keystore.location).
+            scheme, found, rest = metricsListener.partition("://")
+            if not found:
+                scheme, rest = "http", metricsListener
+            host, sep, port = rest.rpartition(":")
+            if scheme not in ("http", "https") or not sep or not port.isdigit() or int(port) > 65535:
                 raise ConfigError("metrics.http.listener", f"{metricsListener!r} is not host:port")
+            if scheme == "https" and not self._values["ssl.keystore.location"]:
+                raise ConfigError("metrics.http.listener", "https needs ssl.keystore.location")
 
     def _listenerMechanisms(self, raw: dict[str, str]) -> dict[str, list[str]]:
         """

@@ -192,3 +192,44 @@ def test_login_page_in_a_browser(secured, tmp_path):
     shots = os.environ.get("CONSOLE_SCREENSHOTS") or str(tmp_path)
     os.makedirs(shots, exist_ok=True)
     screenshot(secured.http + "/login", os.path.join(shots, "console-login.png"))
+
+
+def test_https_listener_and_secure_login(tmp_path, pki):
+    """
+    metrics.http.listener=https://...: the console (and /metrics) over TLS
+    with the broker's keystore; the session cookie is Secure.
+    """
+    import re
+    import ssl
+
+    b = BrokerProcess(str(tmp_path / "tls"), {
+        "metrics.http.listener": "https://127.0.0.1:0",
+        "ssl.keystore.location": pki.serverKeystore,
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+    }, listeners="SASL_PLAINTEXT://127.0.0.1:0")
+    formatDirectory(b.overrides["log.dir"], 1, None, ["SCRAM-SHA-256=[name=admin,password=admin-secret]"])
+    b.start()
+    try:
+        port = int(re.search(r"web console on https://127\.0\.0\.1:(\d+)/", b.output()).group(1))
+        context = ssl.create_default_context(cafile=pki.caFile)
+        base = f"https://127.0.0.1:{port}"
+        with urllib.request.urlopen(base + "/metrics", context=context, timeout=30) as response:
+            assert b"kafka_network_requests_total" in response.read()
+        import http.client
+
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):  # no plain HTTP
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        with opener.open(base + "/login", timeout=30) as response:
+            cookie = response.headers["Set-Cookie"]
+            page = response.read().decode()
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+        token = base64.b64encode(b"admin:admin-secret").decode()
+        request = urllib.request.Request(base + "/api/brokers", headers={"Authorization": "Basic " + token})
+        with opener.open(request, timeout=30) as response:
+            assert json.loads(response.read())["brokers"]
+        assert 'type="password"' in page
+    finally:
+        b.stop()
