@@ -62,6 +62,8 @@ def secured(tmp_path_factory):
         for f in admin.create_acls([
             allow(ResourceType.TOPIC, "shared", AclOperation.ALL),
             allow(ResourceType.GROUP, "alice-app", AclOperation.ALL),
+            AclBinding(ResourceType.TOPIC, "<script>t</script>", ResourcePatternType.PREFIXED,
+                       "User:<img src=x>", "*", AclOperation.READ, AclPermissionType.DENY),
         ]).values():
             f.result(30)
         producer = Producer(saslConfig(b, "admin"))
@@ -163,7 +165,10 @@ def test_admin_sees_acls_and_scram_users_without_secrets(secured):
     status, data = apiGet(secured, "/api/security", "admin")
     assert {(a["principal"], a["resourceType"], a["resourceName"], a["operation"], a["permission"]) for a in data["acls"]} == {
         ("User:alice", "TOPIC", "shared", "ALL", "ALLOW"), ("User:alice", "GROUP", "alice-app", "ALL", "ALLOW"),
+        ("User:<img src=x>", "TOPIC", "<script>t</script>", "READ", "DENY"),
     }
+    assert "User:&lt;img src=x&gt;" in page and "&lt;script&gt;t&lt;/script&gt;" in page
+    assert "<img" not in page and "<script>t" not in page
     users = {u["user"]: u for u in data["scramUsers"]}
     assert sorted(users) == ["admin", "alice", "bob"]
     assert sorted(m["mechanism"] for m in users["bob"]["mechanisms"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -171,6 +176,21 @@ def test_admin_sees_acls_and_scram_users_without_secrets(secured):
     assert "salt" not in text.lower() and "key" not in text.lower()
     status, topics = apiGet(secured, "/api/topics", "admin")
     assert {"shared", "secret"} <= {t["name"] for t in topics["topics"]}
+
+
+def test_a_user_without_acls_sees_and_changes_nothing(secured):
+    bob, status, body, _ = login(secured, "bob")
+    assert status == 200 and "No topics yet." in body
+    assert "alice-app" not in bob.get("/groups")[1]
+    assert bob.get("/groups/alice-app")[0] == 403
+    assert bob.get("/topics/shared")[0] == 403
+    assert bob.get("/topics/shared/messages")[0] == 403
+    csrf = bob.csrf("/topics")
+    status, body, _ = bob.post("/groups/alice-app", {"action": "reset", "strategy": "earliest"}, csrf=csrf)
+    assert flash(body).startswith("err: Not authorized")
+    status, body, _ = bob.post("/topics/shared", {"action": "produce", "value": "x", "partition": "0"}, csrf=csrf)
+    assert flash(body).startswith("err: Not authorized")
+    assert apiGet(secured, "/api/groups", "bob")[1]["groups"] == []
 
 
 def test_logout(secured):
