@@ -26,7 +26,6 @@ from kafkatwist.cluster.wiring import (
     startCluster,
     stopCluster,
 )
-from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
     stopTransactionCoordinator,
@@ -48,7 +47,7 @@ from kafkatwist.server.reconfigure import (
 )
 from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.server.sdnotify import Notifier
-from kafkatwist.security.plugin import loadAuthorizer
+from kafkatwist.server.authorizer import loadAuthorizer
 from kafkatwist.util.startup import cannotListen
 
 log = Logger()
@@ -326,7 +325,7 @@ class BrokerService(service.Service):
         from twisted.web.resource import Resource
         from twisted.web.server import Site
 
-        from kafkatwist.metrics.http import parseHttpListener
+        from kafkatwist.server.http import parseHttpListener
 
         tls, host, port = parseHttpListener(address)
         self._metricsTls = tls
@@ -354,7 +353,7 @@ class BrokerService(service.Service):
         """
         if self._metricsPort is None:
             return None
-        from kafkatwist.metrics.http import parseHttpListener
+        from kafkatwist.server.http import parseHttpListener
 
         tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
         if host in ("", "0.0.0.0", "::"):
@@ -440,7 +439,7 @@ class BrokerService(service.Service):
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
             return
-        from kafkatwist.metrics.http import parseHttpListener
+        from kafkatwist.server.http import parseHttpListener
 
         address = self._metricsPort.getHost()
         tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])

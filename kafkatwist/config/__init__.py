@@ -29,6 +29,7 @@ from twisted.logger import Logger
 
 from kafkatwist.config.catalogue import BROKER_CONFIGS
 from kafkatwist.util.affinity import AUTO, NONE, availableCpus, showCpus
+from kafkatwist.security.sslprincipal import InvalidRules, parseRules
 
 log = Logger()
 
@@ -241,8 +242,6 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
 
 
 def _principalRules(key: str, raw: str) -> str:
-    from kafkatwist.security.sslprincipal import InvalidRules, parseRules
-
     try:
         parseRules(raw)
     except InvalidRules as e:
