@@ -15,7 +15,6 @@ import os
 import subprocess
 import time
 
-import pytest
 
 from kafkatwist.cluster import zkdata as Z
 from tests.broker import BrokerProcess
