@@ -14,6 +14,7 @@ PYTEST_ARGS ?=
 FUZZ_ARGS ?= --frames 1000000
 
 .PHONY: install run test bench fuzz spark-demo certs clean cluster cluster-stop
+.PHONY: test-fast
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +30,12 @@ run: install
 test: install
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The edit loop (about 3 minutes): units and single-broker integration; no
+# ZooKeeper, Spark or fuzz run, no test marked slow.  `make test` runs all.
+FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/testing
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m bench $(ARGS)

@@ -29,6 +29,7 @@ SUITES = {
     "instructions": ("bench.instructions", "instructions per Produce request under callgrind, a before/after count the load does not blur (issue 12)"),
     "cluster": ("bench.cluster", "three brokers on ZooKeeper: acks=all throughput RF 3 vs 1, produce->ack latency, fail-over time, two brokers vs one on small requests (issue 17)"),
     "twobrokers": ("bench.twobrokers", "two brokers against one on one-record Produce requests, driven by the C load generator, with who is on CPU (issue 17)"),
+    "testing": ("bench.testing", "Kafka for tests: the pytest fixtures' time to ready and to the first acknowledged record, one broker and three (issue 25)"),
     "security": ("bench.security", "SASL handshakes/s, produce CPU with 10,000 ACLs vs no authorizer (issue 13)"),
 }
 DEFAULT = "comparison"

@@ -18,6 +18,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.log.meta import proposedClusterId
 from kafkatwist.cluster.wiring import (
     UncleanElection,
     clusterDynamicConfig,
@@ -214,7 +215,7 @@ class BrokerService(service.Service):
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
             configuredClusterId = self.cluster.connect(
-                lambda: configuredClusterId or loadOrCreateClusterId(config.logDirs, config.nodeId, None)
+                lambda: configuredClusterId or proposedClusterId(config.logDirs, config.nodeId, None)
             )
         self.broker.clusterId = loadOrCreateClusterId(
             config.logDirs, config.nodeId, configuredClusterId

@@ -1,3 +1,10 @@
+"""
+The project's fixtures.  Brokers, clusters and ZooKeeper come from
+L{kafkatwist.testing} and its pytest plugin (C{kafkatwist_broker},
+C{kafkatwist_cluster}, C{kafkatwist_zookeeper}, ...; docs/testing.md).
+"""
+
+import importlib.metadata
 import os
 import sys
 
@@ -8,8 +15,13 @@ for path in (ROOT, os.path.join(ROOT, "spark")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from tests.broker import BrokerProcess  # noqa: E402
-from tests.certs import makePki  # noqa: E402
+from kafkatwist.testing import Broker, makePki  # noqa: E402
+
+# The plugin loads by its entry point once the package is installed; a
+# checkout whose .venv predates the entry point loads it from here.
+pytest_plugins = ["pytester"]
+if not any(e.name == "kafkatwist" for e in importlib.metadata.entry_points(group="pytest11")):
+    pytest_plugins.append("kafkatwist.testing.plugin")
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +34,7 @@ def brokerFactory(tmp_path):
     started = []
 
     def make(overrides=None, **kw):
-        broker = BrokerProcess(str(tmp_path / f"broker{len(started)}"), overrides, **kw)
+        broker = Broker(str(tmp_path / f"broker{len(started)}"), overrides, **kw)
         started.append(broker)
         return broker
 
@@ -36,18 +48,16 @@ def broker(tmp_path_factory):
     """
     One PLAINTEXT broker shared by a module's tests.
     """
-    b = BrokerProcess(str(tmp_path_factory.mktemp("broker")))
+    b = Broker(str(tmp_path_factory.mktemp("broker")))
     b.start()
     yield b
     b.stop()
 
 
 @pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory):
+def zookeeper(kafkatwist_zookeeper):
     """
-    A standalone ZooKeeper for the session (L{tests.zookeeper}); its
-    C{connect(name)} gives each test a chroot of its own.
+    The session's ZooKeeper (L{kafkatwist.testing.ZooKeeper}); its
+    C{connect(name)} gives each cluster a chroot of its own.
     """
-    from tests.zookeeper import zookeeperSession
-
-    yield from zookeeperSession(tmp_path_factory)
+    return kafkatwist_zookeeper

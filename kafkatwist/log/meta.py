@@ -20,7 +20,7 @@ import uuid
 from kafkatwist.log.atomic import TEMPORARY_SUFFIX, replaceFile
 from kafkatwist.log.errors import StorageError
 
-__all__ = ["META_PROPERTIES", "loadOrCreateClusterId"]
+__all__ = ["META_PROPERTIES", "loadOrCreateClusterId", "proposedClusterId"]
 
 META_PROPERTIES = "meta.properties"
 _VERSION = "1"
@@ -32,12 +32,25 @@ _REMEDY = (
 )
 
 
+def proposedClusterId(logDirs: list[str] | str, nodeId: int, configured: str | None) -> str:
+    """
+    The cluster id L{loadOrCreateClusterId} would return, without writing
+    anything: what a cluster broker offers ZooKeeper when ZooKeeper has no
+    id yet.  Brokers starting side by side all offer one and ZooKeeper keeps
+    the first; a broker that had written its own offer would then refuse
+    ZooKeeper's.
+
+    @raise StorageError: as L{loadOrCreateClusterId}.
+    """
+    return loadOrCreateClusterId(logDirs, nodeId, configured, write=False)
+
+
 def loadOrCreateClusterId(
-    logDirs: list[str] | str, nodeId: int, configured: str | None
+    logDirs: list[str] | str, nodeId: int, configured: str | None, write: bool = True
 ) -> str:
     """
     The cluster id of C{logDirs}, written into those that do not have one
-    yet.
+    yet (unless C{write} is false).
 
     @param configured: C{cluster.id} from the configuration, if set.
     @raise StorageError: a C{meta.properties} the broker refuses (see the
@@ -80,7 +93,7 @@ def loadOrCreateClusterId(
         )
     if clusterId is None:
         clusterId = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    for path in missing:
+    for path in missing if write else ():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         content = f"#kafkatwist\nversion={_VERSION}\ncluster.id={clusterId}\nnode.id={nodeId}\n"
         replaceFile(path, content.encode("utf-8"))

@@ -15,9 +15,9 @@ from tests.rawclient import RawConnection
 
 @pytest.fixture(scope="module")
 def tlsBroker(tmp_path_factory, pki):
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
-    b = BrokerProcess(
+    b = Broker(
         str(tmp_path_factory.mktemp("badinput")),
         {
             "ssl.keystore.location": pki.serverKeystore,

@@ -125,9 +125,9 @@ def test_alter_and_describe(brokerFactory, version):
 
     # Durable: a restarted broker has them.
     broker.stop()
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
-    again = BrokerProcess(broker.directory, dict(broker.overrides))
+    again = Broker(broker.directory, dict(broker.overrides))
     again.logPath = broker.logPath + ".2"
     again.start()
     try:

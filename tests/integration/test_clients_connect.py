@@ -70,9 +70,9 @@ def aiokafkaBrokers(bootstrap, **extra):
 
 @pytest.fixture(scope="module")
 def tlsBroker(tmp_path_factory, pki):
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
-    b = BrokerProcess(
+    b = Broker(
         str(tmp_path_factory.mktemp("tls")),
         {"ssl.keystore.location": pki.serverKeystore},
         listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tests.broker import ROOT, TWISTD
+from kafkatwist.testing.broker import ROOT, TWISTD
 
 pytestmark = pytest.mark.integration
 

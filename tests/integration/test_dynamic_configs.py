@@ -318,10 +318,10 @@ def test_num_network_threads(brokerFactory):
 
 
 def restart(old):
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
     old.stop()
-    new = BrokerProcess(old.directory, dict(old.overrides))
+    new = Broker(old.directory, dict(old.overrides))
     new.logPath = old.logPath + ".2"
     return new.start()
 

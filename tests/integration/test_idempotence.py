@@ -18,7 +18,7 @@ from kafkatwist.protocol.apis import PRODUCE, requestType
 from kafkatwist.protocol.batch import iterBatchHeaders
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.records import Record, buildBatch
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -212,7 +212,7 @@ def test_producer_state_survives_restart(brokerFactory, kill):
         broker.kill()
     else:
         broker.stop()
-    again = BrokerProcess(broker.directory, dict(broker.overrides))
+    again = Broker(broker.directory, dict(broker.overrides))
     again.logPath = broker.logPath + ".2"
     again.start()
     try:

@@ -61,10 +61,10 @@ def scraped(tmp_path_factory):
     binary, why = findPrometheus()
     if binary is None:
         pytest.skip(why)
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
     directory = tmp_path_factory.mktemp("prometheus")
-    broker = BrokerProcess(str(directory / "broker"), {"metrics.http.listener": "127.0.0.1:0",
+    broker = Broker(str(directory / "broker"), {"metrics.http.listener": "127.0.0.1:0",
                                                        "num.partitions": "2"}).start()
     metricsPort = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", broker.output()).group(1))
     prometheus = PrometheusServer(binary, str(directory / "prometheus"), f"127.0.0.1:{metricsPort}")

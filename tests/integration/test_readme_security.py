@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from tests.broker import ROOT, BrokerProcess
+from kafkatwist.testing import Broker
+from kafkatwist.testing.broker import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ def test_readme_security_example(tmp_path, pki):
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 0, result.stderr
 
-    broker = BrokerProcess(str(tmp_path / "broker"), config=str(config), listeners="SASL_SSL://127.0.0.1:0")
+    broker = Broker(str(tmp_path / "broker"), config=str(config), listeners="SASL_SSL://127.0.0.1:0")
     del broker.overrides["log.dir"]
     broker.overrides.pop("listeners")
     broker.start()

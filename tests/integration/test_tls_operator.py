@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.broker import ROOT
+from kafkatwist.testing.broker import ROOT
 from tests.integration.test_clients_connect import PRINCIPAL_PLUGIN, confluentMetadata
 
 pytestmark = [
