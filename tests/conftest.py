@@ -24,6 +24,48 @@ if not any(e.name == "kafkatwist" for e in importlib.metadata.entry_points(group
     pytest_plugins.append("kafkatwist.testing.plugin")
 
 
+def pytest_configure(config):
+    quietLibrdkafka()
+
+
+def quietLibrdkafka() -> None:
+    """
+    confluent-kafka's clients log through Python's logging (pytest shows it
+    with a failure) instead of librdkafka writing to stderr from its own
+    threads -- lines that landed in pytest's progress, between tests, from
+    clients retrying brokers already stopped.
+    """
+    try:
+        import confluent_kafka
+        import confluent_kafka.admin
+    except ImportError:
+        return
+    import logging
+
+    logger = logging.getLogger("librdkafka")
+
+    def quiet(cls):
+        class Quiet(cls):
+            def __init__(self, *args, **kwargs):
+                if args and isinstance(args[0], dict):
+                    args = ({"logger": logger, **args[0]},) + args[1:]
+                else:
+                    kwargs.setdefault("logger", logger)
+                super().__init__(*args, **kwargs)
+
+        Quiet.__name__ = Quiet.__qualname__ = cls.__name__
+        Quiet.__module__ = cls.__module__
+        return Quiet
+
+    for module, name in ((confluent_kafka, "Producer"), (confluent_kafka, "Consumer"),
+                         (confluent_kafka.admin, "AdminClient"), (confluent_kafka, "AdminClient")):
+        cls = getattr(module, name, None)
+        if cls is not None and not getattr(cls, "_quiet", False):
+            quieter = quiet(cls)
+            quieter._quiet = True
+            setattr(module, name, quieter)
+
+
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory):
     return makePki(str(tmp_path_factory.mktemp("pki")))

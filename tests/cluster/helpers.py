@@ -6,7 +6,7 @@ reading a topic's partitions as clients see them.
 
 from __future__ import annotations
 
-from kafkatwist.testing import Cluster
+from kafkatwist.testing import Cluster, waitUntil
 
 #: the brokers' ZooKeeper session: short, so a killed broker is noticed fast
 SESSION_MS = 3000
@@ -64,3 +64,23 @@ def partitions(admin, topic):
     if t.error is not None:
         return None
     return {p.id: (p.leader, tuple(p.replicas), tuple(p.isrs)) for p in t.partitions.values()}
+
+
+def createPlaced(cluster, topic, assignment, configs=None):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic as PlainNewTopic
+
+    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap())
+    try:
+        plain.create_topics([PlainNewTopic(topic, -1, -1, replica_assignments=assignment,
+                                           topic_configs=configs or {})])
+    finally:
+        plain.close()
+
+
+def startThree(cluster, **overrides):
+    for i in (1, 2, 3):
+        cluster.startBroker(i, **overrides)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    return admin

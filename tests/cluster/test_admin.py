@@ -14,7 +14,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from kafkatwist.testing import waitUntil
-from tests.cluster.helpers import partitions
+from tests.cluster.helpers import createPlaced, partitions, startThree
 
 pytest.importorskip("kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -51,23 +51,6 @@ def watermarks(bootstrap, topic, partition):
         return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
     finally:
         consumer.close()
-
-
-def createPlaced(cluster, topic, assignment, configs=None):
-    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap())
-    try:
-        plain.create_topics([PlainNewTopic(topic, -1, -1, replica_assignments=assignment,
-                                           topic_configs=configs or {})])
-    finally:
-        plain.close()
-
-
-def startThree(cluster, **overrides):
-    for i in (1, 2, 3):
-        cluster.startBroker(i, **overrides)
-    admin = cluster.admin(1, 2, 3)
-    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
-    return admin
 
 
 def test_deletion_waits_for_a_broker_that_is_down(cluster):  # noqa: F811

@@ -15,10 +15,9 @@ import json
 import pytest
 from kazoo.client import KazooClient
 
-from tests.cluster.test_admin import createPlaced, startThree
 from kafkatwist.testing import waitUntil
-from tests.cluster.helpers import partitions
-from tests.integration.test_dynamic_configs import rawIncremental
+from tests.cluster.helpers import createPlaced, partitions, startThree
+from tests.integration.helpers import rawIncremental
 
 pytest.importorskip("kafka")
 from confluent_kafka import KafkaError, KafkaException, Producer  # noqa: E402

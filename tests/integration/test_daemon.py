@@ -15,16 +15,9 @@ from kafkatwist.log.atomic import TEMPORARY_SUFFIX
 from kafkatwist.testing import Broker
 from kafkatwist.testing.broker import ROOT, TWISTD
 from tests.rawclient import RawConnection
+from tests.integration.helpers import runTwistd
 
 pytestmark = pytest.mark.integration
-
-
-def runTwistd(tmp_path, *args):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run(
-        [TWISTD, "-n", "--pidfile=", "kafkatwist", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from kafkatwist.testing import Broker
-from tests.integration.test_produce_consume import (
+from tests.integration.helpers import (
     confluentConsume,
     confluentProduce,
     digest,

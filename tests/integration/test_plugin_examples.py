@@ -21,7 +21,7 @@ from kafkatwist.protocol.apis import PRODUCE
 from kafkatwist.protocol.entities import ms, nested
 from kafkatwist.protocol.records import Record, buildBatch
 from kafkatwist.testing import Broker
-from tests.unit.test_plugin_examples import EXAMPLES, loadExample
+from tests.unit.helpers import EXAMPLES, loadExample
 
 pytestmark = pytest.mark.integration
 

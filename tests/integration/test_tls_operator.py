@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from kafkatwist.testing.broker import ROOT
-from tests.integration.test_clients_connect import PRINCIPAL_PLUGIN, confluentMetadata
+from tests.integration.helpers import PRINCIPAL_PLUGIN, confluentMetadata
 
 pytestmark = [
     pytest.mark.integration,

@@ -148,3 +148,20 @@ class StaticCluster(BrokerSet):
             return dumps if len(set(dumps.values())) == 1 else False
 
         return waitUntil(same, timeout, f"replicas of {topic}-{partition} in sync")
+
+
+def produce(bootstrap, topic, values, acks="all", timeoutMs=60000, **extra):
+    from confluent_kafka import Producer
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+        "message.timeout.ms": timeoutMs, "request.timeout.ms": timeoutMs, **extra,
+    })
+    results = []
+    for value in values:
+        producer.produce(
+            topic, value=value, partition=0,
+            on_delivery=lambda err, msg: results.append(err),
+        )
+    producer.flush(timeoutMs / 1000 + 10)
+    return results

@@ -10,26 +10,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Producer
 
 from kafkatwist.testing import waitUntil
+from tests.replication.cluster import produce
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.protocol.records import Record
-
-
-def produce(bootstrap, topic, values, acks="all", timeoutMs=60000, **extra):
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-        "message.timeout.ms": timeoutMs, "request.timeout.ms": timeoutMs, **extra,
-    })
-    results = []
-    for value in values:
-        producer.produce(
-            topic, value=value, partition=0,
-            on_delivery=lambda err, msg: results.append(err),
-        )
-    producer.flush(timeoutMs / 1000 + 10)
-    return results
 
 
 def test_followers_converge(cluster):

@@ -17,9 +17,9 @@ import time
 import pytest
 
 from kafkatwist.testing import waitUntil
+from tests.replication.cluster import produce
 
-from tests.integration.test_dynamic_configs import incremental
-from tests.replication.test_replication import produce
+from tests.integration.helpers import incremental
 
 pytestmark = [pytest.mark.timeout(240)]
 

@@ -17,7 +17,7 @@ import pytest
 from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import ClusterUnderTest, partitions
 
-from .test_exactly_once import readCommitted
+from .helpers import readCommitted
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402

@@ -25,10 +25,7 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.header import parseRequestHeader
 from kafkatwist.protocol.produce import decodeProduceRequest
 from tests.fuzz.entities import randomEntity
-
-#: Metadata v12 whose topic count is the 5-byte varint ff ff ff ff 7f: kio
-#: reserved 2^35 elements and Rust aborted the broker (issue 11).
-METADATA_V12_ABORT = "000000140003000c0000000100017800ffffffff7f000000"
+from tests.unit.helpers import METADATA_V12_ABORT
 
 
 def _decodeHex(frameHex: str):
