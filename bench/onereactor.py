@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     from twisted.internet import reactor
     from twisted.internet.protocol import Factory, Protocol
 
-    from kafkatwist.broker import Broker, loadOrCreateClusterId
+    from kafkatwist.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
+    from kafkatwist.dynamicconfig import DynamicBrokerConfig
     from kafkatwist.config import loadConfig
     from kafkatwist.network.connection import DEFAULT_READ_SIZE, MAX_READ_SIZE
     from kafkatwist.network.transport import tuneSocket
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     from kafkatwist.protocol.header import MIN_HEADER_SIZE, MalformedHeader, parseRequestHeader
     from kafkatwist.protocol.versions import unsupportedApiVersionsBody
     from kafkatwist.registry import HandlerRegistry, discoverPlugins
-    from kafkatwist.service import openLogManager, raiseDescriptorLimit
+    from kafkatwist.service import makeReplicaManager, openLogManager, raiseDescriptorLimit
 
     directory = argv[0]
     overrides = [("listeners", "PLAINTEXT://127.0.0.1:0"), ("log.dir", os.path.join(directory, "data"))]
@@ -53,7 +54,16 @@ def main(argv: list[str]) -> int:
     clusterId = loadOrCreateClusterId(config.logDirs[0], config.nodeId, config["cluster.id"])
     registry = HandlerRegistry(discoverPlugins(config["plugin.paths"]))
     logManager = openLogManager(config)
-    broker = Broker(config, registry, logManager, reactor, clusterId)
+    parts = BrokerParts.fromConfig(config, reactor)
+    replicaManager = makeReplicaManager(parts, config)
+    replicaManager.logManager = logManager
+    broker = BrokerServices.assemble(
+        parts, registry=registry, clusterId=clusterId,
+        advertisedListeners=config.advertisedListeners,
+        dynamicConfig=DynamicBrokerConfig(config, None), logManager=logManager,
+        replicaManager=replicaManager, groupCoordinator=None, transactionCoordinator=None,
+        cluster=None, authorizer=None, logCleaner=None,
+    )
     registry.build(broker)
     supported = broker.supportedVersions()
     maxRequestSize = config["socket.request.max.bytes"]

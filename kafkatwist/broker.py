@@ -1,11 +1,21 @@
 """
-The broker as handlers see it (L{IBroker}): settings, identity, and the
-services -- log, purgatory, group coordinator -- behind the route table.
+The broker as handlers see it (L{IBroker}): L{BrokerServices}, built once
+at start-up (L{kafkatwist.service.BrokerService.prepare}) from parts that
+all exist by then, so every field is there from the first request on and
+nothing is filled in later.
+
+What must exist before the services do -- the request handler threads'
+hook, the purgatories, the replica manager, the quotas and the credential
+store -- is built from the configuration alone (L{BrokerParts}); the
+network layer and the cluster layer get those parts, not the services.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from zope.interface import implementer
 
@@ -21,53 +31,147 @@ from kafkatwist.replication.quota import ReplicationQuotas
 from kafkatwist.purgatory import DelayedActions, Purgatory
 from kafkatwist.security.credentials import CredentialStore
 
-@implementer(IBroker)
-class Broker:
-    def __init__(self, config, registry, logManager, mainReactor, clusterId: str) -> None:
-        self.config = config
-        #: dynamic broker configs over C{config} (the service loads them
-        #: from the data directory)
-        self.dynamicConfig = DynamicBrokerConfig(config, None)
-        self.registry = registry
-        self.logManager = logManager
-        self.nodeId = config.nodeId
-        self.clusterId = clusterId
-        self.advertisedListeners = config.advertisedListeners
-        self.clock = ThreadSafeClock(mainReactor, threading.get_ident())
-        self._handlerCall = None
-        self.fetchPurgatory = Purgatory("Fetch", reaper=self.callInHandlerThread)
-        self.fetchSessions = FetchSessions(config["max.incremental.fetch.session.cache.slots"])
-        #: leader.replication.throttled.rate and follower.replication.throttled.rate
-        self.replicationQuotas = ReplicationQuotas(config)
-        #: acks=all produces waiting for their ISR (kafkatwist.replication)
-        self.producePurgatory = Purgatory("Produce", reaper=self.callInHandlerThread)
-        #: the L{IReplicaManager}; C{None} until the service builds it
-        #: (handlers then treat every log as a lone leader)
-        self.replicaManager = None
-        self.groupCoordinator = None
-        self.transactionCoordinator = None
-        #: the L{kafkatwist.cluster.service.ClusterService} with
-        #: zookeeper.connect, else None (a cluster of one)
-        self.cluster = None
-        self.logCleaner = None
-        self.authorizer = None
-        #: read from the data directory once the service holds its lock
-        self.scramCredentials = CredentialStore.inDirectory(config.logDirs[0], load=False)
-        #: client quotas (AlterClientQuotas), read from the data directory
-        #: with the credentials
-        self.clientQuotas = ClientQuotas(
-            ClientQuotaStore.inDirectory(config.logDirs[0]),
-            config["quota.window.num"],
-            config["quota.window.size.seconds"],
-        )
-        self.topicBytes = TopicBytes()
+__all__ = ["BrokerParts", "BrokerServices", "HandlerCalls", "loadOrCreateClusterId"]
 
-    def useHandlerThreads(self, call) -> None:
+
+class HandlerCalls:
+    """
+    How a reactor thread (a timer, a purgatory's reaper) hands storage work
+    to a request handler thread: the network layer plugs its
+    RequestChannel in when it starts (L{use}) and out when it stops; until
+    then, and after, calls run where they are made.
+    """
+
+    def __init__(self) -> None:
+        self._call: Callable[..., None] | None = None
+
+    def use(self, call: Callable[..., None] | None) -> None:
         """
         @param call: C{call(f, *args)} queues C{f(*args)} for a request
-            handler thread (the SocketServer's RequestChannel), or C{None}.
+            handler thread, or C{None}.
         """
-        self._handlerCall = call
+        self._call = call
+
+    def __call__(self, f: Callable[..., Any], *args: Any) -> None:
+        call = self._call
+        if call is None:
+            f(*args)
+        else:
+            call(f, *args)
+
+
+def partitionWaker(producePurgatory: Purgatory, fetchPurgatory: Purgatory) -> Callable[[tuple], None]:
+    """
+    C{wake((topic, partition))}: re-check what waits on a partition --
+    acks=all produces and fetches -- after its high watermark or leadership
+    changed (what the replica manager calls).
+    """
+
+    def wake(key: tuple) -> None:
+        producePurgatory.checkAndComplete(key)
+        fetchPurgatory.checkAndComplete(key)
+
+    return wake
+
+
+@dataclasses.dataclass(eq=False)
+class BrokerParts:
+    """
+    The broker's parts that need nothing but the configuration (and the
+    main reactor's clock): built first, handed to the network and cluster
+    layers before the data directory is opened, then gathered into the
+    L{BrokerServices}.
+    """
+
+    config: Any
+    clock: ThreadSafeClock
+    handlerCalls: HandlerCalls
+    fetchPurgatory: Purgatory
+    producePurgatory: Purgatory
+    fetchSessions: FetchSessions
+    replicationQuotas: ReplicationQuotas
+    clientQuotas: ClientQuotas
+    scramCredentials: CredentialStore
+    topicBytes: TopicBytes
+
+    @property
+    def nodeId(self) -> int:
+        return self.config.nodeId
+
+    @classmethod
+    def fromConfig(cls, config, mainReactor) -> BrokerParts:
+        handlerCalls = HandlerCalls()
+        return cls(
+            config=config,
+            clock=ThreadSafeClock(mainReactor, threading.get_ident()),
+            handlerCalls=handlerCalls,
+            fetchPurgatory=Purgatory("Fetch", reaper=handlerCalls),
+            producePurgatory=Purgatory("Produce", reaper=handlerCalls),
+            fetchSessions=FetchSessions(config["max.incremental.fetch.session.cache.slots"]),
+            replicationQuotas=ReplicationQuotas(config),
+            # read from the data directory once the service holds its lock
+            scramCredentials=CredentialStore.inDirectory(config.logDirs[0], load=False),
+            clientQuotas=ClientQuotas(
+                ClientQuotaStore.inDirectory(config.logDirs[0]),
+                config["quota.window.num"],
+                config["quota.window.size.seconds"],
+            ),
+            topicBytes=TopicBytes(),
+        )
+
+    def wakePartition(self) -> Callable[[tuple], None]:
+        return partitionWaker(self.producePurgatory, self.fetchPurgatory)
+
+
+@implementer(IBroker)
+@dataclasses.dataclass(eq=False)
+class BrokerServices:
+    """
+    Everything a request handler may use (L{IBroker}; the supported surface
+    for drop-in plugins is described in C{docs/plugins.md}).  Built once,
+    complete.  Fields that may be C{None} say so: C{None} there is a
+    setting (no ZooKeeper, no authorizer, no cleaner), never "not yet".
+    """
+
+    #: the configuration the broker started with (L{dynamicConfig} holds
+    #: what dynamic updates made of it)
+    config: Any
+    registry: Any
+    clusterId: str
+    advertisedListeners: list
+    clock: ThreadSafeClock
+    handlerCalls: HandlerCalls
+    fetchPurgatory: Purgatory
+    producePurgatory: Purgatory
+    fetchSessions: FetchSessions
+    replicationQuotas: ReplicationQuotas
+    clientQuotas: ClientQuotas
+    scramCredentials: CredentialStore
+    topicBytes: TopicBytes
+    dynamicConfig: DynamicBrokerConfig
+    logManager: Any
+    replicaManager: Any
+    groupCoordinator: Any
+    transactionCoordinator: Any
+    #: the L{kafkatwist.cluster.service.ClusterService} with
+    #: zookeeper.connect, else C{None} (a cluster of one)
+    cluster: Any
+    #: C{None} without authorizer.class.name (everything allowed)
+    authorizer: Any
+    #: C{None} with log.cleaner.enable=false; replaced by a dynamic update
+    logCleaner: Any
+
+    @classmethod
+    def assemble(cls, parts: BrokerParts, **rest: Any) -> BrokerServices:
+        """
+        The services from the early L{BrokerParts} and the rest.
+        """
+        fields = {f.name: getattr(parts, f.name) for f in dataclasses.fields(parts)}
+        return cls(**fields, **rest)
+
+    @property
+    def nodeId(self) -> int:
+        return self.config.nodeId
 
     def callInHandlerThread(self, f, *args) -> None:
         """
@@ -76,11 +180,7 @@ class Broker:
         reactor) hands storage work on.  Before the server started (and in
         tests) it runs at once.  Safe from any thread.
         """
-        call = self._handlerCall
-        if call is None:
-            f(*args)
-        else:
-            call(f, *args)
+        self.handlerCalls(f, *args)
 
     def wakePartition(self, key) -> None:
         """

@@ -18,7 +18,8 @@ from kafkatwist.interfaces import IThreadSafeClock
 class _Handle:
     """
     A cancellable timer whose C{cancel} may come from any thread, before or
-    after the timer was armed in the reactor's thread.
+    after the timer was armed in the reactor's thread, and before or after
+    it fired there.
     """
 
     __slots__ = ("_clock", "_call", "_cancelled", "_lock")
@@ -50,10 +51,20 @@ class _Handle:
             self._cancelled = True
             call, self._call = self._call, None
         if call is not None:
-            self._clock.inThread(call.cancel)
+            # Runs later in the reactor's thread, which may fire the call
+            # first (it is due, or the reactor is behind): the expiry then
+            # finds the handle cancelled and does nothing, and so must this.
+            self._clock.inThread(_cancelIfPending, call)
 
     def active(self) -> bool:
         return not self._cancelled
+
+
+def _cancelIfPending(call) -> None:
+    # In the reactor's thread, the only one that fires or cancels its calls,
+    # so active() cannot change under us.
+    if call.active():
+        call.cancel()
 
 
 @implementer(IThreadSafeClock)

@@ -18,6 +18,7 @@ DescribeConfigs' types, synonyms and documentation.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 import sys
@@ -272,16 +273,61 @@ def _optional(parseValue: Callable[[str, str], Any]) -> Callable[[str, str], Any
     return _ofType(getattr(parseValue, "configType", ConfigType.STRING))(parse)
 
 
-_MESSAGE_FORMAT = re.compile(r"^(0\.(8|9|10|11)(\.\d+)?|[1-3]\.\d+)(-IV\d+)?$")
+#: Kafka 3.9's MetadataVersion values as (release, internal version), in
+#: order; the last production one is 3.9-IV0.
+_METADATA_VERSIONS = (
+    ("0.8.0", ""), ("0.8.1", ""), ("0.8.2", ""), ("0.9.0", ""),
+    ("0.10.0", "IV0"), ("0.10.0", "IV1"), ("0.10.1", "IV0"), ("0.10.1", "IV1"), ("0.10.1", "IV2"),
+    ("0.10.2", "IV0"), ("0.11.0", "IV0"), ("0.11.0", "IV1"), ("0.11.0", "IV2"),
+    ("1.0", "IV0"), ("1.1", "IV0"), ("2.0", "IV0"), ("2.0", "IV1"),
+    ("2.1", "IV0"), ("2.1", "IV1"), ("2.1", "IV2"), ("2.2", "IV0"), ("2.2", "IV1"),
+    ("2.3", "IV0"), ("2.3", "IV1"), ("2.4", "IV0"), ("2.4", "IV1"), ("2.5", "IV0"), ("2.6", "IV0"),
+    ("2.7", "IV0"), ("2.7", "IV1"), ("2.7", "IV2"), ("2.8", "IV0"), ("2.8", "IV1"),
+    ("3.0", "IV0"), ("3.0", "IV1"), ("3.1", "IV0"), ("3.2", "IV0"),
+    ("3.3", "IV0"), ("3.3", "IV1"), ("3.3", "IV2"), ("3.3", "IV3"), ("3.4", "IV0"),
+    ("3.5", "IV0"), ("3.5", "IV1"), ("3.5", "IV2"), ("3.6", "IV0"), ("3.6", "IV1"), ("3.6", "IV2"),
+    ("3.7", "IV0"), ("3.7", "IV1"), ("3.7", "IV2"), ("3.7", "IV3"), ("3.7", "IV4"),
+    ("3.8", "IV0"), ("3.9", "IV0"), ("4.0", "IV0"), ("4.0", "IV1"),
+)
+_LATEST_PRODUCTION = _METADATA_VERSIONS.index(("3.9", "IV0"))
+#: Kafka's IBP_VERSIONS: every internal version by its full name, and each
+#: release with a production version by its short name.
+_VERSION_NAMES = frozenset(
+    [f"{release}-{iv}" if iv else release for release, iv in _METADATA_VERSIONS]
+    + [release for release, _ in _METADATA_VERSIONS[: _LATEST_PRODUCTION + 1]]
+)
 
 
 def _messageFormatVersion(key: str, raw: str) -> str:
     """
-    A Kafka release (C{0.10.2}, C{2.8}, C{3.0-IV1}), as Kafka 3.x accepts.
+    A Kafka release, as Kafka 3.x's C{MetadataVersion.fromVersionString}
+    reads it: the first three dot-separated parts of a 0.x version, the
+    first two otherwise, name a release or one of its internal versions
+    (C{0.10.0.0}, C{0.10.2}, C{2.8.1}, C{3.0-IV1}).
     """
     value = raw.strip()
-    if not _MESSAGE_FORMAT.match(value):
-        raise ConfigError(key, f"{raw!r} is not a Kafka version such as 0.10.2, 2.8 or 3.0-IV1")
+    parts = value.split(".")
+    wanted = 3 if value.startswith("0.") else 2
+    name = value if wanted >= len(parts) else ".".join(parts[:wanted])
+    if name not in _VERSION_NAMES:
+        raise ConfigError(key, f"Version {value} is not a valid version")
+    return value
+
+
+#: the replica selectors kafkatwist implements (Kafka's class names)
+REPLICA_SELECTORS = (
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    "org.apache.kafka.common.replica.LeaderSelector",
+)
+
+
+@_ofType(ConfigType.CLASS)
+def _replicaSelector(key: str, raw: str) -> str | None:
+    value = raw.strip()
+    if not value or value == "null":
+        return None
+    if value not in REPLICA_SELECTORS:
+        raise ConfigError(key, f"Class {value} cannot be found (kafkatwist has {', '.join(REPLICA_SELECTORS)})")
     return value
 
 
@@ -613,6 +659,14 @@ KEYS: dict[str, Key] = {
         Key("replica.fetch.backoff.ms", _int(0), "1000", "A follower's pause after a failed fetch."),
         Key("replica.socket.timeout.ms", _int(1), "30000", "Timeout of a follower's requests to its leader."),
         Key("num.replica.fetchers", _int(1), "1", "Fetcher threads per source broker."),
+        Key("broker.rack", _optionalString, None,
+            "This broker's rack: Metadata reports it, new partitions' replicas are placed on "
+            "different racks when every broker has one, and a replica selector may send a "
+            "consumer with the same client.rack to this broker's replicas."),
+        Key("replica.selector.class", _replicaSelector, None,
+            "Which replica a consumer (Fetch v11+) should fetch from, as the leader tells it "
+            "(KIP-392): Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector (a "
+            "replica in the consumer's client.rack) or LeaderSelector; unset: the leader."),
         Key("leader.replication.throttled.rate", _long(0), str(LONG_MAX),
             "Bytes per second this broker sends, as a leader, for the partitions a topic's "
             "leader.replication.throttled.replicas names on it; over it, followers out of the ISR "
@@ -725,6 +779,9 @@ KEYS: dict[str, Key] = {
         Key("quota.window.num", _int(1), "11", "Samples client quotas measure usage over."),
         Key("quota.window.size.seconds", _int(1), "1", "Length of one client quota sample."),
         Key("request.logging.enable", _bool, "false", "Log every completed request at debug level (Kafka's request logger)."),
+        Key("logger.level", _choice("debug", "info", "warn", "error"), "info",
+            "The lowest level of log lines written (debug adds tracebacks of handler errors and "
+            "the handler chain of every ApiKey)."),
         Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
     ]
 }
@@ -733,7 +790,7 @@ KEYS: dict[str, Key] = {
 _TOLERATED = re.compile(
     r"^(process\.roles|controller\.|inter\.broker\.|zookeeper\.|transaction\.state\.log\."
     r"|num\.recovery\.threads\.per\.data\.dir"
-    r"|broker\.rack|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
+    r"|num\.replica\.|sasl\.mechanism\.inter\.broker\.|sasl\.(jaas|server|login|kerberos)\."
     r"|listener\.name\.)"
 )
 
@@ -998,7 +1055,7 @@ class BrokerConfig:
         self.explicit = set(raw)
         for key in raw:
             if key not in KEYS and not _TOLERATED.match(key):
-                warn(f"Unknown configuration key {key!r} ignored")
+                warn(f"Unknown configuration key {key!r} ignored{didYouMean(key)}")
             elif (
                 key.startswith("listener.name.")
                 and not _LISTENER_MECHANISMS.match(key)
@@ -1198,6 +1255,15 @@ def _readable(key: str, path: str | None) -> None:
                 pass
         except OSError as e:
             raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+
+
+def didYouMean(key: str) -> str:
+    """
+    @return: C{"; did you mean 'x'?"} naming the known key closest to
+        C{key} (a typo), or C{""} when none is close.
+    """
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.85)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def loadConfig(path: str | None, overrides: list[tuple[str, str]], *, warn=None) -> BrokerConfig:

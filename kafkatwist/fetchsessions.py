@@ -109,7 +109,7 @@ class CachedPartition:
         always sent, and its high watermark forgotten so that the partition
         is sent again once the error is gone.
         """
-        news = data.size > 0
+        news = data.size > 0 or data.preferredReadReplica >= 0
         if data.errorCode:
             self.highWatermark = -1
             return True

@@ -47,10 +47,9 @@ class Handler:
     def authorizer(self):
         """
         The broker's L{kafkatwist.interfaces.IAuthorizer}, or C{None} when
-        none is configured (everything allowed).  Brokers that predate
-        authorization (test doubles) have none.
+        none is configured (everything allowed).
         """
-        return getattr(self.broker, "authorizer", None)
+        return self.broker.authorizer
 
     def allowed(self, context, operation, resourceType, resourceName: str, logIfDenied: bool = True) -> bool:
         """

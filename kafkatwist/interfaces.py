@@ -39,6 +39,14 @@ class IRequestContext(Interface):
         "L{IThreadSafeClock} of the reactor that owns the connection: timers for this request "
         "(long-poll expiry) are armed on it, from any thread."
     )
+    size = Attribute(
+        "C{int}: the request's size on the wire, its size prefix included (byte-rate quotas)."
+    )
+    throttleMs = Attribute(
+        "C{int}: how long the connection is throttled once the response is sent (client "
+        "quotas).  A handler may raise it (L{kafkatwist.quota.manager.addThrottle}); the "
+        "connection's Processor alone acts on it, once the response is on its way."
+    )
 
     def authorize(operation, resourceType, resourceName):
         """
@@ -176,26 +184,48 @@ class IRequestHandlerPlugin(Interface):
 
 class IBroker(Interface):
     """
-    The services a handler may use.
+    The services a handler may use (L{kafkatwist.broker.BrokerServices}):
+    built once at start-up, complete, before the first handler is built.
+    An attribute documented as possibly C{None} is so by configuration
+    (no ZooKeeper, no authorizer, no log cleaner), never because it is not
+    built yet.  C{docs/plugins.md} is the guide for drop-in authors.
     """
 
-    config = Attribute("L{kafkatwist.config.BrokerConfig}: validated settings.")
-    nodeId = Attribute("C{int}")
+    config = Attribute(
+        "L{kafkatwist.config.BrokerConfig}: the settings the broker started with (see "
+        "C{dynamicConfig} for what dynamic updates made of them)."
+    )
+    dynamicConfig = Attribute(
+        "L{kafkatwist.dynamicconfig.DynamicBrokerConfig}: the dynamic broker configs "
+        "(C{current} is the configuration in force; in a cluster they are ZooKeeper's)."
+    )
+    nodeId = Attribute("C{int}: C{node.id}.")
     clusterId = Attribute("C{str}")
     advertisedListeners = Attribute(
         "C{list} of L{kafkatwist.config.Listener} this broker advertises (name, host, port)."
     )
     logManager = Attribute(
-        "L{ILogManager}; set before the first request, after plugin factories have run."
+        "L{ILogManager}: every partition's log on this broker."
+    )
+    replicaManager = Attribute(
+        "L{kafkatwist.replication.manager.ReplicaManager} (an L{IReplicaManager}): this "
+        "broker's replicas; also where appends that must reach the ISR go "
+        "(C{appendRecords}).  A single broker's is idle: every log leads alone."
     )
     fetchPurgatory = Attribute("L{IPurgatory} for long-poll Fetch (keys: (topic, partition)).")
+    producePurgatory = Attribute(
+        "L{IPurgatory} of what waits for replicas (acks=all produces, coordinator appends, "
+        "DeleteRecords; keys: (topic, partition))."
+    )
     fetchSessions = Attribute(
         "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
     )
-    groupCoordinator = Attribute("The group coordinator, or C{None} before it exists.")
+    groupCoordinator = Attribute(
+        "The group coordinator (L{kafkatwist.coordinator.service.GroupCoordinatorService})."
+    )
     transactionCoordinator = Attribute(
-        "The transaction coordinator (L{kafkatwist.coordinator.transaction.service}),"
-        " or C{None} before it exists."
+        "The transaction coordinator "
+        "(L{kafkatwist.coordinator.transaction.service.TransactionCoordinatorService})."
     )
     cluster = Attribute(
         "With C{zookeeper.connect}: the L{kafkatwist.cluster.service.ClusterService} (its "
@@ -208,6 +238,21 @@ class IBroker(Interface):
         "The L{kafkatwist.security.credentials.CredentialStore}: SCRAM credentials by user and "
         "mechanism, which SASL/PLAIN checks too."
     )
+    clientQuotas = Attribute(
+        "L{kafkatwist.quota.manager.ClientQuotas}: client byte-rate and request quotas "
+        "(AlterClientQuotas), read from the data directory."
+    )
+    replicationQuotas = Attribute(
+        "L{kafkatwist.replication.quota.ReplicationQuotas}: the leader and follower "
+        "replication throttles."
+    )
+    topicBytes = Attribute(
+        "L{kafkatwist.metrics.TopicBytes}: bytes and messages in and out per topic (metrics)."
+    )
+    logCleaner = Attribute(
+        "The L{kafkatwist.log.cleaner.LogCleaner}, or C{None} with C{log.cleaner.enable=false}; "
+        "a dynamic update may replace it."
+    )
 
     def handlerFor(apiKey):
         """
@@ -219,6 +264,27 @@ class IBroker(Interface):
         Run C{f(*args)} on a request handler thread, where disk I/O is
         allowed: how a reactor thread (a timer) hands storage work on.
         Safe from any thread; runs at once before the server started.
+        """
+
+    def afterResponse(f, *args):
+        """
+        On a handler thread: run C{f(*args)} once the current request's
+        response is on its way (work the answer need not wait for, e.g.
+        waking the fetches a produce satisfied).  Elsewhere: at once.
+        """
+
+    def wakePartition(key):
+        """
+        Re-check what waits on partition C{key}, C{(topic, partition)}:
+        acks=all produces and long-poll fetches (its high watermark or its
+        leadership changed).  Any thread.
+        """
+
+    def advertisedListenerFor(listenerName):
+        """
+        @return: the L{kafkatwist.config.Listener} advertised for the
+            listener a request came in on (the first one if none by that
+            name), as Kafka answers Metadata per listener.
         """
 
     def supportedVersions():
@@ -398,13 +464,44 @@ class IPartitionLog(Interface):
 
     topic = Attribute("C{str}")
     partition = Attribute("C{int}")
+    config = Attribute(
+        "L{kafkatwist.log.config.LogConfig}: the topic's resolved settings "
+        "(C{minInsyncReplicas}, C{maxMessageBytes}...)."
+    )
     logStartOffset = Attribute("C{int}: first offset still readable.")
-    logEndOffset = Attribute("C{int}: next offset to be assigned (the high watermark here).")
-    highWatermark = Attribute("C{int}: equal to C{logEndOffset} on one broker.")
+    logEndOffset = Attribute("C{int}: next offset to be assigned.")
+    highWatermark = Attribute(
+        "C{int}: the offset below which every replica in the ISR has the records -- what "
+        "consumers may read up to.  It is C{logEndOffset} while the leader is alone in its "
+        "ISR (and on a single broker); the replica manager holds it back while followers "
+        "catch up; never past C{logEndOffset}."
+    )
     lastStableOffset = Attribute(
         "C{int}: the first offset of the oldest open transaction, else C{highWatermark}."
     )
     size = Attribute("C{int}: bytes on disk over all segments.")
+    isLeader = Attribute(
+        "C{bool}: whether this replica takes appends (the replica manager clears it on a "
+        "follower; a single broker leads every partition)."
+    )
+    leaderEpoch = Attribute("C{int}: the leader epoch this replica is in.")
+    inSyncReplicas = Attribute(
+        "C{frozenset} of the ISR's broker ids as the replica manager last published them "
+        "(empty on a follower), or C{None} for a partition that is not replicated (a single "
+        "broker; C{min.insync.replicas} is then not checked)."
+    )
+    producerState = Attribute(
+        "L{kafkatwist.log.producerstate.ProducerStateManager}: idempotent and transactional "
+        "producers' state in this partition (e.g. C{hasOngoingTxn(producerId)})."
+    )
+
+    def replicated():
+        """
+        Whether the high watermark is held back for followers (a leader with
+        followers in its ISR, or a follower): then appended records are not
+        readable, nor acknowledged to acks=all, until the ISR has them.
+        C{False} where it follows the log end.  The one way to ask it.
+        """
 
     def append(records, nowMs):
         """
@@ -607,6 +704,11 @@ class IBrokerDirectory(Interface):
     def aliveBrokers():
         """
         @return: C{frozenset} of live broker ids.
+        """
+
+    def rack(brokerId):
+        """
+        @return: the live broker's C{broker.rack}, or C{None}.
         """
 
 

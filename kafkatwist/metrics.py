@@ -235,7 +235,7 @@ def render(broker, server) -> str:
 
     _renderFetchSessions(w, broker.fetchSessions.published)
 
-    replication = getattr(broker, "replicationQuotas", None)
+    replication = broker.replicationQuotas
     if replication is not None:
         # Kafka's LeaderReplication / FollowerReplication byte-rate.
         w.declare("kafka_server_replication_throttled_byte_rate", "gauge",
@@ -261,7 +261,7 @@ def render(broker, server) -> str:
                 w.sample("kafka_log_log_start_offset", log.logStartOffset, topic=name, partition=p)
                 w.sample("kafka_log_size_bytes", log.size, topic=name, partition=p)
 
-    cleaner = getattr(broker, "logCleaner", None)
+    cleaner = broker.logCleaner
     if cleaner is not None:
         _renderCleaner(w, cleaner.metrics())
 

@@ -1,6 +1,8 @@
 """
-The Prometheus scrape endpoint, served by twisted.web on the main reactor
-(it is the Acceptors' reactor, not any Processor's).
+The HTTP listener (C{metrics.http.listener}), served by twisted.web on the
+main reactor (it is the Acceptors' reactor, not any Processor's): the
+Prometheus scrape endpoint at C{/metrics} and the web console
+(L{kafkatwist.console}) at C{/} and C{/api/}.
 """
 
 from twisted.web.resource import NoResource, Resource
@@ -25,9 +27,21 @@ class MetricsResource(Resource):
         return render(self.broker, self.socketServer).encode("utf-8")
 
 
-def metricsSite(broker, server) -> Site:
-    root = Resource()
+def metricsSite(broker, server, reactor=None) -> Site:
+    """
+    @return: the site; its C{console} is started and must be stopped with
+        the listener.
+    """
+    from kafkatwist.console import Console
+    from kafkatwist.console.web import ConsoleRoot
+
+    if reactor is None:
+        from twisted.internet import reactor
+    console = Console(broker, server, reactor)
+    root = ConsoleRoot(console)
     root.putChild(b"metrics", MetricsResource(broker, server))
     site = Site(root)
     site.displayTracebacks = False
+    site.console = console
+    console.start()
     return site

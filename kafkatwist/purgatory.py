@@ -71,6 +71,9 @@ class DelayedOperation:
             self._completed = True
             timer, self._timer = self._timer, None
         if timer is not None:
+            # The timer may have fired meanwhile (its expiry then finds the
+            # operation completed and does nothing): an IThreadSafeClock's
+            # cancel is harmless then.
             timer.cancel()
         if self._purgatory is not None:
             self._purgatory._unwatch(self)

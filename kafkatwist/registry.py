@@ -221,6 +221,27 @@ class HandlerRegistry:
     def supportedVersions(self) -> dict[int, tuple[int, int]]:
         return {key: (h.minVersion, h.maxVersion) for key, h in self.handlers.items()}
 
+    def summary(self) -> str:
+        """
+        One line for the start-up log: how many ApiKeys are served, and
+        which have a provider that is not built in.
+        """
+        touched = self.pluggedKeys()
+        line = f"{len(self.chains)} ApiKeys served"
+        if not touched:
+            return line + ", all by built-in handlers (each chain at logger.level=debug)"
+        names = ", ".join(f"{key} {apiName(key)}" for key in touched)
+        return line + f"; plugins serve {len(touched)} of them: {names} (every chain at logger.level=debug)"
+
+    def pluggedKeys(self) -> list[int]:
+        """
+        @return: the ApiKeys whose chain has a provider that is not built in.
+        """
+        return [
+            key for key in sorted(self.chains)
+            if any(origin != "builtin" for _, origin in self.chains[key])
+        ]
+
     def describe(self) -> list[str]:
         """
         One line per ApiKey: versions, and the provider chain, serving first.

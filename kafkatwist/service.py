@@ -17,7 +17,7 @@ from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from kafkatwist.broker import Broker, loadOrCreateClusterId
+from kafkatwist.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
 from kafkatwist.log.meta import proposedClusterId
 from kafkatwist.cluster.wiring import (
     UncleanElection,
@@ -81,18 +81,23 @@ def openLogManager(config):
     return LogManager(config.logDirs, brokerLogDefaults(config))
 
 
-def makeReplicaManager(broker, config):
+def makeReplicaManager(parts, config):
     """
     The replica manager, always: a single broker's is idle (nothing calls
     C{becomeLeader}), so every log stays a lone leader.  With
     C{zookeeper.connect} the cluster layer drives it.
+
+    @param parts: the L{BrokerParts} (the purgatories it wakes, the
+        follower throttle).
     """
     from kafkatwist.coordinator.runtime import TimerThread
     from kafkatwist.replication.manager import ReplicaManager
 
-    return ReplicaManager(
-        config.nodeId, None, config, TimerThread("replica-manager"), wake=broker.wakePartition
+    replicaManager = ReplicaManager(
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition()
     )
+    replicaManager.followerQuota = parts.replicationQuotas.follower
+    return replicaManager
 
 
 def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
@@ -120,24 +125,20 @@ def awaitCoordinatorReplication(broker, config, logManager) -> None:
     from kafkatwist.replication.delayed import ReplicationWaiter
 
     replicaManager = broker.replicaManager
-    if logManager is None or replicaManager is None:
+    if logManager is None:
         return
     waiter = ReplicationWaiter(
         logManager, broker.producePurgatory, replicaManager.clock,
         config["offsets.commit.timeout.ms"],
     )
-    for coordinator in (broker.groupCoordinator, broker.transactionCoordinator):
-        runtime = getattr(coordinator, "runtime", None)
-        if runtime is not None:
-            runtime.awaitReplication = waiter
+    broker.groupCoordinator.runtime.awaitReplication = waiter
+    broker.transactionCoordinator.runtime.awaitReplication = waiter
     # Markers are appended with acks=-1 too, waiting up to request.timeout.ms
     # (Kafka's WriteTxnMarkers path).
-    writer = getattr(broker.transactionCoordinator, "markerWriter", None)
-    if writer is not None:
-        writer.awaitReplication = ReplicationWaiter(
-            logManager, broker.producePurgatory, replicaManager.clock,
-            config["request.timeout.ms"],
-        )
+    broker.transactionCoordinator.markerWriter.awaitReplication = ReplicationWaiter(
+        logManager, broker.producePurgatory, replicaManager.clock,
+        config["request.timeout.ms"],
+    )
 
 
 def _clustered(config) -> bool:
@@ -165,6 +166,9 @@ class BrokerService(service.Service):
         self.logManager = None
         self._periodic: list = []
         self._metricsPort = None
+        #: the web console on the metrics listener (its figures' timer)
+        self._metricsConsole = None
+        self._metricsSite = None
         self._dirLock: DataDirLock | None = None
         #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
         self.cluster = None
@@ -179,47 +183,46 @@ class BrokerService(service.Service):
         Order matters to an operator: nothing is written to the data
         directory until every port is bound and the directory's C{.lock} is
         held, so a port in use or a second broker on the same directory
-        leaves it as it was.  Plugin factories therefore run before the log
-        is open; handlers read C{broker.logManager} when they serve.
+        leaves it as it was.  So the network layer is built and bound from
+        the broker's early parts (L{BrokerParts}: what needs the
+        configuration alone); the L{BrokerServices} are assembled once, when
+        every part exists, and only then are the plugins' handlers built
+        and given to the network layer (Kafka's order: KafkaApis last).
         """
         config = self.config
         raiseDescriptorLimit()
         registry = HandlerRegistry(
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
-        self.broker = Broker(config, registry, None, self.reactor, None)
-        # Before anything that hands it on (the cluster layer takes it as
-        # its IReplicaManager); it gets the log once that is open.
-        self.broker.replicaManager = makeReplicaManager(self.broker, config)
-        self.broker.replicaManager.followerQuota = self.broker.replicationQuotas.follower
-        registry.build(self.broker)
-        self.server = SocketServer(config, self.broker, self.reactor)
-        self._bindListeners()
+        parts = BrokerParts.fromConfig(config, self.reactor)
+        replicaManager = makeReplicaManager(parts, config)
+        self.server = SocketServer(config, parts, self.reactor)
+        advertisedListeners = self._bindListeners()
         self._bindMetrics()
 
         self._dirLock = DataDirLock(config.logDirs)
         self._dirLock.acquire()
         # Security state is read once the directory is ours (nothing here
         # writes); a bad authorizer setting stops start-up before anything is.
-        self.broker.scramCredentials.load()
-        self.broker.clientQuotas.store.load()
-        self.broker.authorizer = loadAuthorizer(
-            self.broker,
+        parts.scramCredentials.load()
+        parts.clientQuotas.store.load()
+        # (An authorizer is made from the settings alone, as Kafka's
+        # Authorizer.configure sees only the configs.)
+        authorizer = loadAuthorizer(
+            parts,
             config["authorizer.class.name"],
             config["plugin.paths"],
             config["plugin.load.failure.policy"],
         )
         configuredClusterId = config["cluster.id"]
         if config["zookeeper.connect"]:
-            self.cluster = makeCluster(config, self.broker)
+            self.cluster = makeCluster(config, advertisedListeners, replicaManager)
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
             configuredClusterId = self.cluster.connect(
                 lambda: configuredClusterId or proposedClusterId(config.logDirs, config.nodeId, None)
             )
-        self.broker.clusterId = loadOrCreateClusterId(
-            config.logDirs, config.nodeId, configuredClusterId
-        )
+        clusterId = loadOrCreateClusterId(config.logDirs, config.nodeId, configuredClusterId)
         # The dynamic broker configs stored by earlier runs: what is built
         # from here on reads them; what was built before the directory was
         # ours (the network layer) is reconfigured.
@@ -231,10 +234,9 @@ class BrokerService(service.Service):
             dynamic = DynamicBrokerConfig.inDirectory(config)
             dynamic.load()
             clusterOnly = []
-        self.broker.dynamicConfig = dynamic
         for reconfigurable in [
             HandlerThreads(self.server), NetworkThreads(self.server), ConnectionLimits(self.server),
-            ListenerKeystores(self.server), ReplicationThrottles(self.broker),
+            ListenerKeystores(self.server), ReplicationThrottles(parts),
         ] + clusterOnly:
             reconfigurable.reconfigure(config, dynamic.current)
         config = dynamic.current
@@ -246,23 +248,41 @@ class BrokerService(service.Service):
                 # Another broker took the directory after the hand-over.
                 self._dirLock.check()
                 raise
-        self.broker.logManager = self.logManager
-        self.broker.logCleaner = makeLogCleaner(config, self.logManager)
         # In a cluster the coordinators start empty and load the partitions
         # of their internal topic this broker comes to lead.
         single = self.cluster is None
-        self.broker.groupCoordinator = makeGroupCoordinator(
-            self.broker, config, self.logManager, loadAll=single
+        groupCoordinator = makeGroupCoordinator(parts, config, self.logManager, loadAll=single)
+        transactionCoordinator = makeTransactionCoordinator(
+            parts, config, self.logManager, loadAll=single, cluster=self.cluster,
+            groupCoordinator=groupCoordinator,
         )
-        self.broker.transactionCoordinator = makeTransactionCoordinator(
-            self.broker, config, self.logManager, loadAll=single, cluster=self.cluster
+        self.broker = BrokerServices.assemble(
+            parts,
+            registry=registry,
+            clusterId=clusterId,
+            advertisedListeners=advertisedListeners,
+            dynamicConfig=dynamic,
+            logManager=self.logManager,
+            replicaManager=replicaManager,
+            groupCoordinator=groupCoordinator,
+            transactionCoordinator=transactionCoordinator,
+            cluster=self.cluster,
+            authorizer=authorizer,
+            logCleaner=makeLogCleaner(config, self.logManager),
         )
+        registry.build(self.broker)
+        self.server.serve(self.broker)
+        self._serveMetrics()
         for reconfigurable in reconfigurables(self.broker, self.server) + clusterOnly:
             dynamic.addReconfigurable(reconfigurable)
-        useLogManager(self.broker.replicaManager, config, self.logManager, self.cluster)
+        useLogManager(replicaManager, config, self.logManager, self.cluster)
         awaitCoordinatorReplication(self.broker, config, self.logManager)
 
-    def _bindListeners(self) -> None:
+    def _bindListeners(self) -> list:
+        """
+        @return: the advertised listeners, a listener on port 0 (tests)
+            advertising the port it really got.
+        """
         try:
             self.server.bind()
         except OSError as e:
@@ -270,30 +290,45 @@ class BrokerService(service.Service):
             bound = len(self.server.acceptors)
             failed = self.server.listeners[bound] if bound < len(self.server.listeners) else None
             raise cannotListen(str(failed or self.config["listeners"]), "listeners", e) from None
-        # A listener on port 0 (tests) advertises the port it really got.
         ports = self.server.boundPorts()
-        self.broker.advertisedListeners = [
+        return [
             dataclasses.replace(l, port=ports[l.name]) if l.port == 0 and l.name in ports else l
-            for l in self.broker.advertisedListeners
+            for l in self.config.advertisedListeners
         ]
 
     def _bindMetrics(self) -> None:
         """
-        Bound here, before the reactor runs and before twistd daemonizes, so
-        a port in use is one line on the terminal that started the broker.
+        Bound here, with the other listeners, before the data directory is
+        opened, the reactor runs and twistd daemonizes, so a port in use is
+        one line on the terminal that started the broker and leaves the
+        directory as it was.  What it serves (L{_serveMetrics}) needs the
+        services: it is put in place once they exist, before the reactor
+        runs (so before any request can come).
         """
         address = self.config["metrics.http.listener"]
         if not address:
             return
-        from kafkatwist.metrics_http import metricsSite
+        from twisted.web.resource import Resource
+        from twisted.web.server import Site
 
         host, _, port = address.rpartition(":")
+        self._metricsSite = Site(Resource())
         try:
             self._metricsPort = self.reactor.listenTCP(
-                int(port), metricsSite(self.broker, self.server), interface=host.strip("[]")
+                int(port), self._metricsSite, interface=host.strip("[]")
             )
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
+
+    def _serveMetrics(self) -> None:
+        if self._metricsSite is None:
+            return
+        from kafkatwist.metrics_http import metricsSite
+
+        site = metricsSite(self.broker, self.server, self.reactor)
+        self._metricsSite.resource = site.resource
+        self._metricsSite.displayTracebacks = site.displayTracebacks
+        self._metricsConsole = site.console
 
     def startService(self) -> None:
         super().startService()
@@ -302,7 +337,7 @@ class BrokerService(service.Service):
         if self.cluster is not None:
             # Here, not in prepare(): kazoo's threads must be started in the
             # process that serves (twistd daemonizes in between).
-            startCluster(self.cluster, self.broker, self.logManager)
+            startCluster(self.cluster, self.broker)
         self.server.start()
         ports = self.server.boundPorts()
         for listener in self.config.listeners:
@@ -319,12 +354,14 @@ class BrokerService(service.Service):
             processors=self.config["num.network.threads"],
             handlers=self.server.handlerPool.numThreads,
         )
-        for line in self.broker.registry.describe():
-            log.info("ApiKey {line}", line=line)
+        registry = self.broker.registry
+        log.info("Request handlers: {summary}", summary=registry.summary())
+        plugged = set(registry.pluggedKeys())
+        for key, line in zip(sorted(registry.handlers), registry.describe()):
+            # The chains plugins take part in, at info; the built-in rest at debug.
+            (log.info if key in plugged else log.debug)("ApiKey {line}", line=line)
         self._startLogTasks()
-        replicaManager = getattr(self.broker, "replicaManager", None)
-        if replicaManager is not None:
-            replicaManager.start()
+        self.broker.replicaManager.start()
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
         self._announceMetricsListener()
@@ -408,6 +445,8 @@ class BrokerService(service.Service):
             # Abandons a pass in progress (its cleaner process is killed)
             # and waits for a swap under way: in the pool, not here.
             yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), cleaner.stop)
+        if self._metricsConsole is not None:
+            self._metricsConsole.stop()
         if self._metricsPort is not None:
             yield self._metricsPort.stopListening()
         if self.cluster is not None and self.config["controlled.shutdown.enable"]:
@@ -420,12 +459,11 @@ class BrokerService(service.Service):
             yield self.server.stop()
         if self.cluster is not None:
             stopCluster(self.cluster)
-        replicaManager = getattr(self.broker, "replicaManager", None)
-        if replicaManager is not None:
+        if self.broker is not None:
             # Fetchers stopped and high watermarks written before the logs
             # close; in the pool, since it joins threads and writes files.
             yield threads.deferToThreadPool(
-                self.reactor, self.reactor.getThreadPool(), replicaManager.stop
+                self.reactor, self.reactor.getThreadPool(), self.broker.replicaManager.stop
             )
         if self.broker is not None:
             stopTransactionCoordinator(self.broker.transactionCoordinator)

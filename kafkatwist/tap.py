@@ -41,6 +41,15 @@ class Options(usage.Options):
 
     opt_o = opt_override
 
+    def parseOptions(self, options=None) -> None:
+        # twistd prints its whole usage text before an argument error: one
+        # line says it better.
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as e:
+            sys.stderr.write(f"kafkatwist: {e} (twistd kafkatwist --help lists the options)\n")
+            raise SystemExit(2)
+
 
 def honourSigint() -> None:
     """
@@ -53,13 +62,43 @@ def honourSigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+_levelFilter = None
+
+
+def filterLogLevels(config) -> None:
+    """
+    Lines below C{logger.level} are not written (twistd writes every
+    level); C{request.logging.enable} lets the request log's debug lines
+    through.  The filter wraps the observers twistd starts logging to once
+    this returns (events logged meanwhile are buffered and go through it).
+    """
+    global _levelFilter
+    from twisted.logger import LogLevel, LogLevelFilterPredicate, globalLogBeginner
+
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(config["logger.level"]))
+    if config["request.logging.enable"]:
+        predicate.setLogLevelForNamespace("kafkatwist.network.processor", LogLevel.debug)
+    if _levelFilter is None:
+        from twisted.logger import FilteringLogObserver
+
+        begin = globalLogBeginner.beginLoggingTo
+
+        def beginLoggingTo(observers, *args, **kwargs):
+            return begin([FilteringLogObserver(o, [_levelFilter]) for o in observers], *args, **kwargs)
+
+        globalLogBeginner.beginLoggingTo = beginLoggingTo
+    _levelFilter = predicate
+
+
 def makeService(options):
     from twisted.internet import reactor
 
     from kafkatwist.service import BrokerService
 
     try:
-        config = loadConfig(options["config"], options["overrides"])
+        # Logging starts after this returns; --describe-config exits first.
+        warn = (lambda message: sys.stderr.write(f"kafkatwist: {message}\n")) if options["describe-config"] else None
+        config = loadConfig(options["config"], options["overrides"], warn=warn)
         if options["describe-config"]:
             from kafkatwist.tools.describeconfig import describeConfig
 
@@ -69,6 +108,7 @@ def makeService(options):
             except BrokenPipeError:
                 pass  # `| head` had enough
             raise SystemExit(0)
+        filterLogLevels(config)
         service = BrokerService(config, reactor)
         service.prepare()
         honourSigint()

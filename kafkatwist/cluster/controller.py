@@ -109,7 +109,7 @@ class ControllerMachine:
         for topic, partition, replicas, state in image.partitions():
             if topic in image.deleting:
                 continue
-            effect = self._partition(topic, partition, replicas, state, live, leaving,
+            effect = self._partition(image, topic, partition, replicas, state, live, leaving,
                                      self._unclean(topic, image))
             if effect is None and state is not None:
                 effect = self._completeReassignment(image, topic, partition, replicas, state, live)
@@ -259,8 +259,8 @@ class ControllerMachine:
                 return value == "true"
         return self.unclean
 
-    def _partition(self, topic, partition, replicas, state: PartitionState | None, live, leaving,
-                   unclean: bool):
+    def _partition(self, image: ClusterImage, topic, partition, replicas, state: PartitionState | None,
+                   live, leaving, unclean: bool):
         if state is None:
             # A new partition (Kafka's NewPartition -> OnlinePartition): the
             # live replicas are the ISR, the first of them leads.
@@ -269,12 +269,24 @@ class ControllerMachine:
                 return None
             isr = tuple(r for r in alive if r not in leaving) or tuple(alive)
             return WriteState(topic, partition, PartitionState(isr[0], 0, isr, self.epoch), -1, "new partition")
+        # A replica whose broker registered again since the state was
+        # written (Kafka's bounced broker: a new broker epoch) is failed
+        # first -- out of the ISR, its leadership to another ISR member in
+        # a new leader epoch -- and is a new broker after that: it may have
+        # lost its unflushed tail.  An offline partition (no leader) was
+        # written as its replicas failed: the ISR it kept is elected from.
+        restarted = set()
+        if state.leader != NO_LEADER:
+            restarted = {r for r in (state.leader, *state.isr) if image.restartedSince(r, state)}
+        live = live - restarted
         leaderOk = state.leader in live and state.leader not in leaving
         if not leaderOk:
             candidate = self._electable(replicas, state, live, leaving, unclean=unclean)
             if candidate is not None:
                 leader, isr = candidate
                 why = "controlled shutdown" if state.leader in leaving else "offline leader"
+                if state.leader in restarted:
+                    why = f"broker {state.leader} restarted"
                 if leader not in state.isr:
                     why = "unclean (no live ISR member)"
                 return self._write(topic, state, partition, leader, isr, why)
@@ -288,10 +300,12 @@ class ControllerMachine:
             # replica is elected (cleanly) when it returns.
             isr = _shrink(state.isr, live)
             return self._write(topic, state, partition, NO_LEADER, isr, "offline, no live ISR member")
-        # The leader is fine: take dead and departing followers out of the ISR.
+        # The leader is fine: take dead, restarted and departing followers
+        # out of the ISR.
         isr = tuple(r for r in state.isr if r == state.leader or (r in live and r not in leaving))
         if isr != state.isr:
-            return self._write(topic, state, partition, state.leader, isr, "replica offline")
+            why = "replica restarted" if restarted & set(state.isr) else "replica offline"
+            return self._write(topic, state, partition, state.leader, isr, why)
         return None
 
     @staticmethod

@@ -29,18 +29,28 @@ _INTERNAL = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 class CoordinatorMover:
     """
     @param replicaManager: the L{IReplicaManager} every call is passed to.
-    @param broker: whose C{groupCoordinator} and C{transactionCoordinator}
-        are (un)loaded (read when a load runs: they are built after this).
     """
 
-    def __init__(self, replicaManager, broker, thread: OwnerThread | None = None) -> None:
+    def __init__(self, replicaManager, thread: OwnerThread | None = None) -> None:
         self.replicaManager = replicaManager
-        self.broker = broker
         self.thread = thread or OwnerThread("kafkatwist-coordinator-loader")
         #: owned by the loader thread: internal partitions loaded here
         self._loaded: set = set()
+        #: the coordinators by internal topic, and the log manager (given
+        #: by L{start}: they are built after the cluster layer)
+        self._coordinators: dict = {}
+        self._logManager = None
 
-    def start(self) -> None:
+    def start(self, broker) -> None:
+        """
+        @param broker: the L{kafkatwist.broker.BrokerServices} whose
+            C{groupCoordinator} and C{transactionCoordinator} are (un)loaded.
+        """
+        self._coordinators = {
+            OFFSETS_TOPIC: broker.groupCoordinator,
+            TRANSACTION_STATE_TOPIC: broker.transactionCoordinator,
+        }
+        self._logManager = broker.logManager
         self.thread.start()
 
     def stop(self) -> None:
@@ -74,8 +84,7 @@ class CoordinatorMover:
     # -- on the loader thread --------------------------------------------------------
 
     def _coordinator(self, topic):
-        name = "groupCoordinator" if topic == OFFSETS_TOPIC else "transactionCoordinator"
-        return getattr(self.broker, name, None)
+        return self._coordinators.get(topic)
 
     def _load(self, topic, partition, leaderEpoch) -> None:
         coordinator = self._coordinator(topic)
@@ -88,7 +97,7 @@ class CoordinatorMover:
                     return
                 from kafkatwist.coordinator.wiring import topicImage
 
-                logManager = getattr(self.broker, "logManager", None)
+                logManager = self._logManager
                 coordinator.loadPartition(partition, topicImage(logManager) if logManager is not None else None)
             elif key in self._loaded:
                 # A new leader epoch only: the markers' coordinator epoch moves.

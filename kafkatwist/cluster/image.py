@@ -28,6 +28,8 @@ class ClusterImage:
     @ivar shuttingDown: brokers that asked to have their leaders moved away.
     @ivar deletedReplicas: for each topic queued for deletion, the brokers
         that deleted their replicas of it, with the topic id they deleted.
+    @ivar brokerEpochs: each live broker's broker epoch (Kafka's: the czxid
+        of its registration znode, new at every registration).
     """
 
     brokers: "MappingProxyType[int, BrokerInfo]" = field(default_factory=lambda: _EMPTY)
@@ -41,11 +43,21 @@ class ClusterImage:
         default_factory=lambda: _EMPTY
     )
     clusterId: str | None = None
+    brokerEpochs: "MappingProxyType[int, int]" = field(default_factory=lambda: _EMPTY)
     #: bumped by every published image (tests and waits compare it)
     serial: int = field(default=0, compare=False)
 
     def live(self) -> frozenset:
         return frozenset(self.brokers)
+
+    def restartedSince(self, brokerId: int, state: PartitionState) -> bool:
+        """
+        Whether C{brokerId} registered after C{state} was last written: it
+        restarted (or its session was renewed) since, so it is not the
+        replica the state names -- it may have lost what it had not flushed
+        (Kafka's bounced broker, told apart by its broker epoch).
+        """
+        return 0 < state.mzxid < self.brokerEpochs.get(brokerId, 0)
 
     def leader(self, topic: str, partition: int) -> int:
         state = self.states.get((topic, partition))

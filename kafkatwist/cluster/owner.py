@@ -36,6 +36,10 @@ class OwnerThread:
 
     def __init__(self, name: str = "kafkatwist-cluster", clock=time.monotonic) -> None:
         self._clock = clock
+        #: C{onError(f, exception)} for an exception a callable raised:
+        #: C{True} when it handled it (said so, recovered); otherwise, and
+        #: without one, the failure is logged with its traceback
+        self.onError = None
         self._cond = threading.Condition()
         self._queue: deque = deque()
         self._timers: list = []
@@ -119,5 +123,11 @@ class OwnerThread:
                     self._cond.wait(wait)
             try:
                 f(*args)
-            except Exception:
-                log.failure("cluster work {f} failed", f=getattr(f, "__name__", f))
+            except Exception as e:
+                try:
+                    handled = self.onError is not None and self.onError(f, e)
+                except Exception:
+                    log.failure("handling a failure of cluster work failed")
+                    handled = False
+                if not handled:
+                    log.failure("cluster work {f} failed", f=getattr(f, "__name__", f))

@@ -10,7 +10,12 @@ README, "Cluster").  Every broker watches the broker registrations, the
 topic assignments and every partition's state znode; when a state it
 hosts changes leader epoch it calls the replica manager's C{becomeLeader}
 or C{becomeFollower}.  The controller is the only writer of leaders (a
-leader writes its own ISR, conditionally, through L{IAlterIsr}).
+leader writes its own ISR, conditionally, through L{IAlterIsr}).  A state
+written before this broker's registration (its broker epoch, the czxid of
+C{/brokers/ids/<id>}) names a previous life of it: it does not lead on
+such a state (L{ClusterService._mayLead}), and the controller fails such
+a broker first -- out of the ISR, its leaderships moved in a new leader
+epoch -- before it counts as a new broker (see docs/crash-restart.md).
 
 Threads: everything here runs on the cluster owner thread
 (L{kafkatwist.cluster.owner.OwnerThread}, C{kafkatwist-cluster}) except
@@ -38,7 +43,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.cluster import zkdata as Z
-from kafkatwist.cluster.controller import ControllerMachine, assignReplicas, deletionWaitsFor
+from kafkatwist.cluster.controller import ControllerMachine, deletionWaitsFor
 from kafkatwist.cluster.effects import (
     CompleteReassignment,
     DeleteTopic,
@@ -49,6 +54,7 @@ from kafkatwist.cluster.effects import (
 )
 from kafkatwist.cluster.image import ClusterImage, freeze
 from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
 from kafkatwist.startup import StartupError
@@ -91,6 +97,7 @@ class ClusterService:
             hosts=config["zookeeper.connect"], timeout=self.sessionTimeoutMs / 1000.0,
         )
         self.owner = owner or OwnerThread()
+        self.owner.onError = self._ownerFailed
         #: read by any thread; replaced whole by the owner
         self.image = ClusterImage()
         self.controller = ControllerMachine(
@@ -125,9 +132,19 @@ class ClusterService:
         self._waits: list = []
         self._timers: dict = {}
         self._retry = None
+        #: a ZooKeeper call failed on the owner: a watch may be lost, so
+        #: everything is read again (L{_catchUp}) once connected
+        self._stale = False
+        self._catchUpTimer = None
         self._serial = 0
         self._clusterId: str | None = None
         self._clusterIdWasStored = False
+        #: this broker's current registration's czxid (its broker epoch)
+        self._brokerEpoch = 0
+        #: (topic, partition) -> the latest leader epoch in which a state
+        #: written before this registration named this broker leader: it
+        #: leads only in a later one (L{_mayLead})
+        self._staleEpochs: dict[tuple[str, int], int] = {}
         self._stopping = False
         self._started = False
         self._sessionId = None
@@ -287,6 +304,10 @@ class ClusterService:
     def aliveBrokers(self):
         return self.image.live()
 
+    def rack(self, brokerId):
+        info = self.image.brokers.get(brokerId)
+        return info.rack if info is not None else None
+
     def eligibleForIsr(self, brokerId) -> bool:
         """
         Whether a leader may add C{brokerId} to an ISR: alive and not being
@@ -327,7 +348,7 @@ class ClusterService:
             onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
             return
         self._states[(topic, partition)] = Z.PartitionState(
-            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version
+            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid
         )
         self._applied[(topic, partition)] = (leaderEpoch, leaderId, stat.version)
         try:
@@ -666,14 +687,57 @@ class ClusterService:
         if self._stopping:
             return
         sessionId = self.zk.client_id[0] if self.zk.client_id else None
-        if sessionId == self._sessionId:
+        if sessionId == self._sessionId and not self._stale:
             return  # reconnected within the session: watches and znodes are still there
-        log.info("New ZooKeeper session for broker {id}: registering again", id=self.brokerId)
-        try:
+        self._catchUp()
+
+    def _ownerFailed(self, f, e) -> bool:
+        """
+        A ZooKeeper call on the owner failed (the connection dropped, the
+        session expired): one line, and everything is read again once
+        connected -- the read that failed may have been the one to set a
+        watch (a lost watch on C{/controller} or C{/brokers/ids} leaves a
+        partition without a leader for good).  Other failures keep their
+        traceback.
+        """
+        if not isinstance(e, KazooException):
+            return False
+        if not self._stopping:
+            if not self._stale:  # one line until the cluster is read again
+                log.warn("ZooKeeper call in {f} failed ({e}): broker {id} reads the cluster again when connected",
+                         f=getattr(f, "__name__", f), e=type(e).__name__, id=self.brokerId)
+            self._stale = True
+            self._catchUpLater()
+        return True
+
+    def _catchUpLater(self, delay: float = 1.0) -> None:
+        if self._catchUpTimer is None:
+            self._catchUpTimer = self.owner.callLater(delay, self._catchUp)
+
+    def _catchUp(self) -> None:
+        """
+        Register again under a new session, read everything (watches set
+        anew), settle.  A failure comes back here through L{_ownerFailed}.
+        """
+        if self._catchUpTimer is not None:
+            self._catchUpTimer.cancel()
+            self._catchUpTimer = None
+        if self._stopping or not self.zk.connected:
+            return  # the session listener calls again once connected
+        sessionId = self.zk.client_id[0] if self.zk.client_id else None
+        if sessionId != self._sessionId:
+            log.info("New ZooKeeper session for broker {id}: registering again", id=self.brokerId)
             self._register(1.5 * self.sessionTimeoutMs / 1000.0 + 5)
             self._readAll()
-        except Exception:
-            log.failure("re-registering broker {id} failed", id=self.brokerId)
+        else:
+            wasController = self.controller.active
+            self._readEverything()
+            if wasController and self.controller.active:
+                # What only the controller watches (a new one reads them).
+                self._readIsrChanges()
+                self._readZkReassignment()
+                self._settle()
+        self._stale = False
 
     def _watched(self, event) -> None:
         # On a kazoo thread: only hand over.
@@ -690,6 +754,7 @@ class ClusterService:
         while True:
             try:
                 self.zk.create(path, data, ephemeral=True)
+                stat = self.zk.exists(path)
                 break
             except NodeExistsError:
                 stat = self.zk.exists(path)
@@ -704,9 +769,17 @@ class ClusterService:
                 # not expired yet: wait for ZooKeeper to drop it.
                 time.sleep(0.2)
         self._sessionId = self.zk.client_id[0]
-        log.info("Broker {id} registered in ZooKeeper at {path}", id=self.brokerId, path=path)
+        # This registration's broker epoch: a state last written before it
+        # names a previous life of this broker (see L{_mayLead}).
+        self._brokerEpoch = stat.czxid if stat is not None else 0
+        log.info("Broker {id} registered in ZooKeeper at {path} (broker epoch {epoch})",
+                 id=self.brokerId, path=path, epoch=self._brokerEpoch)
 
     def _readAll(self) -> None:
+        self._readEverything()
+        self._removeStrays()
+
+    def _readEverything(self) -> None:
         self._readBrokerConfigs()
         self._readBrokers()
         self._readTopics(all=True)
@@ -714,7 +787,6 @@ class ClusterService:
         self._readShutdowns()
         self._readController()
         self._settle()
-        self._removeStrays()
 
     def _onEvent(self, path: str) -> None:
         if self._stopping or path is None:
@@ -899,7 +971,7 @@ class ClusterService:
             return
         data, stat = found
         try:
-            self._states[(topic, partition)] = Z.decodeState(topic, partition, data, stat.version)
+            self._states[(topic, partition)] = Z.decodeState(topic, partition, data, stat.version, stat.mzxid)
         except Z.ZkDataError as e:
             log.warn("Ignoring partition state: {e}", e=e)
 
@@ -1034,6 +1106,7 @@ class ClusterService:
             shuttingDown=frozenset(self._shuttingDown),
             deletedReplicas=freeze({t: freeze(d) for t, d in self._deletedReplicas.items()}),
             clusterId=self._clusterId,
+            brokerEpochs=freeze({b: e for b, e in self._brokerEpochs.items() if b in self._brokers}),
             serial=self._serial,
         )
         return self.image
@@ -1289,23 +1362,34 @@ class ClusterService:
                 continue
             key = (topic, partition)
             hosted.add(key)
+            leader = state.leader
+            if leader == me and not self._mayLead(key, state):
+                # Named leader by a state from before this registration: a
+                # previous life of this broker was elected, and this one may
+                # have lost its unflushed tail.  It serves nothing until the
+                # controller elects a leader in a newer epoch.
+                leader = Z.NO_LEADER
             # A leader also hears of a new partition epoch in its leader
             # epoch (its ISR change whose answer it dropped, say): its next
             # alterIsr would fail on the old one.
-            seen = (state.leaderEpoch, state.leader, state.zkVersion if state.leader == me else None)
+            seen = (state.leaderEpoch, leader, state.zkVersion if leader == me else None)
             if self._applied.get(key) == seen:
                 continue
             if not self._ensureLocalLog(image, topic):
                 continue
+            if leader != state.leader:
+                log.info("Partition {topic}-{partition}: ZooKeeper names broker {id} leader in epoch {epoch} "
+                         "from before its registration: not leading until the controller elects a leader "
+                         "in a newer epoch", topic=topic, partition=partition, id=me, epoch=state.leaderEpoch)
             self._applied[key] = seen
             try:
-                if state.leader == me:
+                if leader == me:
                     self.replicaManager.becomeLeader(
                         topic, partition, state.leaderEpoch, state.isr, replicas, state.zkVersion
                     )
                 else:
                     self.replicaManager.becomeFollower(
-                        topic, partition, state.leader, state.leaderEpoch, replicas, state.zkVersion
+                        topic, partition, leader, state.leaderEpoch, replicas, state.zkVersion
                     )
             except Exception:
                 log.failure("replica manager failed on {topic}-{partition}", topic=topic, partition=partition)
@@ -1328,6 +1412,21 @@ class ClusterService:
         for topic in deletedTopics:
             self._deleteLocal(topic)
         self._deleteQueued(image)
+
+    def _mayLead(self, key, state) -> bool:
+        """
+        Kafka's broker leads only on the controller's LeaderAndIsr, sent
+        for its current broker epoch with a leader epoch newer than it had.
+        Here: a state naming this broker leader counts only if written
+        after this broker registered (the controller elected this life of
+        it), and only in a leader epoch later than any in which an older
+        state named it.
+        """
+        stale = self._staleEpochs.get(key)
+        if 0 < state.mzxid < self._brokerEpoch:
+            self._staleEpochs[key] = max(state.leaderEpoch, -1 if stale is None else stale)
+            return False
+        return stale is None or state.leaderEpoch > stale
 
     def _deleteQueued(self, image: ClusterImage) -> None:
         """
@@ -1482,20 +1581,22 @@ class ClusterService:
     def assign(self, numPartitions: int, replicationFactor: int, firstPartition: int = 0) -> dict:
         """
         Replicas for new partitions over the live brokers, as Kafka assigns
-        them (rack-unaware).
+        them (rack-aware when the brokers have a C{broker.rack}:
+        L{kafkatwist.cluster.placement}).
 
         @raise KafkaError: INVALID_REPLICATION_FACTOR with more replicas
             than live brokers.
         """
-        live = self.image.live()
-        if replicationFactor > len(live):
+        brokers = self.image.brokers
+        if replicationFactor > len(brokers):
             raise KafkaError(
                 ErrorCode.invalid_replication_factor,
-                f"Replication factor: {replicationFactor} larger than available brokers: {len(live)}.",
+                f"Replication factor: {replicationFactor} larger than available brokers: {len(brokers)}.",
             )
-        n = len(live)
-        return assignReplicas(live, numPartitions, replicationFactor,
-                              random.randrange(n), random.randrange(n), firstPartition)
+        n = len(brokers)
+        return assignReplicasToBrokers({b: info.rack for b, info in brokers.items()}, numPartitions,
+                                       replicationFactor, random.randrange(n), random.randrange(n),
+                                       firstPartition)
 
 
 def _newClusterId() -> str:

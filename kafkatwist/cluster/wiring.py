@@ -22,39 +22,18 @@ from kafkatwist.plugins.init_producer_id import ProducerIdManager
 log = Logger()
 
 
-class RolesOnlyReplicaManager:
+def makeCluster(config, advertisedListeners, replicaManager) -> ClusterService:
     """
-    The replica manager a cluster uses when the broker has none (before
-    the replication side is built in): it keeps each hosted partition's
-    role and leader epoch and logs changes; nothing is replicated.
+    @param advertisedListeners: the broker's, with their bound ports.
+    @param replicaManager: the broker's L{IReplicaManager}; the cluster
+        tells it (through a L{CoordinatorMover}, which also moves the
+        coordinators) the roles of this broker's replicas.
     """
-
-    def __init__(self) -> None:
-        self.roles: dict = {}
-
-    def becomeLeader(self, topic, partition, leaderEpoch, isr, replicas, partitionEpoch):
-        self.roles[(topic, partition)] = ("leader", leaderEpoch)
-
-    def becomeFollower(self, topic, partition, leaderId, leaderEpoch, replicas, partitionEpoch):
-        self.roles[(topic, partition)] = ("follower", leaderEpoch)
-
-    def stopReplica(self, topic, partition, delete):
-        self.roles.pop((topic, partition), None)
-
-    def leaderEpochs(self):
-        return dict(self.roles)
-
-
-def makeCluster(config, broker) -> ClusterService:
-    replicaManager = getattr(broker, "replicaManager", None)
-    if replicaManager is None:
-        replicaManager = RolesOnlyReplicaManager()
-    cluster = ClusterService(config, broker.advertisedListeners, CoordinatorMover(replicaManager, broker))
+    cluster = ClusterService(config, advertisedListeners, CoordinatorMover(replicaManager))
     # (service.useLogManager gives the replica manager the cluster as its
     # IAlterIsr and IBrokerDirectory.)
     # Idempotent and transactional producers' ids, unique over the cluster.
     cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
-    broker.cluster = cluster
     return cluster
 
 
@@ -104,17 +83,19 @@ class UncleanElection(Reconfigurable):
         self.cluster.setUncleanElection(new["unclean.leader.election.enable"])
 
 
-def startCluster(cluster: ClusterService, broker, logManager) -> None:
+def startCluster(cluster: ClusterService, broker) -> None:
     """
-    Register and read the cluster; its replicas get local logs from now on.
+    Register and read the cluster; its replicas get local logs from now on,
+    and the broker's coordinators follow the leaders of their topics.
 
+    @param broker: the L{kafkatwist.broker.BrokerServices}.
     @raise kafkatwist.cluster.service.ClusterStartError: ZooKeeper unreachable, or this id registered by a
         live broker.
     """
     # The broker's advertised listeners carry the bound ports by now.
     cluster.advertisedListeners = list(broker.advertisedListeners)
-    cluster.logManager = logManager
-    cluster.replicaManager.start()
+    cluster.logManager = broker.logManager
+    cluster.replicaManager.start(broker)
     cluster.start()
 
 
@@ -132,6 +113,4 @@ def stopCluster(cluster: ClusterService) -> None:
     the coordinator loader.
     """
     cluster.stop()
-    stop = getattr(cluster.replicaManager, "stop", None)
-    if stop is not None:
-        stop()
+    cluster.replicaManager.stop()

@@ -340,7 +340,10 @@ class PartitionState:
     """
     A partition's C{state} znode (Kafka's C{LeaderIsrAndControllerEpoch});
     C{zkVersion} is the znode's version, the partition epoch every
-    conditional write of it names.
+    conditional write of it names; C{mzxid} the transaction that last
+    wrote it (0: not known), compared with a broker's registration (its
+    broker epoch, that znode's czxid): a broker registered after the state
+    was last written is not the one the state names.
     """
 
     leader: int
@@ -348,6 +351,7 @@ class PartitionState:
     isr: tuple[int, ...]
     controllerEpoch: int
     zkVersion: int = -1
+    mzxid: int = 0
 
 
 def encodeState(state: PartitionState) -> bytes:
@@ -360,12 +364,12 @@ def encodeState(state: PartitionState) -> bytes:
     })
 
 
-def decodeState(topic: str, partition: int, data: bytes, zkVersion: int) -> PartitionState:
+def decodeState(topic: str, partition: int, data: bytes, zkVersion: int, mzxid: int = 0) -> PartitionState:
     value = _load(data, f"state of {topic}-{partition}")
     try:
         return PartitionState(
             int(value["leader"]), int(value["leader_epoch"]),
-            tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]), zkVersion,
+            tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]), zkVersion, mzxid,
         )
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"state of {topic}-{partition}: missing or bad fields") from None

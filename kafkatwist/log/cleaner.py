@@ -26,8 +26,11 @@ Which log, and how much of it:
   - beyond Kafka: a log whose cleaned tombstones reached their delete
     horizon is cleaned again even if nothing else is dirty, so tombstones
     do go once C{delete.retention.ms} has passed (Kafka waits for the
-    dirty ratio).  The horizons are remembered in memory only: after a
-    restart that wait falls back to Kafka's;
+    dirty ratio).  Only horizons still to come count: a batch kept with a
+    horizon already passed holds nothing a pass would drop, so a log whose
+    horizons have all passed is not due again until new data arrives.  The
+    horizons are remembered in memory only: after a restart that wait
+    falls back to Kafka's;
   - beyond Kafka too: a log whose clean section would merge into half as
     many segments or fewer is cleaned again at once, so the many small
     segments a first pass leaves (it groups segments by their size before

@@ -33,6 +33,7 @@ from crc32c import crc32c
 
 from kafkatwist.log.compaction import (
     AbortedBatches,
+    DELETE_HORIZON_BIT,
     BatchFilter,
     TransactionCleaning,
     batchPayload,
@@ -438,8 +439,11 @@ def _cleanGroup(group, sink, filter_, open_, chunkSize, throttler, checkDone, ta
     """
     Filter the segments of C{group} into C{sink}.
 
-    @return: the earliest delete horizon of the batches written, or
-        C{None}.
+    @return: the earliest delete horizon still to come of the batches
+        written, or C{None}: one this pass gave, or one in the future.  A
+        batch kept with a horizon already passed holds nothing a later pass
+        would drop (this one dropped what it could), so it does not make
+        the log due again: the cleaner converges.
     """
     earliest = None
     interval = task.indexIntervalBytes
@@ -459,8 +463,13 @@ def _cleanGroup(group, sink, filter_, open_, chunkSize, throttler, checkDone, ta
                 data = retained.data
                 if data is None:
                     continue
-                if retained.horizon is not None and (earliest is None or retained.horizon < earliest):
-                    earliest = retained.horizon
+                horizon = retained.horizon
+                if (
+                    horizon is not None
+                    and (horizon > task.nowMs or not header[5] & DELETE_HORIZON_BIT)
+                    and (earliest is None or horizon < earliest)
+                ):
+                    earliest = horizon
                 lastOffset = header[0] + header[6]
                 assigned.append(
                     AssignedBatch(

@@ -46,6 +46,7 @@ import threading
 import zlib
 from bisect import bisect_right
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.errors import ErrorCode, KafkaError
@@ -75,7 +76,22 @@ from kafkatwist.protocol.markers import MarkerError, buildMarkerBatch, readMarke
 
 __all__ = ["PartitionLog"]
 
+log = Logger()
+
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+def _segmentText(segment) -> str:
+    """
+    A segment as Kafka's C{LogSegment.toString} writes it (the largest
+    timestamp only if known already: no index is loaded for a log line).
+    """
+    largest = getattr(segment, "_maxTimestamp", None)
+    return (
+        f"LogSegment(baseOffset={segment.baseOffset}, size={segment.size}, "
+        f"lastModifiedTime={segment.lastModifiedMs()}, "
+        f"largestRecordTimestamp={-1 if largest is None else largest})"
+    )
 
 
 @implementer(IPartitionLog)
@@ -152,6 +168,13 @@ class PartitionLog:
         """
         isr = self.inSyncReplicas
         return None if isr is None else len(isr)
+
+    def replicated(self) -> bool:
+        """
+        See L{IPartitionLog.replicated}: the high watermark is pinned (the
+        replica manager publishes it) rather than following the log end.
+        """
+        return self._highWatermark is not None
 
     def __repr__(self) -> str:
         name = f"{self.topic}-{self.partition}"
@@ -989,7 +1012,9 @@ class PartitionLog:
                 self._logStartOffset = offset
                 self._epochsFromStart()
                 self._deleteSegments(
-                    lambda segment, nextBase: nextBase is not None and nextBase <= offset, 0
+                    lambda segment, nextBase: nextBase is not None and nextBase <= offset,
+                    0,
+                    self._startOffsetBreach,
                 )
             return self._logStartOffset
 
@@ -1013,6 +1038,7 @@ class PartitionLog:
                 deleted += self._deleteSegments(
                     lambda segment, _: nowMs - segment.retentionTimestamp() > config.retentionMs,
                     nowMs,
+                    self._retentionMsBreach,
                 )
             if config.retentionBytes >= 0:
                 excess = [self.size - config.retentionBytes]
@@ -1023,18 +1049,68 @@ class PartitionLog:
                         return True
                     return False
 
-                deleted += self._deleteSegments(overSize, nowMs)
+                deleted += self._deleteSegments(overSize, nowMs, self._retentionSizeBreach)
             start = self._logStartOffset
             deleted += self._deleteSegments(
-                lambda segment, nextBase: nextBase is not None and nextBase <= start, nowMs
+                lambda segment, nextBase: nextBase is not None and nextBase <= start,
+                nowMs,
+                self._startOffsetBreach,
             )
             return deleted
 
-    def _deleteSegments(self, predicate, nowMs: int) -> int:
+    # Why segments go, logged at INFO before they do as Kafka's
+    # SegmentDeletionReasons log it.
+
+    def _logIdent(self) -> str:
+        directory = getattr(self, "directory", None)
+        where = f", dir={os.path.dirname(directory)}" if directory else ""
+        return f"[UnifiedLog partition={self.topic}-{self.partition}{where}] "
+
+    def _retentionMsBreach(self, doomed: list) -> None:
+        retentionMs = self.config.retentionMs
+        for segment in doomed:
+            basis = (
+                "the largest record timestamp in the segment"
+                if segment.largestTimestamp > 0
+                else "the last modified time of the segment"
+            )
+            log.info(
+                "{ident}Deleting segment {segment} due to log retention time {ms}ms breach "
+                "based on {basis}",
+                ident=self._logIdent(),
+                segment=_segmentText(segment),
+                ms=retentionMs,
+                basis=basis,
+            )
+
+    def _retentionSizeBreach(self, doomed: list) -> None:
+        size = self.size
+        for segment in doomed:
+            size -= segment.size
+            log.info(
+                "{ident}Deleting segment {segment} due to log retention size {bytes} breach. "
+                "Log size after deletion will be {size}.",
+                ident=self._logIdent(),
+                segment=_segmentText(segment),
+                bytes=self.config.retentionBytes,
+                size=size,
+            )
+
+    def _startOffsetBreach(self, doomed: list) -> None:
+        log.info(
+            "{ident}Deleting segments due to log start offset {start} breach: {segments}",
+            ident=self._logIdent(),
+            start=self._logStartOffset,
+            segments=",".join(_segmentText(segment) for segment in doomed),
+        )
+
+    def _deleteSegments(self, predicate, nowMs: int, reason) -> int:
         """
         Delete the longest run of oldest segments matching
         C{predicate(segment, nextBaseOffset or None)}; an empty active
         segment is never deleted, a non-empty one is rolled first.
+
+        @param reason: C{reason(segments)} logs why they go.
         """
         segments = self._view[1]
         doomed = []
@@ -1049,6 +1125,7 @@ class PartitionLog:
             return 0
         if len(doomed) == len(segments):
             self._roll(nowMs)
+        reason(doomed)
         remaining = self._view[1][len(doomed) :]
         self._setSegments(remaining)
         self._logStartOffset = max(self._logStartOffset, remaining[0].baseOffset)
@@ -1097,6 +1174,13 @@ class PartitionLog:
                 raise
             self._setSegments(segments[:first] + [new] + segments[first + len(old) :])
             self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in old]
+            log.info(
+                "{ident}Deleting segment files {segments}: log cleaning replaced them with "
+                "{cleaned}",
+                ident=self._logIdent(),
+                segments=",".join(_segmentText(segment) for segment in old),
+                cleaned=_segmentText(new),
+            )
             return True
 
     def activeProducers(self) -> list:

@@ -19,14 +19,14 @@ import threading
 import time
 
 from twisted.internet.defer import Deferred
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from kafkatwist.config import TLS_PROTOCOLS
 from kafkatwist.network.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
 from kafkatwist.purgatory import DelayedActions
-from kafkatwist.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, apiName
+from kafkatwist.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, apiName, responseType
 from kafkatwist.protocol.entities import durationMs
 from kafkatwist.quota.store import REQUEST_PERCENTAGE
 from kafkatwist.network.transport import TLS_READ_CHUNK
@@ -37,6 +37,7 @@ from kafkatwist.protocol.codec import (
     decodeRequest,
     encodeResponseFrame,
 )
+from kafkatwist.protocol.errorresponse import errorResponse
 from kafkatwist.protocol.versions import unsupportedApiVersionsBody
 
 log = Logger()
@@ -47,9 +48,19 @@ _QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
 
 class HandlerPool:
-    def __init__(self, channel, broker, numThreads: int, cpus=None) -> None:
+    """
+    @param broker: what answers requests: C{handlerFor(apiKey)} and
+        C{supportedVersions()} (the L{IBroker}; the SocketServer gives it
+        with L{kafkatwist.network.server.SocketServer.serve}).
+    @param clientQuotas: the broker's
+        L{kafkatwist.quota.manager.ClientQuotas} (request_percentage), or
+        C{None}: no request is throttled.
+    """
+
+    def __init__(self, channel, broker, numThreads: int, cpus=None, clientQuotas=None) -> None:
         self.channel = channel
         self.broker = broker
+        self.clientQuotas = clientQuotas
         self.numThreads = numThreads
         self.cpus = cpus
         self._threads: list[threading.Thread] = []
@@ -138,6 +149,7 @@ class HandlerPool:
             send it later.
         """
         header = request.header
+        body = None
         try:
             handler = self.broker.handlerFor(header.apiKey)
             if header.apiKey == API_VERSIONS and not (
@@ -174,22 +186,22 @@ class HandlerPool:
                 quotas.handlerTime(request.context, time.thread_time_ns() - started)
         except Exception:
             self._abandon(request)
-            return self._done(request, self._failed(Failure(), request))
+            return self._done(request, self._failed(Failure(), request, body))
         if isinstance(result, Deferred):
             self._release(request)
             pending = request.context.pending
             if pending is not None:
                 # Fires on the connection's Processor thread, after this.
                 result.addCallbacks(
-                    self._answered, self._answerFailed, (request,), None, (request,)
+                    self._answered, self._answerFailed, (request, body), None, (request, body)
                 )
                 pending.handedOver()
             else:
                 self._legacyDeferred(handler, result)
-                result.addCallbacks(self._later, self._laterFailed, (request,), None, (request,))
+                result.addCallbacks(self._later, self._laterFailed, (request, body), None, (request, body))
             return None
         self._abandon(request)
-        response = self._encode(request, result)
+        response = self._encode(request, result, body)
         if isinstance(result, EncodedResponse) and request.context.securityProtocol in TLS_PROTOCOLS:
             response.chunks = _readSmallRegions(response.chunks, TLS_READ_CHUNK)
         return self._done(request, response)
@@ -213,7 +225,7 @@ class HandlerPool:
 
         @return: the broker's client quotas when the request counts.
         """
-        quotas = getattr(self.broker, "clientQuotas", None)
+        quotas = self.clientQuotas
         if quotas is None or request.header.apiKey in _QUOTA_EXEMPT:
             return None
         if quotas.active(REQUEST_PERCENTAGE):
@@ -221,7 +233,7 @@ class HandlerPool:
             return quotas
         return None
 
-    def _encode(self, request: Request, result) -> Response:
+    def _encode(self, request: Request, result, body=None) -> Response:
         if result is None:
             return Response(request, None)
         throttleMs = getattr(request.context, "throttleMs", 0)
@@ -232,16 +244,44 @@ class HandlerPool:
         try:
             chunks = encodeResponseFrame(header.apiKey, header.apiVersion, header.correlationId, result)
         except Exception:
-            return self._failed(Failure(), request)
+            return self._failed(Failure(), request, body)
         return Response(request, chunks)
 
-    def _failed(self, failure: Failure, request: Request) -> Response:
+    def _failed(self, failure: Failure, request: Request, body=None) -> Response:
+        """
+        A handler raised (or failed to be encoded): as Kafka does, answer
+        UNKNOWN_SERVER_ERROR for everything the request named and keep the
+        connection; one line says so, the traceback is at debug.  Only a
+        request with no error response (undecoded, Produce acks=0) closes
+        its connection.
+        """
+        header = request.header
+        api = apiName(header.apiKey)
+        error = f"{failure.type.__name__}: {failure.getErrorMessage()}"
         log.failure(
             "Handler for {api} v{version} failed on {context}",
             failure,
-            api=apiName(request.header.apiKey),
-            version=request.header.apiVersion,
+            level=LogLevel.debug,
+            api=api,
+            version=header.apiVersion,
             context=request.context,
+        )
+        chunks = None
+        if body is not None:
+            try:
+                entity = errorResponse(responseType(header.apiKey, header.apiVersion), body)
+                chunks = encodeResponseFrame(header.apiKey, header.apiVersion, header.correlationId, entity)
+            except Exception as e:
+                log.debug("No error response for {api}: {e}", api=api, e=e)
+        if chunks is not None:
+            log.error(
+                "Handler for {api} v{version} failed on {context}: {error}; answered UNKNOWN_SERVER_ERROR",
+                api=api, version=header.apiVersion, context=request.context, error=error,
+            )
+            return Response(request, chunks)
+        log.error(
+            "Handler for {api} v{version} failed on {context}: {error}; closing the connection",
+            api=api, version=header.apiVersion, context=request.context, error=error,
         )
         return Response(request, None, close=True, reason=f"handler error: {failure.getErrorMessage()}")
 
@@ -267,22 +307,22 @@ class HandlerPool:
             handler=name,
         )
 
-    def _answered(self, result, request: Request) -> None:
+    def _answered(self, result, request: Request, body=None) -> None:
         # In the Processor's thread (a pending response fires there).
         request.completedAt = time.monotonic()
-        request.connection.sendResponse(self._encode(request, result))
+        request.connection.sendResponse(self._encode(request, result, body))
 
-    def _answerFailed(self, failure: Failure, request: Request) -> None:
+    def _answerFailed(self, failure: Failure, request: Request, body=None) -> None:
         request.completedAt = time.monotonic()
-        request.connection.sendResponse(self._failed(failure, request))
+        request.connection.sendResponse(self._failed(failure, request, body))
 
-    def _later(self, result, request: Request) -> None:
+    def _later(self, result, request: Request, body=None) -> None:
         request.completedAt = time.monotonic()
-        request.processor.sendResponse(self._encode(request, result))
+        request.processor.sendResponse(self._encode(request, result, body))
 
-    def _laterFailed(self, failure: Failure, request: Request) -> None:
+    def _laterFailed(self, failure: Failure, request: Request, body=None) -> None:
         request.completedAt = time.monotonic()
-        request.processor.sendResponse(self._failed(failure, request))
+        request.processor.sendResponse(self._failed(failure, request, body))
 
 
 def _readSmallRegions(chunks, budget: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
+from typing import Any
 
 from twisted.internet import defer, threads
 from twisted.logger import Logger
@@ -34,19 +35,30 @@ SWITCH_INTERVAL = 0.001
 
 class SocketServer:
     """
+    Built and bound before the data directory is opened (so a port in use
+    leaves it as it was), from the broker's early parts; the services whose
+    handlers answer requests come later, once, with L{serve} (Kafka's
+    C{enableRequestProcessing}), before L{start}.
+
     @param mainReactor: the global reactor, which runs the Acceptors (and
         nothing else of the network layer).
-    @param broker: the L{IBroker} whose handlers serve requests.
+    @param parts: the L{kafkatwist.broker.BrokerParts} (credentials, client
+        quotas, the handler threads' hook).
     """
 
-    def __init__(self, config, broker, mainReactor) -> None:
+    #: the L{IBroker} whose handlers serve requests (set by L{serve})
+    broker: Any
+
+    def __init__(self, config, parts, mainReactor) -> None:
         self.config = config
-        self.broker = broker
+        self.parts = parts
         self.mainReactor = mainReactor
         self.listeners = config.listeners
         self.maxRequestSize = config["socket.request.max.bytes"]
         self.idleTimeout = config["connections.max.idle.ms"] / 1000.0
-        self.supportedVersions = broker.supportedVersions()
+        #: ApiKey -> (min, max) of the handlers (filled by L{serve}; the
+        #: Processors share this dict)
+        self.supportedVersions: dict = {}
         self.requestLog = config["request.logging.enable"]
         self.memoryPool = MemoryPool(config["queued.max.request.bytes"])
         # Requests per hand-off: small enough that a handler blocked on disk
@@ -61,10 +73,9 @@ class SocketServer:
             clock=lambda: int(mainReactor.seconds() * 1000),
         )
         # The ip entities' connection_creation_rate (AlterClientQuotas).
-        clientQuotas = getattr(broker, "clientQuotas", None)
-        if clientQuotas is not None:
-            clientQuotas.store.listeners.append(self.quotas.quotasChanged)
-            self.quotas.quotasChanged(clientQuotas.store.quotas())
+        clientQuotas = parts.clientQuotas
+        clientQuotas.store.listeners.append(self.quotas.quotasChanged)
+        self.quotas.quotasChanged(clientQuotas.store.quotas())
         #: client certificate -> principal (ssl.principal.mapping.rules)
         self.sslPrincipalBuilder = SslPrincipalBuilder(config["ssl.principal.mapping.rules"])
         #: TLS listener name -> its context factory (replaced by a dynamic
@@ -86,11 +97,20 @@ class SocketServer:
         self.retiredStats: list = []
         self.started = False
         self.handlerPool = HandlerPool(
-            self.channel, broker, config["num.io.threads"], cpus=self.requestThreadCpus
+            self.channel, None, config["num.io.threads"], cpus=self.requestThreadCpus,
+            clientQuotas=clientQuotas,
         )
         self.acceptors: list[Acceptor] = []
         self._lock = threading.Lock()
         self.connectionsByListener: Counter[str] = Counter()
+
+    def serve(self, broker) -> None:
+        """
+        Answer requests with C{broker}'s handlers (its registry is built).
+        """
+        self.broker = broker
+        self.handlerPool.broker = broker
+        self.supportedVersions.update(broker.supportedVersions())
 
     def tlsContextFactoryFor(self, listenerName: str):
         return self.tlsContextFactories.get(listenerName)
@@ -103,7 +123,7 @@ class SocketServer:
         """
         return (
             self.config.saslMechanisms(listener.name),
-            self.broker.scramCredentials,
+            self.parts.scramCredentials,
             self.config["connections.max.reauth.ms"],
         )
 
@@ -146,9 +166,7 @@ class SocketServer:
             processor.start()
         self.started = True
         self.handlerPool.start()
-        useHandlerThreads = getattr(self.broker, "useHandlerThreads", None)
-        if useHandlerThreads is not None:
-            useHandlerThreads(self.channel.sendCall)
+        self.parts.handlerCalls.use(self.channel.sendCall)
         for acceptor in self.acceptors:
             acceptor.startListening()
 
@@ -237,6 +255,4 @@ class SocketServer:
             log.warn("Some request handler threads did not stop in time")
         # Nothing takes calls off the channel any more: what still comes
         # (shutdown work) runs where it is asked.
-        useHandlerThreads = getattr(self.broker, "useHandlerThreads", None)
-        if useHandlerThreads is not None:
-            useHandlerThreads(None)
+        self.parts.handlerCalls.use(None)

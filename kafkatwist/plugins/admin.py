@@ -135,7 +135,7 @@ def _requestLimitError(broker, requested: int) -> KafkaError | None:
 
     @return: the error to answer every topic with, or C{None}.
     """
-    config = getattr(broker, "config", None)
+    config = broker.config
     limit = config.get("max.partitions.per.request") if hasattr(config, "get") else None
     if limit is None:
         limit = KEYS["max.partitions.per.request"].defaultValue()
@@ -163,7 +163,7 @@ def _cluster(broker):
     The broker's L{kafkatwist.cluster.service.ClusterService}, or C{None}
     for a broker that is a cluster of one.
     """
-    return getattr(broker, "cluster", None)
+    return broker.cluster
 
 
 def _registered(broker) -> frozenset:
@@ -517,7 +517,7 @@ class DeleteTopicsHandler(Handler):
                 )
             )
 
-        config = getattr(self.broker, "config", None)
+        config = self.broker.config
         if config is not None and not config["delete.topic.enable"]:
             code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
             for name, topicId in wanted:
@@ -637,7 +637,7 @@ class DeleteTopicsHandler(Handler):
     def _wakeFetches(self, name: str, numPartitions: int) -> None:
         # Long-poll fetches parked on the deleted partitions answer now
         # (with UNKNOWN_TOPIC_OR_PARTITION) rather than at their timeout.
-        purgatory = getattr(self.broker, "fetchPurgatory", None)
+        purgatory = self.broker.fetchPurgatory
         if purgatory is None:
             return
         for partition in range(numPartitions):
@@ -771,7 +771,7 @@ class DeleteRecordsHandler(Handler):
         TopicResult = nested(cls, "DeleteRecordsTopicResult")
         PartitionResult = nested(cls, "DeleteRecordsPartitionResult")
         logManager = self.broker.logManager
-        replicaManager = getattr(self.broker, "replicaManager", None)
+        replicaManager = self.broker.replicaManager
         results = []
         waiting = []
         for topic in request.topics:
@@ -911,7 +911,7 @@ class DescribeClusterHandler(Handler):
                     broker_id=broker.nodeId,
                     host=endpoint.host,
                     port=endpoint.port,
-                    rack=None,
+                    rack=broker.config["broker.rack"],
                     is_fenced=False,
                 ),
             )

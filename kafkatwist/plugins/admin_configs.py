@@ -123,10 +123,10 @@ def _layers(broker) -> list:
     L{kafkatwist.dynamicconfig.DynamicBrokerConfig} layers, or for a broker
     without one its static settings and the registry's defaults.
     """
-    dynamic = getattr(broker, "dynamicConfig", None)
+    dynamic = broker.dynamicConfig
     if dynamic is not None:
         return dynamic.layers()
-    config = getattr(broker, "config", None)
+    config = broker.config
     explicit = frozenset(getattr(config, "explicit", ())) if config is not None else frozenset()
     raw = dict(getattr(config, "raw", {})) if config is not None else {}
     defaults = {name: key.default for name, key in BROKER_KEYS.items() if key.default is not None}
@@ -167,7 +167,7 @@ def describeTopic(broker, name: str) -> list[ConfigDescription]:
 
     @raise KafkaError: UNKNOWN_TOPIC_OR_PARTITION.
     """
-    cluster = getattr(broker, "cluster", None)
+    cluster = broker.cluster
     if cluster is not None:
         image = cluster.image
         if name not in image.topics or name in image.deleting:
@@ -459,7 +459,7 @@ class _AlterConfigsBase(Handler):
             raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
         changes = self._changes(name, resource.configs)
         logManager = self.broker.logManager
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is not None:
             self._alterInCluster(cluster, name, changes, validateOnly)
             return
@@ -594,7 +594,7 @@ class AlterConfigsHandler(_AlterConfigsBase):
         for config in configs:
             if config.name not in TOPIC_CONFIGS:
                 raise unknownTopicConfig(config.name)
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is not None:
             overrides = cluster.image.configs.get(topic, {})
         else:

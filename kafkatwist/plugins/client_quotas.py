@@ -211,7 +211,7 @@ class FetchQuotaHandler(Handler):
 
     def handle(self, context, request):
         result = self.wrapped.handle(context, request)
-        quotas = getattr(self.broker, "clientQuotas", None)
+        quotas = self.broker.clientQuotas
         if quotas is None:
             return result
         bytesQuota = quotas.active(CONSUMER_BYTE_RATE)

@@ -36,7 +36,7 @@ class ElectLeadersHandler(Handler):
             return self._answer(cls, ErrorCode.cluster_authorization_failed, [
                 (t, p, ErrorCode.cluster_authorization_failed, None) for t, p in wanted or ()
             ])
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is None:
             return self._answer(cls, ErrorCode.none, self._single(wanted))
         def timedOut():

@@ -43,11 +43,15 @@ from kafkatwist.protocol.fetch import (
 )
 from kafkatwist.purgatory import DelayedOperation
 from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
+from kafkatwist.replication.state import FOLLOWER
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
 READ_COMMITTED = 1
 SESSIONS_FROM = 7
+#: KIP-392: a consumer's fetch carries its rack (Kafka's ClientMetadata),
+#: may be served by a follower, and may be told a preferred read replica
+CLIENT_METADATA_FROM = 11
 #: a follower fetch refused CLUSTER_ACTION: every partition answers
 #: TOPIC_AUTHORIZATION_FAILED
 REFUSED_REPLICA = -1000
@@ -58,7 +62,9 @@ class _Wanted:
     One partition a fetch asks for.
     """
 
-    __slots__ = ("topic", "key", "partition", "offset", "maxBytes", "log", "error", "throttle")
+    __slots__ = (
+        "topic", "key", "partition", "offset", "maxBytes", "log", "error", "throttle", "preferred",
+    )
 
     def __init__(self, topic, key, partition, offset, maxBytes, log, error):
         self.topic = topic
@@ -71,6 +77,9 @@ class _Wanted:
         #: a follower's fetch of a partition this leader throttles: its
         #: L{kafkatwist.replication.quota.LeaderThrottle}
         self.throttle = None
+        #: the replica a consumer should read this partition from
+        #: (KIP-392), when not this leader: nothing is read
+        self.preferred = None
 
 
 class FetchHandler(Handler):
@@ -108,7 +117,9 @@ class FetchHandler(Handler):
             request.session_id != INVALID_SESSION_ID or request.session_epoch != FINAL_EPOCH
         ):
             return self._sessionFetch(context, request, version, replicaId)
-        plan = self._plan(version, _entries(version, request), context, replicaId)
+        plan = self._plan(
+            version, _entries(version, request), context, replicaId, _clientRack(request, version)
+        )
         return self._fetch(context, request, version, plan, replicaId)
 
     def _fetch(self, context, request, version, plan, replicaId, session=None, pending=None):
@@ -157,7 +168,9 @@ class FetchHandler(Handler):
                         encodeFetchResponse(version, [], session.errorCode, INVALID_SESSION_ID)
                     )
                 else:
-                    plan = self._plan(version, session.entries, context, replicaId)
+                    plan = self._plan(
+                        version, session.entries, context, replicaId, _clientRack(request, version)
+                    )
                     self._fetch(context, request, version, plan, replicaId, session, pending)
             except Exception:
                 pending.complete(Failure())
@@ -235,16 +248,27 @@ class FetchHandler(Handler):
         return encodeFetchResponse(version, topics)
 
     def _plan(
-        self, version, entries, context, replicaId=-1
+        self, version, entries, context, replicaId=-1, clientRack=None
     ) -> list[tuple[object, list[_Wanted]]]:
         """
         @param entries: C{(topic key, partition, fetch offset, max bytes,
             current leader epoch)} (see L{_entries}); runs of one topic
             become one topic of the answer.
+        @param clientRack: a consumer's C{rack_id} (v11+).
         """
         logManager = self.broker.logManager
         authorizer = self.authorizer
-        quotas = getattr(self.broker, "replicationQuotas", None) if replicaId >= 0 else None
+        quotas = self.broker.replicationQuotas if replicaId >= 0 else None
+        # Kafka's fetchOnlyFromLeader is false for a consumer's fetch with
+        # client metadata: a follower serves it up to its high watermark.
+        fromAnyReplica = replicaId < 0 and version >= CLIENT_METADATA_FROM
+        replicaManager = self.broker.replicaManager if fromAnyReplica else None
+        selecting = (
+            replicaManager is not None
+            and bool(clientRack)
+            and getattr(replicaManager, "replicaSelector", None) is not None
+        )
+        nowMs = _nowMs(context.clock) if selecting else 0
         byId = None
         plan = []
         previous = _NO_TOPIC
@@ -276,7 +300,9 @@ class FetchHandler(Handler):
             if log is not None:
                 # KIP-320 fencing and leadership: two attribute reads.
                 if epoch != NO_EPOCH or not log.isLeader:
-                    error = checkReplica(log, epoch)
+                    error = checkReplica(
+                        log, epoch, not (fromAnyReplica and self._following(name, partition))
+                    )
                     if error is not None:
                         log = None
             wanted.append(
@@ -292,7 +318,22 @@ class FetchHandler(Handler):
             )
             if quotas is not None and log is not None:
                 wanted[-1].throttle = quotas.leaderThrottle(log, partition, replicaId)
+            if selecting and log is not None and log.isLeader:
+                wanted[-1].preferred = replicaManager.findPreferredReadReplica(
+                    log, offset, clientRack, context.listenerName, nowMs
+                )
         return plan
+
+    def _following(self, topic, partition) -> bool:
+        """
+        Whether this broker follows the partition (the replica manager
+        published that role): only then does it serve a consumer.
+        """
+        replicaManager = self.broker.replicaManager
+        if replicaManager is None:
+            return False
+        role = replicaManager.leaderEpochs().get((topic, partition))
+        return role is not None and role[0] == FOLLOWER
 
     @staticmethod
     def _read(plan, maxBytes, readCommitted, fromFollower=False):
@@ -302,7 +343,8 @@ class FetchHandler(Handler):
         data may exceed both by one batch, so a consumer never stalls on a
         batch larger than its limits.
 
-        @return: (topics for the encoder, bytes read, whether any error).
+        @return: (topics for the encoder, bytes read, whether to answer
+            now: an error, or a partition with a preferred read replica).
         """
         remaining = maxBytes
         total = 0
@@ -316,6 +358,17 @@ class FetchHandler(Handler):
                 log = w.log
                 if log is None:
                     partitions.append(PartitionData(w.partition, w.error))
+                    errors = True
+                    continue
+                if w.preferred is not None:
+                    # Kafka skips the read and answers at once: the
+                    # consumer goes to the preferred replica.
+                    partitions.append(
+                        PartitionData(
+                            w.partition, ErrorCode.none, log.highWatermark, log.lastStableOffset,
+                            log.logStartOffset, b"", aborted, w.preferred,
+                        )
+                    )
                     errors = True
                     continue
                 if w.offset == log.logEndOffset and w.offset >= log.logStartOffset:
@@ -559,6 +612,15 @@ def _grouped(results) -> list[tuple[object, list[PartitionData]]]:
             topics.append((topicKey, partitions))
         partitions.append(data)
     return topics
+
+
+def _clientRack(request, version: int) -> str | None:
+    """
+    A consumer's rack (v11+ C{rack_id}; empty when it has none).
+    """
+    if version >= CLIENT_METADATA_FROM:
+        return getattr(request, "rack_id", None) or None
+    return None
 
 
 def _replicaId(request, version: int) -> int:

@@ -174,14 +174,14 @@ class FindCoordinatorHandler(Handler):
             Kafka's C{Node.noNode()} (-1, "", -1).  In a cluster: the leader
             of the internal topic's partition that holds C{key}.
         """
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is not None and keyType in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             return coordinatorFor(cluster, self.broker.config, keyType, key, listenerName)
         if keyType == KEY_TYPE_GROUP:
             if self.broker.groupCoordinator is None:
                 return (E.coordinator_not_available, -1, "", -1)
         elif keyType == KEY_TYPE_TRANSACTION:
-            if getattr(self.broker, "transactionCoordinator", None) is None:
+            if self.broker.transactionCoordinator is None:
                 return (E.coordinator_not_available, -1, "", -1)
         else:
             # Kafka's CoordinatorType.forId refuses unknown types.

@@ -126,7 +126,7 @@ class InitProducerIdHandler(Handler):
         )
 
     def _producerIds(self) -> ProducerIdManager:
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         return cluster.producerIds if cluster is not None else self.ids
 
     def _transactional(self, context, cls, request, expectedId, expectedEpoch):
@@ -142,7 +142,7 @@ class InitProducerIdHandler(Handler):
             )
 
         transactionalId = request.transactional_id
-        coordinator = getattr(self.broker, "transactionCoordinator", None)
+        coordinator = self.broker.transactionCoordinator
         if coordinator is None:
             return response(InitProducerIdResult(ErrorCode.coordinator_not_available))
         reply = Reply(context, response)

@@ -37,7 +37,7 @@ class MetadataHandler(Handler):
         Partition = nested(cls, "MetadataResponsePartition")
         broker = self.broker
         nodeId = broker.nodeId
-        cluster = getattr(broker, "cluster", None)
+        cluster = broker.cluster
         image = cluster.image if cluster is not None else None
         controllerId = nodeId
         if image is not None:
@@ -49,7 +49,10 @@ class MetadataHandler(Handler):
             known = {name: a for name, a in image.topics.items() if name not in image.deleting}
         else:
             endpoint = broker.advertisedListenerFor(context.listenerName)
-            brokers = (make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port, rack=None),)
+            brokers = (
+                make(Broker, node_id=nodeId, host=endpoint.host, port=endpoint.port,
+                     rack=broker.config["broker.rack"]),
+            )
 
         logManager = broker.logManager
         if image is None:

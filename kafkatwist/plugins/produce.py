@@ -177,7 +177,7 @@ class ProduceHandler(Handler):
                             )
                         )
             results.append((name, partitions))
-        quotas = getattr(self.broker, "clientQuotas", None)
+        quotas = self.broker.clientQuotas
         throttleMs = 0
         if quotas is not None:
             # producer_byte_rate counts the whole request, as Kafka's does.
@@ -281,7 +281,7 @@ class ProduceHandler(Handler):
             pending = context.respondLater()
         else:
             pending = None
-        coordinator = getattr(broker, "transactionCoordinator", None)
+        coordinator = broker.transactionCoordinator
         if coordinator is None:
             for tp in unverified:
                 verified[tp] = E.not_enough_replicas

@@ -51,7 +51,7 @@ class AlterPartitionReassignmentsHandler(Handler):
             code = ErrorCode.cluster_authorization_failed
             return self._answer(cls, code, "Cluster authorization failed.",
                                 [(t, p, code, None) for t, p, _ in wanted])
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is None:
             return self._answer(cls, ErrorCode.none, None, self._single(wanted))
         def timedOut():
@@ -125,7 +125,7 @@ class ListPartitionReassignmentsHandler(Handler):
         cls = responseType(LIST_PARTITION_REASSIGNMENTS, context.apiVersion)
         if not self.allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
             return self._answer(cls, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.", [])
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is None:
             return self._answer(cls, ErrorCode.none, None, [])
         image = cluster.image

@@ -85,7 +85,7 @@ class _TxnHandler(Handler):
 
     @property
     def coordinator(self):
-        return getattr(self.broker, "transactionCoordinator", None)
+        return self.broker.transactionCoordinator
 
     def partitionExists(self, topic: str, partition: int) -> bool:
         logManager = self.broker.logManager

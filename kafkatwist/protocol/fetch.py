@@ -46,6 +46,8 @@ class PartitionData:
     logStartOffset: int = -1
     records: object = b""
     abortedTransactions: tuple | None = None
+    #: v11+: the replica the consumer should fetch from (KIP-392), -1: none
+    preferredReadReplica: int = -1
 
     @property
     def size(self) -> int:
@@ -92,7 +94,7 @@ def encodeFetchResponse(
                     if flexible:
                         out += b"\x00"
             if version >= 11:
-                out += b"\xff\xff\xff\xff"  # preferred_read_replica = -1
+                out += INT32.pack(p.preferredReadReplica)
             records = p.records
             size = p.size
             writeLength(out, size, flexible, INT32)

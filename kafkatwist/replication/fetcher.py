@@ -98,6 +98,20 @@ def truncationOffset(log, leaderEpoch: int, leaderEndOffset: int) -> tuple[int, 
     return min(leaderEndOffset, followerEnd, end), True
 
 
+def leaderLostData(log, currentLeaderEpoch: int, leaderEpoch: int, leaderEndOffset: int) -> bool:
+    """
+    Whether the leader's answer for its own (current) epoch ends below
+    what this follower holds of that epoch: records of an epoch come only
+    from its leader, so that leader lost some (a crash cut its log, and it
+    leads in the same epoch as before).  Truncating to it would drop
+    records that may be acknowledged.
+    """
+    if leaderEpoch != currentLeaderEpoch or leaderEndOffset == UNDEFINED_OFFSET:
+        return False
+    followerEpoch, followerEnd = log.epochs.endOffsetFor(leaderEpoch, log.logEndOffset)
+    return followerEpoch == leaderEpoch and leaderEndOffset < min(followerEnd, log.logEndOffset)
+
+
 class ReplicaFetcher:
     """
     @param directory: an L{IBrokerDirectory} (the leader's address).
@@ -111,6 +125,9 @@ class ReplicaFetcher:
     """
 
     quota = None
+    #: C{wake(key)}: re-check what waits on a partition whose high
+    #: watermark moved here (a consumer's fetch from this follower)
+    wake = None
 
     def __init__(
         self,
@@ -291,9 +308,23 @@ class ReplicaFetcher:
             if error != ErrorCode.none:
                 self._onError(state, error)
                 continue
-            offset, complete = truncationOffset(
-                state.log, int(answer.leader_epoch), int(answer.end_offset)
-            )
+            answerEpoch, answerEnd = int(answer.leader_epoch), int(answer.end_offset)
+            if leaderLostData(state.log, state.leaderEpoch, answerEpoch, answerEnd):
+                # Only the leader of an epoch writes in it: a leader
+                # with less of its own epoch than this replica lost
+                # data (it restarted without its unflushed tail and
+                # still believes it leads).  What this replica holds may
+                # be acknowledged: keep it, and wait for the controller
+                # to elect a leader in a newer epoch.
+                log.warn(
+                    "{topic}-{partition}: leader {leader} ends epoch {epoch} at {offset}, below "
+                    "this replica's {end}: it lost data; not truncating, waiting for a new leader",
+                    topic=state.key[0], partition=state.key[1], leader=self.sourceId,
+                    epoch=answerEpoch, offset=answerEnd, end=state.log.logEndOffset,
+                )
+                state.delayedUntil = self._now() + max(self.backoff, 1.0)
+                continue
+            offset, complete = truncationOffset(state.log, answerEpoch, answerEnd)
             self._truncateTo(state, offset, complete)
 
     def _truncateTo(self, state: FetchState, offset: int, complete: bool = True) -> None:
@@ -403,7 +434,11 @@ class ReplicaFetcher:
             leaderStart = int(p.log_start_offset)
             if partitionLog.logStartOffset < leaderStart <= end:
                 partitionLog.deleteRecordsBefore(leaderStart)
-            partitionLog.setHighWatermark(min(int(p.high_watermark), end))
+            hw = min(int(p.high_watermark), end)
+            moved = hw != partitionLog.highWatermark
+            partitionLog.setHighWatermark(hw)
+        if moved and self.wake is not None:
+            self.wake(state.key)
 
     def _outOfRange(self, connection, state: FetchState) -> None:
         """

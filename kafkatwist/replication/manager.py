@@ -55,6 +55,7 @@ from kafkatwist.errors import KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint
 from kafkatwist.replication.fetcher import ReplicaFetcher
+from kafkatwist.replication.selector import RACK_AWARE, ReplicaView, selectReplica
 from kafkatwist.replication.state import FOLLOWER, LEADER, UNKNOWN, PartitionReplicas
 
 __all__ = ["REPLICATION_OFFSET", "LocalAlterIsr", "ReplicaManager", "StaticDirectory"]
@@ -87,6 +88,9 @@ class StaticDirectory:
 
     def aliveBrokers(self):
         return frozenset(self.endpoints)
+
+    def rack(self, brokerId):
+        return None
 
 
 def _wallMs() -> int:
@@ -148,6 +152,14 @@ class ReplicaManager:
         #: the follower side's L{kafkatwist.replication.quota.ReplicationQuota}
         #: its fetchers count throttled bytes against (C{None}: none)
         self.followerQuota = None
+        #: C{replica.selector.class} (KIP-392), C{None}: consumers read
+        #: from the leader
+        self.replicaSelector = config.get("replica.selector.class")
+        #: (topic, partition) led here -> C{((broker id, log end offset,
+        #: log start offset, last caught up ms), ...)} of its followers,
+        #: published by the owner (only with a rack-aware selector) for
+        #: L{findPreferredReadReplica}
+        self._followerViews: dict = {}
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -234,6 +246,35 @@ class ReplicaManager:
 
     # -- the data plane (handler threads) ---------------------------------------------------
 
+    def findPreferredReadReplica(self, partitionLog, fetchOffset: int, clientRack, listenerName, nowMs: int):
+        """
+        Kafka's C{ReplicaManager.findPreferredReadReplica} for a consumer's
+        fetch (v11+) of a partition led here: the replica the
+        C{replica.selector.class} prefers (L{kafkatwist.replication.selector}),
+        or C{None} for this leader.  Any thread: it reads what the owner
+        published.
+        """
+        if self.replicaSelector != RACK_AWARE or not clientRack or not partitionLog.isLeader:
+            return None
+        views = self._followerViews.get((partitionLog.topic, partitionLog.partition))
+        if not views:
+            return None
+        directory = self.directory
+        rackOf = getattr(directory, "rack", lambda brokerId: None)
+        isr = partitionLog.inSyncReplicas
+        leader = ReplicaView(self.brokerId, rackOf(self.brokerId), partitionLog.logEndOffset, 0)
+        candidates = [leader]
+        for brokerId, logEndOffset, logStartOffset, lastCaughtUpMs in views:
+            if (
+                brokerId in isr
+                and logStartOffset <= fetchOffset <= logEndOffset
+                and directory.endpoint(brokerId, listenerName) is not None
+            ):
+                candidates.append(
+                    ReplicaView(brokerId, rackOf(brokerId), logEndOffset, nowMs - lastCaughtUpMs)
+                )
+        return selectReplica(self.replicaSelector, clientRack, leader, candidates)
+
     def recordFollowerFetch(self, replicaId: int, fetched) -> None:
         """
         A follower fetched: C{fetched} is C{[(key, fetchOffset,
@@ -295,6 +336,7 @@ class ReplicaManager:
         start = p.log.becomeLeader(leaderEpoch)
         p.makeLeader(leaderEpoch, isr, replicas, partitionEpoch, start, self.nowMs())
         p.log.inSyncReplicas = p.isr
+        self._publishFollowers(p)
         self._updateLowWatermark(p)
         log.info(
             "{topic}-{partition}: leader in epoch {epoch} from offset {offset}, ISR {isr}",
@@ -315,6 +357,7 @@ class ReplicaManager:
         p.log.becomeFollower(leaderEpoch)
         p.makeFollower(leaderId, leaderEpoch, replicas, partitionEpoch)
         p.log.inSyncReplicas = frozenset()
+        self._publishFollowers(p)
         self._updateLowWatermark(p)
         log.info(
             "{topic}-{partition}: following broker {leader} in epoch {epoch}",
@@ -331,6 +374,7 @@ class ReplicaManager:
         p = self._partitions.pop(key, None)
         self._removeFetcher(key)
         self._followersLogStart.pop(key, None)
+        self._followerViews.pop(key, None)
         if p is not None:
             p.log.isLeader = False
             p.log.inSyncReplicas = frozenset()
@@ -357,6 +401,9 @@ class ReplicaManager:
             )
             # The follower's replication throttle (follower.replication.throttled.*).
             fetcher.quota = self.followerQuota
+            # A consumer fetching from this follower (KIP-392) waits for
+            # its high watermark.
+            fetcher.wake = self.wake
             self._fetchers[(leaderId, index)] = fetcher
             fetcher.start()
         return fetcher
@@ -386,9 +433,24 @@ class ReplicaManager:
             if logStartOffset is not None and logStartOffset != follower.logStartOffset:
                 follower.logStartOffset = logStartOffset
                 self._updateLowWatermark(p)
+            self._publishFollowers(p)
             self._maybeAdvanceHighWatermark(p)
             if p.pendingIsr is None and p.canJoinIsr(replicaId, p.log.highWatermark):
                 self._alter(p, p.isr | {replicaId})
+
+    def _publishFollowers(self, p: PartitionReplicas) -> None:
+        """
+        Publish the followers' progress for L{findPreferredReadReplica}
+        (only where a selector reads it).
+        """
+        if self.replicaSelector != RACK_AWARE:
+            return
+        if p.role != LEADER:
+            self._followerViews.pop(p.key, None)
+            return
+        self._followerViews[p.key] = tuple(
+            (r, f.logEndOffset, f.logStartOffset, f.lastCaughtUpMs) for r, f in p.followers.items()
+        )
 
     def _maybeAdvanceHighWatermark(self, p: PartitionReplicas) -> None:
         partitionLog = p.log

@@ -200,7 +200,11 @@ def test_paused_controller_is_deposed_and_rejoins(cluster):
     # Woken, it finds its session gone: it registers again and follows the
     # new controller instead of acting as one.
     waitUntil(lambda: controller in other.list_topics(timeout=10).brokers, timeout=60, what="re-registered")
-    md = cluster.admin(controller).list_topics(timeout=10)
+    # Registered, it reads the cluster next: until then it knows no
+    # controller (-1), never itself.
+    woken = cluster.admin(controller)
+    waitUntil(lambda: woken.list_topics(timeout=10).controller_id != -1, timeout=60, what="a controller known")
+    md = woken.list_topics(timeout=10)
     assert md.controller_id in survivors
     assert "New ZooKeeper session" in paused.output()
 

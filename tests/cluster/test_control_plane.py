@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from kafkatwist.cluster import zkdata as Z
 from kafkatwist.cluster.controller import PREFERRED, UNCLEAN
@@ -94,6 +95,28 @@ def test_registration_and_controller(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_rack_aware_assignment(cluster):
+    """
+    With broker.rack registered, new partitions' replicas go to different
+    racks, as Kafka's AdminUtils places them; one broker without a rack
+    among racked ones is refused as Kafka refuses it.
+    """
+    a = cluster(1, **{"broker.rack": "a"})
+    b = cluster(2, **{"broker.rack": "a"})
+    c = cluster(3, **{"broker.rack": "b"})
+    waitUntil(lambda: a.image.live() == {1, 2, 3}, what="three live brokers")
+    for _ in range(5):
+        assignment = a.service.assign(6, 2)
+        assert all(sorted({1: "a", 2: "a", 3: "b"}[r] for r in replicas) == ["a", "b"]
+                   for replicas in assignment.values())
+    d = cluster(4)
+    waitUntil(lambda: a.image.live() == {1, 2, 3, 4}, what="four live brokers")
+    with pytest.raises(Exception) as e:
+        a.service.assign(1, 1)
+    assert e.value.code == ErrorCode.unknown_server_error
+    d.stop()
 
 
 def test_topic_leaders_and_failover(cluster):
@@ -383,3 +406,67 @@ def test_broker_configs_and_change_notifications(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_a_watched_read_that_fails_is_read_again(cluster):
+    """
+    Issue 30: a read a watch asked for failed on ZooKeeper (the connection
+    dropped under load) and the watch it would have set again was lost:
+    the controller never heard of the next broker to go, whose partitions
+    then had no leader for good.  Now the failure is one line and the
+    broker reads everything again (watches set anew).
+    """
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    call(a.service.createTopic, "w", {0: (2, 1)}, {})
+    waitUntil(lambda: a.image.leader("w", 0) == 2, what="broker 2 leads w-0")
+    assert a.service.controller.active
+    real = a.service.zk.get_children
+    failed = []
+
+    def droppedOnce(path, *args, **kw):
+        if path == Z.BROKER_IDS and not failed:
+            failed.append(path)
+            raise ConnectionLoss()
+        return real(path, *args, **kw)
+
+    a.service.zk.get_children = droppedOnce
+    cluster(3)  # the controller's watch on /brokers/ids fires; its read fails
+    waitUntil(lambda: failed, what="the failed read")
+    waitUntil(lambda: a.image.live() == {1, 2, 3}, what="broker 3 seen after all")
+    b.stop()
+    waitUntil(lambda: a.image.leader("w", 0) == 1, what="a new leader of w-0")
+
+
+def test_a_restarted_broker_leads_only_when_the_controller_elects_it_again():
+    """
+    Issue 30: ZooKeeper still names the restarted broker leader, in the
+    leader epoch of its previous life (the state was written before this
+    registration): it serves nothing (follows no one) until a state
+    written after its registration names it leader in a newer epoch.
+    """
+    import dataclasses
+
+    from kafkatwist.cluster.image import ClusterImage, freeze
+
+    node = Node("127.0.0.1:1/unused", 2)
+    service = node.service
+    service._brokerEpoch = 200
+    assignment = Z.TopicAssignment("t", None, {0: (2, 1, 3)})
+    old = Z.PartitionState(2, 4, (2, 1, 3), 1, zkVersion=7, mzxid=100)
+    image = ClusterImage(brokers=freeze({}), topics=freeze({"t": assignment}), states=freeze({("t", 0): old}))
+    service._applyLocal(image)
+    assert node.replicas.roles[("t", 0)] == ("follower", -1, 4, None, 7)
+    # Another write of the same epoch, after the registration (an ISR
+    # change by a controller that has not seen the restart yet): still not.
+    same = dataclasses.replace(old, isr=(2, 1), zkVersion=8, mzxid=300)
+    service._applyLocal(dataclasses.replace(image, states=freeze({("t", 0): same})))
+    assert node.replicas.roles[("t", 0)][0] == "follower"
+    # Elected by the controller: a newer epoch, written after.
+    new = Z.PartitionState(2, 6, (2, 1), 1, zkVersion=9, mzxid=400)
+    service._applyLocal(dataclasses.replace(image, states=freeze({("t", 0): new})))
+    assert node.replicas.roles[("t", 0)] == ("leader", None, 6, (2, 1), 9)
+    # Another broker leads: followed.
+    other = Z.PartitionState(1, 7, (1, 2), 1, zkVersion=10, mzxid=500)
+    service._applyLocal(dataclasses.replace(image, states=freeze({("t", 0): other})))
+    assert node.replicas.roles[("t", 0)] == ("follower", 1, 7, None, 10)

@@ -254,3 +254,51 @@ def test_cancelled_reassignment_returns_to_the_original_replicas():
     assert (effects[0].partitions, effects[0].expectedVersion) == ({0: ((2, 1), (), ())}, 7)
     assert writes(effects) == {("t", 0): (1, 6, (1, 2), 10)}
     assert effects[-1].result == [("t", 0, ErrorCode.none, None)]
+
+
+def restartedImage(live, partitions, states, epochs):
+    return dataclasses.replace(image(live, partitions, states), brokerEpochs=freeze(epochs))
+
+
+def test_a_leader_registered_after_its_state_was_written_is_failed_first():
+    """
+    Issue 30: the leader's broker registered again (a new broker epoch,
+    the czxid of its registration, above the state's last write): it
+    restarted and may have lost its unflushed tail, so another ISR member
+    leads in a new leader epoch and the restarted one leaves the ISR --
+    even though it is registered (live) when the controller looks.
+    """
+    state = PartitionState(1, 4, (1, 2, 3), 5, zkVersion=9, mzxid=100)
+    effects = active().reconcile(0, restartedImage({1, 2, 3}, {0: (1, 2, 3)}, {0: state},
+                                                   {1: 150, 2: 20, 3: 30}))
+    assert writes(effects) == {("t", 0): (2, 5, (2, 3), 9)}
+    # Registered before the state was written: nothing to do.
+    effects = active().reconcile(0, restartedImage({1, 2, 3}, {0: (1, 2, 3)}, {0: state},
+                                                   {1: 90, 2: 20, 3: 30}))
+    assert writes(effects) == {}
+
+
+def test_a_restarted_follower_leaves_the_isr():
+    state = PartitionState(1, 4, (1, 2, 3), 5, zkVersion=9, mzxid=100)
+    effects = active().reconcile(0, restartedImage({1, 2, 3}, {0: (1, 2, 3)}, {0: state},
+                                                   {1: 10, 2: 20, 3: 130}))
+    assert writes(effects) == {("t", 0): (1, 5, (1, 2), 9)}
+
+
+def test_a_restarted_sole_isr_member_is_failed_then_elected_again():
+    """
+    Kafka's onBrokerFailure then onBrokerStartup: with nobody else in the
+    ISR, the partition goes offline (a new epoch), and the restarted
+    broker, its last ISR member, is then elected in a newer one.
+    """
+    state = PartitionState(1, 4, (1,), 5, zkVersion=9, mzxid=100)
+    effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2)}, {0: state}, {1: 150, 2: 20}))
+    assert writes(effects) == {("t", 0): (-1, 5, (1,), 9)}
+    offline = PartitionState(-1, 5, (1,), 5, zkVersion=10, mzxid=160)
+    effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2)}, {0: offline}, {1: 150, 2: 20}))
+    assert writes(effects) == {("t", 0): (1, 6, (1,), 10)}
+    # An offline state written before the broker came back: it is still
+    # the ISR's last member, elected from it.
+    offline = PartitionState(-1, 5, (1,), 5, zkVersion=10, mzxid=120)
+    effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2)}, {0: offline}, {1: 150, 2: 20}))
+    assert writes(effects) == {("t", 0): (1, 6, (1,), 10)}

@@ -7,6 +7,7 @@ nothing it was told is written is lost or written twice.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -26,6 +27,54 @@ def cluster(zookeeper, tmp_path):
     c = ClusterUnderTest(zookeeper, tmp_path, "failover")
     yield c
     c.stop()
+
+
+#: what a broker's log must never say: something went unhandled
+UNHANDLED = re.compile(r"Traceback|Unhandled|#critical\]")
+
+
+def unhandled(broker) -> list[str]:
+    """
+    The lines of a broker's log (all its runs) that say something went
+    unhandled: a traceback, an unhandled error, a critical line.
+    """
+    return [line for line in broker.output().splitlines() if UNHANDLED.search(line)]
+
+
+def test_a_pause_past_the_session_logs_no_traceback(cluster):
+    """
+    Issue 30: a broker paused (SIGSTOP) past its ZooKeeper session and
+    resumed reads the watch events ZooKeeper sent it as the session ended;
+    those reads fail (ConnectionLoss, SessionExpired) and were logged as
+    critical tracebacks.  Now each is one line, and the broker registers
+    again, reads the cluster and rejoins the ISRs.  The controller is
+    paused (it has the most watches), three times.
+    """
+    for i in (1, 2, 3):
+        cluster.start(i, **REPLICATION)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    admin.create_topics([NewTopic("p", num_partitions=3, replication_factor=3)],
+                        request_timeout=60)["p"].result()
+    waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "p").values()),
+              what="p fully replicated")
+    for n in range(3):
+        victim = waitUntil(lambda: admin.list_topics(timeout=10).controller_id, what="a controller")
+        paused = cluster.brokers[victim]
+        others = cluster.admin(*[i for i in (1, 2, 3) if i != victim])
+        sessions = paused.output().count("New ZooKeeper session")
+        paused.process.send_signal(signal.SIGSTOP)
+        try:
+            waitUntil(lambda: victim not in others.list_topics(timeout=10).brokers, timeout=60,
+                      what=f"pause {n}: broker {victim}'s session gone")
+        finally:
+            paused.process.send_signal(signal.SIGCONT)
+        waitUntil(lambda: paused.output().count("New ZooKeeper session") > sessions, timeout=60,
+                  what=f"pause {n}: broker {victim} in a new session")
+        waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "p").values()),
+                  timeout=120, what=f"pause {n}: broker {victim} back in every ISR")
+    found = {i: unhandled(b) for i, b in cluster.brokers.items()}
+    assert not any(found.values()), found
 
 
 def test_idempotent_producer_through_leader_kills(cluster):

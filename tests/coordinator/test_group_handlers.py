@@ -34,6 +34,8 @@ from kafkatwist.protocol.codec import (
 from kafkatwist.protocol.entities import OPERATIONS_OMITTED, make, nested
 from kafkatwist.protocol.header import parseRequestHeader
 
+from tests.fakeservices import FakeServices
+
 from .helpers import memoryLog
 
 E = ErrorCode
@@ -54,38 +56,34 @@ HANDLERS = {
 }
 
 
-class FakeBroker:
+class GroupBroker(FakeServices):
     """
-    The parts of L{kafkatwist.interfaces.IBroker} the handlers use.
+    The shared fake services with a real group coordinator on a fake clock,
+    and a request driver (L{call}) for the group handlers.
     """
 
-    nodeId = 7
-
-    def __init__(self, coordinator=True) -> None:
-        self.fakeClock = task.Clock()
-        self.fakeClock.advance(1_700_000_000)
-        self.clock = ThreadSafeClock(self.fakeClock)
-        self.logManager = MemoryLogManager()
+    def __init__(self, coordinator=True, settings=None, **overrides) -> None:
+        fakeClock = task.Clock()
+        fakeClock.advance(1_700_000_000)
+        super().__init__(
+            {"node.id": 7, **(settings or {})},
+            fakeClock=fakeClock,
+            groupCoordinator=(
+                GroupCoordinatorService(fakeClock, memoryLog(), initialRebalanceDelayMs=0)
+                if coordinator
+                else None
+            ),
+            # FindCoordinator only asks whether there is one.
+            transactionCoordinator=object() if coordinator else None,
+            advertisedListeners=[
+                Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT"),
+                Listener("INTERNAL", "10.0.0.1", 9093, "PLAINTEXT"),
+            ],
+            **overrides,
+        )
         self.logManager.createTopic("t1", 3, {})
         self.logManager.createTopic("t2", 1, {})
-        self.groupCoordinator = (
-            GroupCoordinatorService(self.fakeClock, memoryLog(), initialRebalanceDelayMs=0)
-            if coordinator
-            else None
-        )
-        # FindCoordinator only asks whether there is one.
-        self.transactionCoordinator = object() if coordinator else None
-        self.advertisedListeners = [
-            Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT"),
-            Listener("INTERNAL", "10.0.0.1", 9093, "PLAINTEXT"),
-        ]
         self.handlers = {key: cls(self) for key, cls in HANDLERS.items()}
-
-    def advertisedListenerFor(self, name):
-        for listener in self.advertisedListeners:
-            if listener.name == name:
-                return listener
-        return self.advertisedListeners[0]
 
     def call(self, apiKey, version, listener="PLAINTEXT", clientId="cli", **fields):
         """
@@ -162,7 +160,7 @@ def result(d):
 
 @pytest.fixture
 def broker():
-    return FakeBroker()
+    return GroupBroker()
 
 
 def req(cls_key, version, entityName, **fields):
@@ -245,7 +243,7 @@ def test_find_coordinator_transaction_and_bad_type(broker):
 
 
 def test_find_coordinator_without_coordinator():
-    broker = FakeBroker(coordinator=False)
+    broker = GroupBroker(coordinator=False)
     assert broker.call(10, 0, key="g").error_code == E.coordinator_not_available
     r = broker.call(10, 6, key_type=0, coordinator_keys=("g",))
     assert r.coordinators[0].error_code == E.coordinator_not_available
@@ -348,7 +346,7 @@ def test_sync_unknown_member(broker):
 
 
 def test_without_coordinator_everything_is_unavailable():
-    broker = FakeBroker(coordinator=False)
+    broker = GroupBroker(coordinator=False)
     assert result(join(broker, 9)).error_code == E.coordinator_not_available
     assert result(sync(broker, 5, "m", 1)).error_code == E.coordinator_not_available
     assert broker.call(12, 0, group_id="g", generation_id=1, member_id="m").error_code == E.coordinator_not_available
@@ -566,7 +564,7 @@ def test_offset_commit_member_checks(broker):
 
 
 def test_offset_commit_without_coordinator():
-    broker = FakeBroker(coordinator=False)
+    broker = GroupBroker(coordinator=False)
     assert commit(broker, 9, [("t1", 0, 1, "")]) == {("t1", 0): E.coordinator_not_available}
 
 

@@ -19,14 +19,14 @@ from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.codec import decodeRequest, encodeBody
 from kafkatwist.protocol.entities import make, nested
 
-from .test_group_handlers import FakeBroker, commit, fetchV7, joinAndSync, offsetsOf
+from .test_group_handlers import GroupBroker, commit, fetchV7, joinAndSync, offsetsOf
 
 E = ErrorCode
 
 
 @pytest.fixture
 def broker():
-    return FakeBroker()
+    return GroupBroker()
 
 
 def test_v1_commit_is_a_group_commit(broker):

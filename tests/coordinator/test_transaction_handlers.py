@@ -20,7 +20,7 @@ from kafkatwist.plugins import init_producer_id, transactions
 from kafkatwist.protocol.apis import knownVersions
 from kafkatwist.protocol.entities import make
 
-from .test_group_handlers import HANDLERS, FakeBroker, fired
+from .test_group_handlers import HANDLERS, GroupBroker, fired
 
 E = ErrorCode
 MINUTE = datetime.timedelta(minutes=1)
@@ -38,10 +38,9 @@ TXN_HANDLERS = {
 }
 
 
-class TxnBroker(FakeBroker):
+class TxnBroker(GroupBroker):
     def __init__(self, tmp_path) -> None:
-        self.config = type("Config", (), {"logDirs": [str(tmp_path)]})()
-        super().__init__()
+        super().__init__(settings={"log.dir": str(tmp_path)})
         self.transactionCoordinator = TransactionCoordinatorService(
             self.fakeClock,
             TransactionStateLog(self.logManager, 3),

@@ -54,6 +54,29 @@ def test_config_file_and_override(tmp_path):
         assert "Unknown configuration key 'some.unknown.key' ignored" in output
 
 
+def test_unknown_key_names_the_key_it_is_close_to(tmp_path):
+    result = runTwistd(tmp_path, "--override", "num.io.thread=2", "--describe-config")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "kafkatwist: Unknown configuration key 'num.io.thread' ignored; did you mean 'num.io.threads'?"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--override", "num.io.threads"], "kafkatwist: --override wants key=value, not 'num.io.threads'"),
+        (["--no-such-option"], "kafkatwist: option --no-such-option not recognized"),
+    ],
+)
+def test_argument_errors_are_one_line(tmp_path, args, expected):
+    result = runTwistd(tmp_path, *args)
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(expected)
+
+
 def assertOneLine(result, expected):
     assert result.returncode != 0
     lines = [l for l in result.stderr.splitlines() if l.strip()]
@@ -360,3 +383,12 @@ def test_topic_creation_and_deletion_are_logged_once(brokerFactory):
     while "Deleted topic logged-once" not in b.output() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert b.output().count("Deleted topic logged-once") == 1, b.output()
+
+
+def test_start_up_names_the_handler_chain_in_one_line(broker, brokerFactory):
+    output = broker.output()
+    [summary] = [l for l in output.splitlines() if "Request handlers:" in l]
+    assert "ApiKeys served, all by built-in handlers" in summary
+    assert "ApiKey " not in output and "#debug" not in output
+    verbose = brokerFactory({"logger.level": "debug"}).start()
+    assert re.search(r"#debug\] ApiKey\s+0 produce\s+v0-\d+\s+builtin\.produce", verbose.output())

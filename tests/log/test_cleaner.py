@@ -446,3 +446,36 @@ def test_smallCleanedSegmentsMergedWithoutNewData(harness):
     assert c.cleanOnce() is None
     active = log.activeSegment.baseOffset
     assert len([r for r in readAll(log) if r[0] < active]) == 1
+
+
+def test_converges_after_every_delete_horizon_has_passed(harness):
+    """
+    A batch that keeps live records beside its tombstones carries a delete
+    horizon after the tombstones have gone: once every horizon has passed,
+    the cleaner finds nothing to do however often it looks, until new data
+    arrives (issue 26: it re-cleaned such a log fifty times a second).
+    """
+    manager = harness.make()
+    manager.createTopic("t", 1, dict(COMPACT, **{"delete.retention.ms": "1000"}))
+    log = manager.getLog("t", 0)
+    fill(log, 3)
+    # One batch of live values and tombstones, as librdkafka's 0077 writes.
+    append(log, [("k5", None), ("k6", "live"), ("k7", None), ("k8", "live")], NOW)
+    fill(log, 40, keys=2, nowMs=NOW)
+    now = [NOW]
+    c = cleaner(manager, clock=lambda: now[0])
+    settle(c)
+    assert any(b.attributes & DELETE_HORIZON_BIT for b in readBatches(log))
+    # Every horizon passes; the tombstones go.
+    now[0] = NOW + 1000
+    settle(c)
+    assert (b"k6", b"live") in [(k, v) for _, k, v in readAll(log)]
+    assert b"k5" not in [k for _, k, _ in readAll(log)]
+    passes = c.passes
+    for step in range(1, 200):
+        now[0] = NOW + 1000 + step * 500
+        c.cleanOnce()
+    assert c.passes == passes
+    # New data makes the log due again.
+    fill(log, 40, keys=2, nowMs=now[0])
+    assert c.cleanOnce() is not None

@@ -394,3 +394,47 @@ def test_no_reactor_imported():
         "assert 'twisted.internet.reactor' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_retention_deletions_logged_with_their_reason(harness, capturedLog):
+    """
+    Kafka's UnifiedLog logs each segment it deletes at INFO with the
+    reason: retention time, retention size, the log start offset.
+    """
+    manager, log = newLog(harness, {"segment.bytes": "250", "retention.ms": "1000"})
+    for i in range(20):
+        log.append(makeBatch(1, baseTimestamp=NOW + i * 100), NOW)
+    segments = log.segments
+    cutoff = segments[2].largestTimestamp + 1000 + 1
+    assert manager.runRetention(cutoff) == 3
+    lines = capturedLog.matching("due to log retention time 1000ms breach")
+    assert len(lines) == 3
+    assert lines[0].startswith("[UnifiedLog partition=t-0")
+    assert f"Deleting segment LogSegment(baseOffset={segments[0].baseOffset}, size=" in lines[0]
+    assert lines[0].endswith("based on the largest record timestamp in the segment")
+
+    limit = log.size - log.segments[0].size
+    manager.alterTopicConfigs(
+        "t", [("retention.ms", "DELETE", None), ("retention.bytes", "SET", str(limit))]
+    )
+    assert manager.runRetention(cutoff) == 1
+    [line] = capturedLog.matching("due to log retention size")
+    assert f"due to log retention size {limit} breach. Log size after deletion will be {limit}." in line
+
+    start = log.segments[1].baseOffset
+    log.deleteRecordsBefore(start)
+    [line] = capturedLog.matching("due to log start offset")
+    assert f"Deleting segments due to log start offset {start} breach: LogSegment(baseOffset=" in line
+
+
+def test_cleaner_deletions_logged(harness, capturedLog):
+    from kafkatwist.log.cleaner import LogCleaner
+
+    manager, log = newLog(
+        harness, {"segment.bytes": "250", "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+    )
+    for i in range(20):
+        log.append(makeBatch(1, key=b"k", baseTimestamp=NOW + i), NOW)
+    LogCleaner(manager, inProcess=True, clock=lambda: NOW).cleanOnce()
+    lines = capturedLog.matching("Deleting segment files LogSegment(baseOffset=0,")
+    assert len(lines) == 1 and "log cleaning replaced them with LogSegment(baseOffset=0," in lines[0]

@@ -21,7 +21,8 @@ from kafkatwist.plugins.list_offsets import ListOffsetsHandler
 from kafkatwist.protocol import batch as batch_module
 from kafkatwist.protocol.batch import HEADER
 from kafkatwist.protocol.records import Record, buildBatch, compress
-from tests.unit.test_admin_handlers import FakeBroker, call, req
+from tests.fakeservices import FakeServices
+from tests.unit.test_admin_handlers import call, req
 
 from .batches import makeBatch
 
@@ -114,7 +115,7 @@ def listOffsets(broker, timestamp):
 def test_list_offsets_answers_corrupt_message(stored, capturedLog, monkeypatch):
     # The real bound is 32 MiB at least; the 16 MiB bomb stands for an 8 GiB one.
     monkeypatch.setattr("kafkatwist.plugins.list_offsets.decompressedLimit", lambda maxMessageBytes: LIMIT)
-    broker = FakeBroker(None, MemoryLogManager())
+    broker = FakeServices(logManager=MemoryLogManager())
     broker.logManager.createTopic("t", 1)
     log = broker.logManager.getLog("t", 0)
     log.append(makeBatch(2, baseTimestamp=NOW - 100), NOW)

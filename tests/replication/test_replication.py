@@ -14,6 +14,7 @@ import pytest
 from kafkatwist.testing import waitUntil
 from tests.replication.cluster import produce
 from kafkatwist.client import KafkaWireClient
+from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.records import Record
 
 
@@ -154,7 +155,34 @@ def test_only_the_leader_serves_clients(cluster):
             with pytest.raises(KafkaError) as e:
                 call()
             assert e.value.code.name == "not_leader_or_follower"
-        assert client.fetchRaw("n", 0, 0, maxWaitMs=0).error.name == "not_leader_or_follower"
+        # Fetch v11+ carries a consumer's client metadata (KIP-392): Kafka
+        # serves it from a follower too, up to that follower's high
+        # watermark; an older fetch only from the leader.
+        assert client.fetchRaw("n", 0, 0, maxWaitMs=0).error.name == "none"
+    assert _fetchV10(c.bootstrap(2), "n") == ErrorCode.not_leader_or_follower
+    assert _fetchV10(c.bootstrap(1), "n") == ErrorCode.none
+
+
+def _fetchV10(bootstrap, topic):
+    import datetime
+
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
+    from kafkatwist.protocol.entities import make, nested
+
+    cls = requestType(1, 10)
+    Topic, Partition = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    request = make(
+        cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=0), min_bytes=1,
+        max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(Topic(topic=topic, partitions=(Partition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+            partition_max_bytes=1 << 16),)),),
+        forgotten_topics_data=(),
+    )
+    with KafkaWireClient(bootstrap) as client:
+        _, response = decodeResponseFrame(1, 10, client.sendRaw(encodeRequestFrame(1, 10, 5, "t", request)))
+    return response.responses[0].partitions[0].error_code
 
 
 def test_no_acknowledged_record_is_lost_across_leader_kills(cluster):

@@ -26,6 +26,7 @@ from kafkatwist.plugins import admin, admin_configs
 from kafkatwist.protocol.apis import knownVersions, requestType, responseType
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from tests.fakeservices import FakeServices
 from tests.log.batches import makeBatch
 
 NODE = 1
@@ -55,20 +56,6 @@ class FakePurgatory:
         return 0
 
 
-@dataclass
-class FakeBroker:
-    config: BrokerConfig
-    logManager: MemoryLogManager
-    nodeId: int = NODE
-    clusterId: str = "test-cluster"
-    fetchPurgatory: FakePurgatory = field(default_factory=FakePurgatory)
-    dynamicConfig: object = None
-    logCleaner: object = None
-
-    def advertisedListenerFor(self, name):
-        return Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")
-
-
 def makeBroker(path=None, **settings):
     """
     A broker whose log manager is built from its config as the daemon
@@ -79,9 +66,13 @@ def makeBroker(path=None, **settings):
     from kafkatwist.dynamicconfig import DynamicBrokerConfig
     from kafkatwist.reconfigure import LogDefaults
 
-    config = BrokerConfig({k: str(v) for k, v in settings.items()})
-    broker = FakeBroker(config, MemoryLogManager(brokerLogDefaults(config)))
-    broker.dynamicConfig = DynamicBrokerConfig(config, path)
+    config = BrokerConfig({"node.id": str(NODE), **{k: str(v) for k, v in settings.items()}})
+    broker = FakeServices(
+        config,
+        logManager=MemoryLogManager(brokerLogDefaults(config)),
+        fetchPurgatory=FakePurgatory(),
+        dynamicConfig=DynamicBrokerConfig(config, path),
+    )
     broker.dynamicConfig.load()
     broker.logManager.setBrokerDefaults(brokerLogDefaults(broker.dynamicConfig.current))
     broker.dynamicConfig.addReconfigurable(LogDefaults(broker))

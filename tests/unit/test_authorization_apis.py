@@ -52,6 +52,7 @@ from kafkatwist.security.acl import (
 from kafkatwist.security.authorizer import StandardAuthorizer
 from kafkatwist.security.credentials import CredentialStore
 from tests.coordinator.helpers import memoryLog
+from tests.fakeservices import FakeServices
 from tests.log.batches import makeBatch
 
 E = ErrorCode
@@ -68,57 +69,26 @@ class FakePurgatory:
         return False
 
 
-@dataclass
-class Broker:
-    config: BrokerConfig
-    logManager: MemoryLogManager
-    groupCoordinator: GroupCoordinatorService
-    authorizer: StandardAuthorizer
-    transactionCoordinator: object = None
-    nodeId: int = 1
-    clusterId: str = "cluster"
-    clock: object = None
-    fetchPurgatory: FakePurgatory = field(default_factory=FakePurgatory)
-    fetchSessions: FetchSessions = field(default_factory=lambda: FetchSessions(1000))
-    topicBytes: TopicBytes = field(default_factory=TopicBytes)
-    scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
-    advertisedListeners: list = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")])
-    dynamicConfig: object = None
-    clientQuotas: object = field(default_factory=lambda: ClientQuotas(ClientQuotaStore(None)))
-
-    def advertisedListenerFor(self, name):
-        return self.advertisedListeners[0]
-
-    def afterResponse(self, f, *args):
-        f(*args)
-
-    def handlerFor(self, apiKey):
-        return self.handlers[apiKey]
-
-
 @pytest.fixture
 def broker(tmp_path):
     from kafkatwist.service import brokerLogDefaults
 
     config = BrokerConfig({"log.dir": str(tmp_path), "group.initial.rebalance.delay.ms": "0"})
     fakeClock = Clock()
-    clock = ThreadSafeClock(fakeClock)
     logManager = MemoryLogManager(brokerLogDefaults(config))
     for name in (TOPIC_OK, "other"):
         logManager.createTopic(name, 1, {})
-    broker = Broker(
+    broker = FakeServices(
         config,
-        logManager,
-        GroupCoordinatorService(fakeClock, memoryLog(), initialRebalanceDelayMs=0),
-        StandardAuthorizer(None, superUsers={"User:admin"}),
-        clock=clock,
+        fakeClock=fakeClock,
+        logManager=logManager,
+        fetchPurgatory=FakePurgatory(),
+        groupCoordinator=GroupCoordinatorService(fakeClock, memoryLog(), initialRebalanceDelayMs=0),
+        authorizer=StandardAuthorizer(None, superUsers={"User:admin"}),
+        clusterId="cluster",
+        handlers=True,
     )
-    from kafkatwist.dynamicconfig import DynamicBrokerConfig
-
-    broker.dynamicConfig = DynamicBrokerConfig(config, None)
-    registry = HandlerRegistry(discoverPlugins())
-    registry.build(broker)
-    broker.handlers = registry.handlers
+    broker.handlers = broker.registry.handlers
     return broker
 
 

@@ -72,3 +72,39 @@ def test_unknown_key_warns():
     warnings = []
     BrokerConfig({"no.such.key": "1", "process.roles": "broker"}, warn=warnings.append)
     assert warnings == ["Unknown configuration key 'no.such.key' ignored"]
+
+
+def test_unknown_key_names_the_key_it_is_close_to():
+    warnings = []
+    BrokerConfig({"num.io.thread": "2"}, warn=warnings.append)
+    assert warnings == ["Unknown configuration key 'num.io.thread' ignored; did you mean 'num.io.threads'?"]
+
+
+@pytest.mark.parametrize(
+    "version", ["0.10.0.0", "0.10.0", "0.10.0-IV1", "0.8.2.2", "0.11.0.3", "2.8.1", "2.8", "1.0.2",
+                "3.0-IV1", "3.9", "3.9-IV0", "4.0-IV1"],
+)
+def test_message_format_version_read_as_kafka_reads_it(version):
+    """
+    Kafka keeps the first three parts of a 0.x version and two otherwise
+    (librdkafka's 0092 alters a topic to 0.10.0.0).
+    """
+    from kafkatwist.log import MemoryLogManager
+
+    manager = MemoryLogManager()
+    manager.createTopic("t", 1)
+    manager.alterTopicConfigs("t", [("message.format.version", "SET", version)])
+    assert manager.describeTopicConfig("t")["message.format.version"].value == version
+    assert BrokerConfig({"log.message.format.version": version})["log.message.format.version"] == version
+
+
+@pytest.mark.parametrize("version", ["banana", "0.7", "0.12.0", "4.0", "4.1-IV0", "3.0-IV9", "0.10", ""])
+def test_message_format_version_refused_as_kafka_refuses_it(version):
+    from kafkatwist.errors import ErrorCode, KafkaError
+    from kafkatwist.log import MemoryLogManager
+
+    manager = MemoryLogManager()
+    manager.createTopic("t", 1)
+    with pytest.raises(KafkaError) as e:
+        manager.alterTopicConfigs("t", [("message.format.version", "SET", version)])
+    assert e.value.code == ErrorCode.invalid_config

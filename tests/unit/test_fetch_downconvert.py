@@ -22,7 +22,7 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.legacy_records import readMessageSet
 from kafkatwist.protocol.records import Record, buildBatch
 from tests.unit.fakes import handleLikeThePool
-from tests.unit.test_fetch_wait import Context, FakeBroker
+from tests.unit.test_fetch_wait import Context, fetchServices
 
 E = ErrorCode
 T0 = 1_700_000_000_000
@@ -69,7 +69,7 @@ def decoded(version, answer):
 
 @pytest.fixture
 def broker():
-    broker = FakeBroker()
+    broker = fetchServices()
     broker.logManager.createTopic("t", 2, {})
     return broker
 

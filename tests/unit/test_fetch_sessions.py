@@ -24,7 +24,7 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.fetch import PartitionData
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 from tests.unit.fakes import handleLikeThePool
-from tests.unit.test_fetch_wait import Context, FakeBroker
+from tests.unit.test_fetch_wait import Context, fetchServices
 
 T0 = 1_700_000_000_000
 
@@ -170,7 +170,7 @@ def test_slots_are_divided_among_eight_shards():
 
 @pytest.fixture
 def broker():
-    broker = FakeBroker()
+    broker = fetchServices()
     broker.fetchSessions = FetchSessions(1000, shards=1)
     broker.logManager.createTopic("t", 3, {})
     return broker

@@ -17,20 +17,13 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 from kafkatwist.purgatory import Purgatory
 from tests.unit.fakes import RespondsLater, handleLikeThePool
+from tests.fakeservices import FakeServices
 
 VERSION = 12
 
 
-class FakeBroker:
-    def __init__(self, maxIdleMs=600_000):
-        self.config = {"connections.max.idle.ms": maxIdleMs}
-        self.fetchSessions = FetchSessions(1000)
-        self.logManager = MemoryLogManager()
-        self.fetchPurgatory = Purgatory("Fetch")
-        self.topicBytes = TopicBytes()
-
-    def afterResponse(self, f, *args):
-        f(*args)
+def fetchServices(maxIdleMs=600_000):
+    return FakeServices({"connections.max.idle.ms": maxIdleMs})
 
 
 class Context(RespondsLater):
@@ -83,7 +76,7 @@ def parkFetch(broker, clock, offset, minBytes, maxWaitMs=500, isolationLevel=0):
 
 
 def test_min_bytes_waits_until_enough_then_sends_what_it_read():
-    broker = FakeBroker()
+    broker = fetchServices()
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
     answers = parkFetch(broker, clock, 0, 500)
@@ -102,7 +95,7 @@ def test_read_committed_waits_for_the_last_stable_offset():
     transaction, only by the marker that moves the last stable offset
     past them.
     """
-    broker = FakeBroker()
+    broker = fetchServices()
     broker.logManager.createTopic("t", 1, {})
     log = broker.logManager.getLog("t", 0)
     clock = Clock()
@@ -121,7 +114,7 @@ def test_read_committed_waits_for_the_last_stable_offset():
 
 
 def test_expiry_answers_with_what_there_is():
-    broker = FakeBroker()
+    broker = fetchServices()
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
     answers = parkFetch(broker, clock, 0, 10_000)
@@ -150,7 +143,7 @@ class CountingLog:
 
 
 def reapingBroker():
-    broker = FakeBroker()
+    broker = fetchServices()
     broker.reaped = []
     broker.fetchPurgatory = Purgatory("Fetch", reaper=broker.reaped.append)
     broker.logManager.createTopic("t", 1, {})
@@ -215,7 +208,7 @@ def test_max_wait_is_capped_by_the_idle_limit():
     A fetch asking to wait ~2^31 ms (24 days) is answered once
     connections.max.idle.ms has passed.
     """
-    broker = FakeBroker(maxIdleMs=60_000)
+    broker = fetchServices(maxIdleMs=60_000)
     broker.logManager.createTopic("t", 1, {})
     clock = Clock()
     answers = parkFetch(broker, clock, 0, 1, maxWaitMs=2**31 - 1)

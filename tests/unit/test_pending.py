@@ -196,7 +196,8 @@ def test_pool_sends_a_later_answer_from_the_processor_thread():
     assert len(owner.submitted) == 2
 
 
-def test_pool_closes_the_connection_on_a_failed_answer():
+def test_pool_answers_a_failed_answer_with_unknown_server_error():
+    # Kafka's getErrorResponse: the connection stays open.
     owner = PostingOwner()
     connection, transport, request = contextOf(owner)
     handler = LaterHandler()
@@ -204,8 +205,10 @@ def test_pool_closes_the_connection_on_a_failed_answer():
     pool.handle(request)
     handler.pendings[0].complete(Failure(RuntimeError("coordinator broke")))
     owner.runPosted()
-    assert transport.disconnecting
-    assert "coordinator broke" in connection.closeReason
+    assert not transport.disconnecting
+    out = transport.value()
+    # size, correlation id, then ApiVersions' error_code: UNKNOWN_SERVER_ERROR
+    assert int.from_bytes(out[8:10], "big", signed=True) == -1
 
 
 def test_pool_abandons_a_claim_answered_at_once():

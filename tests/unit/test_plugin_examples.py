@@ -26,6 +26,7 @@ from kafkatwist.protocol.codec import (
 )
 from kafkatwist.protocol.entities import nested
 from kafkatwist.protocol.records import Record, buildBatch
+from tests.fakeservices import FakeServices
 from tests.unit.helpers import loadExample
 
 
@@ -155,12 +156,15 @@ class FakeLog:
     logStartOffset = 7
 
 
-class FakeBroker:
-    def __init__(self, topics=None):
-        self.logManager = types.SimpleNamespace(
-            getLog=lambda topic, index: FakeLog(),
-            topics=lambda: topics or {},
+def fakeLogsBroker(topics=None):
+    """
+    The shared fake services over logs that all start at offset 7.
+    """
+    return FakeServices(
+        logManager=types.SimpleNamespace(
+            getLog=lambda topic, index: FakeLog(), topics=lambda: topics or {}
         )
+    )
 
 
 class RecordingProduce:
@@ -217,7 +221,7 @@ def values(*items):
 def validatingHandler(wrapped=None):
     schemas = StaticSchemas({"orders": schema_validation.compileSubset(ORDER_SCHEMA)})
     return schema_validation.SchemaValidatingProduceHandler(
-        FakeBroker(), wrapped or RecordingProduce(), schemas
+        fakeLogsBroker(), wrapped or RecordingProduce(), schemas
     )
 
 
@@ -306,7 +310,7 @@ def test_non_json_and_corrupt_record_sets():
 def test_unusable_schema_refuses_the_topic():
     schemas = StaticSchemas({"orders": schema_validation.SchemaError("bad")})
     handler = schema_validation.SchemaValidatingProduceHandler(
-        FakeBroker(), RecordingProduce(), schemas
+        fakeLogsBroker(), RecordingProduce(), schemas
     )
     response = handler.handle(context(12), produceRequest(12, {"orders": {0: values({})}}))
     assert (
@@ -428,7 +432,7 @@ def test_fetch_audit_waits_for_a_deferred_answer(events):
 
 def test_fetch_audit_names_topics_given_by_id(events):
     topicId = uuid.uuid4()
-    broker = FakeBroker({"named": types.SimpleNamespace(topicId=topicId)})
+    broker = fakeLogsBroker({"named": types.SimpleNamespace(topicId=topicId)})
     handler = audit.FetchAudit(broker, Answering(FETCH, "sent"))
     assert (
         handler.handle(requestContext(16), fetchRequest(16, [({"topic_id": topicId}, {1: 0})]))
@@ -469,7 +473,7 @@ def sizesBroker():
         "a": types.SimpleNamespace(numPartitions=2),
         "b": types.SimpleNamespace(numPartitions=1),
     }
-    return types.SimpleNamespace(
+    return FakeServices(
         logManager=types.SimpleNamespace(
             topics=lambda: topics, getLog=lambda t, p: logs.get((t, p))
         )

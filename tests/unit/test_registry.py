@@ -146,3 +146,15 @@ def test_dropin_directory_gets_no_cache_file(tmp_path):
     (tmp_path / "quiet.py").write_text("")
     discoverPlugins([str(tmp_path)])
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["quiet.py"]
+
+
+def test_start_up_summary_is_one_line_naming_what_plugins_serve():
+    builtins = discoverPlugins()
+    registry = HandlerRegistry(builtins)
+    summary = registry.summary()
+    assert summary.startswith(f"{len(registry.chains)} ApiKeys served, all by built-in handlers")
+    assert registry.pluggedKeys() == []
+    mine = HandlerPlugin("mine", 1000, Echo, priority=0)
+    registry = HandlerRegistry([*builtins, (mine, "plugin.paths")])
+    assert registry.pluggedKeys() == [1000]
+    assert "plugins serve 1 of them: 1000 " in registry.summary()

@@ -35,6 +35,7 @@ from kafkatwist.security.authorizer import StandardAuthorizer
 from kafkatwist.security.credentials import CredentialStore
 from kafkatwist.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, makeCredential, saltedPassword
 from kafkatwist.security.session import SaslSession, rawTokenRequestFrame, rawTokenResponse
+from tests.fakeservices import FakeServices
 
 DELAY_MS = 100
 
@@ -63,11 +64,12 @@ class Ctx:
         return FakePending()
 
 
-@dataclass
-class FakeBroker:
-    config: dict = field(default_factory=lambda: {"connection.failed.authentication.delay.ms": DELAY_MS})
-    authorizer: object = None
-    scramCredentials: CredentialStore = field(default_factory=lambda: CredentialStore(None))
+def securityServices(**overrides):
+    """
+    The shared fake services, with the failed-authentication delay these
+    tests drive on the context's clock.
+    """
+    return FakeServices({"connection.failed.authentication.delay.ms": DELAY_MS}, **overrides)
 
 
 def roundTrip(entity):
@@ -164,7 +166,7 @@ def scramLogin(broker, context, mechanism, user, password, version=2):
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_scram_login(store, mechanism, version):
-    broker = FakeBroker(scramCredentials=store)
+    broker = securityServices(scramCredentials=store)
     context = Ctx(0, 0, sasl=session(store))
     response = handshake(broker, context, mechanism)
     assert response.error_code == ErrorCode.none
@@ -178,7 +180,7 @@ def test_scram_login(store, mechanism, version):
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_plain_login(store, version):
-    broker = FakeBroker(scramCredentials=store)
+    broker = securityServices(scramCredentials=store)
     context = Ctx(0, 0, sasl=session(store))
     handshake(broker, context, "PLAIN")
     response = authenticate(broker, context, b"\0alice\0alice-secret", version)
@@ -196,7 +198,7 @@ def test_refused_login_is_answered_late_logged_and_fails_the_session(store, mech
     events = []
     globalLogPublisher.addObserver(events.append)
     try:
-        broker = FakeBroker(scramCredentials=store)
+        broker = securityServices(scramCredentials=store)
         context = Ctx(0, 0, sasl=session(store), clientAddress=("10.1.2.3", 4567))
         handshake(broker, context, mechanism)
         if token is None:
@@ -218,14 +220,14 @@ def test_refused_login_is_answered_late_logged_and_fails_the_session(store, mech
 
 def test_unsupported_mechanism(store):
     context = Ctx(0, 0, sasl=session(store, ["SCRAM-SHA-512"]))
-    response = handshake(FakeBroker(scramCredentials=store), context, "PLAIN", version=0)
+    response = handshake(securityServices(scramCredentials=store), context, "PLAIN", version=0)
     assert response.error_code == ErrorCode.unsupported_sasl_mechanism
     assert response.mechanisms == ("SCRAM-SHA-512",)
     assert context.sasl.failed
 
 
 def test_sasl_requests_on_a_listener_without_sasl():
-    broker = FakeBroker()
+    broker = securityServices()
     assert handshake(broker, Ctx(0, 0), "PLAIN").error_code == ErrorCode.illegal_sasl_state
     response = authenticate(broker, Ctx(0, 0), b"x")
     assert response.error_code == ErrorCode.illegal_sasl_state
@@ -233,7 +235,7 @@ def test_sasl_requests_on_a_listener_without_sasl():
 
 
 def test_sasl_requests_after_authentication(store):
-    broker = FakeBroker(scramCredentials=store)
+    broker = securityServices(scramCredentials=store)
     context = Ctx(0, 0, sasl=session(store))
     handshake(broker, context, "PLAIN")
     authenticate(broker, context, b"\0alice\0alice-secret", version=0)
@@ -253,7 +255,7 @@ def test_gate_before_authentication(store):
 
 def test_reauthentication(store):
     now = [0.0]
-    broker = FakeBroker(scramCredentials=store)
+    broker = securityServices(scramCredentials=store)
     context = Ctx(0, 0, sasl=session(store, maxReauthMs=60_000, monotonic=lambda: now[0]))
     handshake(broker, context, "SCRAM-SHA-256")
     final = scramLogin(broker, context, "SCRAM-SHA-256", "alice", "alice-secret")
@@ -268,7 +270,7 @@ def test_reauthentication(store):
 
 def test_reauthentication_cannot_change_principal_or_mechanism(store):
     store.alter([("bob", "SCRAM-SHA-256", makeCredential(SCRAM_SHA_256, "bob-secret"))])
-    broker = FakeBroker(scramCredentials=store)
+    broker = securityServices(scramCredentials=store)
     context = Ctx(0, 0, sasl=session(store, maxReauthMs=60_000))
     handshake(broker, context, "SCRAM-SHA-256")
     scramLogin(broker, context, "SCRAM-SHA-256", "alice", "alice-secret")
@@ -287,7 +289,7 @@ def test_reauthentication_cannot_change_principal_or_mechanism(store):
 
 
 def test_raw_tokens_after_handshake_v0(store):
-    broker = FakeBroker(scramCredentials=store)
+    broker = securityServices(scramCredentials=store)
     context = Ctx(0, 0, sasl=session(store))
     handshake(broker, context, "PLAIN", version=0)
     assert context.sasl.rawTokens
@@ -311,7 +313,7 @@ ADMIN = "User:admin"
 
 
 def aclBroker(**kw):
-    return FakeBroker(authorizer=StandardAuthorizer(None, superUsers={ADMIN}, **kw))
+    return securityServices(authorizer=StandardAuthorizer(None, superUsers={ADMIN}, **kw))
 
 
 def creation(version, name, rtype=R.TOPIC, pattern=P.LITERAL, principal="User:alice", host="*",
@@ -388,7 +390,7 @@ def test_acl_apis_need_cluster_permissions():
 
 
 def test_acl_apis_without_an_authorizer():
-    broker = FakeBroker()
+    broker = securityServices()
     response = call(acls.CreateAclsHandler, broker, 2, creations=(creation(2, "t"),))
     assert response.results[0].error_code == ErrorCode.security_disabled
     described = call(acls.DescribeAclsHandler, broker, 2, resource_type_filter=R.ANY,
@@ -434,7 +436,7 @@ def describe(broker, *names, context=None):
 
 
 def test_alter_then_login_with_the_new_credential(tmp_path):
-    broker = FakeBroker(scramCredentials=CredentialStore.inDirectory(str(tmp_path)))
+    broker = securityServices(scramCredentials=CredentialStore.inDirectory(str(tmp_path)))
     assert alter(broker, upsertions=[upsertion("alice", password="wonderland")]) == {"alice": (0, None)}
     again = CredentialStore.inDirectory(str(tmp_path))
     context = Ctx(0, 0, sasl=SaslSession(["SCRAM-SHA-256"], again))
@@ -444,7 +446,7 @@ def test_alter_then_login_with_the_new_credential(tmp_path):
 
 
 def test_alter_refusals():
-    broker = FakeBroker()
+    broker = securityServices()
     broker.scramCredentials.alter([("bob", "SCRAM-SHA-256", makeCredential(SCRAM_SHA_256, "x"))])
     results = alter(
         broker,
@@ -472,7 +474,7 @@ def test_alter_refusals():
 
 
 def test_describe_credentials():
-    broker = FakeBroker()
+    broker = securityServices()
     alter(broker, upsertions=[upsertion("alice"), upsertion("bob", SCRAM_SHA_512, iterations=8192)])
     response = describe(broker)
     assert response.error_code == 0
@@ -489,7 +491,7 @@ def test_describe_credentials():
 
 
 def test_credential_apis_need_cluster_permissions():
-    broker = FakeBroker(authorizer=StandardAuthorizer(None))
+    broker = securityServices(authorizer=StandardAuthorizer(None))
     context = Ctx(51, 0, principal="User:alice")
     assert alter(broker, context, upsertions=[upsertion("alice")]) == {
         "alice": (ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")

@@ -9,6 +9,7 @@ from twisted.logger import globalLogPublisher
 from kafkatwist.config import BrokerConfig
 from kafkatwist.sdnotify import Notifier
 from kafkatwist.service import BrokerService
+from tests.fakeservices import FakeServices
 
 
 class RecordingReactor:
@@ -25,11 +26,7 @@ def preparedService(reactor):
     service.server = SimpleNamespace(
         start=lambda: None, boundPorts=lambda: {"PLAINTEXT": 1234}, handlerPool=SimpleNamespace(numThreads=2)
     )
-    service.broker = SimpleNamespace(
-        nodeId=1, clusterId="c", registry=SimpleNamespace(describe=lambda: []),
-        advertisedListenerFor=lambda name: config.advertisedListeners[0],
-        logCleaner=None,
-    )
+    service.broker = FakeServices(config, clusterId="c", advertisedListeners=config.advertisedListeners)
     return service
 
 

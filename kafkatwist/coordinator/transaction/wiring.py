@@ -25,15 +25,15 @@ log = Logger()
 
 
 def makeTransactionCoordinator(
-    broker, config, logManager, clock=None, loadAll: bool = True, cluster=None
+    broker, config, logManager, clock=None, loadAll: bool = True, cluster=None,
+    groupCoordinator=None,
 ):
     """
     Build the coordinator, load C{__transaction_state} and start its
     sweeps.
 
-    @param broker: the L{kafkatwist.interfaces.IBroker}: its group
-        coordinator takes the markers of C{__consumer_offsets}, its fetch
-        purgatory is woken by markers.
+    @param broker: the broker's L{kafkatwist.broker.BrokerParts} (or
+        services): its fetch purgatory is woken by markers.
     @param config: the L{kafkatwist.config.BrokerConfig}
         (C{transaction.state.log.num.partitions},
         C{transaction.state.log.segment.bytes}, C{transaction.max.timeout.ms},
@@ -50,6 +50,8 @@ def makeTransactionCoordinator(
         C{zookeeper.connect}): markers go to each partition's leader
         through a L{MarkerChannel}, verifications to the id's coordinator
         through a L{RemoteVerifier} (both C{request.timeout.ms}).
+    @param groupCoordinator: the group coordinator, which takes the markers
+        of C{__consumer_offsets} (C{None}: none there).
     @return: the loaded L{TransactionCoordinatorService}; the caller sets
         it as C{broker.transactionCoordinator}.
     """
@@ -62,11 +64,10 @@ def makeTransactionCoordinator(
         _setting(config, "transaction.state.log.num.partitions"),
         segmentBytes=_setting(config, "transaction.state.log.segment.bytes"),
     )
-    purgatory = getattr(broker, "fetchPurgatory", None)
     writer = MarkerWriter(
         logManager,
-        groupCoordinator=lambda: getattr(broker, "groupCoordinator", None),
-        wake=purgatory.checkAndComplete if purgatory is not None else (lambda key: None),
+        groupCoordinator=lambda: groupCoordinator,
+        wake=broker.fetchPurgatory.checkAndComplete,
     )
     channel = verifier = None
     if cluster is not None:

@@ -1,0 +1,22 @@
+import re
+
+import pytest
+
+from tests.broker import BrokerProcess
+
+
+def consolePort(broker) -> int:
+    return int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", broker.output()).group(1))
+
+
+@pytest.fixture(scope="module")
+def consoleBroker(tmp_path_factory):
+    """
+    One PLAINTEXT broker with its HTTP listener, shared by a module's tests;
+    C{.http} is the console's base URL.
+    """
+    b = BrokerProcess(str(tmp_path_factory.mktemp("console")), {"metrics.http.listener": "127.0.0.1:0"})
+    b.start()
+    b.http = f"http://127.0.0.1:{consolePort(b)}"
+    yield b
+    b.stop()
