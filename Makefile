@@ -33,7 +33,7 @@ test: install
 
 # The edit loop (about 3 minutes): units and single-broker integration; no
 # ZooKeeper, Spark or fuzz run, no test marked slow.  `make test` runs all.
-FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/testing
+FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/console tests/testing
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
