@@ -18,9 +18,9 @@ pytest.importorskip("kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka import KafkaAdminClient  # noqa: E402
 
-def test_metadata_seen_by_clients(cluster):
-    for i in (1, 2, 3):
-        cluster.startBroker(i)
+
+def test_metadata_seen_by_clients(runningCluster):
+    cluster = runningCluster
     admin = cluster.admin(2)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     md = admin.list_topics(timeout=10)
@@ -39,9 +39,8 @@ def test_metadata_seen_by_clients(cluster):
         client.close()
 
 
-def test_topics_across_brokers(cluster):
-    for i in (1, 2, 3):
-        cluster.startBroker(i)
+def test_topics_across_brokers(runningCluster):
+    cluster = runningCluster
     admin = cluster.admin(1)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     futures = admin.create_topics([
@@ -259,7 +258,7 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
               what="preferred leaders back")
 
 
-def test_topic_configs_reach_every_replica(cluster):
+def test_topic_configs_reach_every_replica(runningCluster):
     from confluent_kafka.admin import (
         AlterConfigOpType,
         ConfigEntry,
@@ -267,8 +266,7 @@ def test_topic_configs_reach_every_replica(cluster):
         ResourceType,
     )
 
-    for i in (1, 2, 3):
-        cluster.startBroker(i)
+    cluster = runningCluster
     admin = cluster.admin(1)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("cfg", num_partitions=1, replication_factor=2,

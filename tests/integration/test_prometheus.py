@@ -27,10 +27,10 @@ def scrapeText(port):
         return response.read().decode()
 
 
-def runLoad(bootstrap, seconds, topic="dashboard", group="dashboard-readers"):
+def runLoad(bootstrap, until, timeout=90.0, topic="dashboard", group="dashboard-readers"):
     """
-    Produce and consume for a while, committing behind the end so the group
-    has lag.
+    Produce and consume until C{until()} (asked about once a second) is
+    true, committing behind the end so the group has lag.
     """
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -38,10 +38,17 @@ def runLoad(bootstrap, seconds, topic="dashboard", group="dashboard-readers"):
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + timeout
+    asked = time.monotonic()
     sent = 0
     try:
-        while time.monotonic() < deadline:
+        while True:
+            if time.monotonic() - asked >= 1.0:
+                asked = time.monotonic()
+                if until():
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Prometheus had no data for every dashboard query after {timeout} s")
             for _ in range(50):
                 producer.produce(topic, key=b"k%d" % (sent % 7), value=b"x" * 200, partition=sent % 2)
                 sent += 1
@@ -70,7 +77,14 @@ def scraped(tmp_path_factory):
     prometheus = PrometheusServer(binary, str(directory / "prometheus"), f"127.0.0.1:{metricsPort}")
     try:
         prometheus.waitForTarget()
-        runLoad(broker.bootstrap, 12)
+
+        def everyQueryHasData():
+            # The load runs until Prometheus has scraped enough of it to
+            # answer every panel's query (rates need two scrapes).
+            return all(prometheus.api("query", query=concrete(expr, "15s"))["result"]
+                       for _, expr, _ in dashboardTargets())
+
+        runLoad(broker.bootstrap, everyQueryHasData)
         yield prometheus, scrapeText(metricsPort)
     finally:
         prometheus.stop()
