@@ -17,15 +17,20 @@ FUZZ_ARGS ?= --frames 1000000
 .PHONY: test-fast
 
 $(STAMP): setup.cfg pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { echo "make: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make: installing kafkatwist and its dependencies into $(VENV) (Twisted, PySpark, the test clients: a minute or two the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet '.[spark,test,bench]'
 	@touch $@
+	@echo "make: $(VENV) is ready"
 
 install: $(STAMP)
 
+# `make run PORT=19092`; `ARGS="--override key=value ..."` adds settings.
+PORT ?= 9092
 run: install
-	$(BIN)/twistd -n --pidfile= kafkatwist --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dir=./data $(ARGS)
+	@echo "make: starting kafkatwist on 127.0.0.1:$(PORT), data in ./data (Ctrl-C stops it)"
+	$(BIN)/twistd -n --pidfile= kafkatwist --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dir=./data $(ARGS)
 
 test: install
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
@@ -50,8 +55,11 @@ spark-demo: install
 
 # ZooKeeper (Debian's package, installed if missing) and three brokers on
 # 127.0.0.1:9092-9094, data and logs under ./cluster/ (see README, Cluster).
+# `make cluster BASE_PORT=19092 ZK_PORT=12181`: brokers on BASE_PORT, +1, +2.
+BASE_PORT ?= 9092
+ZK_PORT ?= 2181
 cluster: install
-	$(BIN)/python -m kafkatwist.cluster.local start --dir cluster $(ARGS)
+	$(BIN)/python -m kafkatwist.cluster.local start --dir cluster --base-port $(BASE_PORT) --zk-port $(ZK_PORT) $(ARGS)
 
 cluster-stop:
 	$(BIN)/python -m kafkatwist.cluster.local stop --dir cluster

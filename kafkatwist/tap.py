@@ -122,3 +122,14 @@ def makeService(options):
         sys.stderr.write(f"kafkatwist: cannot start: {e}\n")
         raise SystemExit(2)
     return service
+
+
+def main() -> None:
+    """
+    The C{kafkatwist} command: C{twistd -n --pidfile= kafkatwist} with the
+    arguments given (in the foreground, no pid file).
+    """
+    from twisted.scripts.twistd import run
+
+    sys.argv = ["twistd", "-n", "--pidfile=", "kafkatwist", *sys.argv[1:]]
+    run()

@@ -4,7 +4,7 @@ this machine for trying the cluster mode -- brokers 1-3 on
 127.0.0.1:9092-9094, ZooKeeper on 127.0.0.1:2181, everything (data, logs,
 pid files) under C{./cluster/}.
 
-    python -m kafkatwist.cluster.local start [--dir cluster] [--brokers 3]
+    python -m kafkatwist.cluster.local start [--dir cluster] [--brokers 3] [--base-port 9092] [--zk-port 2181]
     python -m kafkatwist.cluster.local stop [--dir cluster]
 """
 
@@ -25,6 +25,13 @@ FIRST_PORT = 9092
 
 def _alive(pid: int) -> bool:
     try:
+        # A child of this process (started by this call) that ended is a
+        # zombie until reaped, and kill(pid, 0) finds zombies.
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
@@ -41,18 +48,50 @@ def _readPid(path: str) -> int | None:
         return None
 
 
-def start(root: str, count: int) -> int:
+def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PORT) -> int:
+    """
+    Start ZooKeeper and C{count} brokers (those not running yet); if one
+    fails, stop what this call started and say why.  Once all are up,
+    C{__consumer_offsets} is created (Kafka creates it at a client's first
+    FindCoordinator, with C{offsets.topic.replication.factor} replicas:
+    with a broker down by then, every new consumer group would wait).
+    """
     root = os.path.abspath(root)
     os.makedirs(root, exist_ok=True)
+    started: list[tuple[int, str]] = []
+
+    def fail(message: str) -> int:
+        print(message)
+        for pid, what in reversed(started):
+            _stopPid(pid, what, quiet=True)
+        if any(what == "ZooKeeper" for _, what in started):
+            os.unlink(zkPid)
+        if started:
+            print("Stopped what this start had started: " + ", ".join(what for _, what in reversed(started)))
+        return 1
+
+    # Ports first: a broker stopped half-way through its first start can
+    # leave a data directory that no longer matches the cluster.
+    for brokerId in range(1, count + 1):
+        pid = _readPid(os.path.join(root, f"broker{brokerId}", "broker.pid"))
+        port = basePort + brokerId - 1
+        if not (pid is not None and _alive(pid)) and _inUse(port):
+            print(f"Broker {brokerId}: port {port} is in use: pick other ports with BASE_PORT= (make) "
+                  "or --base-port")
+            return 1
     zkPid = os.path.join(root, "zookeeper.pid")
     pid = _readPid(zkPid)
-    if pid is not None and _alive(pid) and ruok("127.0.0.1", ZK_PORT):
+    if pid is not None and _alive(pid) and ruok("127.0.0.1", zkPort):
         print(f"ZooKeeper already running (pid {pid})")
     else:
-        if ruok("127.0.0.1", ZK_PORT):
-            print(f"Port {ZK_PORT} already serves a ZooKeeper that is not ours: stop it first")
+        if ruok("127.0.0.1", zkPort):
+            print(f"Port {zkPort} already serves a ZooKeeper that is not ours: stop it or pick another "
+                  "with ZK_PORT= (make) or --zk-port")
             return 1
-        server = ZooKeeperServer(os.path.join(root, "zookeeper"), port=ZK_PORT, tickTimeMs=2000)
+        if _inUse(zkPort):
+            print(f"Port {zkPort} is in use: pick another with ZK_PORT= (make) or --zk-port")
+            return 1
+        server = ZooKeeperServer(os.path.join(root, "zookeeper"), port=zkPort, tickTimeMs=2000)
         try:
             server.start()
         except ZooKeeperUnavailable as e:
@@ -60,7 +99,8 @@ def start(root: str, count: int) -> int:
             return 1
         with open(zkPid, "w") as f:
             f.write(str(server.process.pid))
-        print(f"ZooKeeper on 127.0.0.1:{ZK_PORT} (pid {server.process.pid}), data in {server.directory}")
+        started.append((server.process.pid, "ZooKeeper"))
+        print(f"ZooKeeper on 127.0.0.1:{zkPort} (pid {server.process.pid}), data in {server.directory}")
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     waiting = {}
     for brokerId in range(1, count + 1):
@@ -72,7 +112,10 @@ def start(root: str, count: int) -> int:
         if pid is not None and _alive(pid):
             print(f"Broker {brokerId} already running (pid {pid})")
             continue
-        port = FIRST_PORT + brokerId - 1
+        port = basePort + brokerId - 1
+        if _inUse(port):
+            return fail(f"Broker {brokerId}: port {port} is in use: pick other ports with BASE_PORT= (make) "
+                        "or --base-port")
         # In the foreground of a process of its own (twistd -n): the
         # broker's threads start before twistd would daemonize.
         command = [
@@ -80,7 +123,7 @@ def start(root: str, count: int) -> int:
             "--override", f"node.id={brokerId}",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
             "--override", f"log.dir={os.path.join(directory, 'data')}",
-            "--override", f"zookeeper.connect=127.0.0.1:{ZK_PORT}/kafkatwist",
+            "--override", f"zookeeper.connect=127.0.0.1:{zkPort}/kafkatwist",
             "--override", f"default.replication.factor={min(3, count)}",
             "--override", f"offsets.topic.replication.factor={min(3, count)}",
             "--override", f"transaction.state.log.replication.factor={min(3, count)}",
@@ -94,6 +137,7 @@ def start(root: str, count: int) -> int:
             )
         with open(pidFile, "w") as f:
             f.write(str(process.pid))
+        started.append((process.pid, f"broker{brokerId}"))
         waiting[brokerId] = (logFile, offset, port, process, errPath)
     deadline = time.monotonic() + 90
     while waiting and time.monotonic() < deadline:
@@ -110,18 +154,74 @@ def start(root: str, count: int) -> int:
             elif process.poll() is not None:
                 with open(errPath, "rb") as f:
                     why = f.read().decode("utf-8", "replace").strip().splitlines()[-1:] or ["see " + logFile]
-                print(f"Broker {brokerId} stopped at start-up: {why[0]}")
-                return 1
+                return fail(f"Broker {brokerId} stopped at start-up: {why[0]}")
         time.sleep(0.2)
     if waiting:
-        print(f"Brokers {sorted(waiting)} did not start in time: see their broker.log")
-        return 1
-    bootstrap = ",".join(f"127.0.0.1:{FIRST_PORT + i}" for i in range(count))
+        return fail(f"Brokers {sorted(waiting)} did not start in time: see their broker.log")
+    bootstrap = ",".join(f"127.0.0.1:{basePort + i}" for i in range(count))
+    problem = createOffsetsTopic(bootstrap)
+    if problem:
+        print(f"__consumer_offsets not created yet ({problem}): the first consumer group creates it, "
+              f"once {min(3, count)} brokers are up")
+    else:
+        print("__consumer_offsets created (consumer groups need it, on "
+              f"{min(3, count)} brokers: offsets.topic.replication.factor)")
     print(f"bootstrap.servers={bootstrap}   (make cluster-stop stops everything)")
     return 0
 
 
-def _stopPid(pid: int, what: str, timeout: float = 60.0) -> None:
+def _inUse(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def createOffsetsTopic(bootstrap: str, timeout: float = 60.0) -> str | None:
+    """
+    Ask FindCoordinator until it answers: the first one creates
+    C{__consumer_offsets}, later ones wait for its leaders.
+
+    @return: C{None} once a coordinator is found, else the last error.
+    """
+    from kafkatwist.client import KafkaWireClient
+    from kafkatwist.protocol.apis import FIND_COORDINATOR
+
+    deadline = time.monotonic() + timeout
+    problem = "no answer"
+    client = KafkaWireClient(bootstrap, clientId="make-cluster", timeout=10)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                _, response = client.call(FIND_COORDINATOR, _findCoordinator)
+            except Exception as e:  # the broker is still settling
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                codes = [getattr(response, "error_code", None)] + [
+                    c.error_code for c in getattr(response, "coordinators", ())
+                ]
+                errors = [c for c in codes if c is not None and int(c) != 0]
+                if not errors:
+                    return None
+                problem = errors[0].name
+            time.sleep(0.5)
+    finally:
+        client.close()
+    return problem
+
+
+def _findCoordinator(version, cls):
+    if version >= 4:
+        return cls(key_type=0, coordinator_keys=("make-cluster",))
+    return cls(key="make-cluster", key_type=0) if version >= 1 else cls(key="make-cluster")
+
+
+def _stopPid(pid: int, what: str, timeout: float = 60.0, quiet: bool = False) -> None:
     if not _alive(pid):
         return
     os.kill(pid, signal.SIGTERM)
@@ -130,7 +230,8 @@ def _stopPid(pid: int, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.1)
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
-    print(f"Stopped {what} (pid {pid})")
+    if not quiet:
+        print(f"Stopped {what} (pid {pid})")
 
 
 def stop(root: str) -> int:
@@ -156,9 +257,12 @@ def main(argv=None) -> int:
     parser.add_argument("action", choices=("start", "stop"))
     parser.add_argument("--dir", default="cluster", help="where data, logs and pid files go")
     parser.add_argument("--brokers", type=int, default=3, help="how many brokers (start)")
+    parser.add_argument("--base-port", type=int, default=FIRST_PORT,
+                        help="broker 1's port; broker n listens on base + n - 1 (start)")
+    parser.add_argument("--zk-port", type=int, default=ZK_PORT, help="ZooKeeper's port (start)")
     args = parser.parse_args(argv)
     if args.action == "start":
-        return start(args.dir, args.brokers)
+        return start(args.dir, args.brokers, args.base_port, args.zk_port)
     return stop(args.dir)
 
 

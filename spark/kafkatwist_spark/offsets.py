@@ -23,6 +23,7 @@ from kafkatwist.client import LATEST as LIST_LATEST
 from kafkatwist.client import KafkaWireClient
 
 from kafkatwist_spark.options import (
+    ConfigurationError,
     EARLIEST,
     LATEST,
     OffsetSpec,
@@ -40,6 +41,7 @@ __all__ = [
     "rateLimit",
     "splitRanges",
     "toJson",
+    "UnknownTopicOrPartitionError",
 ]
 
 
@@ -48,6 +50,21 @@ class DataLossError(RuntimeError):
     Records the query should have read are gone (aged out by retention, or
     the topic was deleted or recreated), and C{failOnDataLoss} is true.
     """
+
+
+class UnknownTopicOrPartitionError(LookupError, ConfigurationError):
+    """
+    A batch query subscribed to a topic that does not exist (Spark's Kafka
+    source fails with Kafka's C{UnknownTopicOrPartitionException}).
+    """
+
+    def __init__(self, topics) -> None:
+        self.topics = tuple(topics)
+        super().__init__(
+            "UnknownTopicOrPartitionException: This server does not host this topic-partition: "
+            + ", ".join(repr(t) for t in self.topics)
+            + " (option 'subscribe'; a topic must exist before a batch query reads it)"
+        )
 
 
 def dataLossMessage(what: str) -> str:
@@ -196,7 +213,8 @@ class OffsetReader:
         """
         The partitions the subscription covers now.  Topics named in
         C{subscribe} that do not exist yet are skipped (a stream picks them
-        up once they are created), as are internal topics for a pattern.
+        up once they are created), as are internal topics for a pattern; a
+        batch query fails on them (L{UnknownTopicOrPartitionError}).
 
         @raise OptionError: for an C{assign} that names a partition that
             does not exist.
@@ -216,11 +234,17 @@ class OffsetReader:
         if subscription.kind == "subscribe":
             meta = self.client.metadata(subscription.topics)
             found = []
+            unknown = []
             for name in subscription.topics:
                 topic = meta.topics.get(name)
-                if topic is None or topic.error != ErrorCode.none:
+                if topic is None or topic.error == ErrorCode.unknown_topic_or_partition:
+                    unknown.append(name)
+                    continue
+                if topic.error != ErrorCode.none:
                     continue
                 found.extend((name, p) for p in topic.partitions)
+            if unknown and not self.config.streaming:
+                raise UnknownTopicOrPartitionError(unknown)
             return sorted(found)
         topics = sorted({t for t, _ in subscription.assigned})
         meta = self.client.metadata(topics)

@@ -14,7 +14,9 @@ input partition and writer Spark ships to executors.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +43,47 @@ LATEST = -1
 TopicPartition = tuple[str, int]
 
 
-class OptionError(ValueError):
+class ConfigurationError(Exception):
+    """
+    A mistake in how a query is set up (an option, a topic that does not
+    exist): its message is the whole story, and Spark shows it without a
+    traceback (see L{oneLineErrors}).
+    """
+
+
+_HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
+#: whether this process set SPARK_HIDE_TRACEBACK (for one error)
+_hidden = False
+
+
+def oneLineErrors(function):
+    """
+    Decorate the data source's planning methods, which Spark runs in a
+    Python worker and whose exceptions it reports with the worker's
+    traceback: a L{ConfigurationError} is reported as its one line
+    (pyspark's worker leaves the traceback out while
+    C{SPARK_HIDE_TRACEBACK} is set, which this sets for that one error and
+    unsets at the next planning call in the same worker).
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        global _hidden
+        if _hidden:
+            os.environ.pop(_HIDE_TRACEBACK, None)
+            _hidden = False
+        try:
+            return function(*args, **kwargs)
+        except ConfigurationError:
+            if not os.environ.get(_HIDE_TRACEBACK):
+                os.environ[_HIDE_TRACEBACK] = "1"
+                _hidden = True
+            raise
+
+    return wrapper
+
+
+class OptionError(ValueError, ConfigurationError):
     """
     A data source option is missing, malformed or in conflict with another.
 

@@ -42,7 +42,7 @@ from kafkatwist_spark.offsets import (
     splitRanges,
     toJson,
 )
-from kafkatwist_spark.options import SourceConfig, TopicPartition
+from kafkatwist_spark.options import SourceConfig, TopicPartition, oneLineErrors
 
 __all__ = [
     "KafkaBatchReader",
@@ -293,6 +293,7 @@ class KafkaBatchReader(_ReaderBase, DataSourceReader):
     resolved when the query is planned.
     """
 
+    @oneLineErrors
     def partitions(self) -> list[KafkaInputPartition]:
         try:
             ranges = self._retrying(OffsetReader.batchRanges)
@@ -321,6 +322,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         self._target: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] | None = None
 
+    @oneLineErrors
     def initialOffset(self) -> dict:
         def initial(offsets: OffsetReader) -> dict:
             partitions = offsets.partitions()
@@ -338,6 +340,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._retrying(lambda offsets: offsets.latest(offsets.partitions()))
 
+    @oneLineErrors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         return self._retrying(lambda offsets: self._latestOffset(offsets, start, limit))
 
@@ -383,6 +386,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest is None else toJson(self._latest)
 
+    @oneLineErrors
     def partitions(self, start: dict, end: dict) -> list[KafkaInputPartition]:
         return self._retrying(lambda offsets: self._partitions(offsets, start, end))
 

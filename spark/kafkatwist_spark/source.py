@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafkatwist_spark.options import OptionError, parseSinkOptions, parseSourceOptions
+from kafkatwist_spark.options import OptionError, oneLineErrors, parseSinkOptions, parseSourceOptions
 from kafkatwist_spark.reader import KafkaBatchReader, KafkaStreamReader
 from kafkatwist_spark.writer import (
     KafkaBatchWriter,
@@ -68,6 +68,7 @@ class KafkaTwistDataSource(DataSource):
     def name(cls) -> str:
         return "kafkatwist"
 
+    @oneLineErrors
     def schema(self) -> StructType:
         # Both modes' rules that hold either way: anything that would fail
         # as a batch *and* as a stream fails here, at load().
@@ -99,16 +100,19 @@ class KafkaTwistDataSource(DataSource):
                 f"one: expected {expected.simpleString()}, got {schema.simpleString()}",
             )
 
+    @oneLineErrors
     def reader(self, schema: StructType) -> KafkaBatchReader:
         config = self._sourceConfig(streaming=False)
         self._checkSchema(schema, config.includeHeaders)
         return KafkaBatchReader(config, schema)
 
+    @oneLineErrors
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         config = self._sourceConfig(streaming=True)
         self._checkSchema(schema, config.includeHeaders)
         return KafkaStreamReader(config, schema)
 
+    @oneLineErrors
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         config = parseSinkOptions(self.options)
         if overwrite:
@@ -119,6 +123,7 @@ class KafkaTwistDataSource(DataSource):
             )
         return KafkaBatchWriter(config, checkSinkSchema(schema, config))
 
+    @oneLineErrors
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
         # Complete output mode asks for "overwrite"; a topic can only be
         # appended to, so each trigger's full result is appended, exactly as

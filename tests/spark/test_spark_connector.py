@@ -113,7 +113,8 @@ def test_min_partitions_splits(spark, kafka, admin, newTopic):
 def test_empty_read(spark, kafka, newTopic):
     topic = newTopic(2)
     assert reader(spark, kafka, subscribe=topic).load().count() == 0
-    assert reader(spark, kafka, subscribe="no-such-topic-yet").load().count() == 0
+    # A topic that does not exist fails the batch query (issue 27): see
+    # test_unknown_topic_fails_as_sparks_kafka_source_does.
 
 
 def test_value_field_group_by(spark, kafka, admin, newTopic):
@@ -414,6 +415,24 @@ def test_bad_options_fail_at_load(spark, kafka):
         spark.read.format("kafkatwist").schema("value string").option(
             "kafka.bootstrap.servers", kafka.bootstrap
         ).option("subscribe", "t").load().collect()
+
+
+def test_unknown_topic_fails_as_sparks_kafka_source_does(spark, kafka):
+    # Not 0 rows: Spark's Kafka source fails with UnknownTopicOrPartition.
+    with pytest.raises(Exception) as e:
+        reader(spark, kafka, subscribe="no-such-topic").load().count()
+    message = str(e.value)
+    assert "UnknownTopicOrPartitionException: This server does not host this topic-partition: " \
+        "'no-such-topic'" in message
+    assert "Traceback" not in message
+
+
+def test_an_option_error_is_one_line(spark, kafka):
+    with pytest.raises(Exception) as e:
+        reader(spark, kafka, subscribe="t", startingOffset="earliest").load()
+    message = str(e.value)
+    assert "did you mean 'startingOffsets'?" in message
+    assert "Traceback" not in message and len(message.strip().splitlines()) <= 2, message
 
 
 def test_stream_options_fail(spark, kafka, tmp_path):
