@@ -44,13 +44,34 @@ def quietLibrdkafka() -> None:
 
     logger = logging.getLogger("librdkafka")
 
+    def withLogger(args, kwargs):
+        if args and isinstance(args[0], dict):
+            return ({"logger": logger, **args[0]},) + args[1:], kwargs
+        kwargs.setdefault("logger", logger)
+        return args, kwargs
+
     def quiet(cls):
-        class Quiet(cls):
+        if getattr(cls, "_quiet", False):
+            return cls
+        try:
+            # A Python class (AdminClient, whose __init__ names itself)
+            original = cls.__init__
+
             def __init__(self, *args, **kwargs):
-                if args and isinstance(args[0], dict):
-                    args = ({"logger": logger, **args[0]},) + args[1:]
-                else:
-                    kwargs.setdefault("logger", logger)
+                args, kwargs = withLogger(args, kwargs)
+                original(self, *args, **kwargs)
+
+            cls.__init__ = __init__
+            cls._quiet = True
+            return cls
+        except TypeError:
+            pass
+
+        class Quiet(cls):  # an extension type (Producer, Consumer)
+            _quiet = True
+
+            def __init__(self, *args, **kwargs):
+                args, kwargs = withLogger(args, kwargs)
                 super().__init__(*args, **kwargs)
 
         Quiet.__name__ = Quiet.__qualname__ = cls.__name__
@@ -58,12 +79,8 @@ def quietLibrdkafka() -> None:
         return Quiet
 
     for module, name in ((confluent_kafka, "Producer"), (confluent_kafka, "Consumer"),
-                         (confluent_kafka.admin, "AdminClient"), (confluent_kafka, "AdminClient")):
-        cls = getattr(module, name, None)
-        if cls is not None and not getattr(cls, "_quiet", False):
-            quieter = quiet(cls)
-            quieter._quiet = True
-            setattr(module, name, quieter)
+                         (confluent_kafka.admin, "AdminClient")):
+        setattr(module, name, quiet(getattr(module, name)))
 
 
 @pytest.fixture(scope="session")

@@ -129,6 +129,9 @@ class Broker:
             self.pki = makePki(os.path.join(self.directory, "pki"))
         if listeners is None:
             protocols = [self.protocol] + (["PLAINTEXT"] if self.protocol != "PLAINTEXT" else [])
+            if zookeeper is not None:
+                # Brokers of a cluster reach each other on the first listener.
+                protocols.reverse()
             listeners = ",".join(f"{p}://127.0.0.1:0" for p in protocols)
         self.overrides = {"listeners": listeners, "log.dir": os.path.join(self.directory, "data")}
         if nodeId is not None:
@@ -146,6 +149,8 @@ class Broker:
         self.ports: dict[str, int] = {}
         self.pollInterval = 0.05
         self._log = None
+        #: paused by L{pause} and not resumed since
+        self.paused = False
         self._startedAt = 0
         self._formatted = False
 
@@ -272,10 +277,12 @@ class Broker:
         long garbage collection, a stalled machine).
         """
         os.kill(self.process.pid, signal.SIGSTOP)
+        self.paused = True
 
     def resume(self) -> None:
         if self.running():
             os.kill(self.process.pid, signal.SIGCONT)
+        self.paused = False
 
     def restart(self, timeout: float = 60.0) -> "Broker":
         """

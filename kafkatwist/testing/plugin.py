@@ -53,8 +53,6 @@ def pytest_configure(config):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" or report.failed:
-        setattr(item, f"_kafkatwist_{report.when}", report)
     if not report.failed:
         return
     for value in list(getattr(item, "funcargs", {}).values()):
@@ -213,10 +211,11 @@ def heal(cluster: Cluster) -> None:
     Resume paused brokers and start stopped ones, then wait until the
     cluster is whole again.
     """
+    paused = [n for n, b in cluster.brokers.items() if b.paused]
     cluster.resume()
     down = [n for n in range(1, cluster.count + 1) if n not in cluster.alive()]
     for n in down:
         cluster.brokers[n].pinPorts()
         cluster.brokers[n].start()
-    if down:
+    if paused or down:
         cluster.waitReady()

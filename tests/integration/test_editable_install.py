@@ -20,7 +20,7 @@ import pytest
 
 from kafkatwist.testing.broker import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 #: what of this venv the new one must not see
 HIDDEN = ("kafkatwist", "__editable__", "_kafkatwist", "kafkatwist_source_tree.pth")

@@ -19,7 +19,7 @@ from tests.prometheus import (
     metricNames,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def scrapeText(port):

@@ -83,6 +83,18 @@ def test_cluster_kill_pause_restart(zookeeper):
         assert roundTrip({"bootstrap.servers": cluster.bootstrap_servers}, "t") == b"hello"
 
 
+@pytest.mark.slow
+def test_secured_cluster(zookeeper):
+    # Clients on SASL_SSL; the brokers replicate among themselves on PLAINTEXT.
+    with Cluster(brokers=2, zookeeper=zookeeper, tls=True, sasl={"alice": "alice-secret"}) as cluster:
+        broker = cluster.brokers[1]
+        assert broker.protocol == "SASL_SSL" and cluster.brokers[2].pki is broker.pki
+        config = {**broker.client_config(), "bootstrap.servers": cluster.bootstrap_servers}
+        admin = AdminClient(config)
+        admin.create_topics([NewTopic("s", 1, 2)])["s"].result(60)
+        assert roundTrip(config, "s") == b"hello"
+
+
 USER_TEST = '''
 import pytest
 from confluent_kafka import Consumer, Producer

@@ -118,6 +118,7 @@ def _everySchema():
             yield key, version
 
 
+@pytest.mark.slow
 def test_every_schema_round_trips():
     """
     Whatever kio writes, the walk accepts and ends where kio's reader ends.
@@ -179,6 +180,7 @@ def mutationsAgreeWithKio(seed: int, perSchema: int) -> int:
     return accepted
 
 
+@pytest.mark.slow
 def test_mutated_bodies_never_abort_kio():
     code = "from tests.unit.test_bounds import mutationsAgreeWithKio as m; print(m(5, 25))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -145,6 +145,7 @@ def bombMemory() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 
 
+@pytest.mark.slow
 def test_the_262_kb_zstd_bomb_stays_within_tens_of_megabytes():
     code = "from tests.unit.test_record_validation import bombMemory; print(bombMemory())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
