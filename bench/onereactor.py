@@ -7,7 +7,7 @@ L{kafkatwist.network.connection.KafkaConnection} does (4-byte size, a
 bytearray buffer, size bounds, read size grown while a large frame is
 pending, the same socket options), parses the header with the same
 C{parseRequestHeader}, and calls the same handler objects -- a real
-L{kafkatwist.broker.Broker} with the plugin registry and the on-disk log
+L{kafkatwist.server.broker.Broker} with the plugin registry and the on-disk log
 manager -- in-line in C{dataReceived}, then writes C{encodeResponseFrame}'s
 chunks.  It skips what a one-reactor server does not need: the
 RequestChannel, memory pool, mute/unmute, handler threads.
@@ -32,8 +32,8 @@ def main(argv: list[str]) -> int:
     from twisted.internet import reactor
     from twisted.internet.protocol import Factory, Protocol
 
-    from kafkatwist.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
-    from kafkatwist.dynamicconfig import DynamicBrokerConfig
+    from kafkatwist.server.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
+    from kafkatwist.config.dynamic import DynamicBrokerConfig
     from kafkatwist.config import loadConfig
     from kafkatwist.network.connection import DEFAULT_READ_SIZE, MAX_READ_SIZE
     from kafkatwist.network.transport import tuneSocket
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     from kafkatwist.protocol.codec import MalformedRequest, decodeRequest, encodeResponseFrame
     from kafkatwist.protocol.header import MIN_HEADER_SIZE, MalformedHeader, parseRequestHeader
     from kafkatwist.protocol.versions import unsupportedApiVersionsBody
-    from kafkatwist.registry import HandlerRegistry, discoverPlugins
+    from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
     from kafkatwist.service import makeReplicaManager, openLogManager, raiseDescriptorLimit
 
     directory = argv[0]

@@ -184,7 +184,7 @@ class IRequestHandlerPlugin(Interface):
 
 class IBroker(Interface):
     """
-    The services a handler may use (L{kafkatwist.broker.BrokerServices}):
+    The services a handler may use (L{kafkatwist.server.broker.BrokerServices}):
     built once at start-up, complete, before the first handler is built.
     An attribute documented as possibly C{None} is so by configuration
     (no ZooKeeper, no authorizer, no log cleaner), never because it is not
@@ -196,7 +196,7 @@ class IBroker(Interface):
         "C{dynamicConfig} for what dynamic updates made of them)."
     )
     dynamicConfig = Attribute(
-        "L{kafkatwist.dynamicconfig.DynamicBrokerConfig}: the dynamic broker configs "
+        "L{kafkatwist.config.dynamic.DynamicBrokerConfig}: the dynamic broker configs "
         "(C{current} is the configuration in force; in a cluster they are ZooKeeper's)."
     )
     nodeId = Attribute("C{int}: C{node.id}.")
@@ -218,7 +218,7 @@ class IBroker(Interface):
         "DeleteRecords; keys: (topic, partition))."
     )
     fetchSessions = Attribute(
-        "L{kafkatwist.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
+        "L{kafkatwist.plugins.fetchsessions.FetchSessions}: incremental fetch sessions and their owner."
     )
     groupCoordinator = Attribute(
         "The group coordinator (L{kafkatwist.coordinator.service.GroupCoordinatorService})."
@@ -247,7 +247,7 @@ class IBroker(Interface):
         "replication throttles."
     )
     topicBytes = Attribute(
-        "L{kafkatwist.metrics.TopicBytes}: bytes and messages in and out per topic (metrics)."
+        "L{kafkatwist.metrics.stats.TopicBytes}: bytes and messages in and out per topic (metrics)."
     )
     logCleaner = Attribute(
         "The L{kafkatwist.log.cleaner.LogCleaner}, or C{None} with C{log.cleaner.enable=false}; "

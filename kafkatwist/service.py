@@ -17,8 +17,7 @@ from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from kafkatwist.broker import BrokerParts, BrokerServices, loadOrCreateClusterId
-from kafkatwist.log.meta import proposedClusterId
+from kafkatwist.server.broker import BrokerParts, BrokerServices, loadOrCreateClusterId, storedClusterId
 from kafkatwist.cluster.wiring import (
     UncleanElection,
     clusterDynamicConfig,
@@ -33,11 +32,11 @@ from kafkatwist.coordinator.transaction.wiring import (
     stopTransactionCoordinator,
 )
 from kafkatwist.coordinator.wiring import makeGroupCoordinator, stopGroupCoordinator
-from kafkatwist.dirlock import DataDirLock
+from kafkatwist.util.dirlock import DataDirLock
 from kafkatwist.log.errors import StorageError
-from kafkatwist.dynamicconfig import DynamicBrokerConfig
+from kafkatwist.config.dynamic import DynamicBrokerConfig
 from kafkatwist.network.server import SocketServer
-from kafkatwist.reconfigure import (
+from kafkatwist.server.reconfigure import (
     ConnectionLimits,
     HandlerThreads,
     ListenerKeystores,
@@ -47,10 +46,10 @@ from kafkatwist.reconfigure import (
     makeLogCleaner,
     reconfigurables,
 )
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
-from kafkatwist.sdnotify import Notifier
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.sdnotify import Notifier
 from kafkatwist.security.plugin import loadAuthorizer
-from kafkatwist.startup import cannotListen
+from kafkatwist.util.startup import cannotListen
 
 log = Logger()
 
@@ -90,7 +89,7 @@ def makeReplicaManager(parts, config):
     @param parts: the L{BrokerParts} (the purgatories it wakes, the
         follower throttle).
     """
-    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.util.timers import TimerThread
     from kafkatwist.replication.manager import ReplicaManager
 
     replicaManager = ReplicaManager(
@@ -176,8 +175,8 @@ class BrokerService(service.Service):
     def prepare(self) -> None:
         """
         Do everything that may fail; raises L{kafkatwist.config.ConfigError},
-        L{kafkatwist.registry.PluginConflict},
-        L{kafkatwist.startup.StartupError} (a damaged ACL or credential file
+        L{kafkatwist.server.registry.PluginConflict},
+        L{kafkatwist.util.startup.StartupError} (a damaged ACL or credential file
         among them) or C{OSError}.
 
         Order matters to an operator: nothing is written to the data
@@ -191,6 +190,7 @@ class BrokerService(service.Service):
         """
         config = self.config
         raiseDescriptorLimit()
+        self._checkDataDirs()
         registry = HandlerRegistry(
             discoverPlugins(config["plugin.paths"], config["plugin.load.failure.policy"])
         )
@@ -217,10 +217,14 @@ class BrokerService(service.Service):
         configuredClusterId = config["cluster.id"]
         if config["zookeeper.connect"]:
             self.cluster = makeCluster(config, advertisedListeners, replicaManager)
+            self.cluster.consoleUrl = self._consoleUrl(advertisedListeners)
             # The cluster's id is ZooKeeper's; a data directory of another
             # cluster is refused (Kafka's InconsistentClusterIdException).
+            # The directories' meta.properties get ZooKeeper's id only (the
+            # loser of the race to create /cluster/id must not have written
+            # its own first).
             configuredClusterId = self.cluster.connect(
-                lambda: configuredClusterId or proposedClusterId(config.logDirs, config.nodeId, None)
+                lambda: configuredClusterId or storedClusterId(config.logDirs, config.nodeId)
             )
         clusterId = loadOrCreateClusterId(config.logDirs, config.nodeId, configuredClusterId)
         # The dynamic broker configs stored by earlier runs: what is built
@@ -278,6 +282,22 @@ class BrokerService(service.Service):
         useLogManager(replicaManager, config, self.logManager, self.cluster)
         awaitCoordinatorReplication(self.broker, config, self.logManager)
 
+    def _checkDataDirs(self) -> None:
+        """
+        What start-up would refuse in the data directories -- another
+        broker holding them, a bad C{meta.properties}, a topic without
+        usable metadata -- checked before any port is bound, reading only:
+        a broker about to refuse its directory never accepts a connection
+        (a port-based health check would see it up).
+        """
+        from kafkatwist.log.manager import checkTopicMetadata
+
+        config = self.config
+        DataDirLock(config.logDirs).probe()
+        storedClusterId(config.logDirs, config.nodeId, config["cluster.id"])
+        if self.logManagerFactory is openLogManager:
+            checkTopicMetadata(config.logDirs)
+
     def _bindListeners(self) -> list:
         """
         @return: the advertised listeners, a listener on port 0 (tests)
@@ -320,10 +340,25 @@ class BrokerService(service.Service):
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
 
+    def _consoleUrl(self, advertisedListeners) -> str | None:
+        """
+        The web console's URL as other brokers' consoles link to it: the
+        HTTP listener's bound port, on its host (the first advertised
+        listener's host when it listens on every address).
+        """
+        if self._metricsPort is None:
+            return None
+        host = self.config["metrics.http.listener"].rpartition(":")[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            host = advertisedListeners[0].host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self._metricsPort.getHost().port}"
+
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:
             return
-        from kafkatwist.metrics_http import metricsSite
+        from kafkatwist.metrics.http import metricsSite
 
         site = metricsSite(self.broker, self.server, self.reactor)
         self._metricsSite.resource = site.resource
@@ -379,7 +414,7 @@ class BrokerService(service.Service):
         keystore = self.config["ssl.keystore.location"]
         if not keystore or not any(l.tls for l in self.config.listeners):
             return
-        from kafkatwist.servercert import advertisedHostWarnings
+        from kafkatwist.server.servercert import advertisedHostWarnings
 
         for warning in advertisedHostWarnings(keystore, self.broker.advertisedListeners):
             log.warn("{warning}", warning=warning)

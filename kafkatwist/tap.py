@@ -12,8 +12,8 @@ import sys
 from twisted.python import usage
 
 from kafkatwist.config import ConfigError, loadConfig
-from kafkatwist.registry import PluginConflict
-from kafkatwist.startup import StartupError
+from kafkatwist.server.registry import PluginConflict
+from kafkatwist.util.startup import StartupError
 
 
 class Options(usage.Options):

@@ -1,6 +1,6 @@
 """
 The one test double of the broker's services (L{IBroker}): a real
-L{kafkatwist.broker.BrokerServices} whose parts are the in-memory ones a
+L{kafkatwist.server.broker.BrokerServices} whose parts are the in-memory ones a
 unit test can drive -- a L{MemoryLogManager}, a C{task.Clock} behind the
 broker clock, purgatories that expire in place, credential and quota
 stores without files, an idle replica manager on the fake clock.  Every
@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from twisted.internet import task
 
-from kafkatwist.broker import BrokerParts, BrokerServices, HandlerCalls
-from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.server.broker import BrokerParts, BrokerServices, HandlerCalls
+from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.config import BrokerConfig, Listener
-from kafkatwist.dynamicconfig import DynamicBrokerConfig
-from kafkatwist.fetchsessions import FetchSessions
+from kafkatwist.config.dynamic import DynamicBrokerConfig
+from kafkatwist.plugins.fetchsessions import FetchSessions
 from kafkatwist.log import MemoryLogManager
-from kafkatwist.metrics import TopicBytes
-from kafkatwist.purgatory import Purgatory
+from kafkatwist.metrics.stats import TopicBytes
+from kafkatwist.util.purgatory import Purgatory
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.replication.manager import ReplicaManager
 from kafkatwist.replication.quota import ReplicationQuotas
 from kafkatwist.security.credentials import CredentialStore

@@ -11,7 +11,7 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.cluster.image import ClusterImage
-from kafkatwist.cluster.zkdata import NO_LEADER
+from kafkatwist.protocol.entities import NO_LEADER
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.protocol.entities import make
 

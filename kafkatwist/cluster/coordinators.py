@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
-from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.util.owner import OwnerThread
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC
 from kafkatwist.coordinator.transaction.formats import TRANSACTION_STATE_TOPIC
 
@@ -43,7 +43,7 @@ class CoordinatorMover:
 
     def start(self, broker) -> None:
         """
-        @param broker: the L{kafkatwist.broker.BrokerServices} whose
+        @param broker: the L{kafkatwist.server.broker.BrokerServices} whose
             C{groupCoordinator} and C{transactionCoordinator} are (un)loaded.
         """
         self._coordinators = {

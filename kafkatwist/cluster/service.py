@@ -18,7 +18,7 @@ a broker first -- out of the ISR, its leaderships moved in a new leader
 epoch -- before it counts as a new broker (see docs/crash-restart.md).
 
 Threads: everything here runs on the cluster owner thread
-(L{kafkatwist.cluster.owner.OwnerThread}, C{kafkatwist-cluster}) except
+(L{kafkatwist.util.owner.OwnerThread}, C{kafkatwist-cluster}) except
 the public methods, which hand work to it, and L{image}, which any thread
 reads.
 """
@@ -53,11 +53,11 @@ from kafkatwist.cluster.effects import (
     WriteState,
 )
 from kafkatwist.cluster.image import ClusterImage, freeze
-from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.util.owner import OwnerThread
 from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
-from kafkatwist.startup import StartupError
+from kafkatwist.util.startup import StartupError
 
 log = Logger()
 
@@ -89,6 +89,9 @@ class ClusterService:
         self.config = config
         self.brokerId = config.nodeId
         self.advertisedListeners = list(advertisedListeners)
+        #: this broker's web console URL, registered with its endpoints
+        #: (set before L{connect} when C{metrics.http.listener} is)
+        self.consoleUrl: str | None = None
         self.replicaManager = replicaManager
         self.logManager = logManager
         self.sessionTimeoutMs = config["zookeeper.session.timeout.ms"]
@@ -152,7 +155,7 @@ class ClusterService:
         #: by L{connect}, before anything is built from the config
         self.storedBrokerConfigs: tuple[dict, dict] = ({}, {})
         #: called on the owner thread with both layers whenever either znode
-        #: is read (L{kafkatwist.dynamicconfig.DynamicBrokerConfig.storedChanged})
+        #: is read (L{kafkatwist.config.dynamic.DynamicBrokerConfig.storedChanged})
         self.onBrokerConfigs = None
 
     # -- start and stop (caller's thread) --------------------------------------------
@@ -166,7 +169,9 @@ class ClusterService:
         that lasts.  Blocking: start-up only.
 
         @param localClusterId: callable giving an id to store when ZooKeeper
-            has none yet (this broker's C{meta.properties} one).
+            has none yet (this broker's C{meta.properties} one), or
+            C{None} for a new one; it must write nothing: the race to
+            create C{/cluster/id} decides the id the caller then stores.
         @return: the cluster id.
         @raise ClusterStartError: ZooKeeper cannot be reached.
         """
@@ -181,7 +186,7 @@ class ClusterService:
                 self._clusterId = Z.decodeClusterId(data)
                 self._clusterIdWasStored = True
             except NoNodeError:
-                clusterId = localClusterId() if localClusterId is not None else _newClusterId()
+                clusterId = (localClusterId() if localClusterId is not None else None) or _newClusterId()
                 try:
                     zk.create(Z.CLUSTER_ID, Z.encodeClusterId(clusterId), makepath=True)
                     self._clusterId = clusterId
@@ -749,7 +754,8 @@ class ClusterService:
         path = Z.brokerPath(self.brokerId)
         raw = getattr(self.config, "raw", {}) or {}
         data = Z.encodeBroker(self.brokerId, self.advertisedListeners,
-                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"))
+                              self.config["listener.security.protocol.map"], rack=raw.get("broker.rack"),
+                              console=self.consoleUrl)
         deadline = time.monotonic() + wait
         while True:
             try:

@@ -15,9 +15,9 @@ import threading
 
 from kafkatwist.cluster.coordinators import CoordinatorMover
 from kafkatwist.cluster.service import ClusterService
-from kafkatwist.dynamicconfig import DynamicBrokerConfig, Reconfigurable
+from kafkatwist.config.dynamic import DynamicBrokerConfig, Reconfigurable
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.plugins.init_producer_id import ProducerIdManager
+from kafkatwist.coordinator.transaction.producerids import ProducerIdManager
 
 log = Logger()
 
@@ -88,7 +88,7 @@ def startCluster(cluster: ClusterService, broker) -> None:
     Register and read the cluster; its replicas get local logs from now on,
     and the broker's coordinators follow the leaders of their topics.
 
-    @param broker: the L{kafkatwist.broker.BrokerServices}.
+    @param broker: the L{kafkatwist.server.broker.BrokerServices}.
     @raise kafkatwist.cluster.service.ClusterStartError: ZooKeeper unreachable, or this id registered by a
         live broker.
     """

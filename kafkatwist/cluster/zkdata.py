@@ -13,6 +13,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from kafkatwist.protocol.entities import NO_LEADER  # noqa: F401 (cluster modules import it from here)
+
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
@@ -43,9 +45,6 @@ PERSISTENT_PATHS = (
     BROKER_IDS, TOPICS, DELETE_TOPICS, ISR_CHANGE, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster",
     CONTROLLED_SHUTDOWN, DELETED_REPLICAS,
 )
-
-#: no leader (Kafka's C{LeaderAndIsr.NoLeader})
-NO_LEADER = -1
 
 
 class ZkDataError(ValueError):
@@ -131,6 +130,8 @@ class BrokerInfo:
     brokerId: int
     endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
     rack: str | None = None
+    #: the broker's web console (C{http://host:port}), when it serves one
+    console: str | None = None
 
     def endpoint(self, listenerName: str | None = None) -> tuple[str, int] | None:
         for name, host, port in self.endpoints:
@@ -139,9 +140,13 @@ class BrokerInfo:
         return None
 
 
-def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: str | None = None) -> bytes:
+def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: str | None = None,
+                 console: str | None = None) -> bytes:
     """
     @param listeners: the advertised L{kafkatwist.config.Listener}s.
+    @param console: the broker's web console URL, registered beside its
+        endpoints (a field Kafka's tools ignore) so every broker's console
+        can link to the others'.
     """
     endpoints = [f"{l.name}://{l.host}:{l.port}" for l in listeners]
     first = listeners[0]
@@ -157,6 +162,8 @@ def encodeBroker(brokerId: int, listeners, protocolMap: dict[str, str], rack: st
     }
     if rack is not None:
         value["rack"] = rack
+    if console is not None:
+        value["kafkatwist_console"] = console
     return _dump(value)
 
 
@@ -172,7 +179,10 @@ def decodeBroker(brokerId: int, data: bytes) -> BrokerInfo:
             raise ZkDataError(f"broker {brokerId}: bad endpoint {endpoint!r}") from None
     if not endpoints:
         raise ZkDataError(f"broker {brokerId}: no endpoints")
-    return BrokerInfo(brokerId, tuple(endpoints), value.get("rack"))
+    console = value.get("kafkatwist_console")
+    if not isinstance(console, str) or not console.startswith(("http://", "https://")):
+        console = None
+    return BrokerInfo(brokerId, tuple(endpoints), value.get("rack"), console)
 
 
 # -- controller ------------------------------------------------------------------

@@ -56,7 +56,13 @@ button.danger { background:#fff; border-color:var(--bad); color:var(--bad); }
 .chart { background:var(--panel); border:1px solid var(--line); border-radius:8px; padding:10px 12px; }
 .chart .t { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.3px; }
 .chart .last { float:right; font-weight:650; color:var(--ink); text-transform:none; }
-.chart svg { width:100%; height:90px; display:block; margin-top:6px; }
+.chart svg { width:100%; height:90px; display:block; margin-top:6px; background:linear-gradient(#fff,#fbfcfe); }
+.chart .legend { font-size:12px; display:flex; gap:12px; flex-wrap:wrap; margin-top:2px; }
+.chart .legend b { color:var(--ink); font-weight:600; }
+.chart text.nodata { fill:#9aa3b5; font-size:12px; }
+.charts { display:grid; grid-template-columns:repeat(auto-fill,minmax(300px,1fr)); gap:14px; margin-top:10px; }
+.small { font-size:12px; font-weight:400; }
+.cards .chart.wide { grid-column:span 2; padding:8px 12px; }
 td.nowrap, .nowrap { white-space:nowrap; }
 td.k { max-width:220px; } td.v { max-width:520px; } td.hd { max-width:260px; font-size:12.5px; }
 td.hd .hdr { margin-bottom:3px; } td.hd .hdr code { color:var(--muted); } td.hd pre.val { display:inline; }
@@ -95,5 +101,68 @@ JS = r"""
       });
     });
   });
+  // Live charts: redraw every chart from /api/history each interval.
+  var COLORS = ['#2f6fed', '#d98a00', '#1f9d55', '#d64545'];
+  function fmt(v, unit) {
+    if (v === null || v === undefined) return '\u2014';
+    if (unit === 'B/s') {
+      var units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0;
+      while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+      return (i ? v.toFixed(1) : v.toFixed(0)) + ' ' + units[i] + '/s';
+    }
+    if (unit === 'ms') return v.toFixed(1) + ' ms';
+    if (unit === '/s') return v.toFixed(1) + '/s';
+    return String(v);
+  }
+  function svg(series) {
+    var W = 300, H = 90, pts = [];
+    series.forEach(function (s) { s.values.forEach(function (p) { if (p[1] !== null) pts.push(p); }); });
+    if (pts.length < 2) {
+      return '<svg viewBox="0 0 300 90" preserveAspectRatio="none"><text x="4" y="45" class="nodata">collecting\u2026</text></svg>';
+    }
+    var t0 = Math.min.apply(null, pts.map(function (p) { return p[0]; }));
+    var t1 = Math.max.apply(null, pts.map(function (p) { return p[0]; }));
+    var top = (Math.max.apply(null, pts.map(function (p) { return p[1]; })) || 1) * 1.15, span = (t1 - t0) || 1;
+    var out = '';
+    series.forEach(function (s, i) {
+      var c = s.values.filter(function (p) { return p[1] !== null; }).map(function (p) {
+        return ((p[0] - t0) / span * W).toFixed(1) + ',' + (H - 4 - p[1] / top * (H - 8)).toFixed(1);
+      }).join(' ');
+      out += '<polyline fill="none" stroke="' + COLORS[i % 4] + '" stroke-width="1.6" points="' + c + '"/>';
+    });
+    return '<svg viewBox="0 0 300 90" preserveAspectRatio="none">' + out + '</svg>';
+  }
+  var charts = Array.prototype.slice.call(document.querySelectorAll('.chart[data-keys]'));
+  function refresh() {
+    var byUrl = {};
+    charts.forEach(function (el) {
+      var g = el.getAttribute('data-group');
+      var url = '/api/history' + (g !== null ? '?group=' + encodeURIComponent(g) : '');
+      (byUrl[url] = byUrl[url] || []).push(el);
+    });
+    Object.keys(byUrl).forEach(function (url) {
+      fetch(url, {credentials: 'same-origin'}).then(function (r) { return r.ok ? r.json() : null; }).then(function (data) {
+        if (!data) return;
+        byUrl[url].forEach(function (el) {
+          var unit = el.getAttribute('data-unit');
+          var keys = el.getAttribute('data-keys').split(',');
+          var names = Array.prototype.map.call(el.querySelectorAll('.legend span'), function (s) {
+            return s.firstChild.textContent.replace('\u25cf', '').trim();
+          });
+          var series = keys.map(function (k, i) {
+            var values = data.lag && k === 'lag' ? data.lag : (data.series || []).map(function (r) { return [r.at, r[k]]; });
+            return {name: names[i] || k, values: values};
+          });
+          el.querySelector('.plot').innerHTML = svg(series);
+          var spans = el.querySelectorAll('.legend span b');
+          series.forEach(function (s, i) {
+            var last = s.values.length ? s.values[s.values.length - 1][1] : null;
+            if (spans[i]) spans[i].textContent = fmt(last, unit);
+          });
+        });
+      }).catch(function () {});
+    });
+  }
+  if (charts.length) setInterval(refresh, 5000);
 })();
 """

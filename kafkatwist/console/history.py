@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from twisted.internet.task import LoopingCall
 
-from kafkatwist.metrics import BUCKETS, PHASES
+from kafkatwist.metrics.stats import BUCKETS, PHASES
 from kafkatwist.protocol.apis import FETCH, PRODUCE
 
 _TOTAL = PHASES.index("total")
@@ -98,6 +98,36 @@ class History:
         self.samples.append(
             Sample(time.time(), requests, sum(bytesIn.values()), sum(bytesOut.values()), messagesIn, latency)
         )
+        if self.broker.groupCoordinator is not None and self.broker.logManager is not None:
+            # Lag needs the logs' high watermarks: read on a handler thread.
+            self.broker.callInHandlerThread(self._sampleLag)
+
+    def _sampleLag(self) -> None:
+        """
+        On a request handler thread: every group's total lag from its
+        published committed offsets and the logs this broker holds; handed
+        to the main reactor to keep.
+        """
+        logManager = self.broker.logManager
+        totals = {}
+        for groupId, published in list(self.broker.groupCoordinator.publishedGroups().items()):
+            total = 0
+            for (topic, partition), committed in list(published.offsets.items()):
+                log = logManager.getLog(topic, partition) if committed >= 0 else None
+                if log is not None:
+                    total += max(0, log.highWatermark - committed)
+            totals[groupId] = total
+        reactor = getattr(self._loop.clock, "callFromThread", None)
+        if reactor is None:
+            self._storeLag(totals)
+        else:
+            reactor(self._storeLag, totals)
+
+    def _storeLag(self, totals: dict) -> None:
+        for groupId in [g for g in self.groupLag if g not in totals]:
+            del self.groupLag[groupId]
+        for groupId, total in totals.items():
+            self.noteLag(groupId, total)
 
     def noteLag(self, groupId: str, total: int) -> None:
         series = self.groupLag.get(groupId)

@@ -162,6 +162,73 @@ def errorBody(status: int, message: str) -> str:
     )
 
 
+# -- charts ------------------------------------------------------------------------
+
+COLORS = ("#2f6fed", "#d98a00", "#1f9d55", "#d64545")
+
+
+def _fmtUnit(value, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "B/s":
+        return fmtBytes(value) + "/s"
+    if unit == "ms":
+        return f"{value:,.1f} ms"
+    if unit == "/s":
+        return f"{value:,.1f}/s"
+    return fmtNum(value)
+
+
+def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str:
+    """
+    One small line chart: C{series} name -> [[time, value], ...] (values
+    may be None).  The same drawing as console.js's.
+    """
+    points = [p for values in series.values() for p in values if p[1] is not None]
+    if len(points) < 2:
+        return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none"><text x="4" y="{height // 2}" class="nodata">collecting…</text></svg>'
+    t0 = min(p[0] for p in points)
+    t1 = max(p[0] for p in points)
+    top = (max(p[1] for p in points) or 1) * 1.15
+    span = (t1 - t0) or 1
+    lines = []
+    for i, values in enumerate(series.values()):
+        coords = " ".join(
+            f"{(t - t0) / span * width:.1f},{height - 4 - (v / top) * (height - 8):.1f}"
+            for t, v in values if v is not None
+        )
+        lines.append(f'<polyline fill="none" stroke="{COLORS[i % len(COLORS)]}" stroke-width="1.6" points="{coords}"/>')
+    return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none">{"".join(lines)}</svg>'
+
+
+def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None,
+          cls: str = "") -> str:
+    legend = " ".join(
+        f'<span style="color:{COLORS[i % len(COLORS)]}">● {h(name)} '
+        f'<b>{h(_fmtUnit(values[-1][1] if values else None, unit))}</b></span>'
+        for i, (name, values) in enumerate(series.items())
+    )
+    groupAttr = f' data-group="{h(group)}"' if group is not None else ""
+    return (
+        f'<div class="chart {cls}" id="{h(chartId)}" data-keys="{h(keys)}" data-unit="{h(unit)}"{groupAttr}>'
+        f'<div class="t">{h(title)}</div><div class="legend">{legend}</div>'
+        f'<div class="plot">{chartSvg(series)}</div></div>'
+    )
+
+
+def overviewCharts(history: list[dict]) -> str:
+    def pick(key):
+        return [[r["at"], r[key]] for r in history]
+
+    return '<div class="charts">' + "".join([
+        chart("chart-bytes", "Bytes in / out", {"in": pick("bytesInPerSec"), "out": pick("bytesOutPerSec")},
+              "B/s", "bytesInPerSec,bytesOutPerSec"),
+        chart("chart-requests", "Requests", {"requests": pick("requestsPerSec")}, "/s", "requestsPerSec"),
+        chart("chart-latency", "Produce / fetch p99", {"produce": pick("produceP99Ms"), "fetch": pick("fetchP99Ms")},
+              "ms", "produceP99Ms,fetchP99Ms"),
+    ]) + "</div>"
+
+
 # -- overview --------------------------------------------------------------------
 
 
@@ -183,21 +250,26 @@ def overview(data: dict) -> str:
         role = '<span class="badge blue">controller</span>' if b["controller"] else ""
         here = ' <span class="badge">this broker</span>' if b["thisBroker"] else ""
         rows.append(
-            f'<tr><td class="n">{h(b["id"])}</td><td class="mono">{h(b["address"])}</td>'
-            f"<td>{role}{here}</td><td>{h(b['rack'] or '—')}</td>"
-            f'<td class="n">{fmtNum(b["partitionsLed"])}</td><td class="n">{fmtBytes(b["diskBytes"])}</td>'
-            f'<td>{h(b["upSince"] or "—")}</td></tr>'
+            f'<tr><td class="n">{h(b["id"])}</td><td class="mono">{h(b["address"])}'
+            + (f' <a class="console-link" href="{h(b["console"])}/">console ↗</a>' if b.get("console") and not b["thisBroker"] else "")
+            + "</td>"
+            + f"<td>{role}{here}</td><td>{h(b['rack'] or '—')}</td>"
+            + f'<td class="n">{fmtNum(b["partitionsLed"])}</td><td class="n">{fmtBytes(b["diskBytes"])}</td>'
+            + f'<td>{h(b["upSince"] or "—")}</td></tr>'
         )
     table = (
         '<table id="brokers"><thead><tr><th class="n">Id</th><th>Address</th><th>Role</th><th>Rack</th>'
         '<th class="n">Partitions led</th><th class="n">Disk use</th><th>Up since</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
+    interval = h(format(data.get("historyInterval", 5), "g"))
     return (
         "<h1>Overview</h1>"
         f'<div class="sub">Cluster <code>{h(data["clusterId"])}</code> · controller '
         f'{h(data["controllerId"])} · seen from broker {h(data["thisBroker"])}</div>'
         f'<div class="cards" id="stats">{cards}</div>'
+        f'<h2>Last minutes <span class="muted small">(this broker, every {interval} s)</span></h2>'
+        f'{overviewCharts(data.get("history", []))}'
         f"<h2>Brokers</h2>{table}"
     )
 
@@ -254,6 +326,13 @@ def topics(data: dict, search: str = "", csrf: str = "") -> str:
     )
 
 
+def _leaderCell(p: dict, topic: str) -> str:
+    url = p.get("leaderConsole")
+    if not url:
+        return h(p["leader"])
+    return f'<a class="leader-link" href="{h(url)}/topics/{u(topic)}" title="its leader\'s console">{h(p["leader"])} ↗</a>'
+
+
 def topicActions(data: dict, csrf: str) -> str:
     name = data["name"]
     n = len(data["partitions"])
@@ -297,7 +376,7 @@ def topic(data: dict, csrf: str = "") -> str:
         if p["leader"] < 0:
             state = '<span class="badge bad">offline</span>'
         rows.append(
-            f'<tr><td class="n">{h(p["partition"])}</td><td class="n">{h(p["leader"])}</td>'
+            f'<tr><td class="n">{h(p["partition"])}</td><td class="n">{_leaderCell(p, data["name"])}</td>'
             f'<td>{h(", ".join(str(r) for r in p["replicas"]))}</td><td>{h(isr)}</td><td>{state}</td>'
             f'<td class="n">{fmtNum(p["logStartOffset"])}</td><td class="n">{fmtNum(p["logEndOffset"])}</td>'
             f'<td class="n">{fmtBytes(p["sizeBytes"])}</td></tr>'
@@ -366,8 +445,15 @@ def groups(data: dict, search: str = "") -> str:
         f"<tbody>{''.join(rows)}</tbody></table>"
         if rows else '<div class="empty">No consumer groups' + (" match." if search else " yet.") + "</div>"
     )
+    others = data.get("otherConsoles") or {}
+    sub = f'{fmtNum(data["count"])} groups'
+    if others:
+        sub += (
+            f" coordinated by broker {h(data['coordinator'])}; the others are on their coordinators' consoles: "
+            + ", ".join(f'<a href="{h(url)}/groups">broker {h(i)} ↗</a>' for i, url in others.items())
+        )
     return (
-        f'<h1>Consumer groups</h1><div class="sub">{fmtNum(data["count"])} groups</div>'
+        f'<h1>Consumer groups</h1><div class="sub">{sub}</div>'
         '<form class="toolbar" method="get" action="/groups">'
         f'<input type="search" name="q" value="{h(search)}" placeholder="Search groups" data-filter="groups" autofocus>'
         f"</form>{body}"
@@ -436,9 +522,11 @@ def group(data: dict, csrf: str = "") -> str:
     )
     cards = "".join([
         card("State", _stateBadge(data["state"])),
-        card("Protocol", h(data["protocol"]) + (f' <span class="muted">({h(data["assignor"])})</span>' if data.get("assignor") else "")),
+        card("Protocol", h(data["protocol"]) + (f'<div class="muted small">assignor {h(data["assignor"])}</div>' if data.get("assignor") else "")),
         card("Members", fmtNum(len(data["members"]))),
         card("Total lag", fmtNum(data["totalLag"]), "bad" if data["totalLag"] else "ok"),
+        chart("chart-lag", "Total lag, last minutes", {"lag": data.get("lagHistory", [])}, "", "lag",
+              group=data["groupId"], cls="wide"),
     ])
     return (
         '<div class="crumbs"><a href="/groups">Consumer groups</a> /</div>'
@@ -549,8 +637,12 @@ def messages(data: dict, query: dict) -> str:
     )
     notHere = ""
     if data["notHere"]:
+        consoles = data.get("leaderConsoles") or {}
         notHere = '<div class="note">' + "; ".join(
-            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))})'
+            f'partition {h(p)} is not on this broker (leader: broker {h(data["leaders"].get(str(p)))}'
+            + (f', <a href="{h(consoles[str(p)])}/topics/{u(name)}/messages?partition={h(p)}">browse it there ↗</a>'
+               if consoles.get(str(p)) else "")
+            + ")"
             for p in data["notHere"]
         ) + "</div>"
     return (

@@ -172,6 +172,17 @@ class ConsoleSource:
                 out[(topic, partition)] = (log.size, log.logStartOffset, log.highWatermark)
         return out
 
+    def consoles(self) -> dict[int, str]:
+        """
+        Each live broker's web console URL, from the cluster image (what
+        the brokers registered in ZooKeeper); empty for a single broker.
+        """
+        cluster = self.broker.cluster
+        image = cluster.image if cluster is not None else None
+        if image is None:
+            return {}
+        return {i: b.console for i, b in image.brokers.items() if b.console}
+
     def _diskUse(self) -> int:
         logManager = self.broker.logManager
         total = 0
@@ -187,7 +198,17 @@ class ConsoleSource:
     # -- the cluster -------------------------------------------------------------
 
     @inlineCallbacks
-    def brokers(self, context):
+    def lagHistory(self, context, groupId: str):
+        """
+        A group's total lag over the last minutes (the group must be one
+        the user may describe).
+        """
+        yield self.committedOffsets(context, groupId)
+        series = [[round(at, 3), lag] for at, lag in self.history.groupLag.get(groupId, ())]
+        return {"interval": self.history.interval, "group": groupId, "lag": series}
+
+    @inlineCallbacks
+    def brokers(self, context, withHistory: bool = False):
         meta = yield self.metadata(context)
         disk = yield self.onHandlerThread(self._diskUse)
         led: dict[int, int] = {}
@@ -201,6 +222,7 @@ class ConsoleSource:
                 if len(p.isr_nodes) < len(p.replica_nodes):
                     under += 1
         me = self.broker.nodeId
+        consoles = self.consoles()
         brokers = []
         for b in sorted(meta.brokers, key=lambda b: b.node_id):
             mine = b.node_id == me
@@ -215,6 +237,7 @@ class ConsoleSource:
                 "diskBytes": disk if mine else None,
                 "upSince": _iso(self.startedAt) if mine else None,
                 "thisBroker": mine,
+                "console": consoles.get(b.node_id),
             })
         rates = self.history.rates()
         rates.pop("recordsPerSec", None)
@@ -228,6 +251,7 @@ class ConsoleSource:
             "underReplicatedPartitions": under,
             "offlinePartitions": offline,
             **rates,
+            **({"history": self.history.series(), "historyInterval": self.history.interval} if withHistory else {}),
         }
 
     # -- topics -------------------------------------------------------------------
@@ -236,7 +260,8 @@ class ConsoleSource:
     def topics(self, context, search: str = ""):
         meta = yield self.metadata(context)
         wanted = [t for t in meta.topics if t.error_code == ErrorCode.none and search.lower() in t.name.lower()]
-        keys = [(t.name, p.partition_index) for t in wanted for p in t.partitions]
+        me = self.broker.nodeId
+        keys = [(t.name, p.partition_index) for t in wanted for p in t.partitions if me in p.replica_nodes]
         logs = yield self.onHandlerThread(self._localLogs, keys)
         records = self.history.rates()["recordsPerSec"]
         out = []
@@ -275,14 +300,17 @@ class ConsoleSource:
         t = meta.topics[0]
         if t.error_code != ErrorCode.none:
             raise errorFor(t.error_code, f"topic {name}")
-        keys = [(name, p.partition_index) for p in t.partitions]
+        me = self.broker.nodeId
+        keys = [(name, p.partition_index) for p in t.partitions if me in p.replica_nodes]
         logs = yield self.onHandlerThread(self._localLogs, keys)
+        consoles = self.consoles()
         partitions = []
         for p in sorted(t.partitions, key=lambda p: p.partition_index):
             info = logs.get((name, p.partition_index))
             partitions.append({
                 "partition": p.partition_index,
                 "leader": p.leader_id,
+                "leaderConsole": consoles.get(p.leader_id) if p.leader_id != self.broker.nodeId else None,
                 "leaderEpoch": p.leader_epoch,
                 "replicas": list(p.replica_nodes),
                 "isr": list(p.isr_nodes),
@@ -423,7 +451,9 @@ class ConsoleSource:
                 "topics": len(topics),
                 "lag": lag,
             })
-        return {"groups": out, "count": len(out)}
+        me = self.broker.nodeId
+        others = {str(i): url for i, url in sorted(self.consoles().items()) if i != me}
+        return {"groups": out, "count": len(out), "coordinator": me, "otherConsoles": others}
 
     @inlineCallbacks
     def group(self, context, groupId: str):
@@ -533,26 +563,29 @@ class ConsoleSource:
         if t is None or t.error_code != ErrorCode.none:
             raise errorFor(t.error_code if t is not None else ErrorCode.unknown_topic_or_partition, f"topic {name}")
         leaders = {p.partition_index: p.leader_id for p in t.partitions}
+        hosted = {p.partition_index for p in t.partitions if self.broker.nodeId in p.replica_nodes}
         if partition is not None and partition not in leaders:
             raise ConsoleHTTPError(404, f"Not found: partition {partition} of topic {name}")
         selected = [partition] if partition is not None else sorted(leaders)
         positions = _parseCursor(cursor)
         page = yield self.onHandlerThread(
-            self._readMessages, context, name, selected, mode, offset, timestamp, positions, limit
+            self._readMessages, context, name, selected, mode, offset, timestamp, positions, limit, hosted
         )
         page["leaders"] = {str(p): leaders[p] for p in selected}
         page["allPartitions"] = sorted(leaders)
+        consoles = self.consoles()
+        page["leaderConsoles"] = {str(p): consoles.get(leaders[p]) for p in page["notHere"]}
         page["thisBroker"] = self.broker.nodeId
         return page
 
-    def _readMessages(self, context, name, selected, mode, offset, timestamp, positions, limit) -> dict:
+    def _readMessages(self, context, name, selected, mode, offset, timestamp, positions, limit, hosted) -> dict:
         if not context.allowed(AclOperation.READ, ResourceType.TOPIC, name):
             raise ConsoleHTTPError(403, f"Not authorized: reading topic {name} (TOPIC_AUTHORIZATION_FAILED)")
         logManager = self.broker.logManager
         logs = {}
         notHere = []
         for p in selected:
-            log = logManager.getLog(name, p) if logManager is not None else None
+            log = logManager.getLog(name, p) if logManager is not None and p in hosted else None
             if log is None:
                 notHere.append(p)
             else:

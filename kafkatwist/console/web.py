@@ -218,6 +218,9 @@ class ApiResource(_Base):
             if parts == ["security"]:
                 return source.security(context)
             if parts == ["history"]:
+                group = _arg(request, "group")
+                if group:
+                    return source.lagHistory(context, group)
                 return succeed({"interval": self.console.history.interval, "series": self.console.history.series()})
             raise ConsoleHTTPError(404, "no such API")
         except ConsoleHTTPError as e:
@@ -583,7 +586,7 @@ class ConsoleRoot(Resource):
         ))
         self._overview = PageResource(
             console, "overview",
-            lambda s, c, r, p: (_none(p), s.brokers(c))[1],
+            lambda s, c, r, p: (_none(p), s.brokers(c, withHistory=True))[1],
             lambda data, r, csrf: pages.overview(data),
             lambda data, r, p: "Overview",
         )

@@ -6,7 +6,7 @@ Threads and ownership
 =====================
 
   - The machine (every group, every offset) is owned by one
-    L{SerialExecutor}, the runtime's I{owner}: callables handed to it run one
+    L{SerialExecutor<kafkatwist.util.executor.SerialExecutor>}, the runtime's I{owner}: callables handed to it run one
     at a time, in the order handed, each on whichever thread found it idle
     (a request handler thread, or the coordinator's timer thread).  No
     locks guard group state; nothing else touches it.
@@ -16,11 +16,11 @@ Threads and ownership
     an input.  So no group waits for another group's disk write, and
     appends to one partition keep the order the machine emitted them in.
   - Answers (L{Respond}) are given after the owner's turn, outside it.
-  - Timers run on the injected clock (a L{TimerThread} in the broker, a
+  - Timers run on the injected clock (a L{TimerThread<kafkatwist.util.timers.TimerThread>} in the broker, a
     C{task.Clock} in tests); a timer that fires hands its key to the owner.
 
 A thread that hands work to an idle executor runs it itself, after what it
-is already running (L{runHere}): a heartbeat or an offset commit from a
+is already running (L{runHere<kafkatwist.util.executor.runHere>}): a heartbeat or an offset commit from a
 handler thread is decided, appended and answered on that thread with no
 thread switch, and the reactors never run coordinator work.
 """
@@ -28,13 +28,8 @@ thread switch, and the reactors never run coordinator work.
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
-import os
 import threading
 import time
-import weakref
-from collections import deque
 from collections.abc import Callable
 
 from twisted.internet.error import AlreadyCalled, AlreadyCancelled
@@ -43,89 +38,12 @@ from twisted.python.failure import Failure
 
 from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.util.executor import SerialExecutor, isRunningHere, runHere
 
-__all__ = ["CoordinatorRuntime", "SerialExecutor", "TimerThread", "runHere"]
+__all__ = ["CoordinatorRuntime"]
 
 log = Logger()
 E = ErrorCode
-
-_local = threading.local()
-
-
-def runHere(work: Callable[[], object]) -> None:
-    """
-    Run C{work} on this thread: now, or -- if this thread is already
-    running such work -- once that is done, so that nothing nests.
-    """
-    queue = getattr(_local, "queue", None)
-    if queue is not None:
-        queue.append(work)
-        return
-    queue = _local.queue = deque((work,))
-    try:
-        while queue:
-            work = queue.popleft()
-            try:
-                work()
-            except Exception:
-                log.failure("coordinator work {work} failed", work=work)
-    finally:
-        _local.queue = None
-
-
-def isRunningHere() -> bool:
-    """
-    Whether this thread is inside L{runHere} (waiting for other coordinator
-    work here would deadlock).
-    """
-    return getattr(_local, "queue", None) is not None
-
-
-class SerialExecutor:
-    """
-    Runs callables one at a time, in the order they were submitted, on
-    whichever thread submitted to it while it was idle.
-
-    @param perTurn: how many callables one turn runs before letting other
-        work of the same thread run (C{None}: until empty).  An append queue
-        takes one at a time, so a thread appending for one partition does
-        not keep the owner's work waiting behind a run of disk writes.
-    """
-
-    def __init__(self, perTurn: int | None = None) -> None:
-        self._lock = threading.Lock()
-        self._queue: deque = deque()
-        self._running = False
-        self._perTurn = perTurn
-
-    def submit(self, f: Callable, *args) -> None:
-        """
-        Run C{f(*args)} after everything submitted before.  Safe from any
-        thread.
-        """
-        with self._lock:
-            self._queue.append((f, args))
-            if self._running:
-                return
-            self._running = True
-        runHere(self._turn)
-
-    def _turn(self) -> None:
-        done = 0
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._running = False
-                    return
-                if self._perTurn is not None and done == self._perTurn:
-                    break
-                f, args = self._queue.popleft()
-            try:
-                f(*args)
-            except Exception:
-                log.failure("coordinator work {f} failed", f=f)
-            done += 1
-        runHere(self._turn)
 
 
 class CoordinatorRuntime:
@@ -349,116 +267,3 @@ def _reply(replyTo: Callable, result) -> None:
         replyTo(result)
     except Exception:
         log.failure("answering {replyTo} failed", replyTo=replyTo)
-
-
-class _TimerCall:
-    __slots__ = ("f", "args", "kw", "cancelled", "_clock")
-
-    def __init__(self, clock, f, args, kw) -> None:
-        self._clock = clock
-        self.f, self.args, self.kw = f, args, kw
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        """
-        Harmless after the call ran, from any thread.
-        """
-        if not self.cancelled:
-            self.cancelled = True
-            self._clock._cancelled()
-
-    def active(self) -> bool:
-        return not self.cancelled
-
-
-class TimerThread:
-    """
-    The coordinators' clock: C{callLater} from any thread, calls run on
-    this thread ("kafkatwist-<name>").  Not a reactor (there is no I/O to
-    wait for), and apart from the reactors, so timers neither load a
-    network thread nor wait for one.  C{seconds()} is wall time; delays are
-    measured on the monotonic clock.
-    """
-
-    def __init__(self, name: str = "group-coordinator") -> None:
-        self.name = f"kafkatwist-{name}"
-        self._cond = threading.Condition()
-        self._heap: list = []
-        self._seq = itertools.count()
-        self._garbage = 0
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-
-    def seconds(self) -> float:
-        return time.time()
-
-    def callLater(self, delay: float, f, *args, **kw) -> _TimerCall:
-        call = _TimerCall(self, f, args, kw)
-        when = time.monotonic() + max(delay, 0.0)
-        with self._cond:
-            heapq.heappush(self._heap, (when, next(self._seq), call))
-            if self._heap[0][2] is call:
-                self._cond.notify()
-        return call
-
-    def _cancelled(self) -> None:
-        with self._cond:
-            self._garbage += 1
-            if self._garbage > 1024 and self._garbage * 2 > len(self._heap):
-                # Cancelled calls are dropped when they come due; when most
-                # of the heap is such garbage, drop it now.
-                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
-                heapq.heapify(self._heap)
-                self._garbage = 0
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-        # Started in BrokerService.prepare(), before twistd daemonizes: a
-        # forked child has no thread of ours, so it starts its own (without
-        # this, a daemonized broker's group timers never fired).
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _restartAfterFork(ref))
-
-    def _afterFork(self) -> None:
-        if self._thread is None or self._stopping:
-            return
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._stopping:
-                        return
-                    if self._heap:
-                        wait = self._heap[0][0] - time.monotonic()
-                        if wait <= 0:
-                            _, _, call = heapq.heappop(self._heap)
-                            break
-                        self._cond.wait(wait)
-                    else:
-                        self._cond.wait()
-                if call.cancelled:
-                    self._garbage = max(0, self._garbage - 1)
-                    continue
-                call.cancelled = True
-            try:
-                call.f(*call.args, **call.kw)
-            except Exception:
-                log.failure("timer {f} failed", f=call.f)
-
-
-def _restartAfterFork(ref) -> None:
-    timer = ref()
-    if timer is not None:
-        timer._afterFork()

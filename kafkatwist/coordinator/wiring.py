@@ -13,7 +13,7 @@ from twisted.logger import Logger
 from kafkatwist.config import KEYS
 from kafkatwist.coordinator.consumer_group import TopicImage
 from kafkatwist.coordinator.logstore import OffsetsTopicLog
-from kafkatwist.coordinator.runtime import TimerThread
+from kafkatwist.util.timers import TimerThread
 from kafkatwist.coordinator.service import GroupCoordinatorService
 
 __all__ = ["makeGroupCoordinator", "stopGroupCoordinator"]

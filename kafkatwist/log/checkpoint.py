@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
-from kafkatwist.log.atomic import replaceFile
+from kafkatwist.util.atomic import replaceFile
 
 __all__ = [
     "CLEAN_SHUTDOWN",

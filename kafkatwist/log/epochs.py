@@ -23,7 +23,7 @@ from bisect import bisect_right
 
 from twisted.logger import Logger
 
-from kafkatwist.log.atomic import replaceFile
+from kafkatwist.util.atomic import replaceFile
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",

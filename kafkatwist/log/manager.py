@@ -64,7 +64,7 @@ from kafkatwist.log.checkpoint import (
     readCheckpoint,
     writeCheckpoint,
 )
-from kafkatwist.log.atomic import replaceFile, syncDirectory
+from kafkatwist.util.atomic import replaceFile, syncDirectory
 from kafkatwist.log.config import LogConfig, validateTopicConfigs
 from kafkatwist.log.errors import StorageError
 from kafkatwist.log.filelog import FilePartitionLog
@@ -576,6 +576,46 @@ def _readMetadata(path: str) -> dict | str | None:
 
 def _checksum(meta: dict) -> int:
     return crc32c(json.dumps(meta, sort_keys=True).encode("utf-8"))
+
+
+def checkTopicMetadata(logDirs: list[str]) -> None:
+    """
+    What L{LogManager} would refuse at start-up, read only: a topic none of
+    whose partition directories has usable metadata.  A broker checks this
+    before it binds a port, so a port-based health check never sees a
+    broker that is about to refuse its directory as up.
+
+    @raise StorageError: as L{LogManager} would.
+    """
+    found: dict[str, dict[int, str]] = {}
+    copies: dict[str, dict | str] = {}
+    usable: set[str] = set()
+    for logDir in logDirs:
+        try:
+            names = sorted(os.listdir(logDir))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            path = os.path.join(logDir, name)
+            if name.endswith((_DELETE_SUFFIX, _CREATE_SUFFIX)) or not os.path.isdir(path):
+                continue
+            match = _PARTITION_DIR.match(name)
+            if not match:
+                continue
+            topic = match.group(1)
+            try:
+                validateTopicName(topic)
+            except KafkaError:
+                continue
+            found.setdefault(topic, {})[int(match.group(2))] = path
+            meta = _readMetadata(path)
+            if meta is not None:
+                copies[path] = meta
+            if isinstance(meta, dict):
+                usable.add(topic)
+    for name, partitions in sorted(found.items()):
+        if name not in usable:
+            _refuseWithoutMetadata(name, partitions, copies)
 
 
 def _refuseWithoutMetadata(topic: str, partitions: dict[int, str], copies: dict) -> None:

@@ -17,10 +17,10 @@ import base64
 import os
 import uuid
 
-from kafkatwist.log.atomic import TEMPORARY_SUFFIX, replaceFile
+from kafkatwist.util.atomic import TEMPORARY_SUFFIX, replaceFile
 from kafkatwist.log.errors import StorageError
 
-__all__ = ["META_PROPERTIES", "loadOrCreateClusterId", "proposedClusterId"]
+__all__ = ["META_PROPERTIES", "loadOrCreateClusterId", "storedClusterId"]
 
 META_PROPERTIES = "meta.properties"
 _VERSION = "1"
@@ -32,31 +32,47 @@ _REMEDY = (
 )
 
 
-def proposedClusterId(logDirs: list[str] | str, nodeId: int, configured: str | None) -> str:
+def storedClusterId(logDirs: list[str] | str, nodeId: int, configured: str | None = None) -> str | None:
     """
-    The cluster id L{loadOrCreateClusterId} would return, without writing
-    anything: what a cluster broker offers ZooKeeper when ZooKeeper has no
-    id yet.  Brokers starting side by side all offer one and ZooKeeper keeps
-    the first; a broker that had written its own offer would then refuse
-    ZooKeeper's.
+    The cluster id C{logDirs} hold, or C{None} while none has a
+    C{meta.properties} yet; writes nothing (a broker checks its directory
+    with it before it binds a port, and a cluster member learns the id
+    from ZooKeeper before anything is written).
 
     @raise StorageError: as L{loadOrCreateClusterId}.
+    @raise kafkatwist.config.ConfigError: as L{loadOrCreateClusterId}.
     """
-    return loadOrCreateClusterId(logDirs, nodeId, configured, write=False)
+    return _scan(logDirs, nodeId, configured)[0]
 
 
 def loadOrCreateClusterId(
-    logDirs: list[str] | str, nodeId: int, configured: str | None, write: bool = True
+    logDirs: list[str] | str, nodeId: int, configured: str | None
 ) -> str:
     """
     The cluster id of C{logDirs}, written into those that do not have one
-    yet (unless C{write} is false).
+    yet.
 
-    @param configured: C{cluster.id} from the configuration, if set.
+    @param configured: C{cluster.id} from the configuration (in a cluster:
+        ZooKeeper's), if set.
     @raise StorageError: a C{meta.properties} the broker refuses (see the
         module docstring).
     @raise kafkatwist.config.ConfigError: C{configured} differs from the
         stored id.
+    """
+    clusterId, missing = _scan(logDirs, nodeId, configured)
+    if clusterId is None:
+        clusterId = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    for path in missing:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        content = f"#kafkatwist\nversion={_VERSION}\ncluster.id={clusterId}\nnode.id={nodeId}\n"
+        replaceFile(path, content.encode("utf-8"))
+    return clusterId
+
+
+def _scan(logDirs: list[str] | str, nodeId: int, configured: str | None) -> tuple[str | None, list[str]]:
+    """
+    @return: the stored cluster id (or C{None}) and the C{meta.properties}
+        paths still to write.
     """
     if isinstance(logDirs, str):
         logDirs = [logDirs]
@@ -91,13 +107,7 @@ def loadOrCreateClusterId(
         raise ConfigError(
             "cluster.id", f"{configured} differs from {clusterId} in {sorted(stored)[0]}"
         )
-    if clusterId is None:
-        clusterId = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    for path in missing if write else ():
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        content = f"#kafkatwist\nversion={_VERSION}\ncluster.id={clusterId}\nnode.id={nodeId}\n"
-        replaceFile(path, content.encode("utf-8"))
-    return clusterId
+    return clusterId, missing
 
 
 def _holdsData(logDir: str) -> bool:

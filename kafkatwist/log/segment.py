@@ -31,7 +31,7 @@ from crc32c import crc32c
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.log.atomic import replaceFile
+from kafkatwist.util.atomic import replaceFile
 from kafkatwist.log.index import CorruptIndex, OffsetIndex, TimeIndex
 from kafkatwist.log.region import FileRegion
 from kafkatwist.log.throttle import storageLog

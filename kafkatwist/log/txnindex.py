@@ -138,7 +138,7 @@ class TransactionIndex:
         entries = tuple(sorted(set(entries), key=lambda e: e.lastOffset))
         if self.path is not None:
             if entries:
-                from kafkatwist.log.atomic import replaceFile
+                from kafkatwist.util.atomic import replaceFile
 
                 replaceFile(self.path, b"".join(e.encode() for e in entries), sync=False)
             else:

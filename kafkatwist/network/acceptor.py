@@ -17,7 +17,7 @@ from twisted.internet.interfaces import IReadDescriptor
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from kafkatwist.logthrottle import connectionLogs
+from kafkatwist.util.logthrottle import connectionLogs
 from kafkatwist.network.connectionquotas import ConnectionQuotas
 from kafkatwist.network.transport import tuneSocket
 

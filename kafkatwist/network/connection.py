@@ -28,6 +28,7 @@ import struct
 import time
 from collections import deque
 
+from OpenSSL import SSL
 from twisted.internet import tcp
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer, ISSLTransport
 from twisted.internet.protocol import Protocol
@@ -35,9 +36,10 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.interfaces import IRequestContext
-from kafkatwist.logthrottle import connectionLogs
+from kafkatwist.util.logthrottle import connectionLogs
 from kafkatwist.network.channel import Request
 from kafkatwist.network.pending import PendingResponse
+from kafkatwist.network.tls import tlsFailureInWords
 from kafkatwist.network.transport import (
     ANONYMOUS,
     BufferedTransportLayer,
@@ -263,7 +265,10 @@ class KafkaConnection(Protocol):
         self._dropChunks()
         self._buffer = bytearray()
         if self.closeReason is None:
-            self.closeReason = reason.getErrorMessage() if reason is not None else "closed"
+            if reason is not None and reason.check(SSL.Error):
+                self.closeReason = tlsFailureInWords(reason.value)
+            else:
+                self.closeReason = reason.getErrorMessage() if reason is not None else "closed"
         self.owner.connectionClosed(self)
 
     def close(self, reason: str) -> None:

@@ -234,3 +234,12 @@ class ConnectionQuotas:
         self._lastSweep = nowMs
         for host in [h for h, s in self._ipRate.items() if nowMs - s.lastRecordMs > _IP_SENSOR_EXPIRY_MS]:
             del self._ipRate[host]
+
+
+def connectionRates(config) -> tuple[int, dict[str, int]]:
+    """
+    C{max.connection.creation.rate}: the broker's, and each listener's
+    (its own key, else the broker's).
+    """
+    key = "max.connection.creation.rate"
+    return config[key], {l.name: config.listenerSetting(l.name, key) for l in config.listeners}

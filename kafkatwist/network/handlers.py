@@ -23,9 +23,9 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from kafkatwist.config import TLS_PROTOCOLS
-from kafkatwist.network.affinity import pinCurrentThread
+from kafkatwist.util.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
-from kafkatwist.purgatory import DelayedActions
+from kafkatwist.util.purgatory import DelayedActions
 from kafkatwist.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, apiName, responseType
 from kafkatwist.protocol.entities import durationMs
 from kafkatwist.quota.store import REQUEST_PERCENTAGE

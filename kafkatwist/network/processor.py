@@ -22,10 +22,10 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from kafkatwist.clock import ThreadSafeClock
-from kafkatwist.logthrottle import connectionLogs
-from kafkatwist.metrics import IdleClock, RequestStats
-from kafkatwist.network.affinity import pinCurrentThread
+from kafkatwist.util.clock import ThreadSafeClock
+from kafkatwist.util.logthrottle import connectionLogs
+from kafkatwist.metrics.stats import IdleClock, RequestStats
+from kafkatwist.util.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
 from kafkatwist.network.reactor import ProcessorReactor
 from kafkatwist.security.session import SaslSession

@@ -15,13 +15,12 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 
 from kafkatwist.network.acceptor import Acceptor
-from kafkatwist.network.affinity import availableCpus, requestThreadCpusFor, showCpus
+from kafkatwist.util.affinity import availableCpus, requestThreadCpusFor, showCpus
 from kafkatwist.network.channel import MemoryPool, RequestChannel
-from kafkatwist.network.connectionquotas import ConnectionQuotas
+from kafkatwist.network.connectionquotas import ConnectionQuotas, connectionRates
 from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.network.processor import Processor
 from kafkatwist.network.tls import ReloadableContextFactory, listenerContextFactory
-from kafkatwist.reconfigure import connectionRates
 from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 
 log = Logger()
@@ -42,7 +41,7 @@ class SocketServer:
 
     @param mainReactor: the global reactor, which runs the Acceptors (and
         nothing else of the network layer).
-    @param parts: the L{kafkatwist.broker.BrokerParts} (credentials, client
+    @param parts: the L{kafkatwist.server.broker.BrokerParts} (credentials, client
         quotas, the handler threads' hook).
     """
 

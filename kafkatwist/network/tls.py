@@ -264,3 +264,43 @@ class ReloadableContextFactory:
 
     def serverConnectionForTLS(self, tlsProtocol) -> SSL.Connection:
         return self.current.serverConnectionForTLS(tlsProtocol)
+
+
+#: OpenSSL's reasons for a failed handshake, in an operator's words
+_TLS_REASONS = (
+    ("peer did not return a certificate", "the client sent no certificate (ssl.client.auth=required)"),
+    ("certificate verify failed",
+     "the client's certificate is not signed by a CA in ssl.truststore.location, or has expired"),
+    ("alert unknown ca", "the client does not trust the broker's certificate (its CA is unknown to the client)"),
+    ("alert bad certificate", "the client refused the broker's certificate"),
+    ("alert certificate unknown",
+     "the client refused the broker's certificate (does it name the host the client connected to?)"),
+    ("alert certificate expired", "the client says the broker's certificate has expired"),
+    ("wrong version number", "the client does not speak TLS (a PLAINTEXT client on an SSL listener?)"),
+    ("http request", "an HTTP request on a TLS listener"),
+    ("no shared cipher", "no cipher suite in common with the client (ssl.cipher.suites)"),
+    ("unsupported protocol", "no TLS version in common with the client (ssl.enabled.protocols)"),
+    ("alert protocol version", "no TLS version in common with the client (ssl.enabled.protocols)"),
+    ("no suitable signature algorithm", "no signature algorithm in common with the client"),
+)
+
+
+def tlsFailureInWords(error: BaseException) -> str:
+    """
+    A failed TLS handshake said as Kafka says it ("SSL handshake failed")
+    with OpenSSL's reason in words, instead of pyOpenSSL's tuple list
+    (C{[('SSL routines', '', 'peer did not return a certificate')]}).
+    """
+    reasons = []
+    details = error.args[0] if error.args and isinstance(error.args[0], list) else []
+    for detail in details:
+        reason = detail[-1] if isinstance(detail, tuple) and detail else str(detail)
+        if reason and reason not in reasons:
+            reasons.append(str(reason))
+    if not reasons:
+        reasons = [str(error) or type(error).__name__]
+    words = []
+    for reason in reasons:
+        lowered = reason.lower()
+        words.append(next((w for key, w in _TLS_REASONS if key in lowered), reason))
+    return "SSL handshake failed: " + "; ".join(dict.fromkeys(words))

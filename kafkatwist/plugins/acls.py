@@ -15,7 +15,7 @@ are refused with INVALID_REQUEST.
 from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import (

@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from kafkatwist.cluster.answers import brokerEndpoints
 from kafkatwist.config import KEYS
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import (
     TOPIC_CONFIGS,
     describeTopicConfig,

@@ -15,7 +15,7 @@ highest precedence first:
     C{--override} (the broker's C{BrokerConfig.explicit} keys);
   - C{DEFAULT_CONFIG}: none of these.
 
-Altering a BROKER resource goes to L{kafkatwist.dynamicconfig}: the keys
+Altering a BROKER resource goes to L{kafkatwist.config.dynamic}: the keys
 the registry marks dynamic are stored and applied at once, the others are
 refused with INVALID_REQUEST and Kafka's "Cannot update these configs
 dynamically".
@@ -35,7 +35,7 @@ from itertools import dropwhile
 from kafkatwist.config import KEYS as BROKER_KEYS
 from kafkatwist.config import TOPIC_KEYS, keySpec, listenerKey
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.log.config import (
     TOPIC_CONFIGS,
     ConfigSource,
@@ -120,7 +120,7 @@ class ConfigDescription:
 def _layers(broker) -> list:
     """
     Where broker values come from, highest precedence first: the broker's
-    L{kafkatwist.dynamicconfig.DynamicBrokerConfig} layers, or for a broker
+    L{kafkatwist.config.dynamic.DynamicBrokerConfig} layers, or for a broker
     without one its static settings and the registry's defaults.
     """
     dynamic = broker.dynamicConfig

@@ -2,7 +2,7 @@
 ApiVersions: derived from whatever handlers are registered.
 """
 
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import API_VERSIONS, responseType
 from kafkatwist.protocol.codec import EncodedResponse, encodeBody
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested

@@ -22,7 +22,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,

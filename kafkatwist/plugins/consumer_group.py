@@ -26,7 +26,7 @@ from kafkatwist.coordinator.consumer_group import (
 )
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.plugins.groups import clientHost
 from kafkatwist.protocol.apis import (
     CONSUMER_GROUP_DESCRIBE,

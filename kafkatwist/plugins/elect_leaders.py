@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kafkatwist.cluster.controller import PREFERRED
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin, answerByDeadline
+from kafkatwist.plugins.handler import Handler, HandlerPlugin, answerByDeadline
 from kafkatwist.protocol.apis import ELECT_LEADERS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, durationMs, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType

@@ -12,7 +12,7 @@ With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise).
 
 Fetch v7+ keeps incremental fetch sessions (KIP-227,
-L{kafkatwist.fetchsessions}): a request with a session is looked at by the
+L{kafkatwist.plugins.fetchsessions}): a request with a session is looked at by the
 sessions' owner first, read here as any other, and its answer trimmed to
 the partitions with news by the owner again.  A sessionless request (id 0,
 epoch -1, or any request below v7) never goes near the owner.
@@ -29,9 +29,9 @@ from __future__ import annotations
 from twisted.python.failure import Failure
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
-from kafkatwist.fetchsessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
+from kafkatwist.plugins.fetchsessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
 from kafkatwist.protocol.entities import durationMs
 from kafkatwist.plugins.fetch_downconvert import LEGACY_MAX_VERSION, encodeDownConverted
@@ -41,7 +41,7 @@ from kafkatwist.protocol.fetch import (
     PartitionData,
     encodeFetchResponse,
 )
-from kafkatwist.purgatory import DelayedOperation
+from kafkatwist.util.purgatory import DelayedOperation
 from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
 from kafkatwist.replication.state import FOLLOWER
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType

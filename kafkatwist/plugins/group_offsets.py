@@ -20,7 +20,7 @@ from kafkatwist.coordinator.reply import Reply
 from kafkatwist.coordinator.requests import CommitRequest
 from kafkatwist.coordinator.results import FetchedOffset, OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
     OFFSET_COMMIT,
     OFFSET_DELETE,

@@ -40,7 +40,7 @@ from kafkatwist.coordinator.results import (
     SyncGroupResult,
 )
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.log.region import readRecords
 from kafkatwist.log.stored import (
     StoredBatchError,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import DESCRIBE_LOG_DIRS, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType

@@ -12,7 +12,7 @@ import uuid
 
 from kafkatwist.cluster.answers import autoCreate, brokerEndpoints, clusterPartitions
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType

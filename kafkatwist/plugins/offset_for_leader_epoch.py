@@ -19,7 +19,7 @@ DESCRIBE on each topic (consumers).
 from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.log.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from kafkatwist.protocol.apis import OFFSET_FOR_LEADER_EPOCH, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested

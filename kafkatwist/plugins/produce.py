@@ -42,7 +42,7 @@ from twisted.python.failure import Failure
 
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, MAGIC_AT, TRANSACTIONAL_BIT

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kafkatwist.cluster import reassignment as R
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin, answerByDeadline
+from kafkatwist.plugins.handler import Handler, HandlerPlugin, answerByDeadline
 from kafkatwist.protocol.apis import (
     ALTER_PARTITION_REASSIGNMENTS,
     LIST_PARTITION_REASSIGNMENTS,

@@ -20,8 +20,9 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, responseType
+from kafkatwist.util.logthrottle import connectionLogs
 from kafkatwist.protocol.entities import make, ms
 from kafkatwist.security.errors import AuthenticationFailed
 
@@ -32,8 +33,12 @@ AFTER_AUTHENTICATION = "SaslAuthenticate request received after successful authe
 
 
 def logFailure(context, session, reason: str) -> None:
+    # A client with a wrong password retries at once, forever: throttled
+    # per client host, user and reason, as refused TLS handshakes are.
     host, port = context.clientAddress
-    log.info(
+    connectionLogs.emit(
+        log.info,
+        ("authentication failed", host, session.username, reason),
         "Failed authentication with {host}:{port} on listener {listener} (user {user!r}, "
         "mechanism {mechanism}): {reason}",
         host=host,

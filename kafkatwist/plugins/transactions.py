@@ -29,7 +29,7 @@ from kafkatwist.coordinator.offsets import OffsetAndMetadata
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.coordinator.txnoffsets import TxnCommitRequest
 from kafkatwist.errors import ErrorCode
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,

@@ -13,6 +13,8 @@ from functools import cache
 NO_THROTTLE = datetime.timedelta(0)
 #: "authorized operations were not requested"
 OPERATIONS_OMITTED = -(2**31)
+#: no leader (Kafka's C{LeaderAndIsr.NoLeader}; a leader id of -1 on the wire)
+NO_LEADER = -1
 
 
 @cache

@@ -17,7 +17,7 @@ Processor, where the expiry only builds the answer (no I/O).
 from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.purgatory import DelayedOperation
+from kafkatwist.util.purgatory import DelayedOperation
 
 __all__ = ["DelayedProduce", "Waiting"]
 

@@ -50,7 +50,7 @@ from collections import defaultdict
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from kafkatwist.coordinator.runtime import SerialExecutor
+from kafkatwist.util.executor import SerialExecutor
 from kafkatwist.errors import KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint

@@ -17,7 +17,7 @@ answer (no I/O).
 from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
-from kafkatwist.purgatory import DelayedOperation
+from kafkatwist.util.purgatory import DelayedOperation
 
 __all__ = ["DelayedDeleteRecords", "Trimming"]
 

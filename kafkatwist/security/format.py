@@ -29,7 +29,7 @@ import binascii
 import os
 import sys
 
-from kafkatwist.broker import META_PROPERTIES, loadOrCreateClusterId
+from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId
 from kafkatwist.config import ConfigError, loadConfig
 from kafkatwist.security.credentials import CredentialStore
 from kafkatwist.security.scram import (

@@ -52,7 +52,7 @@ def loadAuthorizer(broker, name: str | None, pluginPaths=(), failurePolicy: str 
     @raise kafkatwist.config.ConfigError: no plugin, or two, by that name.
     """
     from kafkatwist.config import ConfigError
-    from kafkatwist.registry import discoverPlugins
+    from kafkatwist.server.registry import discoverPlugins
 
     if not name:
         return None

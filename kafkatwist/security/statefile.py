@@ -2,7 +2,7 @@
 The security state files in the data directory: one JSON object per line
 after a header line naming the kind and version.
 
-Written whole with L{kafkatwist.log.atomic.replaceFile} (a temporary file,
+Written whole with L{kafkatwist.util.atomic.replaceFile} (a temporary file,
 fsynced, renamed over the old one, the directory fsynced), readable by the
 broker's user only, so a crash leaves the old or the new file and a change
 is on disk before it is acknowledged.  Read line by line: a damaged line is
@@ -17,8 +17,8 @@ import json
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.log.atomic import replaceFile
-from kafkatwist.startup import StartupError
+from kafkatwist.util.atomic import replaceFile
+from kafkatwist.util.startup import StartupError
 
 __all__ = ["readRecords", "writeRecords", "storeRecords", "StateFileError"]
 

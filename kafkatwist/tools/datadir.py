@@ -18,8 +18,8 @@ import json
 import os
 import re
 
-from kafkatwist.broker import META_PROPERTIES
-from kafkatwist.dirlock import LOCK_FILE
+from kafkatwist.log.meta import META_PROPERTIES
+from kafkatwist.util.dirlock import LOCK_FILE
 from kafkatwist.log.checkpoint import (
     CLEAN_SHUTDOWN,
     LOG_START_OFFSET,

@@ -147,8 +147,19 @@ def test_not_found(populated):
 
 
 def test_history(populated):
-    data = get(populated, "/api/history")
-    assert data["interval"] > 0 and isinstance(data["series"], list)
+    """
+    Rates and each group's lag are sampled every 5 s, in memory.
+    """
+    data = waitFor(lambda: (lambda d: d if d["series"] else None)(get(populated, "/api/history")),
+                   what="two samples")
+    assert data["interval"] == 5.0
+    last = data["series"][-1]
+    for key in ("requestsPerSec", "bytesInPerSec", "bytesOutPerSec"):
+        assert last[key] >= 0
+    assert "produceP99Ms" in last and "fetchP99Ms" in last
+    lag = get(populated, "/api/history?group=slow")["lag"]
+    assert lag and lag[-1][1] == 20
+    assert get(populated, "/api/history?group=nope")["lag"] == []
 
 
 def messages(broker, topic, **query):

@@ -68,6 +68,8 @@ def page(broker, path, shots, name):
 def test_overview(pagesBroker, shots):
     dom = page(pagesBroker, "/", shots, "overview")
     assert "Brokers" in dom and pagesBroker.bootstrap in dom and "controller" in dom
+    for chart in ("chart-bytes", "chart-requests", "chart-latency"):
+        assert f'id="{chart}"' in dom
 
 
 def test_topics(pagesBroker, shots):
@@ -93,6 +95,7 @@ def test_groups_with_hostile_ids(pagesBroker, shots):
 def test_group_pages(pagesBroker, shots):
     dom = page(pagesBroker, "/groups/billing", shots, "group")
     assert '<h1 id="group-id">billing</h1>' in dom and ">80<" in dom  # 80 + 5 + 0 behind
+    assert 'id="chart-lag"' in dom and 'data-group="billing"' in dom
     for i, group in enumerate((HOSTILE, HOSTILE_ATTR)):
         dom = page(pagesBroker, "/groups/" + urllib.parse.quote(group, safe=""), shots, f"hostile-group-{i}")
         assert "&lt;" in dom.split('<h1 id="group-id">', 1)[1].split("</h1>", 1)[0]
@@ -113,3 +116,45 @@ def test_messages_page(pagesBroker, shots):
     assert '"page": "/home"' in dom.replace("&quot;", '"')
     dom = dumpDom(pagesBroker.http + "/topics/clicks/messages?partition=2&mode=oldest&format=hex&limit=1")
     assert "75 73 65 72 2d" in dom  # "user-" in hex
+
+
+def test_live_overview(pagesBroker, shots):
+    """
+    After a few seconds of traffic the overview's charts have lines (the
+    README's screenshot is this one, console-live.png).
+    """
+    import json
+    import time
+    import urllib.request
+
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": pagesBroker.bootstrap, "linger.ms": 5})
+    consumer = Consumer({"bootstrap.servers": pagesBroker.bootstrap, "group.id": "dashboard",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["clicks"])
+    def samples():
+        with urllib.request.urlopen(pagesBroker.http + "/api/history", timeout=20) as r:
+            return json.loads(r.read())["series"]
+
+    def lastAt():
+        series = samples()
+        return series[-1]["at"] if series else 0
+
+    startedAt = time.time()
+    deadline = time.monotonic() + 60
+    i = 0
+    while time.monotonic() < deadline:
+        for _ in range(40):
+            producer.produce("clicks", key=b"user-%d" % (i % 50), value=b'{"page": "/cart"}')
+            i += 1
+        producer.poll(0)
+        consumer.poll(0.05)
+        time.sleep(0.02)
+        if i % 2000 == 0 and len([r for r in samples() if r["at"] > startedAt + 1]) >= 3:
+            break
+    producer.flush(30)
+    consumer.close()
+    assert lastAt() > startedAt
+    dom = page(pagesBroker, "/", shots, "live")
+    assert dom.count("<polyline") >= 3  # bytes in, out and requests at least

@@ -190,4 +190,5 @@ def test_login_page_in_a_browser(secured, tmp_path):
     dom = dumpDom(secured.http + "/topics")
     assert '<form method="post" action="/login"' in dom and 'type="password"' in dom
     shots = os.environ.get("CONSOLE_SCREENSHOTS") or str(tmp_path)
+    os.makedirs(shots, exist_ok=True)
     screenshot(secured.http + "/login", os.path.join(shots, "console-login.png"))

@@ -17,7 +17,7 @@ import pytest
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 
-from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.config import Listener
 from kafkatwist.coordinator import GroupCoordinatorService, encodeSubscription
 from kafkatwist.coordinator.replay import loadGroups

@@ -15,7 +15,8 @@ from zope.interface import implementer
 from kafkatwist.coordinator import CommitRequest, GroupCoordinatorService, OffsetAndMetadata
 from kafkatwist.coordinator.effects import SetTimer
 from kafkatwist.coordinator.reply import Reply
-from kafkatwist.coordinator.runtime import SerialExecutor, TimerThread, isRunningHere, runHere
+from kafkatwist.util.executor import SerialExecutor, isRunningHere, runHere
+from kafkatwist.util.timers import TimerThread
 from kafkatwist.interfaces import ICoordinatorLog
 
 from .helpers import E, Harness, memoryLog
@@ -244,7 +245,7 @@ def test_timer_thread_survives_fork():
     import os
     import threading
 
-    from kafkatwist.coordinator.runtime import TimerThread
+    from kafkatwist.util.timers import TimerThread
 
     timer = TimerThread("fork-test")
     timer.start()

@@ -256,7 +256,7 @@ def rawIncremental(broker, settings):
 PRINCIPAL_PLUGIN = textwrap.dedent(
     """
     import dataclasses
-    from kafkatwist.handler import Handler, HandlerPlugin
+    from kafkatwist.plugins.handler import Handler, HandlerPlugin
 
     class PrincipalAsClusterId(Handler):
         apiKey = 3

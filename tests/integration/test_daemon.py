@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kafkatwist.log.atomic import TEMPORARY_SUFFIX
+from kafkatwist.util.atomic import TEMPORARY_SUFFIX
 from kafkatwist.testing import Broker
 from kafkatwist.testing.broker import ROOT, TWISTD
 from tests.rawclient import RawConnection
@@ -329,6 +329,9 @@ def test_refused_tls_client_does_not_flood_the_log(brokerFactory, pki):
     lines = b.output().splitlines()[before:]
     closed = [l for l in lines if " closed: " in l]
     assert 1 <= len(closed) <= 5, "\n".join(lines)
+    # In words, not OpenSSL's tuple list.
+    assert "SSL handshake failed: the client sent no certificate (ssl.client.auth=required)" in closed[0]
+    assert "SSL routines" not in "\n".join(lines)
     assert "(more like this in the next 10 s are not logged)" in closed[-1] or len(closed) < 5
     assert len(lines) <= 12, "\n".join(lines)
 

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 POISON_PLUGIN = '''
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import PRODUCE
 
 

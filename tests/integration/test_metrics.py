@@ -51,6 +51,16 @@ def test_scrape_after_produce_and_consume(brokerFactory):
     assert value(text, "kafka_server_replication_throttled_byte_rate", side="leader") == 0
     assert value(text, "kafka_server_replication_throttled_byte_rate", side="follower") == 0
     assert "Completed request <RequestContext produce" in b.output()
+    # The standard process families (prometheus_client's names), GC and threads.
+    import time
+
+    plain = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines() if l.startswith(("process_", "python_"))}
+    assert 0 < plain["process_cpu_seconds_total"] < 10_000
+    assert plain["process_resident_memory_bytes"] > 10 << 20
+    assert plain["process_open_fds"] >= 5
+    assert abs(plain["process_start_time_seconds"] - time.time()) < 3600
+    assert plain["process_threads"] >= 4 and plain["python_threads"] >= 4
+    assert value(text, "python_gc_collections_total", generation=0) >= 0
     assertStrictlyParsable(text)
 
 

@@ -386,16 +386,3 @@ def test_swapped_in_segment_is_not_damage(tmp_path, capturedLog):
         assert capturedLog.matching("lost") == [] and capturedLog.matching("Rebuilding") == []
     finally:
         manager.close()
-
-
-def test_the_cluster_id_offered_to_zookeeper_is_not_written(tmp_path):
-    # Brokers of a new cluster started side by side each offer ZooKeeper an
-    # id and ZooKeeper keeps the first: an offer written into
-    # meta.properties made the others refuse ZooKeeper's id at start-up.
-    from kafkatwist.log.meta import proposedClusterId
-
-    directory = str(tmp_path / "a")
-    offered = proposedClusterId([directory], NODE, None)
-    assert not os.path.exists(os.path.join(directory, "meta.properties"))
-    assert loadOrCreateClusterId([directory], NODE, "zookeepers") == "zookeepers"
-    assert proposedClusterId([directory], NODE, None) == "zookeepers" != offered

@@ -291,7 +291,7 @@ def test_delayed_produce_answers():
 
 
 def test_coordinator_appends_wait_for_the_isr():
-    from kafkatwist.purgatory import Purgatory
+    from kafkatwist.util.purgatory import Purgatory
     from kafkatwist.replication.delayed import ReplicationWaiter
 
     logManager = MemoryLogManager()

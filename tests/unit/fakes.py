@@ -10,7 +10,7 @@ from twisted.internet.testing import StringTransport
 
 from twisted.internet.defer import Deferred
 
-from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.network.pending import PendingResponse
 from kafkatwist.network.channel import MemoryPool, Response
 from kafkatwist.network.connection import KafkaConnection

@@ -25,7 +25,7 @@ from kafkatwist.log.config import ConfigSource
 from kafkatwist.plugins import admin, admin_configs
 from kafkatwist.protocol.apis import knownVersions, requestType, responseType
 from kafkatwist.protocol.entities import make, nested
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from tests.fakeservices import FakeServices
 from tests.log.batches import makeBatch
 
@@ -63,8 +63,8 @@ def makeBroker(path=None, **settings):
     """
     from kafkatwist.service import brokerLogDefaults
 
-    from kafkatwist.dynamicconfig import DynamicBrokerConfig
-    from kafkatwist.reconfigure import LogDefaults
+    from kafkatwist.config.dynamic import DynamicBrokerConfig
+    from kafkatwist.server.reconfigure import LogDefaults
 
     config = BrokerConfig({"node.id": str(NODE), **{k: str(v) for k, v in settings.items()}})
     broker = FakeServices(

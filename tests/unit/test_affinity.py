@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kafkatwist.config import BrokerConfig
-from kafkatwist.network.affinity import availableCpus, pinCurrentThread, requestThreadCpus, requestThreadCpusFor
+from kafkatwist.util.affinity import availableCpus, pinCurrentThread, requestThreadCpus, requestThreadCpusFor
 
 linuxOnly = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity")
 

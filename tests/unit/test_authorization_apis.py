@@ -21,13 +21,13 @@ from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
 from twisted.internet.task import Clock
 
-from kafkatwist.fetchsessions import FetchSessions
-from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.plugins.fetchsessions import FetchSessions
+from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.config import BrokerConfig, Listener
 from kafkatwist.coordinator import GroupCoordinatorService
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
-from kafkatwist.metrics import TopicBytes
+from kafkatwist.metrics.stats import TopicBytes
 from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.codec import (
     EncodedResponse,
@@ -38,7 +38,7 @@ from kafkatwist.protocol.codec import (
 )
 from kafkatwist.protocol.entities import make, ms, nested
 from kafkatwist.protocol.header import parseRequestHeader
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.security.acl import (
     CLUSTER_NAME,
     AclBinding,

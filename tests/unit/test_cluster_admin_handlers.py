@@ -19,7 +19,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins import admin, reassignments
 from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.entities import make
-from kafkatwist.purgatory import Purgatory
+from kafkatwist.util.purgatory import Purgatory
 from kafkatwist.replication.records import DelayedDeleteRecords, Trimming
 from tests.unit.test_admin_handlers import FakeContext, call, makeBroker, req, roundTrip
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from kafkatwist.dirlock import DataDirInUse, DataDirLock
+from kafkatwist.util.dirlock import DataDirInUse, DataDirLock
 
 
 def test_a_second_lock_on_the_same_directory_is_refused(tmp_path):

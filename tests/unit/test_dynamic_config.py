@@ -12,7 +12,7 @@ import os
 import pytest
 
 from kafkatwist.config import BrokerConfig, ConfigSource
-from kafkatwist.dynamicconfig import DYNAMIC_CONFIG_FILE, DynamicBrokerConfig
+from kafkatwist.config.dynamic import DYNAMIC_CONFIG_FILE, DynamicBrokerConfig
 from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins import admin_configs
 from kafkatwist.protocol.apis import requestType
@@ -133,7 +133,7 @@ def test_validate_only_changes_nothing(broker, tmp_path):
     ],
 )
 def test_refusals(tmp_path, name, changes, words):
-    from kafkatwist.reconfigure import HandlerThreads
+    from kafkatwist.server.reconfigure import HandlerThreads
 
     broker = makeBroker(str(tmp_path / DYNAMIC_CONFIG_FILE))
     pool = type("Pool", (), {"numThreads": 2})()
@@ -192,7 +192,7 @@ def test_connection_limits(tmp_path):
     from types import SimpleNamespace
 
     from kafkatwist.network.acceptor import ConnectionQuotas
-    from kafkatwist.reconfigure import ConnectionLimits
+    from kafkatwist.server.reconfigure import ConnectionLimits
 
     broker = makeBroker(str(tmp_path / DYNAMIC_CONFIG_FILE))
     quotas = ConnectionQuotas(100, 100)

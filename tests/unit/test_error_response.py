@@ -24,7 +24,7 @@ from kafkatwist.protocol.produce import (
     TopicProduceData,
     encodeProduceResponse,
 )
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 
 UNKNOWN = ErrorCode.unknown_server_error
 

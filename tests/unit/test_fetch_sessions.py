@@ -11,7 +11,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from kafkatwist.errors import ErrorCode as E
-from kafkatwist.fetchsessions import (
+from kafkatwist.plugins.fetchsessions import (
     EVICTION_MS,
     INVALID_SESSION_ID,
     FetchContext,

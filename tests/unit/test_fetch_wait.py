@@ -7,15 +7,15 @@ import datetime
 from kio.serial import entity_reader
 from twisted.internet.task import Clock
 
-from kafkatwist.clock import ThreadSafeClock
-from kafkatwist.fetchsessions import FetchSessions
+from kafkatwist.util.clock import ThreadSafeClock
+from kafkatwist.plugins.fetchsessions import FetchSessions
 from kafkatwist.log import MemoryLogManager
-from kafkatwist.metrics import TopicBytes
+from kafkatwist.metrics.stats import TopicBytes
 from kafkatwist.plugins.fetch import FetchHandler
 from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
-from kafkatwist.purgatory import Purgatory
+from kafkatwist.util.purgatory import Purgatory
 from tests.unit.fakes import RespondsLater, handleLikeThePool
 from tests.fakeservices import FakeServices
 

@@ -2,7 +2,7 @@
 LogThrottle: the first lines of a kind per client through, the rest counted.
 """
 
-from kafkatwist.logthrottle import LogThrottle
+from kafkatwist.util.logthrottle import LogThrottle
 
 
 class FakeClock:

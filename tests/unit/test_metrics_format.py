@@ -5,7 +5,7 @@ samples), whatever order the samples were produced in.
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kafkatwist.metrics import _Writer
+from kafkatwist.metrics.stats import _Writer
 
 
 def test_families_are_contiguous_when_samples_interleave():

@@ -8,7 +8,7 @@ import socket
 
 from twisted.internet.protocol import Factory
 
-from kafkatwist.clock import ThreadSafeClock
+from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.network.channel import Response
 from kafkatwist.network.reactor import ProcessorReactor
 from kafkatwist.network.transport import PlaintextTransportLayer

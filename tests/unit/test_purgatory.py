@@ -8,8 +8,8 @@ import threading
 import pytest
 from twisted.internet.task import Clock
 
-from kafkatwist.clock import ThreadSafeClock
-from kafkatwist.purgatory import DelayedOperation, Purgatory
+from kafkatwist.util.clock import ThreadSafeClock
+from kafkatwist.util.purgatory import DelayedOperation, Purgatory
 
 
 class Waiting(DelayedOperation):

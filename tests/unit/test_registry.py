@@ -5,9 +5,9 @@ Plugin discovery and the priority rule.
 import pytest
 from zope.interface.verify import verifyObject
 
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
-from kafkatwist.registry import HandlerRegistry, PluginConflict, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, PluginConflict, discoverPlugins
 
 
 class Echo(Handler):
@@ -49,7 +49,7 @@ def test_equal_priorities_refuse_to_start():
 
 def test_dropin_directory(tmp_path):
     (tmp_path / "mine.py").write_text(
-        "from kafkatwist.handler import HandlerPlugin\n"
+        "from kafkatwist.plugins.handler import HandlerPlugin\n"
         "from tests.unit.test_registry import Echo\n"
         "mine = HandlerPlugin('dropin.echo', 1000, Echo)\n"
     )
@@ -79,7 +79,7 @@ def _text(events):
 
 
 def test_dropin_that_fails_to_import_refuses_to_start(tmp_path):
-    from kafkatwist.registry import PluginLoadError
+    from kafkatwist.server.registry import PluginLoadError
 
     (tmp_path / "audit_gate.py").write_text("import json\n\nraise RuntimeError('no audit sink')\n")
     with pytest.raises(PluginLoadError) as refused:
@@ -91,7 +91,7 @@ def test_dropin_that_fails_to_import_refuses_to_start(tmp_path):
 
 
 def test_syntax_error_names_file_and_line(tmp_path):
-    from kafkatwist.registry import PluginLoadError
+    from kafkatwist.server.registry import PluginLoadError
 
     (tmp_path / "typo.py").write_text("x = 1\ndef f(:\n")
     with pytest.raises(PluginLoadError, match=r"typo.py:2 failed to load: SyntaxError"):
@@ -101,7 +101,7 @@ def test_syntax_error_names_file_and_line(tmp_path):
 def test_skip_policy_logs_one_line_and_loads_the_rest(tmp_path):
     (tmp_path / "broken.py").write_text("import no_such_module_here\n")
     (tmp_path / "mine.py").write_text(
-        "from kafkatwist.handler import HandlerPlugin\n"
+        "from kafkatwist.plugins.handler import HandlerPlugin\n"
         "from tests.unit.test_registry import Echo\n"
         "mine = HandlerPlugin('dropin.echo.skip', 1000, Echo)\n"
     )

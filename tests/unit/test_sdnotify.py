@@ -5,7 +5,7 @@ sd_notify over NOTIFY_SOCKET, against a datagram socket standing in for systemd.
 import os
 import socket
 
-from kafkatwist.sdnotify import Notifier
+from kafkatwist.server.sdnotify import Notifier
 
 
 def listener(address):

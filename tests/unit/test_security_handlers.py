@@ -22,7 +22,7 @@ from kafkatwist.protocol.apis import knownVersions, requestType, responseType
 from kafkatwist.protocol.codec import decodeRequest
 from kafkatwist.protocol.entities import durationMs, make, nested
 from kafkatwist.protocol.header import parseRequestHeader
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -499,3 +499,24 @@ def test_credential_apis_need_cluster_permissions():
     response = describe(broker, "alice", context=Ctx(50, 0, principal="User:alice"))
     assert response.error_code == ErrorCode.cluster_authorization_failed
     assert broker.scramCredentials.users() == []
+
+
+def test_refused_logins_from_one_client_are_throttled_like_refused_handshakes(store):
+    # A client with a wrong password retries at once, forever.
+    from twisted.logger import globalLogPublisher
+
+    from kafkatwist.util.logthrottle import BURST
+
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        broker = securityServices(scramCredentials=store)
+        for port in range(20):
+            context = Ctx(0, 0, sasl=session(store), clientAddress=("10.9.8.7", 40000 + port))
+            handshake(broker, context, "PLAIN")
+            authenticate(broker, context, b"\0alice\0guess")
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    lines = [e for e in events if "Failed authentication" in e.get("log_format", "")]
+    assert len(lines) == BURST
+    assert "are not logged" in lines[-1]["log_format"]

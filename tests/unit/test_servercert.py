@@ -3,7 +3,7 @@ The start-up check of advertised hosts against the server certificate.
 """
 
 from kafkatwist.config import Listener
-from kafkatwist.servercert import advertisedHostWarnings
+from kafkatwist.server.servercert import advertisedHostWarnings
 
 
 def listeners(*hosts):

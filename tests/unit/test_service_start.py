@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from twisted.logger import globalLogPublisher
 
 from kafkatwist.config import BrokerConfig
-from kafkatwist.sdnotify import Notifier
+from kafkatwist.server.sdnotify import Notifier
 from kafkatwist.service import BrokerService
 from tests.fakeservices import FakeServices
 

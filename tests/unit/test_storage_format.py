@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kafkatwist.broker import META_PROPERTIES
+from kafkatwist.server.broker import META_PROPERTIES
 from kafkatwist.security.credentials import CredentialStore
 from kafkatwist.security.format import FormatError, main, parseScram
 from kafkatwist.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, saltedPassword, verifyPassword

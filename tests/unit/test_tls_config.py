@@ -141,3 +141,16 @@ def test_bad_settings_name_the_key(pki, kw, key, why):
         factory(pki.serverKeystore, **kw)
     assert e.value.key == key
     assert why in e.value.why
+
+
+def test_tls_failures_in_words():
+    from OpenSSL import SSL
+
+    from kafkatwist.network.tls import tlsFailureInWords
+
+    error = SSL.Error([("SSL routines", "", "peer did not return a certificate")])
+    assert tlsFailureInWords(error) == (
+        "SSL handshake failed: the client sent no certificate (ssl.client.auth=required)"
+    )
+    error = SSL.Error([("SSL routines", "", "some new reason")])
+    assert tlsFailureInWords(error) == "SSL handshake failed: some new reason"

@@ -115,7 +115,7 @@ def test_damage_is_reported(dataDir):
 
 
 def test_a_live_directory_is_only_read(dataDir):
-    from kafkatwist.dirlock import DataDirLock
+    from kafkatwist.util.dirlock import DataDirLock
 
     lock = DataDirLock([dataDir])
     lock.acquire()

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from kafkatwist.cluster.zkdata import NO_LEADER
 from kafkatwist.coordinator.transaction.interbroker import (
     Destination,
     Destinations,
@@ -47,7 +46,7 @@ from kafkatwist.coordinator.transaction.interbroker import (
 from kafkatwist.errors import ErrorCode
 from kafkatwist.interfaces import ITxnMarkerChannel
 from kafkatwist.protocol.apis import WRITE_TXN_MARKERS, requestType
-from kafkatwist.protocol.entities import make, nested
+from kafkatwist.protocol.entities import NO_LEADER, make, nested
 
 __all__ = ["LocalMarkerChannel", "MarkerChannel", "WRITE_TXN_MARKERS_VERSION"]
 

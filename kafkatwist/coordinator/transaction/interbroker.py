@@ -20,9 +20,9 @@ from collections.abc import Callable
 from twisted.logger import Logger
 
 from kafkatwist.client.connection import BrokerConnection, KafkaConnectionError
-from kafkatwist.cluster.owner import OwnerThread
+from kafkatwist.util.owner import OwnerThread
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.logthrottle import LogThrottle
+from kafkatwist.util.logthrottle import LogThrottle
 
 __all__ = ["Destination", "Destinations", "connectedSender", "openConnection"]
 

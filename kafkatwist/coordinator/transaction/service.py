@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kafkatwist.coordinator.runtime import CoordinatorRuntime, SerialExecutor
+from kafkatwist.coordinator.runtime import CoordinatorRuntime
+from kafkatwist.util.executor import SerialExecutor
 from kafkatwist.coordinator.transaction.channel import LocalMarkerChannel
 from kafkatwist.coordinator.transaction.coordinator import TransactionCoordinator
 from kafkatwist.coordinator.transaction.effects import WriteMarkers

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kafkatwist.coordinator.transaction.formats import TRANSACTION_STATE_TOPIC, partitionOf
-from kafkatwist.cluster.zkdata import NO_LEADER
 from kafkatwist.coordinator.transaction.interbroker import (
     Destination,
     Destinations,
@@ -35,7 +34,7 @@ from kafkatwist.coordinator.transaction.interbroker import (
 )
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.apis import ADD_PARTITIONS_TO_TXN, requestType
-from kafkatwist.protocol.entities import make, nested
+from kafkatwist.protocol.entities import NO_LEADER, make, nested
 
 __all__ = ["RemoteVerifier", "VERIFY_VERSION"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
-from kafkatwist.coordinator.runtime import TimerThread
+from kafkatwist.util.timers import TimerThread
 from kafkatwist.coordinator.transaction.channel import MarkerChannel
 from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
 from kafkatwist.coordinator.transaction.markers import MarkerWriter
@@ -32,7 +32,7 @@ def makeTransactionCoordinator(
     Build the coordinator, load C{__transaction_state} and start its
     sweeps.
 
-    @param broker: the broker's L{kafkatwist.broker.BrokerParts} (or
+    @param broker: the broker's L{kafkatwist.server.broker.BrokerParts} (or
         services): its fetch purgatory is woken by markers.
     @param config: the L{kafkatwist.config.BrokerConfig}
         (C{transaction.state.log.num.partitions},

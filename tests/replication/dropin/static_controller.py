@@ -19,7 +19,7 @@ fake IAlterIsr of these tests.
 import base64
 import json
 
-from kafkatwist.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import registerSchema
 from kafkatwist.protocol.entitytypes import request, response
 from kafkatwist.replication.manager import StaticDirectory

@@ -19,19 +19,19 @@ from typing import Any
 
 from zope.interface import implementer
 
-from kafkatwist.clock import ThreadSafeClock
-from kafkatwist.fetchsessions import FetchSessions
-from kafkatwist.dynamicconfig import DynamicBrokerConfig
+from kafkatwist.util.clock import ThreadSafeClock
+from kafkatwist.plugins.fetchsessions import FetchSessions
+from kafkatwist.config.dynamic import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
-from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId  # noqa: F401
-from kafkatwist.metrics import TopicBytes
+from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId, storedClusterId  # noqa: F401
+from kafkatwist.metrics.stats import TopicBytes
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
 from kafkatwist.replication.quota import ReplicationQuotas
-from kafkatwist.purgatory import DelayedActions, Purgatory
+from kafkatwist.util.purgatory import DelayedActions, Purgatory
 from kafkatwist.security.credentials import CredentialStore
 
-__all__ = ["BrokerParts", "BrokerServices", "HandlerCalls", "loadOrCreateClusterId"]
+__all__ = ["BrokerParts", "BrokerServices", "HandlerCalls", "loadOrCreateClusterId", "storedClusterId"]
 
 
 class HandlerCalls:

@@ -1,5 +1,5 @@
 """
-What applies each dynamic broker config (L{kafkatwist.dynamicconfig}), and
+What applies each dynamic broker config (L{kafkatwist.config.dynamic}), and
 the settings the log and its cleaner are built from.
 
 Every reconfigurable runs on the request handler thread serving the alter
@@ -39,8 +39,9 @@ from kafkatwist.config import (
     listenerConnectionKey,
     listenerSslKey,
 )
-from kafkatwist.dynamicconfig import Reconfigurable
+from kafkatwist.config.dynamic import Reconfigurable
 from kafkatwist.errors import KafkaError
+from kafkatwist.network.connectionquotas import connectionRates
 
 __all__ = [
     "CleanerSettings",
@@ -51,7 +52,6 @@ __all__ = [
     "NetworkThreads",
     "ReplicationThrottles",
     "brokerLogDefaults",
-    "connectionRates",
     "makeLogCleaner",
 ]
 
@@ -71,7 +71,7 @@ def makeLogCleaner(config, logManager):
     a log.  Its processes keep off the CPUs of the request threads.
     """
     from kafkatwist.log.cleaner import LogCleaner
-    from kafkatwist.network.affinity import availableCpus, requestThreadCpusFor
+    from kafkatwist.util.affinity import availableCpus, requestThreadCpusFor
 
     if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
         return None
@@ -215,15 +215,6 @@ class NetworkThreads(Reconfigurable):
         else:
             # Start-up (stored configs): nothing runs yet.
             self.server.resizeProcessors(self.count)
-
-
-def connectionRates(config) -> tuple[int, dict[str, int]]:
-    """
-    C{max.connection.creation.rate}: the broker's, and each listener's
-    (its own key, else the broker's).
-    """
-    key = "max.connection.creation.rate"
-    return config[key], {l.name: config.listenerSetting(l.name, key) for l in config.listeners}
 
 
 class ConnectionLimits(Reconfigurable):

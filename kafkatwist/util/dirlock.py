@@ -15,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from kafkatwist.startup import StartupError
+from kafkatwist.util.startup import StartupError
 
 LOCK_FILE = ".lock"
 
@@ -68,6 +68,27 @@ class DataDirLock:
         files itself, and an C{flock} held here would refuse it.
         """
         self.release()
+
+    def probe(self) -> None:
+        """
+        Whether another process holds one of the directories, writing
+        nothing (a missing C{.lock} is not created): checked before any
+        port is bound.
+
+        @raise DataDirInUse: one is held.
+        """
+        for directory in self.directories:
+            try:
+                fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDONLY)
+            except OSError:
+                continue  # no lock file (yet), or unreadable: acquire() says
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _readHolder(fd)
+                raise DataDirInUse(directory, holder) from None
+            finally:
+                os.close(fd)
 
     def check(self) -> None:
         """

@@ -8,7 +8,7 @@ Prometheus scrape endpoint at C{/metrics} and the web console
 from twisted.web.resource import NoResource, Resource
 from twisted.web.server import Site
 
-from kafkatwist.metrics import render
+from kafkatwist.metrics.stats import render
 
 
 class MetricsResource(Resource):

@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from twisted.python.failure import Failure
 
-from kafkatwist.coordinator.runtime import SerialExecutor, runHere
+from kafkatwist.util.executor import SerialExecutor, runHere
 from kafkatwist.errors import ErrorCode
 
 __all__ = [

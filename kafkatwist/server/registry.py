@@ -30,7 +30,7 @@ from zope.interface.verify import verifyObject
 
 from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
 from kafkatwist.protocol.apis import apiName
-from kafkatwist.startup import StartupError
+from kafkatwist.util.startup import StartupError
 
 log = Logger()
 

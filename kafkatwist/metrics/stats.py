@@ -11,6 +11,7 @@ in its own shard, so the hot path takes no lock; a scrape adds the shards.
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 import time
 from collections import defaultdict
@@ -280,7 +281,71 @@ def render(broker, server) -> str:
                 end = endOffsets.get((topic, partition))
                 if end is not None:
                     w.sample("kafka_consumergroup_lag", max(0, end - committed), **labels)
+    _renderProcess(w)
     return w.text()
+
+
+def _procFields(path: str) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("ascii", "replace").split()
+    except OSError:
+        return []
+
+
+def _renderProcess(w: _Writer) -> None:
+    """
+    The standard process and Python families, with prometheus_client's
+    names (what every Python exporter serves), read from C{/proc} (Linux).
+    """
+    import gc
+    import resource
+
+    times = os.times()
+    w.declare("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
+    w.sample("process_cpu_seconds_total", f"{times.user + times.system:.2f}")
+    pageSize = resource.getpagesize()
+    statm = _procFields("/proc/self/statm")
+    if len(statm) >= 2:
+        w.declare("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.")
+        w.sample("process_virtual_memory_bytes", int(statm[0]) * pageSize)
+        w.declare("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
+        w.sample("process_resident_memory_bytes", int(statm[1]) * pageSize)
+    # Fields after the command (which may hold spaces) in parentheses.
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            afterName = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            bootTime = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
+        ticks = os.sysconf("SC_CLK_TCK")
+        startTime = bootTime + int(afterName[19]) / ticks
+    except (OSError, IndexError, ValueError, StopIteration):
+        startTime = None
+    if startTime is not None:
+        w.declare("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
+        w.sample("process_start_time_seconds", f"{startTime:.2f}")
+    try:
+        openFds = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        openFds = None
+    if openFds is not None:
+        w.declare("process_open_fds", "gauge", "Number of open file descriptors.")
+        w.sample("process_open_fds", openFds)
+    w.declare("process_max_fds", "gauge", "Maximum number of open file descriptors.")
+    w.sample("process_max_fds", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    status = _procFields("/proc/self/status")
+    if "Threads:" in status:
+        w.declare("process_threads", "gauge", "OS threads of the process.")
+        w.sample("process_threads", status[status.index("Threads:") + 1])
+    w.declare("python_threads", "gauge", "Python threads alive (threading.active_count()).")
+    w.sample("python_threads", threading.active_count())
+    w.declare("python_gc_objects_collected_total", "counter", "Objects collected during gc.")
+    w.declare("python_gc_objects_uncollectable_total", "counter", "Uncollectable objects found during GC.")
+    w.declare("python_gc_collections_total", "counter", "Number of times this generation was collected.")
+    for generation, stats in enumerate(gc.get_stats()):
+        w.sample("python_gc_objects_collected_total", stats["collected"], generation=generation)
+        w.sample("python_gc_objects_uncollectable_total", stats["uncollectable"], generation=generation)
+        w.sample("python_gc_collections_total", stats["collections"], generation=generation)
 
 
 def _renderFetchSessions(w: _Writer, stats) -> None:

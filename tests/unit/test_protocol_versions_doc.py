@@ -1,5 +1,5 @@
 """
-The README's table of served versions is the broker's: its kafkatwist
+docs/protocol-versions.md's table of served versions is the broker's: its kafkatwist
 column matches what the built-in handlers serve (what ApiVersions
 advertises), its Kafka 4.1 column what kio defines.  On failure, the
 message shows the rows as they should read.
@@ -12,9 +12,11 @@ import re
 
 from kio.schema.index import api_key_map, schema_name_map
 
-from kafkatwist.registry import HandlerRegistry, discoverPlugins
+from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
+README = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "protocol-versions.md"
+)
 ROW = re.compile(r"^\| (\d+) \| (\w+) \| ([\d–-]+) \| ([\d–-]+) \| ([\d–-]+) \|$")
 
 
@@ -51,5 +53,5 @@ def test_readme_table_matches_the_broker():
         expected[key] = (name, kafka39, kioRange(key), ours.get(key, "–"))
     missing = set(ours) - set(rows)
     shown = "\n".join(f"| {k} | {' | '.join(v)} |" for k, v in sorted(expected.items()))
-    assert not missing, f"ApiKeys served but not in the README table: {sorted(missing)}"
-    assert rows == expected, "README table should read:\n" + shown
+    assert not missing, f"ApiKeys served but not in the docs/protocol-versions.md table: {sorted(missing)}"
+    assert rows == expected, "docs/protocol-versions.md's table should read:\n" + shown

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from twisted.logger import Logger
 
-from kafkatwist.network.affinity import AUTO, NONE, availableCpus, showCpus
+from kafkatwist.util.affinity import AUTO, NONE, availableCpus, showCpus
 
 log = Logger()
 

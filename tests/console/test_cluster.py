@@ -1,0 +1,101 @@
+"""
+The console of each broker of a 3-broker cluster (real ZooKeeper, real
+processes): it shows the whole cluster, and links each broker and each
+partition's leader to that broker's console (registered in ZooKeeper).
+"""
+
+import json
+import os
+import urllib.request
+
+import pytest
+
+from tests.cluster.test_brokers import Cluster
+from tests.cluster.test_control_plane import waitUntil
+from tests.console.conftest import consolePort
+
+pytestmark = pytest.mark.integration
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def consoles(zookeeper, tmp_path):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    cluster = Cluster(zookeeper.connect("console"), str(tmp_path))
+    try:
+        for i in (1, 2, 3):
+            cluster.start(i, **{"metrics.http.listener": "127.0.0.1:0"})
+        urls = {i: f"http://127.0.0.1:{consolePort(b)}" for i, b in cluster.brokers.items()}
+        waitUntil(lambda: all(len(get(u + "/api/brokers")["brokers"]) == 3 for u in urls.values()),
+                  what="every console sees three brokers")
+        admin = cluster.admin(1)
+        admin.create_topics([NewTopic("spread", num_partitions=3, replication_factor=1)],
+                            request_timeout=60)["spread"].result(60)
+
+        def led():
+            parts = get(urls[1] + "/api/topics/spread")["partitions"]
+            return len({p["leader"] for p in parts}) == 3 and all(p["leader"] > 0 for p in parts)
+
+        waitUntil(led, what="three leaders")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap()})
+        for i in range(30):
+            producer.produce("spread", key=b"k%d" % i, value=b"v", partition=i % 3)
+        assert producer.flush(30) == 0
+        yield cluster, urls
+    finally:
+        cluster.stopAll()
+
+
+def test_every_console_shows_the_cluster_and_links_the_others(consoles):
+    cluster, urls = consoles
+    for me, url in urls.items():
+        data = get(url + "/api/brokers")
+        assert data["thisBroker"] == me
+        assert {b["id"]: b["console"] for b in data["brokers"]} == urls
+        assert sum(1 for b in data["brokers"] if b["controller"]) == 1
+        assert sum(b["partitionsLed"] for b in data["brokers"]) == data["partitions"]
+        topic = get(url + "/api/topics/spread")
+        for p in topic["partitions"]:
+            if p["leader"] == me:
+                assert p["local"] and p["logEndOffset"] == 10 and p["leaderConsole"] is None
+            else:
+                assert not p["local"] and p["logEndOffset"] is None
+                assert p["leaderConsole"] == urls[p["leader"]]
+                leaderView = get(p["leaderConsole"] + "/api/topics/spread")
+                [same] = [q for q in leaderView["partitions"] if q["partition"] == p["partition"]]
+                assert same["local"] and same["logEndOffset"] == 10
+
+
+def test_messages_of_another_leader_link_there(consoles):
+    cluster, urls = consoles
+    topic = get(urls[1] + "/api/topics/spread")
+    remote = next(p for p in topic["partitions"] if p["leader"] != 1)
+    page = get(urls[1] + f"/api/topics/spread/messages?partition={remote['partition']}")
+    assert page["records"] == [] and page["notHere"] == [remote["partition"]]
+    assert page["leaderConsoles"] == {str(remote["partition"]): urls[remote["leader"]]}
+    there = get(urls[remote["leader"]] + f"/api/topics/spread/messages?partition={remote['partition']}")
+    assert len(there["records"]) == 10
+
+
+def test_cluster_pages_in_a_browser(consoles, tmp_path):
+    from tests.console.browser import chromium, dumpDom, screenshot
+
+    chromium()
+    cluster, urls = consoles
+    dom = dumpDom(urls[1] + "/topics/spread")
+    assert dom.count('class="leader-link"') == 2
+    for i in (2, 3):
+        assert f'href="{urls[i]}/topics/spread"' in dom
+    dom = dumpDom(urls[1] + "/")
+    assert dom.count('class="console-link"') == 2
+    shots = os.environ.get("CONSOLE_SCREENSHOTS") or str(tmp_path)
+    os.makedirs(shots, exist_ok=True)
+    screenshot(urls[1] + "/topics/spread", os.path.join(shots, "console-cluster-topic.png"))
+    screenshot(urls[2] + "/", os.path.join(shots, "console-cluster-overview.png"))
+
