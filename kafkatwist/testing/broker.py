@@ -86,7 +86,8 @@ class Broker:
     def __init__(self, directory: str | None = None, overrides: dict[str, str] | None = None, *,
                  config: str | None = None, listeners: str | None = None, tls: bool = False,
                  sasl: dict[str, str] | bool | None = None, pki=None, nodeId: int | None = None,
-                 zookeeper: str | None = None, ignoreSigint: bool = False,
+                 zookeeper: str | None = None, clusterId: str | None = None,
+                 ignoreSigint: bool = False,
                  env: dict[str, str] | None = None, keepLogs: bool = False) -> None:
         """
         @param directory: where it keeps everything; a new temporary
@@ -104,6 +105,9 @@ class Broker:
         @param pki: certificates to use instead of new ones.
         @param nodeId: C{node.id}.
         @param zookeeper: C{zookeeper.connect}: a broker of a cluster.
+        @param clusterId: the cluster id a C{sasl} broker's directory is
+            formatted with (the users are written before the first start):
+            the same for every broker of a cluster.
         @param ignoreSigint: start the process with SIGINT ignored, as a
             shell's background job or a service manager does.
         @param env: extra environment variables.
@@ -153,6 +157,7 @@ class Broker:
         self.paused = False
         self._startedAt = 0
         self._formatted = False
+        self.clusterId = clusterId
 
     # -- start and stop ------------------------------------------------------
 
@@ -174,7 +179,7 @@ class Broker:
         from kafkatwist.security.format import formatDirectory
 
         nodeId = int(self.overrides.get("node.id", 1))
-        formatDirectory(dataDir, nodeId, None, [
+        formatDirectory(dataDir, nodeId, self.clusterId, [
             f"{m}=[name={user},password={password}]"
             for user, password in self.users.items() for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
         ])

@@ -13,11 +13,13 @@ ZooKeeper and the cluster's state as ZooKeeper holds it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import sys
 import tempfile
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from kafkatwist.testing.broker import Broker
@@ -162,6 +164,7 @@ class Cluster(BrokerSet):
         self.keepLogs = keepLogs
         self.failed = False
         self._kazoo = None
+        self.clusterId: str | None = None
 
     def _connect(self) -> str:
         if self.connect is None:
@@ -181,9 +184,14 @@ class Cluster(BrokerSet):
                 from kafkatwist.testing.pki import makePki
 
                 self.pki = makePki(os.path.join(self.directory, "pki"))
+            if self.sasl and self.clusterId is None:
+                # The users are written into each directory before the first
+                # start, with the cluster's id (which ZooKeeper then keeps).
+                self.clusterId = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             broker = Broker(
                 os.path.join(self.directory, f"broker{nodeId}"), dict(self.overrides),
                 nodeId=nodeId, zookeeper=self._connect(), tls=self.tls, sasl=self.sasl, pki=self.pki,
+                clusterId=self.clusterId,
             )
             self.brokers[nodeId] = broker
         broker.overrides.update(overrides)
