@@ -93,7 +93,8 @@ def makeReplicaManager(parts, config):
     from kafkatwist.replication.manager import ReplicaManager
 
     replicaManager = ReplicaManager(
-        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition()
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition(),
+        producePurgatory=parts.producePurgatory,
     )
     replicaManager.followerQuota = parts.replicationQuotas.follower
     return replicaManager
@@ -115,28 +116,20 @@ def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
             partitionLog.isLeader = False
 
 
-def awaitCoordinatorReplication(broker, config, logManager) -> None:
+def awaitCoordinatorReplication(broker, config) -> None:
     """
     The coordinators' appends wait for the ISR of a replicated partition
-    (Kafka's coordinators write with acks=all), so a committed offset or a
-    transaction's state survives its leader.
+    (Kafka's coordinators write with acks=-1), so a committed offset or a
+    transaction's state survives its leader; so do end-transaction markers,
+    up to request.timeout.ms (Kafka's WriteTxnMarkers path).  Both through
+    the replica manager's append path.
     """
-    from kafkatwist.replication.delayed import ReplicationWaiter
-
     replicaManager = broker.replicaManager
-    if logManager is None:
-        return
-    waiter = ReplicationWaiter(
-        logManager, broker.producePurgatory, replicaManager.clock,
-        config["offsets.commit.timeout.ms"],
-    )
+    waiter = replicaManager.replicationWaiter(config["offsets.commit.timeout.ms"])
     broker.groupCoordinator.runtime.awaitReplication = waiter
     broker.transactionCoordinator.runtime.awaitReplication = waiter
-    # Markers are appended with acks=-1 too, waiting up to request.timeout.ms
-    # (Kafka's WriteTxnMarkers path).
-    broker.transactionCoordinator.markerWriter.awaitReplication = ReplicationWaiter(
-        logManager, broker.producePurgatory, replicaManager.clock,
-        config["request.timeout.ms"],
+    broker.transactionCoordinator.markerWriter.awaitReplication = replicaManager.replicationWaiter(
+        config["request.timeout.ms"]
     )
 
 
@@ -168,6 +161,8 @@ class BrokerService(service.Service):
         #: the web console on the metrics listener (its figures' timer)
         self._metricsConsole = None
         self._metricsSite = None
+        #: the HTTP listener is HTTPS
+        self._metricsTls = False
         self._dirLock: DataDirLock | None = None
         #: the L{kafkatwist.cluster.service.ClusterService} with zookeeper.connect
         self.cluster = None
@@ -280,7 +275,7 @@ class BrokerService(service.Service):
         for reconfigurable in reconfigurables(self.broker, self.server) + clusterOnly:
             dynamic.addReconfigurable(reconfigurable)
         useLogManager(replicaManager, config, self.logManager, self.cluster)
-        awaitCoordinatorReplication(self.broker, config, self.logManager)
+        awaitCoordinatorReplication(self.broker, config)
 
     def _checkDataDirs(self) -> None:
         """
@@ -331,12 +326,23 @@ class BrokerService(service.Service):
         from twisted.web.resource import Resource
         from twisted.web.server import Site
 
-        host, _, port = address.rpartition(":")
+        from kafkatwist.metrics.http import parseHttpListener
+
+        tls, host, port = parseHttpListener(address)
+        self._metricsTls = tls
         self._metricsSite = Site(Resource())
         try:
-            self._metricsPort = self.reactor.listenTCP(
-                int(port), self._metricsSite, interface=host.strip("[]")
-            )
+            if tls:
+                from kafkatwist.network.tls import ServerContextFactory
+
+                config = self.config
+                contextFactory = ServerContextFactory(
+                    config["ssl.keystore.location"], config["ssl.key.password"], None, "none",
+                    config["ssl.enabled.protocols"], config["ssl.cipher.suites"],
+                )
+                self._metricsPort = self.reactor.listenSSL(port, self._metricsSite, contextFactory, interface=host)
+            else:
+                self._metricsPort = self.reactor.listenTCP(port, self._metricsSite, interface=host)
         except CannotListenError as e:
             raise cannotListen(address, "metrics.http.listener", e) from None
 
@@ -348,19 +354,21 @@ class BrokerService(service.Service):
         """
         if self._metricsPort is None:
             return None
-        host = self.config["metrics.http.listener"].rpartition(":")[0].strip("[]")
+        from kafkatwist.metrics.http import parseHttpListener
+
+        tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
         if host in ("", "0.0.0.0", "::"):
             host = advertisedListeners[0].host
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self._metricsPort.getHost().port}"
+        return f"{'https' if tls else 'http'}://{host}:{self._metricsPort.getHost().port}"
 
     def _serveMetrics(self) -> None:
         if self._metricsSite is None:
             return
-        from kafkatwist.metrics.http import metricsSite
+        from kafkatwist.console.site import httpSite
 
-        site = metricsSite(self.broker, self.server, self.reactor)
+        site = httpSite(self.broker, self.server, self.reactor, secure=self._metricsTls)
         self._metricsSite.resource = site.resource
         self._metricsSite.displayTracebacks = site.displayTracebacks
         self._metricsConsole = site.console
@@ -432,10 +440,13 @@ class BrokerService(service.Service):
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
             return
+        from kafkatwist.metrics.http import parseHttpListener
+
         address = self._metricsPort.getHost()
+        tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
         log.info(
-            "Prometheus metrics on http://{host}:{port}/metrics",
-            host=self.config["metrics.http.listener"].rpartition(":")[0], port=address.port,
+            "Prometheus metrics on {scheme}://{host}:{port}/metrics, web console on {scheme}://{host}:{port}/",
+            scheme="https" if tls else "http", host=host, port=address.port,
         )
 
     def _startLogTasks(self) -> None:

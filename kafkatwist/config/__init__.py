@@ -22,11 +22,12 @@ import difflib
 import enum
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from twisted.logger import Logger
 
+from kafkatwist.config.catalogue import BROKER_CONFIGS
 from kafkatwist.util.affinity import AUTO, NONE, availableCpus, showCpus
 
 log = Logger()
@@ -133,7 +134,9 @@ class Key:
     @ivar update: Kafka's "Update Mode": L{READ_ONLY} (set in
         C{server.properties} and restart), L{CLUSTER_WIDE} (also as a
         dynamic config, per broker or as the cluster default) or
-        L{PER_BROKER} (dynamic, per broker only).
+        L{PER_BROKER} (dynamic, per broker only).  A key of Kafka's takes
+        it from L{kafkatwist.config.catalogue} (left C{None} here: L{KEYS}
+        fills it in); only kafkatwist's own keys state it.
     """
 
     name: str
@@ -141,17 +144,28 @@ class Key:
     default: str | None
     doc: str
     sensitive: bool = False
-    update: str = "read-only"
+    update: str | None = None
 
     @property
     def dynamic(self) -> bool:
-        return self.update != READ_ONLY
+        return self.update not in (None, READ_ONLY)
 
     @property
     def type(self) -> ConfigType:
         if self.sensitive:
             return ConfigType.PASSWORD
+        kafka = BROKER_CONFIGS.get(self.name)
+        if kafka is not None:
+            return ConfigType[kafka[0].upper()]
         return getattr(self.parse, "configType", ConfigType.STRING)
+
+    @property
+    def used(self) -> bool:
+        """
+        Whether kafkatwist reads the key (a key of Kafka's it does not use
+        is only stored and described: C{docs/configs.md}).
+        """
+        return not isinstance(self.parse, _UnusedParse)
 
     def defaultValue(self) -> Any:
         return None if self.default is None else self.parse(self.name, self.default)
@@ -526,8 +540,107 @@ def keySpec(name: str) -> Key | None:
     return Key(name, base.parse, None, f"{base.doc} For listener {prefixed[0]}.", base.sensitive, update)
 
 
+#: keys Kafka updates dynamically that kafkatwist applies only at start-up:
+#: a dynamic update of one is refused ("Cannot update these configs
+#: dynamically"), where Kafka would take it
+RESTART_ONLY = frozenset({
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "sasl.enabled.mechanisms",
+    "num.replica.fetchers",
+    "producer.id.expiration.ms",
+})
+
+#: keys Kafka reads only at start-up that kafkatwist updates dynamically
+#: (cluster-wide), as it did before it knew Kafka's catalogue: the coarser
+#: synonyms of the dynamic log.retention.ms and log.roll.ms
+DYNAMIC_HERE = frozenset({
+    "log.retention.hours",
+    "log.retention.minutes",
+    "log.roll.hours",
+    "log.roll.jitter.hours",
+})
+
+_UNUSED_DOC = (
+    "Kafka's key, which kafkatwist does not use: stored, described and dynamically "
+    "updatable as in Kafka, with no effect here."
+)
+_KAFKA_RANGE = re.compile(r"^\[(-?[0-9.]+),\.\.\.(?:,(-?[0-9.]+))?\]$")
+_KAFKA_CHOICES = re.compile(r"^\[([A-Za-z0-9_.-]+(?:, [A-Za-z0-9_.-]+)*)\]$")
+
+
+class _UnusedParse:
+    """
+    The validator of a Kafka key kafkatwist does not use: Kafka's checks
+    (its type, and the range or choices Kafka states); the value stays
+    text.  L{Key.used} tells such keys by it.
+    """
+
+    def __init__(self, kind: str, valid: str | None) -> None:
+        self.check = _kafkaCheck(kind, valid)
+        self.configType = ConfigType[kind.upper()]
+
+    def __call__(self, key: str, raw: str) -> str:
+        self.check(key, raw)
+        return raw
+
+
+def _kafkaKey(name: str, entry: tuple) -> Key:
+    kind, default, _, valid = entry
+    return Key(name, _UnusedParse(kind, valid), default, _UNUSED_DOC, sensitive=kind == "password")
+
+
+def _kafkaCheck(kind: str, valid: str | None):
+    lo = hi = None
+    match = _KAFKA_RANGE.match(valid or "")
+    if match:
+        lo = float(match[1])
+        hi = float(match[2]) if match[2] is not None else None
+    if kind in ("int", "short", "long"):
+        bits = {"int": 31, "short": 15, "long": 63}[kind]
+        return _int(
+            int(lo) if lo is not None else -(2**bits),
+            int(hi) if hi is not None else 2**bits - 1,
+        )
+    if kind == "double":
+        return _double(lo if lo is not None else -1.7976931348623157e308,
+                       hi if hi is not None else 1.7976931348623157e308)
+    if kind == "boolean":
+        return _bool
+    choices = _KAFKA_CHOICES.match(valid or "") if kind == "string" else None
+    if choices:
+        allowed = {c.lower() for c in choices[1].split(", ")}
+
+        def oneOf(key: str, raw: str) -> str:
+            if raw.strip().lower() not in allowed:
+                raise ConfigError(key, f"{raw!r} is not one of {valid}")
+            return raw
+
+        return oneOf
+    return lambda key, raw: raw
+
+
+def _fromCatalogue(key: Key) -> Key:
+    """
+    C{key} with its update mode: Kafka's, from the catalogue, for a key of
+    Kafka's (except L{RESTART_ONLY} and L{DYNAMIC_HERE});
+    kafkatwist's own keys state theirs (read-only when they do not).
+    """
+    kafka = BROKER_CONFIGS.get(key.name)
+    if kafka is None:
+        return key if key.update is not None else replace(key, update=READ_ONLY)
+    if key.update is not None:
+        raise AssertionError(f"{key.name}: its update mode is Kafka's, in the catalogue")
+    if key.name in RESTART_ONLY:
+        return replace(key, update=READ_ONLY)
+    if key.name in DYNAMIC_HERE:
+        return replace(key, update=CLUSTER_WIDE)
+    return replace(key, update=kafka[2])
+
+
 KEYS: dict[str, Key] = {
-    k.name: k
+    k.name: _fromCatalogue(k)
     for k in [
         Key("node.id", _int(0), "1", "This broker's id."),
         Key("broker.id", _int(-1), None, "Old name of node.id (ZooKeeper-mode Kafka's); either may be set."),
@@ -539,9 +652,8 @@ KEYS: dict[str, Key] = {
             "Listener name to security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         Key("log.dirs", _optionalString, None, "Data directories (comma separated); first one wins over log.dir."),
         Key("log.dir", _string, "./data", "Data directory when log.dirs is unset."),
-        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections.",
-            update=CLUSTER_WIDE),
-        Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers.", update=CLUSTER_WIDE),
+        Key("num.network.threads", _int(1, 64), "1", "Processors: threads that each run a reactor and own connections."),
+        Key("num.io.threads", _int(1, 256), "2", "Handler threads that run request handlers."),
         Key("request.threads.cpu.affinity", _cpuAffinity, "auto",
             "CPUs the Processors and handler threads run on: auto (all on one CPU when the process "
             "may use several), none (wherever the OS puts them), or CPU numbers such as 3 or 0,2-3."),
@@ -553,26 +665,24 @@ KEYS: dict[str, Key] = {
         Key("connections.max.idle.ms", _long(1), "600000", "Idle connections are closed after this."),
         Key("max.incremental.fetch.session.cache.slots", _int(0), "1000",
             "Incremental fetch sessions (KIP-227) the broker keeps; 0: none."),
-        Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all.", update=CLUSTER_WIDE),
-        Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address.", update=CLUSTER_WIDE),
+        Key("max.connections", _int(1), str(INT_MAX), "Connections the broker accepts in all."),
+        Key("max.connections.per.ip", _int(1), str(INT_MAX), "Connections accepted from one address."),
         Key("max.connections.per.ip.overrides", _perIpOverrides, "",
-            "Per-address exceptions to max.connections.per.ip: host:count, comma separated.",
-            update=CLUSTER_WIDE),
+            "Per-address exceptions to max.connections.per.ip: host:count, comma separated."),
         Key("max.connection.creation.rate", _int(0), str(INT_MAX),
             "Connections the broker accepts per second (KIP-612); over it the acceptor delays "
-            "accepting. A listener may set its own: listener.name.<listener>.max.connection.creation.rate.",
-            update=CLUSTER_WIDE),
-        Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key.", update=PER_BROKER),
-        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True, update=PER_BROKER),
-        Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates.", update=PER_BROKER),
-        Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate.", update=PER_BROKER),
+            "accepting. A listener may set its own: listener.name.<listener>.max.connection.creation.rate."),
+        Key("ssl.keystore.location", _optionalString, None, "PEM file with the certificate chain and private key."),
+        Key("ssl.key.password", _optionalString, None, "Password of the private key, if encrypted.", sensitive=True),
+        Key("ssl.truststore.location", _optionalString, None, "PEM CA bundle used to verify client certificates."),
+        Key("ssl.client.auth", _choice("none", "requested", "required"), "none", "Whether clients must present a certificate."),
         Key("ssl.principal.mapping.rules", _principalRules, "DEFAULT",
             "Client certificate DN to principal name: RULE:pattern/replacement/[LU] and DEFAULT, "
             "comma separated, first match wins."),
-        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3).", update=PER_BROKER),
+        Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions SSL listeners accept (TLSv1.2, TLSv1.3)."),
         Key("ssl.cipher.suites", _list, "",
             "Cipher suites SSL listeners accept, by Kafka (IANA) or OpenSSL name; empty: AEAD suites "
-            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite).", update=PER_BROKER),
+            "with forward secrecy only (ECDHE with AES-GCM or ChaCha20-Poly1305, and every TLS 1.3 suite)."),
         Key("sasl.enabled.mechanisms", _mechanisms, "GSSAPI",
             "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, "
             "GSSAPI, is not implemented); per listener: listener.name.<name>.sasl.enabled.mechanisms."),
@@ -616,8 +726,7 @@ KEYS: dict[str, Key] = {
             "Replicas of __transaction_state when it is created (capped like "
             "offsets.topic.replication.factor)."),
         Key("unclean.leader.election.enable", _bool, "false",
-            "Elect a replica outside the ISR when no ISR member is alive (data loss).",
-            update=CLUSTER_WIDE),
+            "Elect a replica outside the ISR when no ISR member is alive (data loss)."),
         Key("auto.leader.rebalance.enable", _bool, "true",
             "The controller moves leadership back to preferred replicas (the first of each "
             "assignment) when a broker's share of them is off by more than "
@@ -633,23 +742,23 @@ KEYS: dict[str, Key] = {
             "Attempts at controlled shutdown before the broker stops anyway."),
         Key("controlled.shutdown.retry.backoff.ms", _long(0), "5000",
             "Wait between controlled shutdown attempts."),
-        Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted.", update=CLUSTER_WIDE),
-        Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size.", update=CLUSTER_WIDE),
-        Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this.", update=CLUSTER_WIDE),
-        Key("log.roll.hours", _int(1), "168", "Roll a segment older than this (when log.roll.ms is unset).", update=CLUSTER_WIDE),
-        Key("log.retention.ms", _optionalLong(-1), None, "Delete segments older than this (-1: forever).", update=CLUSTER_WIDE),
-        Key("log.retention.minutes", _optional(_int(-1)), None, "As log.retention.ms, in minutes.", update=CLUSTER_WIDE),
-        Key("log.retention.hours", _int(-1), "168", "As log.retention.ms, in hours.", update=CLUSTER_WIDE),
-        Key("log.retention.bytes", _long(-1), "-1", "Delete old segments past this size per partition.", update=CLUSTER_WIDE),
+        Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
+        Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),
+        Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this."),
+        Key("log.roll.hours", _int(1), "168", "Roll a segment older than this (when log.roll.ms is unset)."),
+        Key("log.retention.ms", _optionalLong(-1), None, "Delete segments older than this (-1: forever)."),
+        Key("log.retention.minutes", _optional(_int(-1)), None, "As log.retention.ms, in minutes."),
+        Key("log.retention.hours", _int(-1), "168", "As log.retention.ms, in hours."),
+        Key("log.retention.bytes", _long(-1), "-1", "Delete old segments past this size per partition."),
         Key("log.retention.check.interval.ms", _long(1), "300000", "How often retention runs."),
-        Key("log.index.interval.bytes", _int(0), "4096", "Bytes between offset index entries.", update=CLUSTER_WIDE),
-        Key("log.flush.interval.messages", _long(1), str(LONG_MAX), "Fsync after this many messages (1: before acknowledging).", update=CLUSTER_WIDE),
-        Key("log.flush.interval.ms", _optionalLong(0), None, "Fsync data older than this.", update=CLUSTER_WIDE),
+        Key("log.index.interval.bytes", _int(0), "4096", "Bytes between offset index entries."),
+        Key("log.flush.interval.messages", _long(1), str(LONG_MAX), "Fsync after this many messages (1: before acknowledging)."),
+        Key("log.flush.interval.ms", _optionalLong(0), None, "Fsync data older than this."),
         Key("log.flush.scheduler.interval.ms", _long(1), "1000", "How often time-based flush is checked."),
-        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics.", update=CLUSTER_WIDE),
-        Key("log.cleanup.policy", _listOf("delete", "compact"), "delete", "Cleanup policy of new topics.", update=CLUSTER_WIDE),
-        Key("log.index.size.max.bytes", _int(4), "10485760", "Largest offset index of a segment; the segment rolls when it is full.", update=CLUSTER_WIDE),
-        Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met).", update=CLUSTER_WIDE),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", "Timestamp type of new topics."),
+        Key("log.cleanup.policy", _listOf("delete", "compact"), "delete", "Cleanup policy of new topics."),
+        Key("log.index.size.max.bytes", _int(4), "10485760", "Largest offset index of a segment; the segment rolls when it is full."),
+        Key("min.insync.replicas", _int(1), "1", "Replicas that must acknowledge acks=all (one broker: always met)."),
         Key("replica.lag.time.max.ms", _long(1), "30000",
             "A follower that has not caught up with the leader for this long leaves the ISR."),
         Key("replica.fetch.max.bytes", _int(0), "1048576", "Bytes a follower fetches per partition (at least one batch)."),
@@ -688,61 +797,60 @@ KEYS: dict[str, Key] = {
             "coordinator's WriteTxnMarkers); the leader writing a marker waits this long for "
             "its ISR."),
         Key("compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer",
-            "Final compression of topics' data; kafkatwist keeps what the producer sent.", update=CLUSTER_WIDE),
+            "Final compression of topics' data; kafkatwist keeps what the producer sent."),
         Key("log.message.downconversion.enable", _bool, "true",
             "Whether Fetch v0-3 may be answered by converting stored batches to the old message "
-            "formats; when false such fetches get UNSUPPORTED_VERSION.", update=CLUSTER_WIDE),
+            "formats; when false such fetches get UNSUPPORTED_VERSION."),
         Key("log.message.format.version", _messageFormatVersion, "3.0-IV1",
             "Deprecated (Kafka 3.0): accepted and ignored, as by Kafka 3.x with "
             "inter.broker.protocol.version 3.0 or later; batches are always stored in format v2."),
         Key("log.message.timestamp.difference.max.ms", _long(0), str(LONG_MAX),
-            "Deprecated: both limits below when they are unset.", update=CLUSTER_WIDE),
+            "Deprecated: both limits below when they are unset."),
         Key("log.message.timestamp.before.max.ms", _long(0), str(LONG_MAX),
             "How far a CreateTime timestamp may be behind the broker's clock; older records are "
-            "refused with INVALID_TIMESTAMP.", update=CLUSTER_WIDE),
+            "refused with INVALID_TIMESTAMP."),
         Key("log.message.timestamp.after.max.ms", _long(0), str(LONG_MAX),
-            "How far a CreateTime timestamp may be ahead of the broker's clock.", update=CLUSTER_WIDE),
+            "How far a CreateTime timestamp may be ahead of the broker's clock."),
         Key("log.roll.jitter.ms", _optionalLong(0), None,
             "Up to this much is taken off segment.ms per segment, so segments do not all roll at "
-            "once.", update=CLUSTER_WIDE),
-        Key("log.roll.jitter.hours", _int(0), "0", "As log.roll.jitter.ms, in hours.", update=CLUSTER_WIDE),
+            "once."),
+        Key("log.roll.jitter.hours", _int(0), "0", "As log.roll.jitter.ms, in hours."),
         Key("log.preallocate", _bool, "false",
             "Kafka preallocates segment files; kafkatwist's segments grow as written (no effect on "
-            "what is stored or served).", update=CLUSTER_WIDE),
+            "what is stored or served)."),
         Key("log.segment.delete.delay.ms", _long(0), "60000",
             "Kafka waits this long before removing a deleted segment's files; kafkatwist removes "
-            "them once no reader holds them.", update=CLUSTER_WIDE),
+            "them once no reader holds them."),
         Key("compression.gzip.level", _compressionLevel(-1, 1, 9), "-1",
             "Level of gzip when the broker compresses; kafkatwist keeps batches as the producer "
-            "compressed them.", update=CLUSTER_WIDE),
+            "compressed them."),
         Key("compression.lz4.level", _compressionLevel(None, 1, 17), "9",
-            "Level of lz4 when the broker compresses (see compression.gzip.level).", update=CLUSTER_WIDE),
+            "Level of lz4 when the broker compresses (see compression.gzip.level)."),
         Key("compression.zstd.level", _compressionLevel(None, -131072, 22), "3",
-            "Level of zstd when the broker compresses (see compression.gzip.level).", update=CLUSTER_WIDE),
+            "Level of zstd when the broker compresses (see compression.gzip.level)."),
         Key("log.local.retention.ms", _long(-2), "-2",
             "Tiered storage's local retention (-2: retention.ms); without tiered storage all data "
-            "is local and retention.ms applies.", update=CLUSTER_WIDE),
+            "is local and retention.ms applies."),
         Key("log.local.retention.bytes", _long(-2), "-2",
-            "Tiered storage's local retention (-2: retention.bytes); see log.local.retention.ms.",
-            update=CLUSTER_WIDE),
+            "Tiered storage's local retention (-2: retention.bytes); see log.local.retention.ms."),
         Key("log.cleaner.enable", _bool, "true", "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
-        Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process.", update=CLUSTER_WIDE),
+        Key("log.cleaner.threads", _int(0, 64), "1", "Cleaner threads, each driving one cleaner process."),
         Key("log.cleaner.dedupe.buffer.size", _long(1 << 16), "134217728",
-            "Memory for the key-hash -> offset maps of all cleaner threads together.", update=CLUSTER_WIDE),
-        Key("log.cleaner.io.buffer.size", _int(1 << 12), "524288", "Read and write buffer memory of all cleaner threads together.", update=CLUSTER_WIDE),
+            "Memory for the key-hash -> offset maps of all cleaner threads together."),
+        Key("log.cleaner.io.buffer.size", _int(1 << 12), "524288", "Read and write buffer memory of all cleaner threads together."),
         Key("log.cleaner.io.buffer.load.factor", _double(0.01, 1.0), "0.9",
-            "How full a dedupe map may get before a cleaning pass stops mapping.", update=CLUSTER_WIDE),
+            "How full a dedupe map may get before a cleaning pass stops mapping."),
         Key("log.cleaner.io.max.bytes.per.second", _double(1.0, 1.7976931348623157e308), "1.7976931348623157E308",
-            "Bytes per second the cleaners may read and write together.", update=CLUSTER_WIDE),
-        Key("log.cleaner.backoff.ms", _long(0), "15000", "Sleep of a cleaner thread that found nothing to clean.", update=CLUSTER_WIDE),
+            "Bytes per second the cleaners may read and write together."),
+        Key("log.cleaner.backoff.ms", _long(0), "15000", "Sleep of a cleaner thread that found nothing to clean."),
         Key("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5",
-            "Default min.cleanable.dirty.ratio: dirty share of a log above which it is cleaned.", update=CLUSTER_WIDE),
+            "Default min.cleanable.dirty.ratio: dirty share of a log above which it is cleaned."),
         Key("log.cleaner.delete.retention.ms", _long(0), "86400000",
-            "Default delete.retention.ms: how long tombstones stay after the cleaner first sees them.", update=CLUSTER_WIDE),
+            "Default delete.retention.ms: how long tombstones stay after the cleaner first sees them."),
         Key("log.cleaner.min.compaction.lag.ms", _long(0), "0",
-            "Default min.compaction.lag.ms: records younger than this are not compacted.", update=CLUSTER_WIDE),
+            "Default min.compaction.lag.ms: records younger than this are not compacted."),
         Key("log.cleaner.max.compaction.lag.ms", _long(1), str(LONG_MAX),
-            "Default max.compaction.lag.ms: records older than this are compacted whatever the dirty ratio.", update=CLUSTER_WIDE),
+            "Default max.compaction.lag.ms: records older than this are compacted whatever the dirty ratio."),
         Key("group.initial.rebalance.delay.ms", _int(0), "3000", "Wait for more members before the first rebalance of an empty group."),
         Key("group.min.session.timeout.ms", _int(0), "6000", "Smallest session timeout a member may ask for."),
         Key("group.max.session.timeout.ms", _int(0), "1800000", "Largest session timeout a member may ask for."),
@@ -782,9 +890,16 @@ KEYS: dict[str, Key] = {
         Key("logger.level", _choice("debug", "info", "warn", "error"), "info",
             "The lowest level of log lines written (debug adds tracebacks of handler errors and "
             "the handler chain of every ApiKey)."),
-        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics over HTTP (off when unset)."),
+        Key("metrics.http.listener", _optionalString, None, "host:port for Prometheus metrics and the web console over HTTP, or https://host:port over TLS with ssl.keystore.location (off when unset)."),
     ]
 }
+# Kafka's keys kafkatwist does not use: stored, described and updated as
+# Kafka's catalogue says, with no effect here.
+KEYS.update(
+    (name, _fromCatalogue(_kafkaKey(name, entry)))
+    for name, entry in BROKER_CONFIGS.items()
+    if name not in KEYS
+)
 
 #: keys Kafka knows that make no sense for one broker; accepted silently
 _TOLERATED = re.compile(
@@ -1111,9 +1226,16 @@ class BrokerConfig:
             raise ConfigError("group.min.session.timeout.ms", "is above group.max.session.timeout.ms")
         metricsListener = self._values["metrics.http.listener"]
         if metricsListener:
-            host, sep, port = metricsListener.rpartition(":")
-            if not sep or not port.isdigit() or int(port) > 65535:
+            # host:port, or http:// or https:// before it (HTTPS uses
+            # ssl.keystore.location).
+            scheme, found, rest = metricsListener.partition("://")
+            if not found:
+                scheme, rest = "http", metricsListener
+            host, sep, port = rest.rpartition(":")
+            if scheme not in ("http", "https") or not sep or not port.isdigit() or int(port) > 65535:
                 raise ConfigError("metrics.http.listener", f"{metricsListener!r} is not host:port")
+            if scheme == "https" and not self._values["ssl.keystore.location"]:
+                raise ConfigError("metrics.http.listener", "https needs ssl.keystore.location")
 
     def _listenerMechanisms(self, raw: dict[str, str]) -> dict[str, list[str]]:
         """

@@ -25,7 +25,7 @@ class Console:
     @param reactor: the main reactor.
     """
 
-    def __init__(self, broker, server, reactor) -> None:
+    def __init__(self, broker, server, reactor, secure: bool = False) -> None:
         from kafkatwist.console.actions import ConsoleActions
         from kafkatwist.console.history import History
         from kafkatwist.console.session import Sessions
@@ -37,7 +37,9 @@ class Console:
         self.history = History(broker, server, clock=reactor)
         self.source = ConsoleSource(broker, reactor, self.history, startedAt=time.time())
         self.actions = ConsoleActions(self.source)
-        self.sessions = Sessions()
+        #: served over TLS (HTTPS)
+        self.secure = secure
+        self.sessions = Sessions(secure=secure)
 
     def loginRequired(self) -> bool:
         """

@@ -32,6 +32,7 @@ from kafkatwist.log.region import readRecords
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, PREFIX
 from kafkatwist.protocol.markers import MarkerError, readMarker
 from kafkatwist.protocol.records import CorruptRecordError, Record, buildBatch, decodeBatches
+from kafkatwist.replication.appends import COORDINATOR, appendMarker, appendToLeader
 
 __all__ = ["OffsetsTopicLog"]
 
@@ -120,8 +121,10 @@ class OffsetsTopicLog:
         @return: the log's L{AppendInfo}, or C{None} if nothing was written.
         """
         nowMs = self._clock()
+        # Through the replica manager's append path, as Kafka's coordinators
+        # write (acks=-1; the runtime then waits for the ISR).
         if marker is not None:
-            return self._log(partition).appendMarker(*marker, nowMs)
+            return appendMarker(self._log(partition), *marker, nowMs, origin=COORDINATOR)
         records = list(records)
         if not records:
             return None
@@ -129,7 +132,7 @@ class OffsetsTopicLog:
         if producer is not None:
             kw = dict(producerId=producer[0], producerEpoch=producer[1], isTransactional=True)
         batch = buildBatch([Record(timestamp=nowMs, key=k, value=v) for k, v in records], **kw)
-        return self._log(partition).append(batch, nowMs, isFromClient=False)
+        return appendToLeader(self._log(partition), batch, nowMs, -1, origin=COORDINATOR)
 
     # -- reading ---------------------------------------------------------------
 

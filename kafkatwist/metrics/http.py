@@ -1,12 +1,11 @@
 """
-The HTTP listener (C{metrics.http.listener}), served by twisted.web on the
-main reactor (it is the Acceptors' reactor, not any Processor's): the
-Prometheus scrape endpoint at C{/metrics} and the web console
-(L{kafkatwist.console}) at C{/} and C{/api/}.
+The Prometheus scrape endpoint, C{/metrics} on the HTTP listener
+(C{metrics.http.listener}), served by twisted.web on the main reactor (it
+is the Acceptors' reactor, not any Processor's).  The listener's site, with
+the web console beside it, is L{kafkatwist.console.site.httpSite}.
 """
 
 from twisted.web.resource import NoResource, Resource
-from twisted.web.server import Site
 
 from kafkatwist.metrics.stats import render
 
@@ -27,21 +26,17 @@ class MetricsResource(Resource):
         return render(self.broker, self.socketServer).encode("utf-8")
 
 
-def metricsSite(broker, server, reactor=None) -> Site:
+def parseHttpListener(address: str) -> tuple[bool, str, int]:
     """
-    @return: the site; its C{console} is started and must be stopped with
-        the listener.
-    """
-    from kafkatwist.console import Console
-    from kafkatwist.console.web import ConsoleRoot
+    C{metrics.http.listener}: C{host:port}, C{http://host:port} or
+    C{https://host:port} (TLS with the broker's C{ssl.keystore.location}).
 
-    if reactor is None:
-        from twisted.internet import reactor
-    console = Console(broker, server, reactor)
-    root = ConsoleRoot(console)
-    root.putChild(b"metrics", MetricsResource(broker, server))
-    site = Site(root)
-    site.displayTracebacks = False
-    site.console = console
-    console.start()
-    return site
+    @return: (TLS, host, port).
+    """
+    tls = address.startswith("https://")
+    if tls:
+        address = address[len("https://"):]
+    elif address.startswith("http://"):
+        address = address[len("http://"):]
+    host, _, port = address.rpartition(":")
+    return tls, host.strip("[]"), int(port)

@@ -20,7 +20,6 @@ AlterConfigs) are in L{kafkatwist.plugins.admin_configs}.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections import Counter
 
@@ -39,6 +38,7 @@ from kafkatwist.log.config import (
 from kafkatwist.log.records import TopicInfo
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
+from kafkatwist.plugins.clusterwrites import ClusterWrites
 from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import (
     CREATE_PARTITIONS,
@@ -171,29 +171,18 @@ def _registered(broker) -> frozenset:
     return cluster.aliveBrokers() if cluster is not None else frozenset({broker.nodeId})
 
 
-def _clusterCall(method, *args, timeout: float = 30.0):
+class _Write:
     """
-    Call a cluster admin method (its last argument C{onDone(result,
-    error)}) and wait for its answer: a ZooKeeper write on the cluster's
-    owner thread, waited for on this handler thread as Kafka's handler
-    threads write ZooKeeper themselves.
-
-    @raise KafkaError: what it answered, or REQUEST_TIMED_OUT.
+    A ZooKeeper write a request makes (see L{ClusterWrites}): C{method(*args,
+    onDone)}; C{done(result)} gives what a success means to the request.
     """
-    done = threading.Event()
-    box = []
 
-    def onDone(result, error):
-        box.append((result, error))
-        done.set()
+    __slots__ = ("method", "args", "done")
 
-    method(*args, onDone)
-    if not done.wait(timeout):
-        raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
-    result, error = box[0]
-    if error is not None:
-        raise error
-    return result
+    def __init__(self, method, args, done) -> None:
+        self.method = method
+        self.args = args
+        self.done = done
 
 
 def _checkAssignments(registered, brokerLists, expectedReplicas: int | None = None) -> None:
@@ -258,6 +247,7 @@ class CreateTopicsHandler(Handler):
         results = []
         answered = set()
         created = []
+        writes = ClusterWrites(self.broker, context)
         tooMany = _requestLimitError(
             self.broker, sum(self._requested(topic) for topic in request.topics)
         )
@@ -287,32 +277,74 @@ class CreateTopicsHandler(Handler):
                 except KafkaError as e:
                     error = e
                 else:
+                    if isinstance(info, _Write):
+                        # ZooKeeper's answer goes in its place; no handler
+                        # thread waits for it.
+                        writes.add(
+                            info.method, *info.args,
+                            then=self._written(
+                                Result, Config, results, len(results), created, name,
+                                name in describable, info.done,
+                            ),
+                        )
+                        results.append(None)
+                        continue
                     results.append(self._success(
                         Result, Config, info, validateOnly, name in describable, replicationFactor
                     ))
                     created.append(name)
                     continue
-            code, message = _failure(error)
-            results.append(
-                make(
-                    Result,
-                    name=name,
-                    topic_id=ZERO_UUID,
-                    error_code=code,
-                    error_message=message,
-                    topic_config_error_code=0,
-                    num_partitions=-1,
-                    replication_factor=-1,
-                    configs=None,
-                )
+            results.append(self._failed(Result, name, error))
+        if not writes:
+            return self._awaitLeaders(
+                request, cls, results, created, validateOnly, lambda: context.respondLater()
             )
+        return writes.run(
+            lambda respondLater: self._awaitLeaders(
+                request, cls, results, created, validateOnly, respondLater
+            )
+        )
+
+    @staticmethod
+    def _failed(Result, name, error):
+        code, message = _failure(error)
+        return make(
+            Result,
+            name=name,
+            topic_id=ZERO_UUID,
+            error_code=code,
+            error_message=message,
+            topic_config_error_code=0,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
+
+    def _written(self, Result, Config, results, slot, created, name, mayDescribeConfigs, done):
+        """
+        What a topic's creation in ZooKeeper answered, in its place.
+        """
+
+        def then(topicId, error):
+            if error is not None:
+                results[slot] = self._failed(Result, name, error)
+                return
+            info, replicationFactor = done(topicId)
+            results[slot] = self._success(
+                Result, Config, info, False, mayDescribeConfigs, replicationFactor
+            )
+            created.append(name)
+
+        return then
+
+    def _awaitLeaders(self, request, cls, results, created, validateOnly, respondLater):
         response = make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
         cluster = _cluster(self.broker)
         if cluster is None or validateOnly or not created:
             return response
         # Kafka answers once the new partitions have leaders (or at the
         # request's timeout): clients produce right after.
-        pending = context.respondLater()
+        pending = respondLater()
         cluster.waitFor(
             lambda image: all(_hasLeaders(image, name) for name in created),
             _timeoutSeconds(request),
@@ -429,8 +461,11 @@ class CreateTopicsHandler(Handler):
         self.broker.logManager.createTopic(name, len(assignment), configs, validateOnly=True)
         if validateOnly:
             return TopicInfo(name, ZERO_UUID, len(assignment), dict(configs)), replicationFactor
-        topicId = _clusterCall(cluster.createTopic, name, assignment, {k: str(v) for k, v in configs.items()})
-        return TopicInfo(name, topicId, len(assignment), dict(configs)), replicationFactor
+        return _Write(
+            cluster.createTopic,
+            (name, assignment, {k: str(v) for k, v in configs.items()}),
+            lambda topicId: (TopicInfo(name, topicId, len(assignment), dict(configs)), replicationFactor),
+        ), replicationFactor
 
     def _success(self, Result, Config, info, validateOnly: bool, mayDescribeConfigs: bool = True,
                  replicationFactor: int = 1):
@@ -506,16 +541,18 @@ class DeleteTopicsHandler(Handler):
             wanted = [(name, None) for name in request.topic_names]
         results = []
 
-        def answer(name, topicId, code, message=None):
-            results.append(
-                make(
-                    Result,
-                    name=name,
-                    topic_id=topicId or ZERO_UUID,
-                    error_code=code,
-                    error_message=message,
-                )
+        def answer(name, topicId, code, message=None, slot=None):
+            result = make(
+                Result,
+                name=name,
+                topic_id=topicId or ZERO_UUID,
+                error_code=code,
+                error_message=message,
             )
+            if slot is None:
+                results.append(result)
+            else:
+                results[slot] = result
 
         config = self.broker.config
         if config is not None and not config["delete.topic.enable"]:
@@ -529,6 +566,7 @@ class DeleteTopicsHandler(Handler):
         known = _knownTopics(self.broker)
         byId = {info.topicId: name for name, info in known.items()}
         deleted = []
+        writes = ClusterWrites(self.broker, context)
         names = Counter(name for name, topicId in wanted if name is not None and not topicId)
         ids = Counter(topicId for name, topicId in wanted if name is None and topicId)
         # A topic named once by name and once by id is ambiguous: Kafka
@@ -591,26 +629,54 @@ class DeleteTopicsHandler(Handler):
             if name in INTERNAL_TOPICS:
                 answer(name, info.topicId, ErrorCode.invalid_request, _internal(name, "deleted"))
                 continue
+            if cluster is not None:
+                # Queued in ZooKeeper: the controller removes the topic,
+                # each broker then deletes its replicas.  Its answer's place
+                # is kept; no handler thread waits for ZooKeeper.
+                writes.add(
+                    cluster.deleteTopic, name,
+                    then=self._queued(answer, deleted, name, info, len(results)),
+                )
+                results.append(None)
+                continue
             try:
-                if cluster is not None:
-                    # Queued in ZooKeeper: the controller removes the topic,
-                    # each broker then deletes its replicas.
-                    _clusterCall(cluster.deleteTopic, name)
-                    deleted.append(name)
-                else:
-                    logManager.deleteTopic(name)
+                logManager.deleteTopic(name)
             except KafkaError as e:
                 answer(name, info.topicId, *_failure(e))
                 continue
             self._wakeFetches(name, info.numPartitions)
             answer(name, info.topicId, ErrorCode.none)
+        if not writes:
+            return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+        return writes.run(
+            lambda respondLater: self._awaitDeletion(
+                request, cls, Result, cluster, results, deleted, respondLater
+            )
+        )
+
+    def _queued(self, answer, deleted, name, info, slot):
+        """
+        What a topic's deletion in ZooKeeper answered, in its place.
+        """
+
+        def then(result, error):
+            if error is not None:
+                answer(name, info.topicId, *_failure(error), slot=slot)
+                return
+            deleted.append(name)
+            self._wakeFetches(name, info.numPartitions)
+            answer(name, info.topicId, ErrorCode.none, slot=slot)
+
+        return then
+
+    def _awaitDeletion(self, request, cls, Result, cluster, results, deleted, respondLater):
         response = make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
         if not deleted:
             return response
         # Kafka's DelayedDeleteTopics: the answer once the topics are gone
         # from this broker's metadata, or REQUEST_TIMED_OUT for those that
         # are not at the request's timeout.
-        pending = context.respondLater()
+        pending = respondLater()
 
         def done(inTime):
             if inTime:
@@ -665,6 +731,7 @@ class CreatePartitionsHandler(Handler):
         tooMany = _requestLimitError(
             self.broker, sum(self._added(topic) for topic in request.topics)
         )
+        writes = ClusterWrites(self.broker, context)
         for topic in request.topics:
             if topic.name in answered:
                 continue
@@ -676,18 +743,46 @@ class CreatePartitionsHandler(Handler):
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
                 if not self.allowed(context, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
                     raise KafkaError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
-                self._grow(topic, validateOnly)
+                write = self._grow(topic, validateOnly)
                 code, message = ErrorCode.none, None
             except KafkaError as e:
                 code, message = _failure(e)
+            else:
+                if write is not None:
+                    # ZooKeeper's answer goes in its place; no handler
+                    # thread waits for it.
+                    method, args, then = write
+                    writes.add(
+                        method, *args, then=self._grown(Result, results, len(results), topic.name, then)
+                    )
+                    results.append(None)
+                    continue
             results.append(make(Result, name=topic.name, error_code=code, error_message=message))
-        return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+        if not writes:
+            return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+        return writes.run(lambda respondLater: make(cls, throttle_time=NO_THROTTLE, results=tuple(results)))
+
+    @staticmethod
+    def _grown(Result, results, slot, name, then):
+        def answer(result, error):
+            code, message = ErrorCode.none, None
+            if error is not None:
+                code, message = _failure(error)
+            else:
+                then()
+            results[slot] = make(Result, name=name, error_code=code, error_message=message)
+
+        return answer
 
     def _added(self, topic) -> int:
         info = _knownTopics(self.broker).get(topic.name)
         return max(topic.count - info.numPartitions, 0) if info is not None else 0
 
-    def _grow(self, topic, validateOnly: bool) -> None:
+    def _grow(self, topic, validateOnly: bool):
+        """
+        Check and make the change; in a cluster, return the ZooKeeper write
+        that makes it, C{(method, args, then)}, C{then()} once it was made.
+        """
         logManager = self.broker.logManager
         cluster = _cluster(self.broker)
         info = _knownTopics(self.broker).get(topic.name)
@@ -734,17 +829,23 @@ class CreatePartitionsHandler(Handler):
                 }
             else:
                 assignment = cluster.assign(topic.count - current, expectedReplicas, firstPartition=current)
-            if not validateOnly:
-                _clusterCall(cluster.addPartitions, topic.name, assignment)
         else:
             logManager.createPartitions(topic.name, topic.count, validateOnly=validateOnly)
-        if not validateOnly:
+
+        def grown() -> None:
             log.info(
                 "Topic {topic} grew from {old} to {new} partitions",
                 topic=topic.name,
                 old=current,
                 new=topic.count,
             )
+
+        if validateOnly:
+            return None
+        if cluster is not None:
+            return cluster.addPartitions, (topic.name, assignment), grown
+        grown()
+        return None
 
 
 class DeleteRecordsHandler(Handler):

@@ -28,7 +28,6 @@ C{server.properties} from Kafka's default.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from itertools import dropwhile
 
@@ -47,6 +46,7 @@ from kafkatwist.log.config import (
     unknownTopicConfig,
 )
 from kafkatwist.log.topics import validateTopicName
+from kafkatwist.plugins.clusterwrites import ClusterWrites
 from kafkatwist.protocol.apis import (
     ALTER_CONFIGS,
     DESCRIBE_CONFIGS,
@@ -416,25 +416,53 @@ class _AlterConfigsBase(Handler):
         Response = nested(cls, "AlterConfigsResourceResponse")
         validateOnly = bool(request.validate_only)
         responses = []
+        writes = ClusterWrites(self.broker, context)
+
+        def answer(resource, error, slot=None):
+            code, message = ErrorCode.none, None
+            if error is not None:
+                code, message = error.code, error.message or error.code.name
+            response = make(
+                Response,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+            if slot is None:
+                responses.append(response)
+            else:
+                responses[slot] = response
+
         for resource in request.resources:
             try:
                 checkConfigAccess(self, context, resource, AclOperation.ALTER_CONFIGS)
-                self._alter(resource, validateOnly)
-                code, message = ErrorCode.none, None
+                write = self._alter(resource, validateOnly)
             except KafkaError as e:
-                code, message = e.code, e.message or e.code.name
-            responses.append(
-                make(
-                    Response,
-                    error_code=code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
+                answer(resource, e)
+                continue
+            if write is not None:
+                # ZooKeeper's answer goes in its place; no handler thread
+                # waits for it.
+                method, args = write
+                writes.add(
+                    method, *args,
+                    then=lambda result, error, resource=resource, slot=len(responses): answer(
+                        resource, error, slot
+                    ),
                 )
-            )
-        return make(cls, throttle_time=NO_THROTTLE, responses=tuple(responses))
+                responses.append(None)
+                continue
+            answer(resource, None)
+        if not writes:
+            return make(cls, throttle_time=NO_THROTTLE, responses=tuple(responses))
+        return writes.run(lambda respondLater: make(cls, throttle_time=NO_THROTTLE, responses=tuple(responses)))
 
-    def _alter(self, resource, validateOnly: bool) -> None:
+    def _alter(self, resource, validateOnly: bool):
+        """
+        Check and make the change; in a cluster, a topic's is a ZooKeeper
+        write, returned as C{(method, args)} for the caller to make.
+        """
         resourceType, name = resource.resource_type, resource.resource_name
         names = [c.name for c in resource.configs]
         if resourceType == BROKER:
@@ -461,13 +489,13 @@ class _AlterConfigsBase(Handler):
         logManager = self.broker.logManager
         cluster = self.broker.cluster
         if cluster is not None:
-            self._alterInCluster(cluster, name, changes, validateOnly)
-            return
+            return self._alterInCluster(cluster, name, changes, validateOnly)
         # Unknown topic before config errors: the more useful answer.
         logManager.describeTopicConfig(name)
         logManager.alterTopicConfigs(name, changes, validateOnly=validateOnly)
+        return None
 
-    def _alterInCluster(self, cluster, name, changes, validateOnly: bool) -> None:
+    def _alterInCluster(self, cluster, name, changes, validateOnly: bool):
         """
         A topic's overrides live in ZooKeeper's C{/config/topics/<t>}: the
         new set is checked as the log would, written there, and every broker
@@ -480,15 +508,8 @@ class _AlterConfigsBase(Handler):
         overrides = applyConfigChanges(image.configs.get(name, {}), changes, defaults)
         checkCombination(LogConfig.resolve(overrides, defaults))
         if validateOnly:
-            return
-        done = threading.Event()
-        box = []
-        cluster.setTopicConfigs(name, {k: str(v) for k, v in overrides.items()},
-                                lambda result, error: (box.append(error), done.set()))
-        if not done.wait(30):
-            raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
-        if box[0] is not None:
-            raise box[0]
+            return None
+        return cluster.setTopicConfigs, (name, {k: str(v) for k, v in overrides.items()})
 
     def _changes(self, topic: str, configs) -> list[tuple[str, str, str | None]]:
         raise NotImplementedError

@@ -50,7 +50,6 @@ from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
 from kafkatwist.quota.manager import addThrottle
-from kafkatwist.replication.delayed import DelayedProduce, Waiting
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
@@ -58,18 +57,6 @@ E = ErrorCode
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER = struct.Struct(">qh")
 _PRODUCER_AT = 43
-
-#: a verification's answer -> the partition's error (Kafka's
-#: AddPartitionsToTxnManager for Produce v10 and below)
-_VERIFY_ERRORS = {
-    E.transaction_abortable: E.invalid_txn_state,
-    E.producer_fenced: E.invalid_producer_epoch,
-    E.concurrent_transactions: E.not_enough_replicas,
-    E.coordinator_load_in_progress: E.not_enough_replicas,
-    E.coordinator_not_available: E.not_enough_replicas,
-    E.not_coordinator: E.not_enough_replicas,
-}
-
 
 def transactionalProducer(records):
     """
@@ -136,10 +123,12 @@ class ProduceHandler(Handler):
             made (the answer is then given to it, and C{None} returned).
         """
         logManager = self.broker.logManager
+        replicaManager = self.broker.replicaManager
         authorizer = self.authorizer
         nowMs = int(time.time() * 1000)
+        acks = request.acks
         # acks=all: partitions whose replicas must catch up before the answer.
-        waits = [] if request.acks == -1 else None
+        waits = [] if acks == -1 else None
         results = []
         for topic in request.topic_data:
             name = topic.name
@@ -160,7 +149,10 @@ class ProduceHandler(Handler):
                 ]
             elif verified is None:
                 partitions = [
-                    self._append(logManager, name, data, nowMs, wake, account, version, None, waits)
+                    self._append(
+                        replicaManager, logManager, name, data, nowMs, acks, wake, account,
+                        version, None, waits,
+                    )
                     for data in topic.partition_data
                 ]
             else:
@@ -172,17 +164,14 @@ class ProduceHandler(Handler):
                     else:
                         partitions.append(
                             self._append(
-                                logManager, name, data, nowMs, wake, account, version, guard,
-                                waits,
+                                replicaManager, logManager, name, data, nowMs, acks, wake,
+                                account, version, guard, waits,
                             )
                         )
             results.append((name, partitions))
-        quotas = self.broker.clientQuotas
-        throttleMs = 0
-        if quotas is not None:
-            # producer_byte_rate counts the whole request, as Kafka's does.
-            throttleMs = addThrottle(context, quotas.produced(context, getattr(context, "size", 0)))
-        if request.acks == 0:
+        # producer_byte_rate counts the whole request, as Kafka's does.
+        throttleMs = addThrottle(context, self.broker.clientQuotas.produced(context, getattr(context, "size", 0)))
+        if acks == 0:
             # Nothing is sent back; the connection unmutes at once (or once
             # a quota's throttle has passed).
             return None
@@ -224,9 +213,8 @@ class ProduceHandler(Handler):
             deferred = pending.deferred
         else:
             deferred = None
-        operation = DelayedProduce(context.clock, waits, answer, pending)
-        self.broker.producePurgatory.tryCompleteElseWatch(
-            operation, operation.keys(), max(request.timeout_ms, 0) / 1000.0
+        self.broker.replicaManager.awaitReplicas(
+            context.clock, waits, max(request.timeout_ms, 0) / 1000.0, answer, pending
         )
         return deferred
 
@@ -251,30 +239,21 @@ class ProduceHandler(Handler):
         ):
             refused = dict.fromkeys(everything, E.transactional_id_authorization_failed)
             return self._appendAll(context, request, version, wake, account, refused)
-        producerId, epoch = producer
         logManager = broker.logManager
-        verified: dict = {}
-        unverified = []
-        for topic in request.topic_data:
-            for data in topic.partition_data:
-                found = transactionalProducer(data.records)
-                if found is None:
-                    continue
-                if found != producer:
-                    verified[(topic.name, data.index)] = E.invalid_producer_id_mapping
-                    continue
-                log = logManager.getLog(topic.name, data.index) if logManager else None
-                if log is None or log.producerState.hasOngoingTxn(producerId):
-                    # The log decides (under its lock) whether it is open.
-                    continue
-                tp = (topic.name, data.index)
-                verified[tp] = log.verificationGuard(producerId)
-                unverified.append(tp)
+        replicaManager = broker.replicaManager
+        verified, unverified = replicaManager.transactionGuards(
+            logManager,
+            producer,
+            (
+                (topic.name, data.index, transactionalProducer(data.records))
+                for topic in request.topic_data
+                for data in topic.partition_data
+            ),
+        )
         if not unverified:
             return self._appendAll(context, request, version, wake, account, verified)
         if request.acks == -1 and any(
-            (log := logManager.getLog(*tp)) is not None and log._highWatermark is not None
-            for tp in unverified
+            (log := logManager.getLog(*tp)) is not None and log.replicated() for tp in unverified
         ):
             # Replicated partitions may make the answer wait for the ISR
             # after the verification: the pending response is made now.
@@ -282,26 +261,11 @@ class ProduceHandler(Handler):
         else:
             pending = None
         coordinator = broker.transactionCoordinator
-        if coordinator is None:
-            for tp in unverified:
-                verified[tp] = E.not_enough_replicas
-            if pending is not None:
-                self._appendAll(context, request, version, wake, account, verified, pending)
-                return pending.deferred
-            return self._appendAll(context, request, version, wake, account, verified)
 
         # (In a cluster the coordinator asks the id's coordinator on another
-        # broker itself: coordinator/transaction/verifier.py.)
+        # broker itself: coordinator/transaction/verifier.py.)  The replica
+        # manager records the answer in `verified` before this runs.
         def answered(result):
-            if isinstance(result, dict):
-                for tp in unverified:
-                    error = result.get(tp, E.none)
-                    if error != E.none:
-                        verified[tp] = _VERIFY_ERRORS.get(error, error)
-            else:
-                error = result if isinstance(result, ErrorCode) else E.not_enough_replicas
-                for tp in unverified:
-                    verified[tp] = _VERIFY_ERRORS.get(error, error)
             return self._appendAll(context, request, version, wake, account, verified, pending)
 
         if pending is not None:
@@ -312,22 +276,27 @@ class ProduceHandler(Handler):
                 except Exception:
                     pending.complete(Failure())
 
-            coordinator.verifyPartitions(
-                answeredLater, transactionalId, producerId, epoch, unverified
+            replicaManager.verifyTransaction(
+                coordinator, answeredLater, transactionalId, producer, unverified, verified
             )
             return pending.deferred
         if request.acks == 0:
             # Nothing to answer: append once verified, wherever that is.
-            coordinator.verifyPartitions(
-                answered, transactionalId, producerId, epoch, unverified
+            replicaManager.verifyTransaction(
+                coordinator, answered, transactionalId, producer, unverified, verified
             )
             return None
         reply = Reply(context, answered)
-        coordinator.verifyPartitions(reply, transactionalId, producerId, epoch, unverified)
+        replicaManager.verifyTransaction(
+            coordinator, reply, transactionalId, producer, unverified, verified
+        )
         return reply.response()
 
     @staticmethod
-    def _append(logManager, topic, data, nowMs, wake, account, version, guard=None, waits=None):
+    def _append(
+        replicaManager, logManager, topic, data, nowMs, acks, wake, account, version, guard=None,
+        waits=None,
+    ):
         index = data.index
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
@@ -336,20 +305,18 @@ class ProduceHandler(Handler):
         if not records:
             return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
                     "the produce request carries no records", ())
-        if waits is not None:
-            isrSize = log.isrSize
-            if isrSize is not None and isrSize < log.config.minInsyncReplicas:
-                # Kafka refuses before the append: nothing would be durable.
-                return (index, ErrorCode.not_enough_replicas, -1, -1, log.logStartOffset,
-                        f"the ISR has {isrSize} replicas, min.insync.replicas is "
-                        f"{log.config.minInsyncReplicas}", ())
         try:
+            # The replica manager's append path: min.insync.replicas with
+            # acks=all (refused before the append), the verification guard.
             if guard is not None:
-                info = log.append(records, nowMs, verificationGuard=guard)
+                info = replicaManager.appendRecords(log, records, nowMs, acks, verificationGuard=guard)
+            elif legacyMagic(records) is not None:
+                info = replicaManager.appendRecords(
+                    log, records, nowMs, acks,
+                    convert=lambda records: _fromLegacy(version, records, log.config),
+                )
             else:
-                if legacyMagic(records) is not None:
-                    records = _fromLegacy(version, records, log.config)
-                info = log.append(records, nowMs)
+                info = replicaManager.appendRecords(log, records, nowMs, acks)
         except KafkaError as e:
             return (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
         if not info.duplicate:
@@ -358,9 +325,11 @@ class ProduceHandler(Handler):
             # offsets, as Kafka does.
             account(topic, info.validBytes, info.numRecords)
             wake((topic, index))
-        if waits is not None and log._highWatermark is not None:
+        if waits is not None:
             # A replicated partition: the ISR must have it first.
-            waits.append(Waiting(topic, index, log, info.lastOffset + 1, log.leaderEpoch))
+            waiting = replicaManager.waitingFor(topic, index, log, info)
+            if waiting is not None:
+                waits.append(waiting)
         return (
             index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None, ()
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.util.purgatory import DelayedOperation
+from kafkatwist.replication.appends import notEnoughReplicas
 
 __all__ = ["DelayedProduce", "Waiting"]
 
@@ -49,7 +50,7 @@ def replicated(waiting: Waiting) -> ErrorCode | None:
     if not log.isLeader or log.leaderEpoch != waiting.leaderEpoch:
         return ErrorCode.not_leader_or_follower
     if log.highWatermark >= waiting.requiredOffset:
-        if log.isrSize < log.config.minInsyncReplicas:
+        if notEnoughReplicas(log) is not None:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
     return None
@@ -89,50 +90,3 @@ class DelayedProduce(DelayedOperation):
             for w in self.waiting
         }
         self.pending.complete(self.answer(errors))
-
-
-class _Callback:
-    """
-    The L{IPendingResponse} side of a L{DelayedProduce} whose answer is a
-    call, not a response.
-    """
-
-    __slots__ = ("onDone",)
-
-    def __init__(self, onDone) -> None:
-        self.onDone = onDone
-
-    def complete(self, result) -> None:
-        self.onDone(result)
-
-
-class ReplicationWaiter:
-    """
-    What the coordinators append with (Kafka's coordinators write with
-    acks=all): C{onDone(error)} once the ISR has the appended batches, at
-    once where the partition is not replicated (a single broker), or with
-    REQUEST_TIMED_OUT after C{timeoutMs}.
-
-    @param clock: an L{IThreadSafeClock} for the timeouts (a timer thread:
-        the expiry only calls C{onDone}).
-    """
-
-    def __init__(self, logManager, purgatory, clock, timeoutMs: int) -> None:
-        self.logManager = logManager
-        self.purgatory = purgatory
-        self.clock = clock
-        self.timeout = timeoutMs / 1000.0
-
-    def __call__(self, topic: str, partition: int, requiredOffset: int, onDone) -> None:
-        log = self.logManager.getLog(topic, partition)
-        if log is None or log._highWatermark is None:
-            onDone(ErrorCode.none)
-            return
-        key = (topic, partition)
-        operation = DelayedProduce(
-            self.clock,
-            [Waiting(topic, partition, log, requiredOffset, log.leaderEpoch)],
-            lambda errors: errors[key],
-            _Callback(onDone),
-        )
-        self.purgatory.tryCompleteElseWatch(operation, operation.keys(), self.timeout)

@@ -51,9 +51,12 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatwist.util.executor import SerialExecutor
-from kafkatwist.errors import KafkaError
+from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log.checkpoint import readCheckpoint, writeCheckpoint
+from kafkatwist.util.purgatory import Purgatory
+from kafkatwist.replication import appends
+from kafkatwist.replication.delayed import DelayedProduce, Waiting
 from kafkatwist.replication.fetcher import ReplicaFetcher
 from kafkatwist.replication.selector import RACK_AWARE, ReplicaView, selectReplica
 from kafkatwist.replication.state import FOLLOWER, LEADER, UNKNOWN, PartitionReplicas
@@ -109,6 +112,8 @@ class ReplicaManager:
     @param directory: the L{IBrokerDirectory} followers find leaders in.
     @param fetcherFactory: makes a fetcher (tests); defaults to
         L{ReplicaFetcher}.
+    @param producePurgatory: where acks=-1 appends wait for their ISR (the
+        broker's, which L{wake} re-checks); by default one of its own.
     """
 
     def __init__(
@@ -123,8 +128,10 @@ class ReplicaManager:
         directory=None,
         fetcherFactory=None,
         nowMs=_wallMs,
+        producePurgatory=None,
     ) -> None:
         self.brokerId = brokerId
+        self.producePurgatory = producePurgatory if producePurgatory is not None else Purgatory("Produce")
         self.logManager = logManager
         self.config = config
         self.clock = clock
@@ -160,6 +167,101 @@ class ReplicaManager:
         #: published by the owner (only with a rack-aware selector) for
         #: L{findPreferredReadReplica}
         self._followerViews: dict = {}
+
+    # -- the append path (Kafka's appendRecords; kafkatwist.replication.appends) ---------
+    # On the caller's thread (a request handler, a coordinator's executor):
+    # reads only what the owner publishes on the logs.
+
+    #: append one partition's records on its leader (L{appends.appendToLeader}:
+    #: the min.insync.replicas check of acks=-1, the append)
+    appendRecords = staticmethod(appends.appendToLeader)
+    #: append an end-transaction marker with acks=-1 (L{appends.appendMarker})
+    appendMarker = staticmethod(appends.appendMarker)
+
+    @staticmethod
+    def waitingFor(topic: str, partition: int, partitionLog, info) -> Waiting | None:
+        """
+        What an acks=-1 answer for this append must wait for: C{None} where
+        the partition is not replicated (L{IPartitionLog.replicated}), so
+        the answer goes at once.
+        """
+        if not partitionLog.replicated():
+            return None
+        return Waiting(topic, partition, partitionLog, info.lastOffset + 1, partitionLog.leaderEpoch)
+
+    def awaitReplicas(self, clock, waits: list, timeoutSeconds: float, answer, pending) -> None:
+        """
+        Answer an acks=-1 produce once the high watermark of each of its
+        replicated partitions (C{waits}, from L{waitingFor}) has passed its
+        records, or at the timeout (Kafka's C{DelayedProduce}).
+
+        @param clock: the connection's clock (the expiry only builds the
+            answer).
+        @param answer: C{answer(errors)} builds the response from
+            C{{(topic, partition): ErrorCode}}.
+        @param pending: the request's L{IPendingResponse}.
+        """
+        operation = DelayedProduce(clock, waits, answer, pending)
+        self.producePurgatory.tryCompleteElseWatch(operation, operation.keys(), timeoutSeconds)
+
+    def awaitReplication(self, topic: str, partition: int, requiredOffset: int, timeoutMs: int, onDone) -> None:
+        """
+        C{onDone(error)} once the partition's ISR has everything below
+        C{requiredOffset} (Kafka's coordinators and markers write with
+        acks=-1): at once where the partition is not replicated,
+        REQUEST_TIMED_OUT after C{timeoutMs}, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if the ISR fell below C{min.insync.replicas}.  Any thread; C{onDone}
+        may run on the owner's or the timer's.
+        """
+        partitionLog = self.logManager.getLog(topic, partition) if self.logManager is not None else None
+        if partitionLog is None or not partitionLog.replicated():
+            onDone(ErrorCode.none)
+            return
+        waiting = Waiting(topic, partition, partitionLog, requiredOffset, partitionLog.leaderEpoch)
+        operation = DelayedProduce(
+            self.clock, [waiting], lambda errors: errors[(topic, partition)], _Callback(onDone)
+        )
+        self.producePurgatory.tryCompleteElseWatch(operation, operation.keys(), timeoutMs / 1000.0)
+
+    def replicationWaiter(self, timeoutMs: int):
+        """
+        L{awaitReplication} with its timeout: C{wait(topic, partition,
+        requiredOffset, onDone)}, what the coordinators' runtimes and the
+        marker writer are given.
+        """
+
+        def wait(topic, partition, requiredOffset, onDone) -> None:
+            self.awaitReplication(topic, partition, requiredOffset, timeoutMs, onDone)
+
+        return wait
+
+    #: the partitions of a transactional produce to verify, with their
+    #: guards (L{appends.transactionGuards})
+    transactionGuards = staticmethod(appends.transactionGuards)
+
+    @staticmethod
+    def verifyTransaction(coordinator, answered, transactionalId, producer, unverified, verified) -> None:
+        """
+        Ask the transaction coordinator whether C{unverified} are in the
+        producer's open transaction (KIP-890 part 1); the answer's errors go
+        into C{verified} (L{appends.verificationErrors}), then
+        C{answered(result)} is called, on whichever thread answered (without
+        a coordinator: at once, every partition NOT_ENOUGH_REPLICAS).
+
+        @param answered: a callable, or a L{kafkatwist.coordinator.reply.Reply}
+            whose build sees the coordinator's result.
+        """
+
+        def record(result):
+            appends.verificationErrors(result, unverified, verified)
+            return result
+
+        if coordinator is None:
+            answered(record(ErrorCode.not_enough_replicas))
+            return
+        coordinator.verifyPartitions(
+            _Then(record, answered), transactionalId, producer[0], producer[1], unverified
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -569,3 +671,33 @@ class ReplicaManager:
                 writeCheckpoint(os.path.join(logDir, REPLICATION_OFFSET), entries)
             except OSError as e:
                 log.warn("Cannot write {path}: {error}", path=logDir, error=e)
+
+
+class _Callback:
+    """
+    The L{IPendingResponse} side of a L{DelayedProduce} whose answer is a
+    call, not a response.
+    """
+
+    __slots__ = ("onDone",)
+
+    def __init__(self, onDone) -> None:
+        self.onDone = onDone
+
+    def complete(self, result) -> None:
+        self.onDone(result)
+
+
+class _Then:
+    """
+    C{second(first(result))}, as one callback (a coordinator's C{replyTo}).
+    """
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first, second) -> None:
+        self.first = first
+        self.second = second
+
+    def __call__(self, result) -> None:
+        self.second(self.first(result))

@@ -45,14 +45,24 @@ def _code(text) -> str:
     return "`" + str(text).replace("|", "\\|") + "`" if text != "" else '`""`'
 
 
+def _row(name, key, doc=True) -> str:
+    default = "(secret)" if key.sensitive and key.default else _code(key.default)
+    row = f"| `{name}` | {default} | {key.type.name.lower()} | {key.update} |"
+    return row + f" {_cell(key.doc)} |" if doc else row
+
+
 def render() -> str:
-    lines = [HEADER, f"## Broker keys ({len(KEYS)})", "",
+    used = {name: key for name, key in KEYS.items() if key.used}
+    unused = {name: key for name, key in KEYS.items() if not key.used}
+    lines = [HEADER, f"## Broker keys ({len(used)})", "",
              "| key | default | type | update | meaning |", "|---|---|---|---|---|"]
-    for name, key in KEYS.items():
-        default = "(secret)" if key.sensitive and key.default else _code(key.default)
-        lines.append(
-            f"| `{name}` | {default} | {key.type.name.lower()} | {key.update} | {_cell(key.doc)} |"
-        )
+    lines += [_row(name, key) for name, key in used.items()]
+    lines += ["", f"## Kafka's keys with no effect here ({len(unused)})", "",
+              "The rest of Kafka's broker-config catalogue ([configs.md](configs.md)): stored, "
+              "described and dynamically updatable as in Kafka, with Kafka's type, default and "
+              "update mode, but nothing in kafkatwist reads them.", "",
+              "| key | default | type | update |", "|---|---|---|---|"]
+    lines += [_row(name, key, doc=False) for name, key in sorted(unused.items())]
     lines += ["", f"## Topic keys ({len(TOPIC_KEYS)})", "",
               "Set with CreateTopics and IncrementalAlterConfigs (your client's admin API). A topic "
               "without its own value takes its broker key's.", "",

@@ -238,3 +238,30 @@ def test_messages_bad_queries(populated):
     assert getError(populated, "/api/topics/orders/messages?partition=7")[0] == 404
     assert getError(populated, "/api/topics/orders/messages?mode=random")[0] == 400
     assert getError(populated, "/api/topics/nope/messages")[0] == 404
+
+
+def test_kip848_group(populated):
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({
+        "bootstrap.servers": populated.bootstrap, "group.id": "next-gen", "group.protocol": "consumer",
+        "group.remote.assignor": "uniform", "auto.offset.reset": "earliest", "client.id": "kip848-client",
+    })
+    try:
+        consumer.subscribe(["orders"])
+
+        def assigned():
+            consumer.poll(0.2)
+            data = get(populated, "/api/groups/next-gen")
+            members = data["members"]
+            return data if members and members[0]["assignment"] else None
+
+        data = waitFor(assigned, what="a KIP-848 member with partitions")
+        assert data["protocol"] == "consumer" and data["assignor"] == "uniform"
+        [member] = data["members"]
+        assert member["clientId"] == "kip848-client" and member["subscribed"] == ["orders"]
+        assert member["assignment"] == [{"topic": "orders", "partitions": [0, 1, 2]}]
+        listed = {g["groupId"]: g for g in get(populated, "/api/groups")["groups"]}
+        assert listed["next-gen"]["protocol"] == "consumer" and listed["next-gen"]["members"] == 1
+    finally:
+        consumer.close()

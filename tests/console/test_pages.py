@@ -158,3 +158,27 @@ def test_live_overview(pagesBroker, shots):
     assert lastAt() > startedAt
     dom = page(pagesBroker, "/", shots, "live")
     assert dom.count("<polyline") >= 3  # bytes in, out and requests at least
+
+
+def test_hostile_client_id_of_a_live_member(pagesBroker, shots):
+    import time
+
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": pagesBroker.bootstrap, "group.id": "watched",
+                         "client.id": HOSTILE_ATTR, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["orders"])
+        deadline = time.monotonic() + 30
+        dom = ""
+        while time.monotonic() < deadline:
+            consumer.poll(0.3)
+            dom = dumpDom(pagesBroker.http + "/groups/watched")
+            if "Stable" in dom and "orders [0, 1, 2]" in dom:
+                break
+        assert "orders [0, 1, 2]" in dom
+        assert "&lt;img id=pwned" in dom
+        assertSafe(dom)
+        screenshot(pagesBroker.http + "/groups/watched", os.path.join(shots, "console-hostile-member.png"))
+    finally:
+        consumer.close()

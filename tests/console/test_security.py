@@ -62,6 +62,8 @@ def secured(tmp_path_factory):
         for f in admin.create_acls([
             allow(ResourceType.TOPIC, "shared", AclOperation.ALL),
             allow(ResourceType.GROUP, "alice-app", AclOperation.ALL),
+            AclBinding(ResourceType.TOPIC, "<script>t</script>", ResourcePatternType.PREFIXED,
+                       "User:<img src=x>", "*", AclOperation.READ, AclPermissionType.DENY),
         ]).values():
             f.result(30)
         producer = Producer(saslConfig(b, "admin"))
@@ -163,7 +165,10 @@ def test_admin_sees_acls_and_scram_users_without_secrets(secured):
     status, data = apiGet(secured, "/api/security", "admin")
     assert {(a["principal"], a["resourceType"], a["resourceName"], a["operation"], a["permission"]) for a in data["acls"]} == {
         ("User:alice", "TOPIC", "shared", "ALL", "ALLOW"), ("User:alice", "GROUP", "alice-app", "ALL", "ALLOW"),
+        ("User:<img src=x>", "TOPIC", "<script>t</script>", "READ", "DENY"),
     }
+    assert "User:&lt;img src=x&gt;" in page and "&lt;script&gt;t&lt;/script&gt;" in page
+    assert "<img" not in page and "<script>t" not in page
     users = {u["user"]: u for u in data["scramUsers"]}
     assert sorted(users) == ["admin", "alice", "bob"]
     assert sorted(m["mechanism"] for m in users["bob"]["mechanisms"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -171,6 +176,21 @@ def test_admin_sees_acls_and_scram_users_without_secrets(secured):
     assert "salt" not in text.lower() and "key" not in text.lower()
     status, topics = apiGet(secured, "/api/topics", "admin")
     assert {"shared", "secret"} <= {t["name"] for t in topics["topics"]}
+
+
+def test_a_user_without_acls_sees_and_changes_nothing(secured):
+    bob, status, body, _ = login(secured, "bob")
+    assert status == 200 and "No topics yet." in body
+    assert "alice-app" not in bob.get("/groups")[1]
+    assert bob.get("/groups/alice-app")[0] == 403
+    assert bob.get("/topics/shared")[0] == 403
+    assert bob.get("/topics/shared/messages")[0] == 403
+    csrf = bob.csrf("/topics")
+    status, body, _ = bob.post("/groups/alice-app", {"action": "reset", "strategy": "earliest"}, csrf=csrf)
+    assert flash(body).startswith("err: Not authorized")
+    status, body, _ = bob.post("/topics/shared", {"action": "produce", "value": "x", "partition": "0"}, csrf=csrf)
+    assert flash(body).startswith("err: Not authorized")
+    assert apiGet(secured, "/api/groups", "bob")[1]["groups"] == []
 
 
 def test_logout(secured):
@@ -192,3 +212,44 @@ def test_login_page_in_a_browser(secured, tmp_path):
     shots = os.environ.get("CONSOLE_SCREENSHOTS") or str(tmp_path)
     os.makedirs(shots, exist_ok=True)
     screenshot(secured.http + "/login", os.path.join(shots, "console-login.png"))
+
+
+def test_https_listener_and_secure_login(tmp_path, pki):
+    """
+    metrics.http.listener=https://...: the console (and /metrics) over TLS
+    with the broker's keystore; the session cookie is Secure.
+    """
+    import re
+    import ssl
+
+    b = BrokerProcess(str(tmp_path / "tls"), {
+        "metrics.http.listener": "https://127.0.0.1:0",
+        "ssl.keystore.location": pki.serverKeystore,
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+    }, listeners="SASL_PLAINTEXT://127.0.0.1:0")
+    formatDirectory(b.overrides["log.dir"], 1, None, ["SCRAM-SHA-256=[name=admin,password=admin-secret]"])
+    b.start()
+    try:
+        port = int(re.search(r"web console on https://127\.0\.0\.1:(\d+)/", b.output()).group(1))
+        context = ssl.create_default_context(cafile=pki.caFile)
+        base = f"https://127.0.0.1:{port}"
+        with urllib.request.urlopen(base + "/metrics", context=context, timeout=30) as response:
+            assert b"kafka_network_requests_total" in response.read()
+        import http.client
+
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):  # no plain HTTP
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        with opener.open(base + "/login", timeout=30) as response:
+            cookie = response.headers["Set-Cookie"]
+            page = response.read().decode()
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+        token = base64.b64encode(b"admin:admin-secret").decode()
+        request = urllib.request.Request(base + "/api/brokers", headers={"Authorization": "Basic " + token})
+        with opener.open(request, timeout=30) as response:
+            assert json.loads(response.read())["brokers"]
+        assert 'type="password"' in page
+    finally:
+        b.stop()

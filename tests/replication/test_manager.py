@@ -291,15 +291,16 @@ def test_delayed_produce_answers():
 
 
 def test_coordinator_appends_wait_for_the_isr():
+    from kafkatwist.config import BrokerConfig
     from kafkatwist.util.purgatory import Purgatory
-    from kafkatwist.replication.delayed import ReplicationWaiter
 
     logManager = MemoryLogManager()
     logManager.createTopic("__consumer_offsets", 1, {})
     log = logManager.getLog("__consumer_offsets", 0)
     clock = task.Clock()
     purgatory = Purgatory("Produce")
-    waiter = ReplicationWaiter(logManager, purgatory, clock, 5000)
+    replicaManager = ReplicaManager(1, logManager, BrokerConfig({}), clock, producePurgatory=purgatory)
+    waiter = replicaManager.replicationWaiter(5000)
     done = []
     # Not replicated (a single broker): at once.
     info = log.append(makeBatch(2), NOW, isFromClient=False)

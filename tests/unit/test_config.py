@@ -56,6 +56,8 @@ def test_listeners_and_advertised():
         ({"listeners": "SSL://h:1"}, "ssl.keystore.location"),
         ({"ssl.keystore.location": "/nonexistent.pem"}, "ssl.keystore.location"),
         ({"metrics.http.listener": "nope"}, "metrics.http.listener"),
+        ({"metrics.http.listener": "https://127.0.0.1:8443"}, "metrics.http.listener"),  # no keystore
+        ({"metrics.http.listener": "ftp://127.0.0.1:8443"}, "metrics.http.listener"),
         ({"request.threads.cpu.affinity": "fast"}, "request.threads.cpu.affinity"),
         ({"request.threads.cpu.affinity": "3-1"}, "request.threads.cpu.affinity"),
         ({"request.threads.cpu.affinity": "100000"}, "request.threads.cpu.affinity"),

@@ -32,6 +32,7 @@ from twisted.logger import Logger
 
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.replication.appends import appendMarker
 
 __all__ = ["MarkerWriter"]
 
@@ -49,8 +50,9 @@ class MarkerWriter:
     """
     @ivar awaitReplication: C{awaitReplication(topic, partition,
         requiredOffset, onDone)} answers once the partition's ISR has the
-        marker (a L{kafkatwist.replication.delayed.ReplicationWaiter}; set
-        by the broker), C{None} answers at once (one broker).
+        marker (the replica manager's
+        L{kafkatwist.replication.manager.ReplicaManager.replicationWaiter};
+        set by the broker), C{None} answers at once.
 
     @param logManager: an L{kafkatwist.interfaces.ILogManager}.
     @param groupCoordinator: returns the group coordinator (or C{None}).
@@ -117,14 +119,11 @@ class MarkerWriter:
             done(tp, E.unknown_topic_or_partition)
             return
         # Kafka appends markers with acks=-1: a leader whose ISR is below
-        # min.insync.replicas refuses them as it refuses such a produce.
-        isrSize = getattr(partitionLog, "isrSize", None)
-        if isrSize is not None and isrSize < partitionLog.config.minInsyncReplicas:
-            done(tp, E.not_enough_replicas)
-            return
+        # min.insync.replicas refuses them as it refuses such a produce
+        # (the replica manager's append path decides).
         try:
-            info = partitionLog.appendMarker(
-                producerId, producerEpoch, commit, coordinatorEpoch, self._clock()
+            info = appendMarker(
+                partitionLog, producerId, producerEpoch, commit, coordinatorEpoch, self._clock()
             )
         except KafkaError as e:
             done(tp, e.code)
