@@ -222,7 +222,7 @@ def test_https_listener_and_secure_login(tmp_path, pki):
     import re
     import ssl
 
-    b = BrokerProcess(str(tmp_path / "tls"), {
+    b = Broker(str(tmp_path / "tls"), {
         "metrics.http.listener": "https://127.0.0.1:0",
         "ssl.keystore.location": pki.serverKeystore,
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",
