@@ -15,6 +15,7 @@ FUZZ_ARGS ?= --frames 1000000
 
 .PHONY: install run test bench fuzz spark-demo certs clean cluster cluster-stop
 .PHONY: test-fast
+.PHONY: soak
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || { echo "make: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -32,7 +33,16 @@ run: install
 	@echo "make: starting kafkatwist on 127.0.0.1:$(PORT), data in ./data (Ctrl-C stops it)"
 	$(BIN)/twistd -n --pidfile= kafkatwist --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dir=./data $(ARGS)
 
-test: install
+# The layers (import-linter contracts in pyproject.toml), ruff's error
+# checks, and mypy on the typed modules; `make test` runs them first.
+MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
+.PHONY: lint
+lint: install
+	$(BIN)/lint-imports
+	$(BIN)/ruff check kafkatwist tests bench spark plugins_examples twisted
+	$(BIN)/mypy $(MYPY_PATHS)
+
+test: install lint
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -46,6 +56,15 @@ test-fast: install
 
 bench: install
 	$(BIN)/python -m bench $(ARGS)
+
+# The fail-over soak of issue 30: SOAK_ROUNDS leader kills and pauses in a row beside two
+# CPU-bound processes, each new leader within zookeeper.session.timeout.ms + 10 s, nothing lost
+# (tests/cluster/test_failover.py; a 4-round version is part of `make test`).
+SOAK_ROUNDS ?= 50
+soak: install
+	KAFKATWIST_FAILOVER_ROUNDS=$(SOAK_ROUNDS) KAFKATWIST_FAILOVER_HOGS=2 KAFKATWIST_FAILOVER_BOUND=1 \
+	  timeout 5400 $(BIN)/python -m pytest -q -x -p no:cacheprovider --timeout 5000 \
+	  tests/cluster/test_failover.py::test_failovers_lose_nothing $(PYTEST_ARGS)
 
 # The long fuzz run of issue 11 (a ~1 minute one is part of `make test`):
 # results in bench/fuzz-results.json, printed by `python -m bench fuzz`.

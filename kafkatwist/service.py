@@ -26,7 +26,6 @@ from kafkatwist.cluster.wiring import (
     startCluster,
     stopCluster,
 )
-from kafkatwist.config import KEYS
 from kafkatwist.coordinator.transaction.wiring import (
     makeTransactionCoordinator,
     stopTransactionCoordinator,
@@ -48,7 +47,7 @@ from kafkatwist.server.reconfigure import (
 )
 from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.server.sdnotify import Notifier
-from kafkatwist.security.plugin import loadAuthorizer
+from kafkatwist.server.authorizer import loadAuthorizer
 from kafkatwist.util.startup import cannotListen
 
 log = Logger()
@@ -326,7 +325,7 @@ class BrokerService(service.Service):
         from twisted.web.resource import Resource
         from twisted.web.server import Site
 
-        from kafkatwist.metrics.http import parseHttpListener
+        from kafkatwist.server.http import parseHttpListener
 
         tls, host, port = parseHttpListener(address)
         self._metricsTls = tls
@@ -354,7 +353,7 @@ class BrokerService(service.Service):
         """
         if self._metricsPort is None:
             return None
-        from kafkatwist.metrics.http import parseHttpListener
+        from kafkatwist.server.http import parseHttpListener
 
         tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
         if host in ("", "0.0.0.0", "::"):
@@ -440,7 +439,7 @@ class BrokerService(service.Service):
     def _announceMetricsListener(self) -> None:
         if self._metricsPort is None:
             return
-        from kafkatwist.metrics.http import parseHttpListener
+        from kafkatwist.server.http import parseHttpListener
 
         address = self._metricsPort.getHost()
         tls, host, _ = parseHttpListener(self.config["metrics.http.listener"])
@@ -480,6 +479,9 @@ class BrokerService(service.Service):
     def stopService(self):
         super().stopService()
         self.notifier.stopping()
+        # What waits on others (the controller, ZooKeeper) is bounded by
+        # this; the logs are flushed and closed after it whatever happened.
+        deadline = time.monotonic() + self.config["broker.shutdown.timeout.ms"] / 1000.0
         for call, _ in self._periodic:
             if call.running:
                 call.stop()
@@ -499,12 +501,12 @@ class BrokerService(service.Service):
             # Leaders move away while this broker still serves (its
             # followers fetch the last records from it).
             yield threads.deferToThreadPool(
-                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config
+                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config, deadline
             )
         if self.server is not None:
             yield self.server.stop()
         if self.cluster is not None:
-            stopCluster(self.cluster)
+            stopCluster(self.cluster, deadline)
         if self.broker is not None:
             # Fetchers stopped and high watermarks written before the logs
             # close; in the pool, since it joins threads and writes files.

@@ -14,6 +14,11 @@ from kafkatwist.cluster.image import ClusterImage
 from kafkatwist.protocol.entities import NO_LEADER
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.protocol.entities import make
+from kafkatwist.coordinator.formats import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, partitionFor
+from kafkatwist.coordinator.transaction.formats import (
+    TRANSACTION_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC_CONFIGS,
+)
 
 log = Logger()
 
@@ -97,11 +102,6 @@ def coordinatorFor(cluster, config, keyType: int, key: str, listenerName: str):
 
     @return: (ErrorCode, nodeId, host, port).
     """
-    from kafkatwist.coordinator.formats import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, partitionFor
-    from kafkatwist.coordinator.transaction.formats import (
-        TRANSACTION_STATE_TOPIC,
-        TRANSACTION_STATE_TOPIC_CONFIGS,
-    )
 
     if keyType == 0:
         configs = dict(OFFSETS_TOPIC_CONFIGS, **{"segment.bytes": str(config["offsets.topic.segment.bytes"])})

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from kafkatwist.util.owner import OwnerThread
 from kafkatwist.coordinator.formats import OFFSETS_TOPIC
 from kafkatwist.coordinator.transaction.formats import TRANSACTION_STATE_TOPIC
+from kafkatwist.coordinator.wiring import topicImage
 
 log = Logger()
 
@@ -95,7 +96,6 @@ class CoordinatorMover:
             if topic == OFFSETS_TOPIC:
                 if key in self._loaded:
                     return
-                from kafkatwist.coordinator.wiring import topicImage
 
                 logManager = self._logManager
                 coordinator.loadPartition(partition, topicImage(logManager) if logManager is not None else None)

@@ -8,7 +8,7 @@ restart.
 Precedence, as Kafka's: a per-broker value over the cluster default over
 C{server.properties}/C{--override} over the registry's default.  Both
 dynamic layers are kept in C{kafkatwist-dynamic-broker-configs.json} in the
-first data directory (L{kafkatwist.security.statefile}: written whole to a
+first data directory (L{kafkatwist.util.statefile}: written whole to a
 temporary file, fsynced, renamed), written before a change is applied or
 acknowledged, and applied at start-up.  A stored value that no longer
 validates (a keystore file gone) is skipped with one log line.
@@ -52,7 +52,7 @@ from kafkatwist.config import (
     listenerKey,
 )
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.security.statefile import readRecords, storeRecords
+from kafkatwist.util.statefile import readRecords, storeRecords
 
 __all__ = ["DYNAMIC_CONFIG_FILE", "DynamicBrokerConfig", "Reconfigurable"]
 
@@ -137,7 +137,7 @@ class DynamicBrokerConfig:
         ours) and make them current.  Nothing is reconfigured: what is built
         after this reads L{current}.
 
-        @raise kafkatwist.security.statefile.StateFileError: not a file of
+        @raise kafkatwist.util.statefile.StateFileError: not a file of
             this kind or version.
         """
         if not self.path:

@@ -1,14 +1,14 @@
 """
 The HTTP listener's site (C{metrics.http.listener}): the web console at
 C{/}, C{/api/} and below, with Prometheus' C{/metrics}
-(L{kafkatwist.metrics.http}) beside it.
+(L{kafkatwist.server.http}) beside it.
 """
 
 from __future__ import annotations
 
 from twisted.web.server import Site
 
-from kafkatwist.metrics.http import MetricsResource
+from kafkatwist.server.http import MetricsResource
 
 
 def httpSite(broker, server, reactor, secure: bool = False) -> Site:

@@ -15,6 +15,7 @@ from kafkatwist.coordinator.consumer_group import TopicImage
 from kafkatwist.coordinator.logstore import OffsetsTopicLog
 from kafkatwist.util.timers import TimerThread
 from kafkatwist.coordinator.service import GroupCoordinatorService
+from kafkatwist.log import MemoryLogManager
 
 __all__ = ["makeGroupCoordinator", "stopGroupCoordinator"]
 
@@ -54,8 +55,6 @@ def makeGroupCoordinator(broker, config, logManager, clock=None, loadAll: bool =
         C{broker.groupCoordinator}.
     """
     if logManager is None:
-        from kafkatwist.log import MemoryLogManager
-
         logManager = MemoryLogManager()
     coordinatorLog = OffsetsTopicLog(
         logManager,

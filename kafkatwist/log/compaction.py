@@ -52,7 +52,6 @@ from bisect import bisect_right
 
 from crc32c import crc32c
 
-from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log.offsetmap import keyHash
 from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
 from kafkatwist.log.stored import inflate

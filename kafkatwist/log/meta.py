@@ -19,6 +19,8 @@ import uuid
 
 from kafkatwist.util.atomic import TEMPORARY_SUFFIX, replaceFile
 from kafkatwist.log.errors import StorageError
+from kafkatwist.config import ConfigError
+from kafkatwist.config import parseProperties
 
 __all__ = ["META_PROPERTIES", "loadOrCreateClusterId", "storedClusterId"]
 
@@ -102,8 +104,6 @@ def _scan(logDirs: list[str] | str, nodeId: int, configured: str | None) -> tupl
         )
     clusterId = clusterIds.pop() if clusterIds else None
     if configured and clusterId and configured != clusterId:
-        from kafkatwist.config import ConfigError
-
         raise ConfigError(
             "cluster.id", f"{configured} differs from {clusterId} in {sorted(stored)[0]}"
         )
@@ -137,7 +137,6 @@ def _read(path: str, nodeId: int) -> dict[str, str] | None:
         raise StorageError(path, "is not a properties file (binary content)", _REMEDY) from None
     if not text.endswith("\n") or "\x00" in text:
         raise StorageError(path, "is truncated or damaged", _REMEDY)
-    from kafkatwist.config import parseProperties
 
     properties = parseProperties(text, path)
     for key in ("version", "cluster.id", "node.id"):

@@ -243,7 +243,6 @@ def recover(directory: str, indexIntervalBytes: int = 4096) -> None:
                 os.unlink(os.path.join(directory, name))
                 changed = True
     for baseOffset in sorted(swaps):
-        swapPath = _path(directory, baseOffset, ".log", SWAP_SUFFIX)
         nextOffset = _recoverSwapSegment(directory, baseOffset, indexIntervalBytes)
         replaced = []
         for name in os.listdir(directory):

@@ -29,6 +29,7 @@ import os
 import struct
 from bisect import bisect_left
 from typing import NamedTuple
+from kafkatwist.util.atomic import replaceFile
 
 __all__ = ["ENTRY_SIZE", "AbortedTxn", "CorruptTxnIndex", "TXN_INDEX_SUFFIX", "TransactionIndex"]
 
@@ -138,8 +139,6 @@ class TransactionIndex:
         entries = tuple(sorted(set(entries), key=lambda e: e.lastOffset))
         if self.path is not None:
             if entries:
-                from kafkatwist.util.atomic import replaceFile
-
                 replaceFile(self.path, b"".join(e.encode() for e in entries), sync=False)
             else:
                 try:

@@ -1,4 +1,4 @@
 """
 Broker metrics: per-request statistics and their Prometheus rendering
-(L{kafkatwist.metrics.stats}), served over HTTP (L{kafkatwist.metrics.http}).
+(L{kafkatwist.metrics.stats}), served over HTTP (L{kafkatwist.server.http}).
 """

@@ -16,7 +16,6 @@ GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-import uuid
 
 from kafkatwist.coordinator.consumer_group import (
     DescribedConsumerGroup,

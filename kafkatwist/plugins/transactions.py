@@ -43,6 +43,7 @@ from kafkatwist.protocol.apis import (
 )
 from kafkatwist.protocol.entities import NO_THROTTLE, make, ms, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from kafkatwist.coordinator.transaction.coordinator import TxnDescription
 
 __all__ = [
     "AddOffsetsToTxnHandler",
@@ -640,8 +641,6 @@ class DescribeTransactionsHandler(_TxnHandler):
         coordinator = self.coordinator
         reply = Reply(context, response)
         if coordinator is None:
-            from kafkatwist.coordinator.transaction.coordinator import TxnDescription
-
             reply([TxnDescription(i, E.coordinator_not_available) for i in asked])
         else:
             coordinator.describe(reply, asked)

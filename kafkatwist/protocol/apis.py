@@ -171,7 +171,7 @@ def isFlexible(apiKey: int, version: int) -> bool:
         request header v2 and (except ApiVersions) response header v1.
     """
     try:
-        return bool(requestType(apiKey, version).__flexible__)
+        return bool(requestType(apiKey, version).__flexible__)  # type: ignore[attr-defined]
     except UnknownSchema:
         # Unknown versions of known APIs are newer than what we know: Kafka
         # only ever moves APIs towards flexible.

@@ -295,6 +295,7 @@ def validateRecordSet(
         header, error = batchError(view, position, end - position)
         if error is not None:
             raise error
+        assert header is not None  # batchError's contract: no error, a header
         if maxBatchBytes is not None and header.size > maxBatchBytes:
             raise KafkaError(
                 ErrorCode.message_too_large,

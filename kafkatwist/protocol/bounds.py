@@ -188,7 +188,7 @@ def program(entityType: type) -> tuple:
     @return: the walk program of C{entityType}: C{(ops, tagged ops by tag
         or None, minimum size, fixed size or None)}.
     """
-    flexible = bool(entityType.__flexible__)
+    flexible = bool(entityType.__flexible__)  # type: ignore[attr-defined]
     ops: list = []
     tagged: dict[int, tuple] = {}
     for field in fields(entityType):

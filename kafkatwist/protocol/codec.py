@@ -6,6 +6,8 @@ the mirror image for the project's own client.  Schemas come from C{kio}
 
 import io
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
@@ -85,7 +87,7 @@ def decodeRequest(apiKey: int, apiVersion: int, frame, bodyOffset: int):
         checkBody(cls, frame, bodyOffset)
     except BoundsError as e:
         raise MalformedRequest(str(e)) from None
-    reader = entity_reader(cls)
+    reader: Callable[..., tuple[Any, int]] = entity_reader(cls)
     try:
         entity, end = reader(frame, bodyOffset)
     except Exception as e:
@@ -141,12 +143,13 @@ def decodeResponseFrame(apiKey: int, apiVersion: int, frame) -> tuple[int, objec
     offset = 4
     cls = responseType(apiKey, apiVersion)
     try:
-        if cls.__flexible__ and apiKey != 18:
+        if cls.__flexible__ and apiKey != 18:  # type: ignore[attr-defined]
             offset = skipTaggedFields(frame, offset)
         # A broker's answer is as untrusted as a client's request.
         checkBody(cls, frame, offset)
     except (MalformedHeader, BoundsError) as e:
         raise MalformedRequest(str(e)) from e
+    entity: Any
     entity, _ = entity_reader(cls)(frame, offset)
     return correlationId, entity
 

@@ -114,7 +114,7 @@ def build(cls, source, code: ErrorCode, message: str | None):
     unmatchedTargets = [name for name in targetArrays if name not in sourceArrays]
     if unmatchedSources and unmatchedTargets:
         sourceArrays = dict(sourceArrays, **{unmatchedTargets[0]: sourceArrays[unmatchedSources[0]]})
-    values = {}
+    values: dict[str, object] = {}
     for field in dataclasses.fields(cls):
         t = hints[field.name]
         kind = field.metadata.get("kafka_type")

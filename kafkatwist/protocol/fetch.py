@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from kafkatwist.protocol.codec import EncodedResponse, chunkLength
 from kafkatwist.protocol.header import INT32, writeLength, writeString
@@ -56,7 +57,7 @@ class PartitionData:
 
 def encodeFetchResponse(
     version: int,
-    topics: list[tuple[object, list[PartitionData]]],
+    topics: list[tuple[Any, list[PartitionData]]],
     errorCode: int = 0,
     sessionId: int = 0,
     throttleMs: int = 0,

@@ -47,7 +47,7 @@ _FETCH_TOPICS = ("topics", [("FetchTopic", [("topic", "string"), ("partitions", 
 
 
 def _fetchRequest(version: int) -> type:
-    fields = [("replica_id", "int32"), ("max_wait", "timedelta_i32"), ("min_bytes", "int32")]
+    fields: list = [("replica_id", "int32"), ("max_wait", "timedelta_i32"), ("min_bytes", "int32")]
     attributes = {"isolation_level": 0}
     if version >= 3:
         fields.append(("max_bytes", "int32"))
@@ -65,7 +65,7 @@ def _fetchResponse(version: int) -> type:
         ("high_watermark", "int64"),
         ("records", "records?"),
     ])
-    fields = [("throttle_time", "timedelta_i32")] if version >= 1 else []
+    fields: list = [("throttle_time", "timedelta_i32")] if version >= 1 else []
     fields.append(
         ("responses", [("FetchableTopicResponse", [("topic", "string"), ("partitions", [partition])])])
     )
@@ -104,7 +104,7 @@ def _offsetCommitRequest(version: int) -> type:
     if version == 1:
         partition.append(("commit_timestamp", "int64"))
     partition.append(("committed_metadata", "string?"))
-    fields = [("group_id", "string")]
+    fields: list = [("group_id", "string")]
     attributes = {}
     if version >= 1:
         fields += [("generation_id_or_member_epoch", "int32"), ("member_id", "string")]

@@ -538,7 +538,7 @@ def _decodeRecords(
             else:
                 v, pos = readVarint(data, pos)
             if v == 0:
-                headers = []
+                headers: list = []
             else:
                 headers, pos = decodeHeaders(data, pos, (v >> 1) ^ -(v & 1))
 

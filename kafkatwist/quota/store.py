@@ -4,7 +4,7 @@ kept in C{kafkatwist-client-quotas.json} in the first data directory.
 
 An entity is a user, a client id, or both (Kafka's C{ClientQuotaEntity}),
 each named or the default (C{None}).  Written whole with
-L{kafkatwist.security.statefile} (temporary file, fsync, rename) before a
+L{kafkatwist.util.statefile} (temporary file, fsync, rename) before a
 change is acknowledged; a damaged record is skipped at start-up with one
 log line.
 
@@ -25,7 +25,7 @@ from types import MappingProxyType
 from twisted.logger import Logger
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.security.statefile import readRecords, storeRecords
+from kafkatwist.util.statefile import readRecords, storeRecords
 
 __all__ = [
     "CLIENT_ID",

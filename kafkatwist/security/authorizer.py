@@ -44,7 +44,7 @@ from kafkatwist.security.acl import (
     PatternType,
     ResourceType,
 )
-from kafkatwist.security.statefile import readRecords, writeRecords
+from kafkatwist.util.statefile import readRecords, writeRecords
 
 __all__ = ["ACLS_FILE", "StandardAuthorizer", "STANDARD_AUTHORIZER"]
 

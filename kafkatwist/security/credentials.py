@@ -16,7 +16,7 @@ import threading
 from twisted.logger import Logger
 
 from kafkatwist.security.scram import MECHANISMS, ScramCredential
-from kafkatwist.security.statefile import readRecords, writeRecords
+from kafkatwist.util.statefile import readRecords, writeRecords
 
 __all__ = ["CREDENTIALS_FILE", "CredentialStore"]
 
@@ -82,7 +82,7 @@ class CredentialStore:
         """
         Read the file (at start-up).
 
-        @raise kafkatwist.security.statefile.StateFileError: not a credential
+        @raise kafkatwist.util.statefile.StateFileError: not a credential
             file this broker can read.
         """
         if self.path:

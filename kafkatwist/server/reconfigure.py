@@ -42,6 +42,10 @@ from kafkatwist.config import (
 from kafkatwist.config.dynamic import Reconfigurable
 from kafkatwist.errors import KafkaError
 from kafkatwist.network.connectionquotas import connectionRates
+from kafkatwist.log.cleaner import LogCleaner
+from kafkatwist.util.affinity import availableCpus, requestThreadCpusFor
+from kafkatwist.log.config import BrokerLogDefaults
+from kafkatwist.network.tls import listenerContextFactory
 
 __all__ = [
     "CleanerSettings",
@@ -70,8 +74,6 @@ def makeLogCleaner(config, logManager):
     The log cleaner (C{log.cleaner.*}), or C{None} when disabled or without
     a log.  Its processes keep off the CPUs of the request threads.
     """
-    from kafkatwist.log.cleaner import LogCleaner
-    from kafkatwist.util.affinity import availableCpus, requestThreadCpusFor
 
     if logManager is None or not config["log.cleaner.enable"] or not config["log.cleaner.threads"]:
         return None
@@ -99,8 +101,6 @@ class LogDefaults(Reconfigurable):
         self.broker = broker
 
     def validate(self, old: BrokerConfig, new: BrokerConfig) -> None:
-        from kafkatwist.log.config import BrokerLogDefaults
-
         try:
             BrokerLogDefaults(brokerLogDefaults(new))
         except KafkaError as e:
@@ -257,8 +257,6 @@ class ListenerKeystores(Reconfigurable):
         return listenerSslKey(key) is not None
 
     def _contexts(self, new: BrokerConfig) -> dict:
-        from kafkatwist.network.tls import listenerContextFactory
-
         return {
             name: listenerContextFactory(new.sslSettings(name))
             for name in self.server.tlsContextFactories

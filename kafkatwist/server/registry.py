@@ -31,6 +31,9 @@ from zope.interface.verify import verifyObject
 from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
 from kafkatwist.protocol.apis import apiName
 from kafkatwist.util.startup import StartupError
+import kafkatwist.dropins
+import kafkatwist.plugins
+from kafkatwist.config import ConfigError
 
 log = Logger()
 
@@ -64,7 +67,6 @@ def discoverPlugins(
         another kind (L{kafkatwist.interfaces.IAuthorizerPlugin}).
     @return: (plugin, where it came from) for every provider found.
     """
-    import kafkatwist.plugins
 
     found: list[tuple[object, str]] = []
     seen: set[int] = set()
@@ -80,11 +82,7 @@ def discoverPlugins(
     if pluginPaths:
         missing = [p for p in pluginPaths if not os.path.isdir(p)]
         if missing:
-            from kafkatwist.config import ConfigError
-
             raise ConfigError("plugin.paths", f"not a directory: {', '.join(missing)}")
-        import kafkatwist.dropins
-
         kafkatwist.dropins.setPaths(pluginPaths)
         for module in _importDropins(pluginPaths, failurePolicy):
             collect(_pluginsIn(module, interface), "plugin.paths")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
 
 from kafkatwist.cluster import zkdata as Z
 from kafkatwist.testing import Broker, BrokerStartError, waitUntil

@@ -104,8 +104,8 @@ def test_rack_aware_assignment(cluster):
     among racked ones is refused as Kafka refuses it.
     """
     a = cluster(1, **{"broker.rack": "a"})
-    b = cluster(2, **{"broker.rack": "a"})
-    c = cluster(3, **{"broker.rack": "b"})
+    b = cluster(2, **{"broker.rack": "a"})  # noqa: F841 (the broker runs)
+    c = cluster(3, **{"broker.rack": "b"})  # noqa: F841 (the broker runs)
     waitUntil(lambda: a.image.live() == {1, 2, 3}, what="three live brokers")
     for _ in range(5):
         assignment = a.service.assign(6, 2)
@@ -261,7 +261,7 @@ def test_bounced_broker_loses_its_leadership(cluster):
     A broker that went and came back between two reads of /brokers/ids
     (its registration's czxid changed) is treated as gone, then back.
     """
-    a, b = cluster(1), cluster(2)
+    a, b = cluster(1), cluster(2)  # noqa: F841 (the broker runs)
     waitUntil(lambda: a.image.live() == {1, 2})
     call(a.service.createTopic, "bounce", {0: (2, 1)}, {})
     waitUntil(lambda: a.image.leader("bounce", 0) == 2)

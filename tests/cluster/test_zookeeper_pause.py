@@ -23,37 +23,18 @@ from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
-from kafkatwist.testing import ZooKeeper, ZooKeeperUnavailable, waitUntil
+from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import ClusterUnderTest, partitions
 from tests.rawclient import RawConnection
 
 pytest.importorskip("kafka")
-from tests.cluster.test_admin import createPlaced  # noqa: E402
+from tests.cluster.helpers import createPlaced  # noqa: E402
 
 #: how long ZooKeeper stays stopped
 PAUSE_SECONDS = 10.0
 #: a hang bound, not a latency target: an answer that does not come within
 #: it never would while ZooKeeper is stopped
 HANG_SECONDS = 8.0
-
-
-@pytest.fixture
-def ownZooKeeper(tmp_path):
-    """
-    A ZooKeeper of the test's own (it is paused): C{.server.process}.
-    """
-    zookeeper = ZooKeeper(str(tmp_path / "zookeeper"))
-    try:
-        zookeeper.start()
-    except ZooKeeperUnavailable as e:
-        pytest.skip(f"cluster tests skipped: {e}")
-    try:
-        yield zookeeper
-    finally:
-        process = zookeeper.server.process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-        zookeeper.stop()
 
 
 @pytest.fixture

@@ -17,12 +17,10 @@ import pytest
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 
-from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.config import Listener
 from kafkatwist.coordinator import GroupCoordinatorService, encodeSubscription
 from kafkatwist.coordinator.replay import loadGroups
 from kafkatwist.errors import ErrorCode
-from kafkatwist.log import MemoryLogManager
 from kafkatwist.plugins import group_offsets, groups
 from kafkatwist.protocol.apis import knownVersions, requestType
 from kafkatwist.protocol.codec import (

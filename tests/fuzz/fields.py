@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kafkatwist.protocol.bounds import ARRAY, BYTES, SKIP, STRING, STRUCT, program
+from kafkatwist.protocol.bounds import BYTES, SKIP, STRING, STRUCT, program
 from kafkatwist.protocol.header import INT16, INT32, readLength, readUnsignedVarint
 
 # kinds

@@ -16,8 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import time
 
 import pytest
 

@@ -19,7 +19,6 @@ import pytest
 
 from tests.integration.security import (
     ALICE,
-    BOB,
     CLIENTS,
     MECHANISMS,
     PROTOCOLS,

@@ -15,7 +15,6 @@ from crc32c import crc32c
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
-from kafkatwist.log import stored as stored_module
 from kafkatwist.log.stored import StoredBatchError, decodeStoredBatches
 from kafkatwist.plugins.list_offsets import ListOffsetsHandler
 from kafkatwist.protocol import batch as batch_module

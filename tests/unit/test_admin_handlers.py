@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import io
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from kio.serial import entity_reader, entity_writer
 
-from kafkatwist.config import BrokerConfig, Listener
+from kafkatwist.config import BrokerConfig
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.log.config import ConfigSource

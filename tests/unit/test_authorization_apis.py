@@ -17,20 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from kafkatwist.quota.manager import ClientQuotas
-from kafkatwist.quota.store import ClientQuotaStore
 from twisted.internet.task import Clock
 
-from kafkatwist.plugins.fetchsessions import FetchSessions
-from kafkatwist.util.clock import ThreadSafeClock
-from kafkatwist.config import BrokerConfig, Listener
+from kafkatwist.config import BrokerConfig
 from kafkatwist.coordinator import GroupCoordinatorService
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
-from kafkatwist.metrics.stats import TopicBytes
-from kafkatwist.protocol.apis import requestType, responseType
+from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import (
-    EncodedResponse,
     decodeRequest,
     decodeResponseFrame,
     encodeRequestFrame,
@@ -50,7 +44,6 @@ from kafkatwist.security.acl import (
     operationsBitfield,
 )
 from kafkatwist.security.authorizer import StandardAuthorizer
-from kafkatwist.security.credentials import CredentialStore
 from tests.coordinator.helpers import memoryLog
 from tests.fakeservices import FakeServices
 from tests.log.batches import makeBatch

@@ -5,7 +5,7 @@ authorizer's rules.
 """
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from zope.interface.verify import verifyObject
@@ -15,7 +15,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.interfaces import IAuthorizer
 from kafkatwist.security.acl import AclBindingFilter, AclOperation as Op, Action, ResourceType as R
 from kafkatwist.security.authorizer import STANDARD_AUTHORIZER, StandardAuthorizer
-from kafkatwist.security.plugin import loadAuthorizer
+from kafkatwist.server.authorizer import loadAuthorizer
 from tests.unit.helpers import EXAMPLES, loadExample
 
 policy = loadExample("policy_authorizer")

@@ -8,9 +8,6 @@ from kio.serial import entity_reader
 from twisted.internet.task import Clock
 
 from kafkatwist.util.clock import ThreadSafeClock
-from kafkatwist.plugins.fetchsessions import FetchSessions
-from kafkatwist.log import MemoryLogManager
-from kafkatwist.metrics.stats import TopicBytes
 from kafkatwist.plugins.fetch import FetchHandler
 from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.entities import make, nested

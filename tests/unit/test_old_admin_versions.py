@@ -14,7 +14,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins import acls, admin, admin_configs
 from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.codec import decodeRequest, encodeBody
-from kafkatwist.protocol.entities import make, nested
+from kafkatwist.protocol.entities import nested
 from kafkatwist.security.acl import AclBinding, AclOperation as Op, AclPermissionType as Perm
 from kafkatwist.security.acl import PatternType as P, ResourceType as R
 

@@ -21,7 +21,7 @@ from kafkatwist.security.scram import (
     saltedPassword,
     verifyPassword,
 )
-from kafkatwist.security.statefile import StateFileError
+from kafkatwist.util.statefile import StateFileError
 
 # RFC 7677 section 3
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")

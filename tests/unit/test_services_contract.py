@@ -11,7 +11,7 @@ import dataclasses
 from twisted.internet import task
 from zope.interface.verify import verifyObject
 
-from kafkatwist.server.broker import BrokerParts, BrokerServices
+from kafkatwist.server.broker import BrokerServices
 from kafkatwist.config import BrokerConfig
 from kafkatwist.interfaces import IBroker, IPartitionLog, IRequestContext
 from kafkatwist.log import MemoryLogManager

@@ -18,6 +18,7 @@ from kafkatwist.coordinator.transaction.markers import MarkerWriter
 from kafkatwist.coordinator.transaction.service import TransactionCoordinatorService
 from kafkatwist.coordinator.transaction.verifier import RemoteVerifier
 from kafkatwist.coordinator.wiring import _setting
+from kafkatwist.log import MemoryLogManager
 
 __all__ = ["makeTransactionCoordinator", "stopTransactionCoordinator"]
 
@@ -56,8 +57,6 @@ def makeTransactionCoordinator(
         it as C{broker.transactionCoordinator}.
     """
     if logManager is None:
-        from kafkatwist.log import MemoryLogManager
-
         logManager = MemoryLogManager()
     coordinatorLog = TransactionStateLog(
         logManager,
