@@ -99,3 +99,33 @@ def test_cluster_pages_in_a_browser(consoles, tmp_path):
     screenshot(urls[1] + "/topics/spread", os.path.join(shots, "console-cluster-topic.png"))
     screenshot(urls[2] + "/", os.path.join(shots, "console-cluster-overview.png"))
 
+
+
+def test_every_console_lists_every_group(consoles):
+    from confluent_kafka import Consumer, TopicPartition
+
+    cluster, urls = consoles
+    names = [f"team-{i}" for i in range(6)]
+    for name in names:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": name})
+        consumer.commit(offsets=[TopicPartition("spread", 0, 3)], asynchronous=False)
+        consumer.close()
+    [first] = [p for p in get(urls[1] + "/api/topics/spread")["partitions"] if p["partition"] == 0]
+    coordinators = {}
+    for me, url in urls.items():
+        data = get(url + "/api/groups")
+        listed = {g["groupId"]: g for g in data["groups"]}
+        assert set(names) <= set(listed) and data["unanswered"] == []
+        for name in names:
+            g = listed[name]
+            coordinators.setdefault(name, g["coordinator"])
+            assert g["coordinator"] == coordinators[name]
+            if g["coordinator"] == me:
+                # spread-0 (committed 3 of 10) has one replica: its end
+                # offset is known to the coordinator only if it holds it.
+                assert g["lag"] == (7 if me == first["leader"] else None) and "console" not in g
+            else:
+                assert g["lag"] is None and g["console"] == urls[g["coordinator"]]
+    assert len(set(coordinators.values())) > 1, "the groups should spread over the coordinators"
+    found = get(urls[1] + "/api/groups?q=team-3")["groups"]
+    assert [g["groupId"] for g in found] == ["team-3"]
