@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from tests.cluster.test_brokers import Cluster
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest
 from tests.console.conftest import consolePort
 
 pytestmark = pytest.mark.integration
@@ -27,10 +27,10 @@ def consoles(zookeeper, tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
 
-    cluster = Cluster(zookeeper.connect("console"), str(tmp_path))
+    cluster = ClusterUnderTest(zookeeper, tmp_path, "console")
     try:
         for i in (1, 2, 3):
-            cluster.start(i, **{"metrics.http.listener": "127.0.0.1:0"})
+            cluster.startBroker(i, **{"metrics.http.listener": "127.0.0.1:0"})
         urls = {i: f"http://127.0.0.1:{consolePort(b)}" for i, b in cluster.brokers.items()}
         waitUntil(lambda: all(len(get(u + "/api/brokers")["brokers"]) == 3 for u in urls.values()),
                   what="every console sees three brokers")
@@ -49,7 +49,7 @@ def consoles(zookeeper, tmp_path):
         assert producer.flush(30) == 0
         yield cluster, urls
     finally:
-        cluster.stopAll()
+        cluster.stop()
 
 
 def test_every_console_shows_the_cluster_and_links_the_others(consoles):
