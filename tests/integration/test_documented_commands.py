@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from tests.broker import ROOT
+from kafkatwist.testing.broker import ROOT
 
 pytestmark = pytest.mark.integration
 
