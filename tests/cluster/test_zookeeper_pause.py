@@ -1,7 +1,7 @@
 """
 No request handler thread waits on ZooKeeper (issue 24): with ZooKeeper
-stopped (SIGSTOP) while a DeleteTopics and a CreatePartitions are in
-flight, Produce and Fetch of other topics on the same broker keep being
+stopped (SIGSTOP) while a DeleteTopics, a CreatePartitions and a broker
+config change (IncrementalAlterConfigs) are in flight, Produce and Fetch of other topics on the same broker keep being
 answered -- the broker runs one request handler thread, which a waiting
 admin request would hold -- and the admin requests get their answer once
 ZooKeeper is back (success, or Kafka's REQUEST_TIMED_OUT).
@@ -119,6 +119,7 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
 
     deleting = RawConnection(port, timeout=60)
     growing = RawConnection(port, timeout=60)
+    configuring = RawConnection(port, timeout=60)
     ownZooKeeper.server.process.send_signal(signal.SIGSTOP)
     stoppedAt = time.monotonic()
     try:
@@ -130,6 +131,14 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
             topics=(make(Topic, name="growing", count=2,
                          assignments=(make(Assignment, broker_ids=(1,)),)),),
             timeout=datetime.timedelta(seconds=30), validate_only=False,
+        )
+        Resource = nested(requestType(44, 1), "AlterConfigsResource")
+        Config = nested(requestType(44, 1), "AlterableConfig")
+        configureId = send(
+            configuring, 44, 1, validate_only=False,
+            resources=(make(Resource, resource_type=4, resource_name="1", configs=(
+                make(Config, name="message.max.bytes", config_operation=0, value="2000000"),
+            )),),
         )
         # Round trips on the data path for as long as ZooKeeper is stopped,
         # while both wait for it: each must be answered (a handler thread
@@ -152,5 +161,7 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
     assert deleted.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
     grown = receive(growing, 37, 1, growId)
     assert grown.results[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
+    configured = receive(configuring, 44, 1, configureId)
+    assert configured.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
     # And the data path still serves.
     assert produce(data, "busy", b"after") == (ErrorCode.none, rounds + 1)
