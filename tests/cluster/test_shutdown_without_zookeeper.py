@@ -45,7 +45,7 @@ def test_sigterm_while_zookeeper_goes_away_exits_in_bounded_time(ownZooKeeper, t
         for n in range(300):
             producer.produce("s", value=b"%04d" % n)
         assert producer.flush(60) == 0
-        del producer, admin
+        producer = admin = None  # closes both clients before the brokers stop
 
         started = time.monotonic()
         for broker in cluster.brokers.values():
