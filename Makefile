@@ -14,6 +14,8 @@ PYTEST_ARGS ?=
 FUZZ_ARGS ?= --frames 1000000
 
 .PHONY: install run test bench fuzz spark-demo certs clean cluster cluster-stop
+.PHONY: test-fast
+.PHONY: soak
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || { echo "make: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -34,6 +36,8 @@ run: install
 # The layers (import-linter contracts in pyproject.toml), ruff's error
 # checks, and mypy on the typed modules; `make test` runs them first.
 MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
+# the services object and the seams of issue 24 (the services engineer's)
+MYPY_PATHS += kafkatwist/server/broker.py kafkatwist/replication/appends.py kafkatwist/plugins/clusterwrites.py
 .PHONY: lint
 lint: install
 	$(BIN)/lint-imports
@@ -44,8 +48,25 @@ test: install lint
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The edit loop (about 3 minutes): units and single-broker integration on two
+# workers (a module's tests stay on one); no ZooKeeper, Spark or fuzz run, no
+# test marked slow.  `make test` runs everything, one test at a time.
+FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/console tests/testing
+FAST_ARGS ?= -n 2 --dist loadfile
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(FAST_ARGS) $(FAST_TESTS) $(PYTEST_ARGS)
+
 bench: install
 	$(BIN)/python -m bench $(ARGS)
+
+# The fail-over soak of issue 30: SOAK_ROUNDS leader kills and pauses in a row beside two
+# CPU-bound processes, each new leader within zookeeper.session.timeout.ms + 10 s, nothing lost
+# (tests/cluster/test_failover.py; a 4-round version is part of `make test`).
+SOAK_ROUNDS ?= 50
+soak: install
+	KAFKATWIST_FAILOVER_ROUNDS=$(SOAK_ROUNDS) KAFKATWIST_FAILOVER_HOGS=2 KAFKATWIST_FAILOVER_BOUND=1 \
+	  timeout 5400 $(BIN)/python -m pytest -q -x -p no:cacheprovider --timeout 5000 \
+	  tests/cluster/test_failover.py::test_failovers_lose_nothing $(PYTEST_ARGS)
 
 # The long fuzz run of issue 11 (a ~1 minute one is part of `make test`):
 # results in bench/fuzz-results.json, printed by `python -m bench fuzz`.

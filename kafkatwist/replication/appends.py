@@ -110,7 +110,11 @@ def appendToLeader(
     @return: the log's L{kafkatwist.log.AppendInfo}.
     @raise KafkaError: the check or the log refused it.
     """
-    _checkBefore(partitionLog, requiredAcks, origin)
+    if requiredAcks == -1 and origin != COORDINATOR:
+        # (_checkBefore, inline: this is every produce's path)
+        refused = notEnoughReplicas(partitionLog)
+        if refused is not None:
+            raise KafkaError(E.not_enough_replicas, refused)
     if convert is not None:
         records = convert(records)
     if verificationGuard is not None:
