@@ -27,8 +27,8 @@ import time
 
 import pytest
 
-from tests.cluster.test_brokers import Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest, partitions
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -40,10 +40,9 @@ _TRUNCATING = re.compile(r"(\S+)-(\d+): truncating from (\d+) to (\d+)")
 
 @pytest.fixture
 def cluster(zookeeper, tmp_path):
-    c = Cluster(zookeeper.connect("crash"), str(tmp_path))
-    c.zookeeper = zookeeper
+    c = ClusterUnderTest(zookeeper, tmp_path, "crash")
     yield c
-    c.stopAll()
+    c.stop()
 
 
 def cutActiveSegment(partitionDir: str, offset: int) -> int:
@@ -163,7 +162,7 @@ def crashAndCut(cluster, topic: str, leaderIsController: bool, settings: dict) -
     broker.kill()
     cut = cutActiveSegment(os.path.join(dataDir, f"{topic}-0"), CUT)
     assert cut > 0
-    cluster.start(leader, **settings)
+    cluster.startBroker(leader, **settings)
 
     admin = cluster.admin(1, 2, 3)
     try:
@@ -199,7 +198,7 @@ def test_crashed_leader_restarted_at_once_loses_nothing(cluster, leaderIsControl
         "plugin.paths": DROPIN,
     }
     for i in (1, 2, 3):
-        cluster.start(i, **settings)
+        cluster.startBroker(i, **settings)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     # An idle topic with many partitions keeps the controller busy after a

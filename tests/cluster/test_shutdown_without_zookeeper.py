@@ -16,10 +16,9 @@ import time
 
 import pytest
 
-from kafkatwist.cluster.zkserver import ZooKeeperServer, ZooKeeperUnavailable
 from kafkatwist.log.checkpoint import CLEAN_SHUTDOWN
-from tests.cluster.test_brokers import Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest, partitions
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
@@ -28,27 +27,14 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 BOUND = 30.0
 
 
-@pytest.fixture
-def ownZookeeper(tmp_path):
-    server = ZooKeeperServer(str(tmp_path / "zookeeper"), forceSync=False)
-    try:
-        server.start()
-    except ZooKeeperUnavailable as e:
-        pytest.skip(f"cluster tests skipped: {e}")
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.mark.parametrize("zookeeperAfter", [-1.0, 0.3, 2.0],
                          ids=["zookeeper-gone-before", "zookeeper-gone-at-once", "zookeeper-gone-after-2s"])
-def test_sigterm_while_zookeeper_goes_away_exits_in_bounded_time(ownZookeeper, tmp_path, zookeeperAfter):
-    cluster = Cluster(f"{ownZookeeper.connect}/gone", str(tmp_path))
+def test_sigterm_while_zookeeper_goes_away_exits_in_bounded_time(ownZooKeeper, tmp_path, zookeeperAfter):
+    cluster = ClusterUnderTest(ownZooKeeper, tmp_path / "brokers", "gone")
     try:
         for i in (1, 2, 3):
             # Kafka's controlled shutdown defaults (the test cluster's are shorter).
-            cluster.start(i, **{"log.cleaner.enable": "false", "controlled.shutdown.max.retries": "3",
+            cluster.startBroker(i, **{"log.cleaner.enable": "false", "controlled.shutdown.max.retries": "3",
                                 "controlled.shutdown.retry.backoff.ms": "5000"})
         admin = cluster.admin(1, 2, 3)
         waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
@@ -60,17 +46,17 @@ def test_sigterm_while_zookeeper_goes_away_exits_in_bounded_time(ownZookeeper, t
         for n in range(300):
             producer.produce("s", value=b"%04d" % n)
         assert producer.flush(60) == 0
-        del producer, admin
+        producer = admin = None  # closes both clients before the brokers stop
 
         if zookeeperAfter < 0:
-            ownZookeeper.stop()
+            ownZooKeeper.stop()
             time.sleep(-zookeeperAfter)
         started = time.monotonic()
         for broker in cluster.brokers.values():
             broker.process.send_signal(signal.SIGTERM)
         if zookeeperAfter >= 0:
             time.sleep(zookeeperAfter)
-            ownZookeeper.stop()
+            ownZooKeeper.stop()
         exits = {}
         deadline = started + BOUND + 30
         while len(exits) < 3 and time.monotonic() < deadline:
