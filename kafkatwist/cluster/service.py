@@ -59,10 +59,9 @@ from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
 from kafkatwist.util.startup import StartupError
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 
 log = Logger()
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class ClusterStartError(StartupError):
