@@ -14,6 +14,7 @@ PYTEST_ARGS ?=
 FUZZ_ARGS ?= --frames 1000000
 
 .PHONY: install run test bench fuzz spark-demo certs clean cluster cluster-stop
+.PHONY: test-fast
 .PHONY: soak
 
 $(STAMP): setup.cfg pyproject.toml
@@ -35,6 +36,8 @@ run: install
 # The layers (import-linter contracts in pyproject.toml), ruff's error
 # checks, and mypy on the typed modules; `make test` runs them first.
 MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
+# the services object and the seams of issue 24 (the services engineer's)
+MYPY_PATHS += kafkatwist/server/broker.py kafkatwist/replication/appends.py kafkatwist/plugins/clusterwrites.py
 .PHONY: lint
 lint: install
 	$(BIN)/lint-imports
@@ -44,6 +47,14 @@ lint: install
 test: install lint
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The edit loop (about 3 minutes): units and single-broker integration on two
+# workers (a module's tests stay on one); no ZooKeeper, Spark or fuzz run, no
+# test marked slow.  `make test` runs everything, one test at a time.
+FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/console tests/testing
+FAST_ARGS ?= -n 2 --dist loadfile
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(FAST_ARGS) $(FAST_TESTS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m bench $(ARGS)

@@ -5,7 +5,7 @@ The cluster (issue 17): what replication costs and how long a fail-over takes.
                             [--failovers 3] [--small-seconds 10] [--connections 32] [--quick]
 
 A standalone ZooKeeper (Debian's package, L{kafkatwist.cluster.zkserver})
-on a free loopback port and three brokers (L{tests.cluster.test_brokers.Cluster},
+on a free loopback port and three brokers (L{tests.cluster.helpers.ClusterUnderTest},
 the cluster tests' own), everything under a temporary directory, stopped
 afterwards.  confluent-kafka clients, 100-byte values.
 
@@ -51,10 +51,8 @@ import threading
 import time
 
 from bench.brokers import processCpuSeconds
-from kafkatwist.cluster.zkserver import ZooKeeperServer
-from tests.cluster.test_brokers import Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
-from tests.cluster.test_failover import REPLICATION
+from tests.cluster.helpers import REPLICATION, ClusterUnderTest, partitions
+from kafkatwist.testing import ZooKeeper, waitUntil
 
 VALUE = b"x" * 100
 BROKERS = (1, 2, 3)
@@ -74,11 +72,11 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def brokerCpu(cluster: Cluster, ids=BROKERS) -> dict[int, float]:
+def brokerCpu(cluster: ClusterUnderTest, ids=BROKERS) -> dict[int, float]:
     return {i: processCpuSeconds(cluster.brokers[i].process.pid) for i in ids}
 
 
-def createTopic(cluster: Cluster, topic: str, partitionCount: int = 3, replication: int = 1,
+def createTopic(cluster: ClusterUnderTest, topic: str, partitionCount: int = 3, replication: int = 1,
                 assignment: list[list[int]] | None = None, config: dict | None = None) -> None:
     from confluent_kafka.admin import NewTopic
 
@@ -118,7 +116,7 @@ def _send(producer, topic: str, callback=None, partition: int = -1) -> None:
             producer.poll(0.001)
 
 
-def throughput(cluster: Cluster, topic: str, records: int, limit: float) -> dict:
+def throughput(cluster: ClusterUnderTest, topic: str, records: int, limit: float) -> dict:
     """
     @return: records/s, broker CPU-s per million records, records acknowledged.
     """
@@ -149,7 +147,7 @@ def throughput(cluster: Cluster, topic: str, records: int, limit: float) -> dict
             "acked": acked[0], "failed": failed[0], "seconds": elapsed}
 
 
-def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger: int) -> dict:
+def latency(cluster: ClusterUnderTest, topic: str, rate: int, seconds: float, linger: int) -> dict:
     producer = _producer(cluster.bootstrap(), **{"linger.ms": linger})
     samples: list[float] = []
     sentAt: list[float] = []
@@ -188,7 +186,7 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger: int
             "fifths": [percentile(f, 0.5) if f else float("nan") for f in fifths]}
 
 
-def failovers(cluster: Cluster, topic: str, rounds: int) -> list[float]:
+def failovers(cluster: ClusterUnderTest, topic: str, rounds: int) -> list[float]:
     """
     @return: seconds from each kill -9 of the leader to the first
         acknowledgement of a record sent after it.
@@ -236,7 +234,7 @@ def failovers(cluster: Cluster, topic: str, rounds: int) -> list[float]:
             with lock:
                 killedAt[0] = float("inf")
             log(f"fail-over {n + 1}: broker {leader} killed, acknowledged again after {times[-1]:.2f} s")
-            cluster.start(leader, **REPLICATION)
+            cluster.startBroker(leader, **REPLICATION)
             other = cluster.admin(*others)
             waitUntil(lambda: len(partitions(other, topic)[0][2]) == 3, timeout=90,
                       what=f"broker {leader} back in the ISR")
@@ -263,9 +261,9 @@ def main(argv: list[str]) -> int:
     if args.quick:
         args.records, args.latency_seconds, args.failovers, args.small_seconds = 20_000, 3, 1, 3
     root = tempfile.mkdtemp(prefix="bench-cluster-")
-    zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper"))
+    zookeeper = ZooKeeper(os.path.join(root, "zookeeper"))
     zookeeper.start()
-    cluster = Cluster(f"{zookeeper.connect}/bench", root)
+    cluster = ClusterUnderTest(zookeeper, root, "bench")
     lines = []
 
     def report(line: str) -> None:
@@ -274,10 +272,10 @@ def main(argv: list[str]) -> int:
 
     try:
         for i in BROKERS:
-            cluster.start(i, **REPLICATION)
+            cluster.startBroker(i, **REPLICATION)
         admin = cluster.admin()
         waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, timeout=60, what="three brokers")
-        log(f"ZooKeeper {zookeeper.connect}, brokers {cluster.bootstrap()}, under {root}")
+        log(f"ZooKeeper {zookeeper.address}, brokers {cluster.bootstrap()}, under {root}")
         synced = {"min.insync.replicas": "2"}
         createTopic(cluster, "rf3", 3, 3, config=synced)
         createTopic(cluster, "rf1", 3, 1)
@@ -289,7 +287,7 @@ def main(argv: list[str]) -> int:
         if "3" in args.parts:
             part3(cluster, args, report, synced)
         if "4" in args.parts:
-            part4(cluster, args, report, zookeeper.process.pid)
+            part4(cluster, args, report, zookeeper.server.process.pid)
     finally:
         cluster.stopAll()
         zookeeper.stop()

@@ -48,10 +48,9 @@ import threading
 import time
 
 from bench.cluster import _producer, _send, createTopic, loadAverage
-from kafkatwist.cluster.zkserver import ZooKeeperServer
-from tests.cluster.test_brokers import Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
-from tests.cluster.test_failover import REPLICATION, agreedLeader, startHogs, stopHogs
+from kafkatwist.testing import ZooKeeper, waitUntil
+from tests.cluster.helpers import REPLICATION, ClusterUnderTest, partitions
+from tests.cluster.test_failover import agreedLeader, startHogs, stopHogs
 
 BROKERS = (1, 2, 3)
 TOPIC = "fo"
@@ -69,7 +68,7 @@ class Acks:
     record sent after C{t}.
     """
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterUnderTest) -> None:
         self.producer = _producer(cluster.bootstrap(*BROKERS), **{
             "enable.idempotence": True, "linger.ms": 0, "message.timeout.ms": 300000,
             # A paused broker's connections stay open: without these the
@@ -114,7 +113,7 @@ class Acks:
         self._thread.join(150)
 
 
-def newLeader(cluster: Cluster, others: list[int], timeout: float) -> float | None:
+def newLeader(cluster: ClusterUnderTest, others: list[int], timeout: float) -> float | None:
     """
     Poll the survivors' metadata until one names a leader among them.
 
@@ -134,7 +133,7 @@ def newLeader(cluster: Cluster, others: list[int], timeout: float) -> float | No
     return None
 
 
-def round_(cluster: Cluster, acks: Acks, fault: str, bound: float, settings: dict) -> dict:
+def round_(cluster: ClusterUnderTest, acks: Acks, fault: str, bound: float, settings: dict) -> dict:
     leader = agreedLeader(cluster, TOPIC, BROKERS)
     victim = cluster.brokers[leader]
     others = [i for i in BROKERS if i != leader]
@@ -150,7 +149,7 @@ def round_(cluster: Cluster, acks: Acks, fault: str, bound: float, settings: dic
             victim.process.send_signal(signal.SIGCONT)
     if fault == "kill":
         victim.process.wait()
-        cluster.start(leader, **settings)
+        cluster.startBroker(leader, **settings)
     other = cluster.admin(*others)
     waitUntil(lambda: len(partitions(other, TOPIC)[0][2]) == 3, timeout=180,
               what=f"broker {leader} back in the ISR")
@@ -159,7 +158,7 @@ def round_(cluster: Cluster, acks: Acks, fault: str, bound: float, settings: dic
             "over": leaderSeconds > bound}
 
 
-def cell(cluster: Cluster, acks: Acks, hogs: int, fault: str, rounds: int, bound: float,
+def cell(cluster: ClusterUnderTest, acks: Acks, hogs: int, fault: str, rounds: int, bound: float,
          deadline: float, settings: dict) -> dict:
     load = loadAverage()
     running = startHogs(hogs)
@@ -216,17 +215,18 @@ def main(argv: list[str]) -> int:
     deadline = time.monotonic() + args.budget
     settings = {**REPLICATION, "zookeeper.session.timeout.ms": str(args.session_ms)}
     root = tempfile.mkdtemp(prefix="bench-failover-")
-    zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper"), forceSync=args.zk_fsync)
+    zookeeper = ZooKeeper(os.path.join(root, "zookeeper"))
+    zookeeper.server.forceSync = args.zk_fsync
     zookeeper.start()
-    cluster = Cluster(f"{zookeeper.connect}/bench", root)
+    cluster = ClusterUnderTest(zookeeper, root, "bench")
     cells = []
     acks = None
     try:
         for i in BROKERS:
-            cluster.start(i, **settings)
+            cluster.startBroker(i, **settings)
         admin = cluster.admin()
         waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, timeout=60, what="three brokers")
-        log(f"ZooKeeper {zookeeper.connect}, brokers {cluster.bootstrap()}, under {root}")
+        log(f"ZooKeeper {zookeeper.address}, brokers {cluster.bootstrap()}, under {root}")
         createTopic(cluster, TOPIC, 1, 3, config={"min.insync.replicas": "2"})
         acks = Acks(cluster)
         acks.mark(time.monotonic())

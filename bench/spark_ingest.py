@@ -123,12 +123,12 @@ def main(argv=None) -> int:
         print("java not found: the Spark benchmark needs Java 17", file=sys.stderr)
         return 1
 
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
     started = time.monotonic()
     deadline = started + args.max_seconds
     scratch = tempfile.mkdtemp(prefix="kafkatwist-spark-ingest-")
-    broker = BrokerProcess(os.path.join(scratch, "broker"))
+    broker = Broker(os.path.join(scratch, "broker"))
     spark = None
     try:
         broker.start()

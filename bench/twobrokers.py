@@ -251,10 +251,8 @@ def affinity(mode: str) -> dict[int, dict[str, str]]:
 
 
 def main(argv: list[str]) -> int:
-    from kafkatwist.cluster.zkserver import ZooKeeperServer
-    from tests.cluster.test_brokers import Cluster
-    from tests.cluster.test_control_plane import waitUntil
-    from tests.cluster.test_failover import REPLICATION
+    from kafkatwist.testing import ZooKeeper, waitUntil
+    from tests.cluster.helpers import REPLICATION, ClusterUnderTest
 
     parser = argparse.ArgumentParser(prog="python -m bench twobrokers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=8)
@@ -283,16 +281,16 @@ def main(argv: list[str]) -> int:
     others = ", ".join(f"cpu{cpu} {(seconds - before.get(cpu, 0)) / 3:.2f}"
                        for cpu, seconds in sorted(cpuBusySeconds().items()))
     report(f"# before the run: busy {others} (load {loadAverage()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
-    zookeeper = ZooKeeperServer(os.path.join(root, "zookeeper"))
+    zookeeper = ZooKeeper(os.path.join(root, "zookeeper"))
     zookeeper.start()
 
     summary = []
     try:
         for mode in modes:
-            cluster = Cluster(f"{zookeeper.connect}/{mode}", os.path.join(root, mode))
+            cluster = ClusterUnderTest(zookeeper, os.path.join(root, mode), mode)
             try:
                 for i, overrides in affinity(mode).items():
-                    cluster.start(i, **REPLICATION, **overrides)
+                    cluster.startBroker(i, **REPLICATION, **overrides)
                 admin = cluster.admin()
                 waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 2, timeout=60, what="two brokers")
                 setting = ", ".join(f"broker {i}: {o.get('request.threads.cpu.affinity', 'auto')}"
@@ -300,7 +298,7 @@ def main(argv: list[str]) -> int:
                 report(f"## request.threads.cpu.affinity {mode} ({setting}); {args.connections} connections, "
                        f"{args.partitions} partitions RF 1, one-record Produce v9 acks=1; "
                        f"{args.seconds:g} s after {args.warmup:g} s warm-up (load {loadAverage()})")
-                results = compare(cluster, zookeeper.process.pid, generator, root, args.partitions,
+                results = compare(cluster, zookeeper.server.process.pid, generator, root, args.partitions,
                                   args.connections, args.warmup, args.seconds, args.rounds, report)
                 one = statistics.median(r["rate"] for r in results["one"])
                 two = statistics.median(r["rate"] for r in results["two"])

@@ -479,6 +479,9 @@ class BrokerService(service.Service):
     def stopService(self):
         super().stopService()
         self.notifier.stopping()
+        # What waits on others (the controller, ZooKeeper) is bounded by
+        # this; the logs are flushed and closed after it whatever happened.
+        deadline = time.monotonic() + self.config["broker.shutdown.timeout.ms"] / 1000.0
         for call, _ in self._periodic:
             if call.running:
                 call.stop()
@@ -498,12 +501,12 @@ class BrokerService(service.Service):
             # Leaders move away while this broker still serves (its
             # followers fetch the last records from it).
             yield threads.deferToThreadPool(
-                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config
+                self.reactor, self.reactor.getThreadPool(), controlledShutdown, self.cluster, self.config, deadline
             )
         if self.server is not None:
             yield self.server.stop()
         if self.cluster is not None:
-            stopCluster(self.cluster)
+            stopCluster(self.cluster, deadline)
         if self.broker is not None:
             # Fetchers stopped and high watermarks written before the logs
             # close; in the pool, since it joins threads and writes files.

@@ -32,14 +32,14 @@ def collect(out: str, seconds: float) -> None:
     sys.path.insert(0, ROOT)
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
     from tests.prometheus import PrometheusServer, concrete, findPrometheus
 
     binary, why = findPrometheus()
     if binary is None:
         raise SystemExit(why)
     directory = tempfile.mkdtemp(prefix="kafkatwist-picture-")
-    broker = BrokerProcess(os.path.join(directory, "broker"),
+    broker = Broker(os.path.join(directory, "broker"),
                            {"metrics.http.listener": "127.0.0.1:0", "num.partitions": "2"}).start()
     port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", broker.output()).group(1))
     prometheus = PrometheusServer(binary, os.path.join(directory, "prometheus"), f"127.0.0.1:{port}")

@@ -26,6 +26,7 @@ reads.
 from __future__ import annotations
 
 import random
+import threading
 import time
 import uuid
 
@@ -58,10 +59,9 @@ from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
 from kafkatwist.util.startup import StartupError
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 
 log = Logger()
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class ClusterStartError(StartupError):
@@ -254,14 +254,18 @@ class ClusterService:
 
         @return: whether that was reached in time.
         """
+        deadline = time.monotonic() + timeout
         try:
-            self.zk.create(Z.controlledShutdownPath(self.brokerId), b"", ephemeral=True, makepath=True)
+            # Bounded: a request made while ZooKeeper is unreachable waits
+            # for a reconnection that may never come.
+            self.zk.create_async(Z.controlledShutdownPath(self.brokerId), b"", ephemeral=True,
+                                 makepath=True).get(timeout=timeout)
         except NodeExistsError:
             pass
-        except KazooException as e:
-            log.warn("Controlled shutdown could not be requested: {e}", e=e)
+        except (KazooException, self.zk.handler.timeout_exception) as e:
+            log.warn("Controlled shutdown of broker {id} could not be requested: {e}", id=self.brokerId,
+                     e=str(e) or type(e).__name__)
             return False
-        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self._leadsMovable(self.image):
                 log.info("Controlled shutdown of broker {id} complete", id=self.brokerId)
@@ -278,10 +282,12 @@ class ClusterService:
                     return True
         return False
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 15.0) -> None:
         """
         Leave the cluster: the session closes, so the registration (and the
-        controller znode, if this broker held it) vanish at once.
+        controller znode, if this broker held it) vanish at once.  Within
+        C{timeout} seconds whatever ZooKeeper does: unreachable, the
+        session is left to expire (its threads are daemons).
         """
         self._stopping = True
         if not self._started:
@@ -289,16 +295,28 @@ class ClusterService:
         # A second stop returns at once (the owner thread is gone: a call
         # to it would wait out its timeout).
         self._started = False
+        deadline = time.monotonic() + timeout
         try:
-            self.owner.call(self._resign, timeout=5)
+            self.owner.call(self._resign, timeout=min(5.0, timeout))
         except Exception:
-            pass
-        self.owner.stop()
+            pass  # the owner is blocked on ZooKeeper: it is a daemon thread
+        self.owner.stop(timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+        # kazoo's stop waits for its connection thread (up to the session
+        # timeout, then raises): in a thread of its own, bounded here.
+        closer = threading.Thread(target=self._closeSession, name="kafkatwist-zookeeper-close", daemon=True)
+        closer.start()
+        closer.join(max(0.1, deadline - time.monotonic()))
+        if closer.is_alive():
+            log.warn("ZooKeeper session of broker {id} not closed in time (ZooKeeper unreachable?): "
+                     "it expires on its own", id=self.brokerId)
+
+    def _closeSession(self) -> None:
         try:
             self.zk.stop()
             self.zk.close()
-        except Exception:
-            log.failure("closing the ZooKeeper session failed")
+        except Exception as e:
+            log.warn("Closing the ZooKeeper session of broker {id}: {e}", id=self.brokerId,
+                     e=str(e) or type(e).__name__)
 
     # -- IBrokerDirectory (any thread) ---------------------------------------------------
 
@@ -376,6 +394,21 @@ class ClusterService:
         @raise KafkaError: ZooKeeper did not answer.
         """
         return self.owner.call(self._reserveProducerIdBlock, size)
+
+    def reserveProducerIdBlockLater(self, size: int, onDone) -> None:
+        """
+        L{reserveProducerIdBlock} without waiting: C{onDone(start, None)}
+        or C{onDone(None, error)} on the owner thread.
+        """
+        self.owner.submit(self._reserveProducerIdBlockFor, size, onDone)
+
+    def _reserveProducerIdBlockFor(self, size: int, onDone) -> None:
+        try:
+            start = self._reserveProducerIdBlock(size)
+        except Exception as e:  # handed to the caller (ZooKeeper, a lost session)
+            onDone(None, e)
+            return
+        onDone(start, None)
 
     def _reserveProducerIdBlock(self, size: int) -> int:
         for _ in range(100):

@@ -8,15 +8,15 @@ L{controlledShutdown} then C{stop()} when it stops.
 
 from __future__ import annotations
 
+import os
+import time
+
 from twisted.logger import Logger
 
-import os
-import threading
-
 from kafkatwist.cluster.coordinators import CoordinatorMover
+from kafkatwist.cluster.kazoolog import routeKazooLogging
 from kafkatwist.cluster.service import ClusterService
 from kafkatwist.config.dynamic import DynamicBrokerConfig, Reconfigurable
-from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.coordinator.transaction.producerids import ProducerIdManager
 
 log = Logger()
@@ -29,11 +29,17 @@ def makeCluster(config, advertisedListeners, replicaManager) -> ClusterService:
         tells it (through a L{CoordinatorMover}, which also moves the
         coordinators) the roles of this broker's replicas.
     """
+    # kazoo's warnings (a dropped connection, reconnection attempts) in the
+    # broker's log, not as "[stderr#error]".
+    routeKazooLogging()
     cluster = ClusterService(config, advertisedListeners, CoordinatorMover(replicaManager))
     # (service.useLogManager gives the replica manager the cluster as its
     # IAlterIsr and IBrokerDirectory.)
     # Idempotent and transactional producers' ids, unique over the cluster.
-    cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
+    cluster.producerIds = ProducerIdManager(
+        reserveBlock=cluster.reserveProducerIdBlock,
+        reserveBlockLater=cluster.reserveProducerIdBlockLater,
+    )
     return cluster
 
 
@@ -50,15 +56,9 @@ def clusterDynamicConfig(cluster: ClusterService, config, reactor) -> DynamicBro
         log.warn("{path} is not read: in a cluster the dynamic broker configs are ZooKeeper's "
                  "(/config/brokers)", path=local)
 
-    def store(perBroker: bool, layer: dict) -> None:
-        # On a request handler thread; the owner writes ZooKeeper.
-        done = threading.Event()
-        box: list = []
-        cluster.setBrokerConfigs(perBroker, layer, lambda result, error: (box.append(error), done.set()))
-        if not done.wait(30):
-            raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
-        if box[0] is not None:
-            raise box[0]
+    def store(perBroker: bool, layer: dict, onDone) -> None:
+        # The owner writes ZooKeeper and answers there; nobody waits.
+        cluster.setBrokerConfigs(perBroker, layer, lambda result, error: onDone(error))
 
     dynamic.remote = store
     dynamic.handOff = reactor.callInThread
@@ -99,18 +99,33 @@ def startCluster(cluster: ClusterService, broker) -> None:
     cluster.start()
 
 
-def controlledShutdown(cluster: ClusterService, config) -> None:
+def controlledShutdown(cluster: ClusterService, config, deadline: float) -> None:
+    """
+    Kafka's controlled shutdown: C{controlled.shutdown.max.retries}
+    attempts, C{controlled.shutdown.retry.backoff.ms} apart, all before
+    C{deadline} (C{time.monotonic()}, from C{broker.shutdown.timeout.ms}):
+    ZooKeeper unreachable, the broker stops anyway.  Blocking.
+    """
     retries = config["controlled.shutdown.max.retries"]
     backoff = config["controlled.shutdown.retry.backoff.ms"] / 1000.0
     for attempt in range(max(retries, 1)):
-        if cluster.controlledShutdown(timeout=max(backoff, 5.0)):
+        started = time.monotonic()
+        remaining = deadline - started
+        if remaining <= 0:
+            break
+        if cluster.controlledShutdown(timeout=min(max(backoff, 5.0), remaining)):
             return
+        if attempt + 1 < max(retries, 1):
+            # Attempts at least the backoff apart (one that failed at once,
+            # ZooKeeper refusing, does not spin).
+            time.sleep(max(0.0, min(started + backoff, deadline) - time.monotonic()))
+    log.warn("Broker {id} stops without a completed controlled shutdown", id=cluster.brokerId)
 
 
-def stopCluster(cluster: ClusterService) -> None:
+def stopCluster(cluster: ClusterService, deadline: float) -> None:
     """
     Leave the cluster (the registration goes with the session), then stop
-    the coordinator loader.
+    the coordinator loader; bounded by C{deadline} whatever ZooKeeper does.
     """
-    cluster.stop()
+    cluster.stop(timeout=max(1.0, deadline - time.monotonic()))
     cluster.replicaManager.stop()

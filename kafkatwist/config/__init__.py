@@ -741,6 +741,10 @@ KEYS: dict[str, Key] = {
             "Attempts at controlled shutdown before the broker stops anyway."),
         Key("controlled.shutdown.retry.backoff.ms", _long(0), "5000",
             "Wait between controlled shutdown attempts."),
+        Key("broker.shutdown.timeout.ms", _long(0), "25000",
+            "On SIGTERM, the longest the broker waits on others -- controlled shutdown, leaving "
+            "ZooKeeper -- before it stops anyway (Kafka has no such bound); its logs are flushed and "
+            "its clean-shutdown marker written after it either way."),
         Key("message.max.bytes", _int(0), "1048588", "Largest record batch accepted."),
         Key("log.segment.bytes", _int(14), "1073741824", "Roll a segment past this size."),
         Key("log.roll.ms", _optionalLong(1), None, "Roll a segment older than this."),

@@ -108,15 +108,23 @@ class History:
         published committed offsets and the logs this broker holds; handed
         to the main reactor to keep.
         """
+        from kafkatwist.console.source import replicaTest
+
         logManager = self.broker.logManager
+        hosts = replicaTest(self.broker)
         totals = {}
         for groupId, published in list(self.broker.groupCoordinator.publishedGroups().items()):
             total = 0
             for (topic, partition), committed in list(published.offsets.items()):
-                log = logManager.getLog(topic, partition) if committed >= 0 else None
-                if log is not None:
-                    total += max(0, log.highWatermark - committed)
-            totals[groupId] = total
+                if committed < 0:
+                    continue
+                log = logManager.getLog(topic, partition) if hosts(topic, partition) else None
+                if log is None:
+                    total = None  # part of its lag is on other brokers
+                    break
+                total += max(0, log.highWatermark - committed)
+            if total is not None:
+                totals[groupId] = total
         reactor = getattr(self._loop.clock, "callFromThread", None)
         if reactor is None:
             self._storeLag(totals)

@@ -431,27 +431,33 @@ def _stateBadge(state: str) -> str:
 
 
 def groups(data: dict, search: str = "") -> str:
+    clustered = any(g.get("coordinator") != data.get("coordinator") for g in data["groups"]) or data.get("otherConsoles")
     rows = []
     for g in data["groups"]:
+        base = g.get("console") or ""
+        remote = g.get("coordinator") != data.get("coordinator")
+        link = f"{h(base)}/groups/{u(g['groupId'])}" if (not remote or base) else ""
+        name = f'<a href="{link}">{h(g["groupId"])}</a>' + (" ↗" if remote and base else "") if link else h(g["groupId"])
+        coordinator = f'<td class="n">{h(g.get("coordinator"))}</td>' if clustered else ""
         rows.append(
-            f'<tr data-key="{h(g["groupId"])}"><td><a href="/groups/{u(g["groupId"])}">{h(g["groupId"])}</a></td>'
-            f'<td>{_stateBadge(g["state"])}</td><td>{h(g["protocol"])}</td>'
+            f'<tr data-key="{h(g["groupId"])}"><td>{name}</td>'
+            f'<td>{_stateBadge(g["state"])}</td><td>{h(g["protocol"])}</td>{coordinator}'
             f'<td class="n">{fmtNum(g["members"])}</td><td class="n">{fmtNum(g["topics"])}</td>'
             f'<td class="n">{fmtNum(g["lag"])}</td></tr>'
         )
+    coordinatorHead = '<th class="n">Coordinator</th>' if clustered else ""
     body = (
-        '<table id="groups"><thead><tr><th>Group</th><th>State</th><th>Protocol</th><th class="n">Members</th>'
-        '<th class="n">Topics</th><th class="n">Lag</th></tr></thead>'
+        '<table id="groups"><thead><tr><th>Group</th><th>State</th><th>Protocol</th>'
+        f'{coordinatorHead}<th class="n">Members</th><th class="n">Topics</th><th class="n">Lag</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
         if rows else '<div class="empty">No consumer groups' + (" match." if search else " yet.") + "</div>"
     )
-    others = data.get("otherConsoles") or {}
     sub = f'{fmtNum(data["count"])} groups'
-    if others:
-        sub += (
-            f" coordinated by broker {h(data['coordinator'])}; the others are on their coordinators' consoles: "
-            + ", ".join(f'<a href="{h(url)}/groups">broker {h(i)} ↗</a>' for i, url in others.items())
-        )
+    if clustered:
+        sub += " in the cluster; topics and lag of the groups other brokers coordinate are on their consoles (↗)"
+    missing = data.get("unanswered") or []
+    if missing:
+        sub += " · not answering: " + ", ".join(f"broker {h(i)}" for i in missing)
     return (
         f'<h1>Consumer groups</h1><div class="sub">{sub}</div>'
         '<form class="toolbar" method="get" action="/groups">'
@@ -524,7 +530,8 @@ def group(data: dict, csrf: str = "") -> str:
         card("State", _stateBadge(data["state"])),
         card("Protocol", h(data["protocol"]) + (f'<div class="muted small">assignor {h(data["assignor"])}</div>' if data.get("assignor") else "")),
         card("Members", fmtNum(len(data["members"]))),
-        card("Total lag", fmtNum(data["totalLag"]), "bad" if data["totalLag"] else "ok"),
+        card("Total lag" if data.get("lagComplete", True) else "Lag known here", fmtNum(data["totalLag"]),
+             "bad" if data["totalLag"] else "ok"),
         chart("chart-lag", "Total lag, last minutes", {"lag": data.get("lagHistory", [])}, "", "lag",
               group=data["groupId"], cls="wide"),
     ])

@@ -18,6 +18,7 @@ import struct
 import time
 
 from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from kafkatwist.console import local
@@ -44,6 +45,8 @@ CONFIG_SOURCES = {
 }
 
 TOPIC_RESOURCE = 2
+
+log = Logger()
 
 
 class ConsoleHTTPError(Exception):
@@ -142,6 +145,38 @@ class ConsoleSource:
 
     def call(self, context, apiKey: int, build) -> Deferred:
         return local.call(self.broker, context, apiKey, build)
+
+    def remoteCall(self, brokerId: int, apiKey: int, build, timeout: float = 5.0) -> Deferred:
+        """
+        Ask another broker of the cluster over the wire, as this broker's
+        replica fetchers do (its first listener, a fresh connection), on
+        the reactor's thread pool (a blocking socket: never a reactor or
+        request handler thread).  Its answer is what that broker lets this
+        connection see; the console then filters it by the user's ACLs.
+        """
+        from twisted.internet.threads import deferToThreadPool
+
+        from kafkatwist.client.connection import BrokerConnection
+        from kafkatwist.protocol.apis import requestType
+
+        endpoint = self.broker.cluster.endpoint(brokerId)
+
+        def run():
+            if endpoint is None:
+                raise ConsoleHTTPError(503, f"broker {brokerId} is not alive")
+            connection = BrokerConnection(
+                endpoint[0], endpoint[1], clientId=f"broker-{self.broker.nodeId}-console", timeout=timeout,
+            )
+            connection.connect()
+            try:
+                version = connection.pick(apiKey)
+                if version is None:
+                    raise ConsoleHTTPError(503, f"broker {brokerId} does not serve API {apiKey}")
+                return connection.request(apiKey, version, build(version, requestType(apiKey, version)), timeout=timeout)
+            finally:
+                connection.close()
+
+        return deferToThreadPool(self.reactor, self.reactor.getThreadPool(), run)
 
     def metadata(self, context, topics=None) -> Deferred:
         def build(version, cls):
@@ -394,8 +429,9 @@ class ConsoleSource:
         out = {}
         if logManager is None:
             return out
+        hosts = replicaTest(self.broker)
         for topic, partition in keys:
-            if topic not in topics:
+            if topic not in topics or not hosts(topic, partition):
                 continue
             log = logManager.getLog(topic, partition)
             if log is not None:
@@ -434,14 +470,21 @@ class ConsoleSource:
             cell = published.get(g.group_id)
             offsets = dict(cell.offsets) if cell is not None else {}
             lag = 0
+            complete = True
             topics = set()
             for (topic, partition), committed in offsets.items():
-                end = ends.get((topic, partition))
-                if end is None or committed < 0:
+                if committed < 0:
                     continue
                 topics.add(topic)
+                end = ends.get((topic, partition))
+                if end is None:
+                    complete = False
+                    continue
                 lag += max(0, end - committed)
-            self.history.noteLag(g.group_id, lag)
+            if complete:
+                self.history.noteLag(g.group_id, lag)
+            else:
+                lag = None
             out.append({
                 "groupId": g.group_id,
                 "state": g.group_state,
@@ -452,8 +495,71 @@ class ConsoleSource:
                 "lag": lag,
             })
         me = self.broker.nodeId
-        others = {str(i): url for i, url in sorted(self.consoles().items()) if i != me}
-        return {"groups": out, "count": len(out), "coordinator": me, "otherConsoles": others}
+        consoles = self.consoles()
+        for g in out:
+            g["coordinator"] = me
+        others = {str(i): url for i, url in sorted(consoles.items()) if i != me}
+        unanswered = []
+        cluster = self.broker.cluster
+        if cluster is not None:
+            # Every other broker at once: one that does not answer costs its
+            # timeout once, not once per broker.
+            from twisted.internet.defer import DeferredList
+
+            others = [i for i in sorted(cluster.image.brokers) if i != me]
+            answers = yield DeferredList(
+                [self._remoteGroups(context, i, search) for i in others], consumeErrors=True
+            )
+            for brokerId, (ok, remote) in zip(others, answers):
+                if not ok:
+                    log.info("Console: broker {broker} did not list its groups: {error}",
+                             broker=brokerId, error=remote.getErrorMessage())
+                    unanswered.append(brokerId)
+                    continue
+                for g in remote:
+                    g["console"] = consoles.get(brokerId)
+                out.extend(remote)
+            out.sort(key=lambda g: g["groupId"])
+        return {"groups": out, "count": len(out), "coordinator": me, "otherConsoles": others,
+                "unanswered": unanswered}
+
+    @inlineCallbacks
+    def _remoteGroups(self, context, brokerId: int, search: str):
+        """
+        The groups another broker coordinates that the user may describe:
+        ListGroups, DescribeGroups and ConsumerGroupDescribe sent to it
+        (their lag is on that broker's console).
+        """
+        listed = yield self.remoteCall(
+            brokerId, apis.LIST_GROUPS, lambda version, cls: make(cls, states_filter=(), types_filter=())
+        )
+        groups = [g for g in listed.groups if search.lower() in g.group_id.lower()]
+        visible = yield self.onHandlerThread(
+            filterAuthorized, self.broker.authorizer, context, AclOperation.DESCRIBE, ResourceType.GROUP,
+            [g.group_id for g in groups], False,
+        )
+        groups = [g for g in groups if g.group_id in visible]
+        classic = [g.group_id for g in groups if (g.group_type or "classic") != "consumer"]
+        consumer = [g.group_id for g in groups if g.group_type == "consumer"]
+        members: dict[str, int] = {}
+        if classic:
+            described = yield self.remoteCall(brokerId, apis.DESCRIBE_GROUPS, lambda version, cls: make(
+                cls, groups=tuple(classic), include_authorized_operations=False))
+            members.update({d.group_id: len(d.members) for d in described.groups if d.error_code == ErrorCode.none})
+        if consumer:
+            described = yield self.remoteCall(brokerId, apis.CONSUMER_GROUP_DESCRIBE, lambda version, cls: make(
+                cls, group_ids=tuple(consumer), include_authorized_operations=False))
+            members.update({d.group_id: len(d.members) for d in described.groups if d.error_code == ErrorCode.none})
+        return [{
+            "groupId": g.group_id,
+            "state": g.group_state,
+            "protocol": "consumer" if g.group_type == "consumer" else "classic",
+            "protocolType": g.protocol_type,
+            "members": members.get(g.group_id, 0),
+            "topics": None,
+            "lag": None,
+            "coordinator": brokerId,
+        } for g in groups]
 
     @inlineCallbacks
     def group(self, context, groupId: str):
@@ -504,15 +610,20 @@ class ConsoleSource:
         ends = yield self.onHandlerThread(self._endOffsets, context, list(offsets))
         rows = []
         total = 0
+        complete = True
         for (topic, partition), committed in sorted(offsets.items()):
             end = ends.get((topic, partition))
             lag = max(0, end - committed) if end is not None and committed >= 0 else None
+            complete = complete and lag is not None
             total += lag or 0
             rows.append({"topic": topic, "partition": partition, "committed": committed,
                          "logEndOffset": end, "lag": lag})
-        self.history.noteLag(groupId, total)
+        if complete:
+            self.history.noteLag(groupId, total)
         result["offsets"] = rows
         result["totalLag"] = total
+        #: false when some partitions' end offsets are on other brokers
+        result["lagComplete"] = complete
         result["lagHistory"] = [[round(at, 3), lag] for at, lag in self.history.groupLag.get(groupId, ())]
         return result
 
@@ -708,6 +819,25 @@ class ConsoleSource:
             "scramUsers": users,
             "errors": errors,
         }
+
+
+def replicaTest(broker):
+    """
+    C{hosts(topic, partition)}: whether this broker holds a replica of the
+    partition (in a cluster a broker keeps empty logs of the others, which
+    must not pass for the partition's).
+    """
+    cluster = broker.cluster
+    if cluster is None:
+        return lambda topic, partition: True
+    image = cluster.image
+    me = broker.nodeId
+
+    def hosts(topic: str, partition: int) -> bool:
+        assignment = image.topics.get(topic)
+        return assignment is not None and me in assignment.partitions.get(partition, ())
+
+    return hosts
 
 
 def _parseCursor(text: str) -> dict[int, int]:

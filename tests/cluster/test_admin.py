@@ -13,8 +13,8 @@ import signal
 import pytest
 from kazoo.client import KazooClient
 
-from tests.cluster.test_brokers import cluster, partitions  # noqa: F401 (the fixture)
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import createPlaced, partitions, startThree
 
 pytest.importorskip("kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -51,23 +51,6 @@ def watermarks(bootstrap, topic, partition):
         return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
     finally:
         consumer.close()
-
-
-def createPlaced(cluster, topic, assignment, configs=None):
-    plain = KafkaAdminClient(bootstrap_servers=cluster.bootstrap())
-    try:
-        plain.create_topics([PlainNewTopic(topic, -1, -1, replica_assignments=assignment,
-                                           topic_configs=configs or {})])
-    finally:
-        plain.close()
-
-
-def startThree(cluster, **overrides):
-    for i in (1, 2, 3):
-        cluster.start(i, **overrides)
-    admin = cluster.admin(1, 2, 3)
-    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
-    return admin
 
 
 def test_deletion_waits_for_a_broker_that_is_down(cluster):  # noqa: F811
@@ -112,7 +95,7 @@ def test_deletion_waits_for_a_broker_that_is_down(cluster):  # noqa: F811
         finally:
             plain.close()
         # Broker 3 returns: it deletes its replicas, then the topic is gone.
-        cluster.start(3)
+        cluster.startBroker(3)
         waitUntil(lambda: zk.exists("/brokers/topics/doomed") is None, what="znodes removed")
         assert zk.get_children("/admin/delete_topics") == []
         assert zk.exists("/kafkatwist/deleted_replicas/doomed") is None
@@ -212,7 +195,7 @@ def test_unclean_leader_election_per_topic(cluster):  # noqa: F811
     cluster.brokers[1].kill()
     three = cluster.admin(3)
     waitUntil(lambda: all(partitions(three, t)[0][0] == -1 for t in "uvw"), what="offline")
-    cluster.start(2)
+    cluster.startBroker(2)
     waitUntil(lambda: 2 in three.list_topics(timeout=10).brokers, what="broker 2 back")
     assert all(partitions(three, t)[0][0] == -1 for t in "uvw")
     # ElectLeaders UNCLEAN for u.
@@ -262,7 +245,7 @@ def test_partition_reassignment(cluster):  # noqa: F811
 
     for i in (1, 2, 3):
         # Long sessions: a broker paused below stays registered.
-        cluster.start(i, **{"zookeeper.session.timeout.ms": "15000"})
+        cluster.startBroker(i, **{"zookeeper.session.timeout.ms": "15000"})
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     # c: the controller (it answers these requests, so it is never paused);

@@ -12,36 +12,29 @@ each with its own chroot and empty data directories.
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 
 
 from kafkatwist.cluster import zkdata as Z
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker, BrokerStartError, waitUntil
 
 BROKERS = 3
 
 
-def startTogether(brokers: list[BrokerProcess], timeout: float = 90.0) -> None:
+def startTogether(brokers: list[Broker], timeout: float = 90.0) -> None:
     """
     Start every broker at once (the processes launched back to back, no
     waiting in between), then wait until each has started or exited.
     """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) \
-        + os.pathsep + env.get("PYTHONPATH", "")
     for broker in brokers:
-        broker._log = open(broker.logPath, "ab")
-        broker.process = subprocess.Popen(broker.command(), cwd=broker.directory, stdout=broker._log,
-                                          stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + timeout
-    pending = list(brokers)
-    while pending and time.monotonic() < deadline:
-        for broker in list(pending):
-            text = broker.output()
-            if ("started" in text and "kafkatwist node" in text) or broker.process.poll() is not None:
-                pending.remove(broker)
-        time.sleep(0.05)
+        broker.launch()
+
+    def settled(broker):
+        try:
+            return broker.started()
+        except BrokerStartError:
+            return True
+
+    waitUntil(lambda: all(settled(b) for b in brokers), timeout, "every broker started or exited")
 
 
 def test_brokers_started_at_once_form_one_cluster(zookeeper, tmp_path):
@@ -52,7 +45,7 @@ def test_brokers_started_at_once_form_one_cluster(zookeeper, tmp_path):
     for n in range(rounds):
         connect = zookeeper.connect("birth")
         brokers = [
-            BrokerProcess(str(tmp_path / f"round{n}" / f"broker{i}"), {
+            Broker(str(tmp_path / f"round{n}" / f"broker{i}"), {
                 "node.id": str(i), "zookeeper.connect": connect, "zookeeper.session.timeout.ms": "6000",
                 "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
             })

@@ -11,73 +11,16 @@ import time
 
 import pytest
 
-from tests.broker import BrokerProcess
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import partitions
 
 pytest.importorskip("kafka")
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 from kafka import KafkaAdminClient  # noqa: E402
 
-SESSION_MS = 3000
 
-
-class Cluster:
-    def __init__(self, connect, root):
-        self.connect = connect
-        self.root = root
-        self.brokers: dict[int, BrokerProcess] = {}
-
-    def start(self, brokerId, **overrides):
-        settings = {
-            "node.id": str(brokerId),
-            "zookeeper.connect": self.connect,
-            "zookeeper.session.timeout.ms": str(SESSION_MS),
-            "offsets.topic.num.partitions": "3",
-            "transaction.state.log.num.partitions": "3",
-            "controlled.shutdown.retry.backoff.ms": "1000",
-            "controlled.shutdown.max.retries": "1",
-            # librdkafka's admin client asks for topics with auto-creation
-            # allowed: a deleted topic would come back.
-            "auto.create.topics.enable": "false",
-        }
-        settings.update(overrides)
-        broker = self.brokers.get(brokerId)
-        if broker is None:
-            broker = BrokerProcess(os.path.join(self.root, f"broker{brokerId}"), settings)
-            self.brokers[brokerId] = broker
-        broker.start(timeout=60)
-        return broker
-
-    def bootstrap(self, *ids):
-        ids = ids or [i for i, b in self.brokers.items() if b.process and b.process.poll() is None]
-        return ",".join(self.brokers[i].bootstrap for i in ids)
-
-    def admin(self, *ids):
-        return AdminClient({"bootstrap.servers": self.bootstrap(*ids)})
-
-    def stopAll(self):
-        for broker in self.brokers.values():
-            broker.stop()
-
-
-@pytest.fixture
-def cluster(zookeeper, tmp_path):
-    c = Cluster(zookeeper.connect("brokers"), str(tmp_path))
-    yield c
-    c.stopAll()
-
-
-def partitions(admin, topic):
-    md = admin.list_topics(topic, timeout=10)
-    t = md.topics[topic]
-    if t.error is not None:
-        return None
-    return {p.id: (p.leader, tuple(p.replicas), tuple(p.isrs)) for p in t.partitions.values()}
-
-
-def test_metadata_seen_by_clients(cluster):
-    for i in (1, 2, 3):
-        cluster.start(i)
+def test_metadata_seen_by_clients(runningCluster):
+    cluster = runningCluster
     admin = cluster.admin(2)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     md = admin.list_topics(timeout=10)
@@ -96,9 +39,8 @@ def test_metadata_seen_by_clients(cluster):
         client.close()
 
 
-def test_topics_across_brokers(cluster):
-    for i in (1, 2, 3):
-        cluster.start(i)
+def test_topics_across_brokers(runningCluster):
+    cluster = runningCluster
     admin = cluster.admin(1)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     futures = admin.create_topics([
@@ -139,7 +81,7 @@ def test_topics_across_brokers(cluster):
 
 def test_controller_and_leader_failover_on_kill_9(cluster):
     for i in (1, 2, 3):
-        cluster.start(i)
+        cluster.startBroker(i)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("f", num_partitions=6, replication_factor=3)],
@@ -168,7 +110,7 @@ def test_controller_and_leader_failover_on_kill_9(cluster):
     # The killed broker comes back (once ZooKeeper dropped its old session)
     # and is back in every ISR as far as the control plane goes: it is a
     # replica again, registered.
-    cluster.start(controller)
+    cluster.startBroker(controller)
     waitUntil(lambda: controller in other.list_topics(timeout=10).brokers, what="rejoined")
 
 
@@ -176,7 +118,7 @@ def test_group_coordinator_moves_with_its_partition(cluster):
     from confluent_kafka import Consumer, Producer
 
     for i in (1, 2, 3):
-        cluster.start(i)
+        cluster.startBroker(i)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("events", num_partitions=1, replication_factor=3)],
@@ -237,7 +179,7 @@ def test_paused_controller_is_deposed_and_rejoins(cluster):
     import signal
 
     for i in (1, 2, 3):
-        cluster.start(i)
+        cluster.startBroker(i)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("p", num_partitions=3, replication_factor=3)],
@@ -270,7 +212,7 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
     from confluent_kafka import ElectionType, TopicPartition
 
     for i in (1, 2, 3):
-        cluster.start(i, **{"auto.leader.rebalance.enable": "false"})
+        cluster.startBroker(i, **{"auto.leader.rebalance.enable": "false"})
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("e", num_partitions=3, replication_factor=3)],
@@ -282,7 +224,7 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
     others = [i for i in (1, 2, 3) if i != victim]
     other = cluster.admin(*others)
     waitUntil(lambda: all(l != victim for l, _, _ in partitions(other, "e").values()))
-    cluster.start(victim)
+    cluster.startBroker(victim)
     waitUntil(lambda: victim in other.list_topics(timeout=10).brokers)
     # ... and stay away (no automatic rebalance here), until ElectLeaders.
     # (Without replication the returning broker is not back in the ISR by
@@ -316,7 +258,7 @@ def test_elect_leaders_gives_preferred_replicas_their_partitions_back(cluster):
               what="preferred leaders back")
 
 
-def test_topic_configs_reach_every_replica(cluster):
+def test_topic_configs_reach_every_replica(runningCluster):
     from confluent_kafka.admin import (
         AlterConfigOpType,
         ConfigEntry,
@@ -324,8 +266,7 @@ def test_topic_configs_reach_every_replica(cluster):
         ResourceType,
     )
 
-    for i in (1, 2, 3):
-        cluster.start(i)
+    cluster = runningCluster
     admin = cluster.admin(1)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("cfg", num_partitions=1, replication_factor=2,

@@ -6,7 +6,6 @@ L{ClusterService}s with recording replica managers, no network listeners.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from kazoo.client import KazooClient
@@ -17,31 +16,8 @@ from kafkatwist.cluster.controller import PREFERRED, UNCLEAN
 from kafkatwist.cluster.service import ClusterService
 from kafkatwist.config import BrokerConfig
 from kafkatwist.errors import ErrorCode
+from kafkatwist.testing import waitUntil
 from tests.cluster.stubs import RecordingReplicaManager
-
-
-def waitUntil(predicate, timeout=60.0, what="condition"):
-    """
-    Poll C{predicate} until it returns something true, and return that.
-
-    The bound is generous: it costs nothing when the condition holds (the
-    wait ends then), and a machine at load 10-16 needs it.  An exception
-    from the predicate (a metadata request timing out while a broker is
-    down or the machine busy) counts as "not yet"; if the time runs out,
-    the last one is chained to the failure, so nothing is hidden.
-    """
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            value = predicate()
-        except Exception as e:  # noqa: BLE001 -- reported below if it lasts
-            value, last = None, e
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}") from last
-        time.sleep(0.05)
 
 
 class Node:

@@ -15,10 +15,9 @@ import json
 import pytest
 from kazoo.client import KazooClient
 
-from tests.cluster.test_admin import createPlaced, startThree
-from tests.cluster.test_brokers import cluster, partitions  # noqa: F401 (the fixture)
-from tests.cluster.test_control_plane import waitUntil
-from tests.integration.test_dynamic_configs import rawIncremental
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import createPlaced, partitions, startThree
+from tests.integration.helpers import rawIncremental
 
 pytest.importorskip("kafka")
 from confluent_kafka import KafkaError, KafkaException, Producer  # noqa: E402
@@ -118,7 +117,7 @@ def test_cluster_default_and_per_broker_configs_through_one_broker(cluster):  # 
     # Restarted, brokers 2 and 3 keep both layers.
     for i in (2, 3):
         cluster.brokers[i].stop()
-        cluster.start(i)
+        cluster.startBroker(i)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     waitUntil(lambda: sizes(cluster, 2000) == [True, True, False], what="the values after a restart")
     assert not any(sizes(cluster, 5000))
@@ -146,7 +145,7 @@ def test_damaged_znode_is_skipped_and_passwords_refused(cluster):  # noqa: F811
         zk.set("/config/brokers/<default>", b"\x00garbage")
         broker = cluster.brokers[3]
         broker.stop()
-        cluster.start(3)
+        cluster.startBroker(3)
         waitUntil(lambda: "Ignoring dynamic broker configs /config/brokers/<default>" in broker.output(),
                   what="the damaged znode logged")
         # It starts without the unreadable layer: the static value.
@@ -186,7 +185,7 @@ def test_controller_follows_the_dynamic_unclean_election_default(cluster):  # no
     cluster.brokers[1].kill()
     three = cluster.admin(3)
     waitUntil(lambda: partitions(three, "w")[0][0] == -1, what="offline")
-    cluster.start(2)
+    cluster.startBroker(2)
     waitUntil(lambda: 2 in three.list_topics(timeout=10).brokers, what="broker 2 back")
     assert partitions(three, "w")[0][0] == -1
     setDefault(cluster, 2, unclean_leader_election_enable="true")

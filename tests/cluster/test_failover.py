@@ -17,26 +17,19 @@ import time
 
 import pytest
 
-from tests.cluster.test_brokers import SESSION_MS, Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import REPLICATION, SESSION_MS, ClusterUnderTest, partitions
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
-REPLICATION = {
-    "replica.lag.time.max.ms": "3000",
-    "replica.fetch.wait.max.ms": "200",
-    "log.cleaner.enable": "false",
-}
-
 
 @pytest.fixture
 def cluster(zookeeper, tmp_path):
-    c = Cluster(zookeeper.connect("failover"), str(tmp_path))
-    c.zookeeper = zookeeper
+    c = ClusterUnderTest(zookeeper, tmp_path, "failover")
     yield c
-    c.stopAll()
+    c.stop()
 
 
 #: what a broker's log must never say: something went unhandled
@@ -61,7 +54,7 @@ def test_a_pause_past_the_session_logs_no_traceback(cluster):
     paused (it has the most watches), three times.
     """
     for i in (1, 2, 3):
-        cluster.start(i, **REPLICATION)
+        cluster.startBroker(i, **REPLICATION)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     admin.create_topics([NewTopic("p", num_partitions=3, replication_factor=3)],
@@ -89,7 +82,7 @@ def test_a_pause_past_the_session_logs_no_traceback(cluster):
 
 def test_idempotent_producer_through_leader_kills(cluster):
     for i in (1, 2, 3):
-        cluster.start(i, **REPLICATION)
+        cluster.startBroker(i, **REPLICATION)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("d", num_partitions=2, replication_factor=3,
@@ -132,7 +125,7 @@ def test_idempotent_producer_through_leader_kills(cluster):
                       timeout=90, what="new leaders")
             before = len(acked)
             waitUntil(lambda: len(acked) > before + 100, timeout=120, what="acknowledged again")
-            cluster.start(leader, **REPLICATION)
+            cluster.startBroker(leader, **REPLICATION)
             waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "d").values()),
                       timeout=120, what="the killed broker back in every ISR")
     finally:
@@ -164,7 +157,7 @@ def test_committed_offsets_survive_the_coordinators_broker(cluster):
     from kafkatwist.coordinator.formats import partitionFor
 
     for i in (1, 2, 3):
-        cluster.start(i, **REPLICATION)
+        cluster.startBroker(i, **REPLICATION)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     admin.create_topics([NewTopic("c", num_partitions=1, replication_factor=3,
@@ -353,7 +346,7 @@ def test_failovers_lose_nothing(cluster, request):
     failovers: list[tuple[int, str, int, float]] = []
     settings = {**REPLICATION, "plugin.paths": DROPIN}
     for i in (1, 2, 3):
-        cluster.start(i, **settings)
+        cluster.startBroker(i, **settings)
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     admin.create_topics([NewTopic("bar", num_partitions=1, replication_factor=3,
@@ -443,7 +436,7 @@ def test_failovers_lose_nothing(cluster, request):
                     victim.process.send_signal(signal.SIGCONT)
             if not pause:
                 victim.process.wait()
-                cluster.start(leader, **settings)
+                cluster.startBroker(leader, **settings)
             waitUntil(lambda: len(partitions(admin, "bar")[0][2]) == 3, timeout=120,
                       what=f"round {n}: broker {leader} back in the ISR")
             waitUntil(lambda: len(consumed) > reading, timeout=120,

@@ -19,8 +19,8 @@ from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import decodeBatches
-from tests.cluster.test_brokers import Cluster
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer  # noqa: E402
@@ -32,9 +32,9 @@ COUNT = 200
 
 @pytest.fixture
 def cluster(zookeeper, tmp_path):
-    c = Cluster(zookeeper.connect("racks"), str(tmp_path))
+    c = ClusterUnderTest(zookeeper, tmp_path, "racks")
     yield c
-    c.stopAll()
+    c.stop()
 
 
 def fetch(bootstrap, topic, offset, rack, version=12):
@@ -73,7 +73,7 @@ def records(partition) -> int:
 
 def test_fetch_from_the_closest_replica(cluster):
     for i in (1, 2, 3):
-        cluster.start(i, **{"broker.rack": f"RACK{i}", "replica.selector.class": RACK_AWARE})
+        cluster.startBroker(i, **{"broker.rack": f"RACK{i}", "replica.selector.class": RACK_AWARE})
     admin = cluster.admin()
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
 
@@ -153,7 +153,7 @@ def test_fetch_from_the_closest_replica(cluster):
 def test_rack_aware_topic_creation(cluster):
     racks = {1: "a", 2: "a", 3: "b"}
     for i, rack in racks.items():
-        cluster.start(i, **{"broker.rack": rack})
+        cluster.startBroker(i, **{"broker.rack": rack})
     admin = cluster.admin()
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     admin.create_topics([NewTopic("placed", 6, 2)])["placed"].result(timeout=30)

@@ -21,8 +21,8 @@ import time
 import pytest
 
 from kafkatwist.coordinator.transaction.formats import partitionOf
-from tests.cluster.test_brokers import SESSION_MS, Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import SESSION_MS, ClusterUnderTest, partitions
 
 pytest.importorskip("kafka")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
@@ -44,11 +44,8 @@ ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
 
 @pytest.fixture
 def cluster(zookeeper, tmp_path, request):
-    c = Cluster(zookeeper.connect(f"txn-{time.monotonic_ns()}"), str(tmp_path))
-    for i in (1, 2, 3):
-        c.start(i, **{**BROKER, **getattr(request, "param", {})})
+    c = ClusterUnderTest(zookeeper, tmp_path, "txn").startAll(**{**BROKER, **getattr(request, "param", {})})
     admin = c.admin(1, 2, 3)
-    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     admin.create_topics([NewTopic(TOPIC, num_partitions=3, replica_assignment=ASSIGNMENT)],
                         request_timeout=30)[TOPIC].result()
     waitUntil(
@@ -57,7 +54,7 @@ def cluster(zookeeper, tmp_path, request):
         timeout=60, what="each partition led by its first replica, ISR of 3",
     )
     yield c
-    c.stopAll()
+    c.stop()
 
 
 def transactionalProducer(bootstrap, tid):

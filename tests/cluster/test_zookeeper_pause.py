@@ -1,7 +1,8 @@
 """
 No request handler thread waits on ZooKeeper (issue 24): with ZooKeeper
-stopped (SIGSTOP) while a DeleteTopics and a CreatePartitions are in
-flight, Produce and Fetch of other topics on the same broker keep being
+stopped (SIGSTOP) while a DeleteTopics, a CreatePartitions, a broker
+config change (IncrementalAlterConfigs) and an InitProducerId that needs a
+new block of producer ids are in flight, Produce and Fetch of other topics on the same broker keep being
 answered -- the broker runs one request handler thread, which a waiting
 admin request would hold -- and the admin requests get their answer once
 ZooKeeper is back (success, or Kafka's REQUEST_TIMED_OUT).
@@ -18,18 +19,17 @@ import time
 
 import pytest
 
-from kafkatwist.cluster.zkserver import ZooKeeperServer, ZooKeeperUnavailable
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
-from tests.cluster.test_brokers import Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest, partitions
 from tests.rawclient import RawConnection
 
 pytest.importorskip("kafka")
-from tests.cluster.test_admin import createPlaced  # noqa: E402
+from tests.cluster.helpers import createPlaced  # noqa: E402
 
 #: how long ZooKeeper stays stopped
 PAUSE_SECONDS = 10.0
@@ -39,27 +39,12 @@ HANG_SECONDS = 8.0
 
 
 @pytest.fixture
-def ownZooKeeper(tmp_path):
-    server = ZooKeeperServer(str(tmp_path / "zookeeper"), forceSync=False)
-    try:
-        server.start()
-    except ZooKeeperUnavailable as e:
-        pytest.skip(f"cluster tests skipped: {e}")
-    try:
-        yield server
-    finally:
-        if server.process is not None and server.process.poll() is None:
-            server.process.send_signal(signal.SIGCONT)
-        server.stop()
-
-
-@pytest.fixture
 def pausableCluster(ownZooKeeper, tmp_path):
-    c = Cluster(f"{ownZooKeeper.connect}/pause", str(tmp_path / "brokers"))
+    c = ClusterUnderTest(ownZooKeeper, tmp_path / "brokers", "pause")
     yield c
-    if ownZooKeeper.process.poll() is None:
-        ownZooKeeper.process.send_signal(signal.SIGCONT)
-    c.stopAll()
+    if ownZooKeeper.server.process.poll() is None:
+        ownZooKeeper.server.process.send_signal(signal.SIGCONT)
+    c.stop()
 
 
 def stopped(pid: int) -> bool:
@@ -120,7 +105,7 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
     # broker under test, so an admin request waiting on ZooKeeper would hold
     # every other request.
     for i in (1, 2, 3):
-        cluster.start(i, **{"zookeeper.session.timeout.ms": "30000",
+        cluster.startBroker(i, **{"zookeeper.session.timeout.ms": "30000",
                             **({"num.io.threads": "1"} if i == 1 else {})})
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
@@ -135,7 +120,9 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
 
     deleting = RawConnection(port, timeout=60)
     growing = RawConnection(port, timeout=60)
-    ownZooKeeper.process.send_signal(signal.SIGSTOP)
+    configuring = RawConnection(port, timeout=60)
+    idempotent = RawConnection(port, timeout=60)
+    ownZooKeeper.server.process.send_signal(signal.SIGSTOP)
     stoppedAt = time.monotonic()
     try:
         deleteId = send(deleting, 20, 4, topic_names=("doomed",), timeout=datetime.timedelta(seconds=30))
@@ -146,6 +133,19 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
             topics=(make(Topic, name="growing", count=2,
                          assignments=(make(Assignment, broker_ids=(1,)),)),),
             timeout=datetime.timedelta(seconds=30), validate_only=False,
+        )
+        Resource = nested(requestType(44, 1), "AlterConfigsResource")
+        Config = nested(requestType(44, 1), "AlterableConfig")
+        configureId = send(
+            configuring, 44, 1, validate_only=False,
+            resources=(make(Resource, resource_type=4, resource_name="1", configs=(
+                make(Config, name="message.max.bytes", config_operation=0, value="2000000"),
+            )),),
+        )
+        # The broker's first producer id: its block is ZooKeeper's.
+        initId = send(
+            idempotent, 22, 4, transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1,
         )
         # Round trips on the data path for as long as ZooKeeper is stopped,
         # while both wait for it: each must be answered (a handler thread
@@ -158,15 +158,19 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
             code, values = fetch(data, "busy", rounds + 1)
             assert code == ErrorCode.none and values == [value]
             # Answered while ZooKeeper is still stopped.
-            assert stopped(ownZooKeeper.process.pid)
+            assert stopped(ownZooKeeper.server.process.pid)
             rounds += 1
     finally:
-        ownZooKeeper.process.send_signal(signal.SIGCONT)
+        ownZooKeeper.server.process.send_signal(signal.SIGCONT)
 
     # Back: each admin request gets its answer -- done, or Kafka's timeout.
     deleted = receive(deleting, 20, 4, deleteId)
     assert deleted.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
     grown = receive(growing, 37, 1, growId)
     assert grown.results[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
+    configured = receive(configuring, 44, 1, configureId)
+    assert configured.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
+    initialized = receive(idempotent, 22, 4, initId)
+    assert initialized.error_code == ErrorCode.none and initialized.producer_id >= 0
     # And the data path still serves.
     assert produce(data, "busy", b"after") == (ErrorCode.none, rounds + 1)

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 
 def consolePort(broker) -> int:
@@ -15,7 +15,7 @@ def consoleBroker(tmp_path_factory):
     One PLAINTEXT broker with its HTTP listener, shared by a module's tests;
     C{.http} is the console's base URL.
     """
-    b = BrokerProcess(str(tmp_path_factory.mktemp("console")), {"metrics.http.listener": "127.0.0.1:0"})
+    b = Broker(str(tmp_path_factory.mktemp("console")), {"metrics.http.listener": "127.0.0.1:0"})
     b.start()
     b.http = f"http://127.0.0.1:{consolePort(b)}"
     yield b

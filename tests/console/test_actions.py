@@ -9,8 +9,9 @@ import urllib.request
 
 import pytest
 
+from kafkatwist.testing import waitUntil
 from tests.console.formclient import FormClient, flash
-from tests.console.test_api import get, waitFor
+from tests.console.helpers import get
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +53,7 @@ def test_create_topic_change_config_add_partitions_delete(consoleBroker, client)
     assert flash(body) == "err: Not done: type 'made-here' to confirm"
     status, body, url = client.post("/topics/made-here", {"action": "delete", "confirm": "made-here"})
     assert url.endswith("/topics") and flash(body) == "ok: Topic made-here deleted."
-    waitFor(lambda: "made-here" not in [t["name"] for t in get(consoleBroker, "/api/topics")["topics"]],
+    waitUntil(lambda: "made-here" not in [t["name"] for t in get(consoleBroker, "/api/topics")["topics"]],
             what="the topic gone")
 
     status, body, _ = client.post("/topics", {"action": "create", "name": "bad name!", "partitions": "1"})
@@ -134,7 +135,7 @@ def test_reset_offsets_and_delete_group(consoleBroker, client):
             live.poll(0.2)
             return get(b, "/api/groups/resettable")["state"] == "Stable"
 
-        waitFor(stable, what="the group Stable")
+        waitUntil(stable, what="the group Stable")
         # The page offers no form then; a form posted from before is refused.
         assert "stop its consumers" in client.get(page)[1] and 'id="reset-offsets"' not in client.get(page)[1]
         csrf = client.csrf("/topics")
@@ -145,7 +146,7 @@ def test_reset_offsets_and_delete_group(consoleBroker, client):
         )
     finally:
         live.close()
-    waitFor(lambda: get(b, "/api/groups/resettable")["state"] == "Empty", what="the group Empty")
+    waitUntil(lambda: get(b, "/api/groups/resettable")["state"] == "Empty", what="the group Empty")
     status, body, url = client.post(page, {"action": "delete", "confirm": "resettable"})
     assert url.endswith("/groups") and flash(body) == "ok: Group resettable deleted."
     assert "resettable" not in [g["groupId"] for g in get(b, "/api/groups")["groups"]]

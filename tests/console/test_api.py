@@ -12,29 +12,16 @@ import urllib.request
 
 import pytest
 
+from kafkatwist.testing import waitUntil
+from tests.console.helpers import get
+
 pytestmark = pytest.mark.integration
-
-
-def get(broker, path):
-    with urllib.request.urlopen(broker.http + path, timeout=20) as response:
-        assert response.headers["content-type"] == "application/json; charset=utf-8"
-        return json.loads(response.read())
 
 
 def getError(broker, path):
     with pytest.raises(urllib.error.HTTPError) as raised:
         urllib.request.urlopen(broker.http + path, timeout=20)
     return raised.value.code, json.loads(raised.value.read())
-
-
-def waitFor(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +129,7 @@ def test_live_group_members_and_assignment(populated):
             data = get(populated, "/api/groups/live")
             return data if data["state"] == "Stable" and data["members"] else None
 
-        data = waitFor(stable, what="group live Stable")
+        data = waitUntil(stable, what="group live Stable")
         [member] = data["members"]
         assert member["clientId"] == "console-test-client"
         assert member["assignment"] == [{"topic": "orders", "partitions": [0, 1, 2]}]
@@ -163,7 +150,7 @@ def test_history(populated):
     """
     Rates and each group's lag are sampled every 5 s, in memory.
     """
-    data = waitFor(lambda: (lambda d: d if d["series"] else None)(get(populated, "/api/history")),
+    data = waitUntil(lambda: (lambda d: d if d["series"] else None)(get(populated, "/api/history")),
                    what="two samples")
     assert data["interval"] == 5.0
     last = data["series"][-1]
@@ -237,7 +224,7 @@ def test_aborted_and_open_transactions(populated):
             records = messages(populated, "payments", partition=0, limit=3)["records"]
             return records if records and records[0]["key"] and records[0]["key"]["utf8"] == "pending" else None
 
-        records = waitFor(page, what="the open transaction's record")
+        records = waitUntil(page, what="the open transaction's record")
         assert [(r["offset"], r["transaction"], r["control"]) for r in records] == [
             (8, "open", None), (7, None, "ABORT"), (6, "aborted", None),
         ]
@@ -269,7 +256,7 @@ def test_kip848_group(populated):
             members = data["members"]
             return data if members and members[0]["assignment"] else None
 
-        data = waitFor(assigned, what="a KIP-848 member with partitions")
+        data = waitUntil(assigned, what="a KIP-848 member with partitions")
         assert data["protocol"] == "consumer" and data["assignor"] == "uniform"
         [member] = data["members"]
         assert member["clientId"] == "kip848-client" and member["subscribed"] == ["orders"]

@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from tests.cluster.test_brokers import Cluster
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest
 from tests.console.conftest import consolePort
 
 pytestmark = pytest.mark.integration
@@ -27,10 +27,10 @@ def consoles(zookeeper, tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
 
-    cluster = Cluster(zookeeper.connect("console"), str(tmp_path))
+    cluster = ClusterUnderTest(zookeeper, tmp_path, "console")
     try:
         for i in (1, 2, 3):
-            cluster.start(i, **{"metrics.http.listener": "127.0.0.1:0"})
+            cluster.startBroker(i, **{"metrics.http.listener": "127.0.0.1:0"})
         urls = {i: f"http://127.0.0.1:{consolePort(b)}" for i, b in cluster.brokers.items()}
         waitUntil(lambda: all(len(get(u + "/api/brokers")["brokers"]) == 3 for u in urls.values()),
                   what="every console sees three brokers")
@@ -49,7 +49,7 @@ def consoles(zookeeper, tmp_path):
         assert producer.flush(30) == 0
         yield cluster, urls
     finally:
-        cluster.stopAll()
+        cluster.stop()
 
 
 def test_every_console_shows_the_cluster_and_links_the_others(consoles):
@@ -99,3 +99,33 @@ def test_cluster_pages_in_a_browser(consoles, tmp_path):
     screenshot(urls[1] + "/topics/spread", os.path.join(shots, "console-cluster-topic.png"))
     screenshot(urls[2] + "/", os.path.join(shots, "console-cluster-overview.png"))
 
+
+
+def test_every_console_lists_every_group(consoles):
+    from confluent_kafka import Consumer, TopicPartition
+
+    cluster, urls = consoles
+    names = [f"team-{i}" for i in range(6)]
+    for name in names:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": name})
+        consumer.commit(offsets=[TopicPartition("spread", 0, 3)], asynchronous=False)
+        consumer.close()
+    [first] = [p for p in get(urls[1] + "/api/topics/spread")["partitions"] if p["partition"] == 0]
+    coordinators = {}
+    for me, url in urls.items():
+        data = get(url + "/api/groups")
+        listed = {g["groupId"]: g for g in data["groups"]}
+        assert set(names) <= set(listed) and data["unanswered"] == []
+        for name in names:
+            g = listed[name]
+            coordinators.setdefault(name, g["coordinator"])
+            assert g["coordinator"] == coordinators[name]
+            if g["coordinator"] == me:
+                # spread-0 (committed 3 of 10) has one replica: its end
+                # offset is known to the coordinator only if it holds it.
+                assert g["lag"] == (7 if me == first["leader"] else None) and "console" not in g
+            else:
+                assert g["lag"] is None and g["console"] == urls[g["coordinator"]]
+    assert len(set(coordinators.values())) > 1, "the groups should spread over the coordinators"
+    found = get(urls[1] + "/api/groups?q=team-3")["groups"]
+    assert [g["groupId"] for g in found] == ["team-3"]

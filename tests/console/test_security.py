@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from kafkatwist.security.format import formatDirectory
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 from tests.console.conftest import consolePort
 from tests.console.formclient import FormClient, flash
 
@@ -36,7 +36,7 @@ def secured(tmp_path_factory):
         AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType,
     )
 
-    b = BrokerProcess(
+    b = Broker(
         str(tmp_path_factory.mktemp("secured")),
         {
             "metrics.http.listener": "127.0.0.1:0",
@@ -222,7 +222,7 @@ def test_https_listener_and_secure_login(tmp_path, pki):
     import re
     import ssl
 
-    b = BrokerProcess(str(tmp_path / "tls"), {
+    b = Broker(str(tmp_path / "tls"), {
         "metrics.http.listener": "https://127.0.0.1:0",
         "ssl.keystore.location": pki.serverKeystore,
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",

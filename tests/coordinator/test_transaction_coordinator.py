@@ -183,7 +183,7 @@ def test_init_aborts_the_open_transaction_and_fences():
     txn = Txn()
     pid, epoch = txn.begin()
     log = txn.logManager.getLog(*TP)
-    from tests.log.test_transactions import txn as txnBatch
+    from tests.log.helpers import txn as txnBatch
 
     log.append(txnBatch(0, pid=pid, epoch=epoch), T0, verificationGuard=log.verificationGuard(pid))
     assert log.lastStableOffset == 0

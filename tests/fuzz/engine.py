@@ -29,7 +29,7 @@ import time
 import uuid
 
 from kafkatwist.client import KafkaWireClient
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 from tests.fuzz.mutate import Mutator
 from tests.fuzz.seeds import generated, legacyProduceSeeds, produceSeeds, recorded
 
@@ -174,7 +174,7 @@ class FuzzRun:
         self.say = log
         self.rng = random.Random(seed)
         self.mutator = Mutator(random.Random(seed + 1))
-        self.broker: BrokerProcess | None = None
+        self.broker: Broker | None = None
         self.restarts = 0
         self.stats = collections.Counter()
         self.crashes: list[dict] = []
@@ -193,7 +193,7 @@ class FuzzRun:
     # -- broker ---------------------------------------------------------------
 
     def _startBroker(self) -> None:
-        self.broker = BrokerProcess(os.path.join(self.directory, "broker"), dict(self.overrides))
+        self.broker = Broker(os.path.join(self.directory, "broker"), dict(self.overrides))
         self.broker.start(60)
         self._logOffset = os.path.getsize(self.broker.logPath)
         with KafkaWireClient(self.broker.bootstrap) as client:

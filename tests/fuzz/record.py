@@ -29,7 +29,7 @@ import time
 import uuid
 from collections import defaultdict
 
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds", "frames.txt")
 PER_KEY = 3
@@ -372,7 +372,7 @@ def _aiokafka(bootstrap: str, proxy: RecordingProxy) -> None:
 def record(out: str = SEEDS) -> int:
     with tempfile.TemporaryDirectory() as directory:
         proxy = RecordingProxy(0)
-        broker = BrokerProcess(
+        broker = Broker(
             directory,
             {
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}",

@@ -13,7 +13,7 @@ import time
 import uuid
 
 from kafkatwist.security.format import formatDirectory
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
@@ -24,11 +24,11 @@ PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
 
 
-def securedBroker(directory: str, pki, **overrides) -> BrokerProcess:
+def securedBroker(directory: str, pki, **overrides) -> Broker:
     """
     A broker (not started) whose data directory already holds the users.
     """
-    broker = BrokerProcess(
+    broker = Broker(
         directory,
         {
             "ssl.keystore.location": pki.serverKeystore,
@@ -50,12 +50,12 @@ def securedBroker(directory: str, pki, **overrides) -> BrokerProcess:
     return broker
 
 
-def restarted(old: BrokerProcess) -> BrokerProcess:
+def restarted(old: Broker) -> Broker:
     """
     The same broker started again on its data directory, logging to a new
     file (the start-up check reads the log).
     """
-    new = BrokerProcess(old.directory, dict(old.overrides))
+    new = Broker(old.directory, dict(old.overrides))
     new.overrides["listeners"] = old.overrides["listeners"]
     new.logPath = f"{old.logPath}.{time.monotonic_ns()}"
     return new.start()

@@ -187,7 +187,7 @@ def test_policy_file_authorizer_plugin(tmp_path, pki):
 
     from confluent_kafka import KafkaError
 
-    from tests.broker import ROOT
+    from kafkatwist.testing.broker import ROOT
     from tests.integration.security import ALICE
 
     broker = securedBroker(

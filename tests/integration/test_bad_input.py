@@ -15,9 +15,9 @@ from tests.rawclient import RawConnection
 
 @pytest.fixture(scope="module")
 def tlsBroker(tmp_path_factory, pki):
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
-    b = BrokerProcess(
+    b = Broker(
         str(tmp_path_factory.mktemp("badinput")),
         {
             "ssl.keystore.location": pki.serverKeystore,
@@ -123,7 +123,7 @@ def _frame(body: bytes) -> bytes:
 
 
 def test_compact_count_of_2_to_the_35(tlsBroker, bystander):
-    from tests.unit.test_bounds import METADATA_V12_ABORT
+    from tests.unit.helpers import METADATA_V12_ABORT
 
     # kio's native reader used to reserve 2^35 elements and abort the process.
     assert _closedAfter(tlsBroker.port, bytes.fromhex(METADATA_V12_ABORT))

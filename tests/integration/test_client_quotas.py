@@ -15,6 +15,7 @@ import time
 import uuid
 
 import pytest
+from tests.integration.helpers import alterQuotas, describeQuotas
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -24,63 +25,6 @@ WINDOWS = {"quota.window.num": "2", "quota.window.size.seconds": "1"}
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def kpCall(broker, request, responseClass, version):
-    from tests.rawclient import RawConnection
-
-    connection = RawConnection(broker.port)
-    try:
-        request.with_header(correlation_id=1, client_id="kafka-configs")
-        connection.send(request.encode(version=version, header=True, framed=True))
-        return responseClass.decode(connection.readFrame(), version=version, header=True)
-    finally:
-        connection.close()
-
-
-def alterQuotas(broker, changes, version=1, validateOnly=False):
-    """
-    @param changes: C{[(entity dict, {key: value or None to remove})]}.
-    @return: C{[(error code, message)]} per entry.
-    """
-    from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
-
-    Entry = AlterClientQuotasRequest.EntryData
-    request = AlterClientQuotasRequest(
-        entries=[
-            Entry(
-                entity=[Entry.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
-                ops=[
-                    Entry.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
-                    for k, v in ops.items()
-                ],
-            )
-            for entity, ops in changes
-        ],
-        validate_only=validateOnly,
-    )
-    response = kpCall(broker, request, AlterClientQuotasResponse, version)
-    return [(e.error_code, e.error_message) for e in response.entries]
-
-
-def describeQuotas(broker, components=(), strict=False, version=1):
-    """
-    @return: C{{((type, name), ...): {key: value}}}, or the error.
-    """
-    from kafka.protocol.admin.client_quotas import DescribeClientQuotasRequest, DescribeClientQuotasResponse
-
-    Component = DescribeClientQuotasRequest.ComponentData
-    request = DescribeClientQuotasRequest(
-        components=[Component(entity_type=t, match_type=m, match=n) for t, m, n in components],
-        strict=strict,
-    )
-    response = kpCall(broker, request, DescribeClientQuotasResponse, version)
-    if response.error_code:
-        return response.error_code, response.error_message
-    return {
-        tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: v.value for v in entry.values}
-        for entry in response.entries
-    }
 
 
 @pytest.mark.parametrize("version", [0, 1])
@@ -125,9 +69,9 @@ def test_alter_and_describe(brokerFactory, version):
 
     # Durable: a restarted broker has them.
     broker.stop()
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
-    again = BrokerProcess(broker.directory, dict(broker.overrides))
+    again = Broker(broker.directory, dict(broker.overrides))
     again.logPath = broker.logPath + ".2"
     again.start()
     try:

@@ -6,38 +6,11 @@ the principal handlers see.
 """
 
 import asyncio
-import textwrap
 
 import pytest
+from tests.integration.helpers import PRINCIPAL_PLUGIN, confluentMetadata
 
 pytestmark = pytest.mark.integration
-
-# Wraps the built-in Metadata handler and reports the request's principal
-# as the cluster id, so a real client can show what handlers see.
-PRINCIPAL_PLUGIN = textwrap.dedent(
-    """
-    import dataclasses
-    from kafkatwist.plugins.handler import Handler, HandlerPlugin
-
-    class PrincipalAsClusterId(Handler):
-        apiKey = 3
-        def __init__(self, broker, wrapped):
-            super().__init__(broker, wrapped)
-            self.minVersion, self.maxVersion = wrapped.minVersion, wrapped.maxVersion
-        def handle(self, context, request):
-            response = self.wrapped.handle(context, request)
-            return dataclasses.replace(response, cluster_id=context.principal)
-
-    principal = HandlerPlugin("test.principal", 3, PrincipalAsClusterId, priority=50)
-    """
-)
-
-
-def confluentMetadata(bootstrap, **extra):
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, **extra})
-    return admin.list_topics(timeout=15)
 
 
 def kafkaPythonCluster(bootstrap, **extra):
@@ -70,9 +43,9 @@ def aiokafkaBrokers(bootstrap, **extra):
 
 @pytest.fixture(scope="module")
 def tlsBroker(tmp_path_factory, pki):
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
-    b = BrokerProcess(
+    b = Broker(
         str(tmp_path_factory.mktemp("tls")),
         {"ssl.keystore.location": pki.serverKeystore},
         listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",

@@ -18,7 +18,7 @@ import pytest
 
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.protocol.records import Record
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -209,7 +209,7 @@ def _cleanerProcesses(brokerPid):
 @pytest.mark.parametrize("delay", [0.0, 0.4, 1.2])
 def test_kill9_during_cleaning_loses_nothing(tmp_path, delay):
     overrides = dict(FAST, **{"log.cleaner.io.max.bytes.per.second": "400000"})
-    broker = BrokerProcess(str(tmp_path / "b"), overrides).start()
+    broker = Broker(str(tmp_path / "b"), overrides).start()
     # Held off while it is filled, so the pass is long and starts at once.
     configs = dict(TABLE, **{"segment.bytes": "65536", "min.compaction.lag.ms": "3600000"})
     with KafkaWireClient(broker.bootstrap) as client:
@@ -233,7 +233,7 @@ def test_kill9_during_cleaning_loses_nothing(tmp_path, delay):
         time.sleep(0.05)
     assert _cleanerProcesses(broker.process.pid) == []
     assert "cleaned crash-0" not in broker.output(), "the pass finished before the kill"
-    again = BrokerProcess(broker.directory, dict(broker.overrides, listeners="PLAINTEXT://127.0.0.1:0"))
+    again = Broker(broker.directory, dict(broker.overrides, listeners="PLAINTEXT://127.0.0.1:0"))
     again.logPath += ".2"
     again.start()
     try:
@@ -273,7 +273,7 @@ def test_consumer_offsets_compacted_and_loaded(tmp_path):
             "metrics.http.listener": "127.0.0.1:0",
         },
     )
-    broker = BrokerProcess(str(tmp_path / "b"), overrides).start()
+    broker = Broker(str(tmp_path / "b"), overrides).start()
     with KafkaWireClient(broker.bootstrap) as client:
         client.createTopics({"anything": 3})
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "committer"})
@@ -303,7 +303,7 @@ def test_consumer_offsets_compacted_and_loaded(tmp_path):
         time.sleep(0.1)
     assert size() <= 2 * 16384
     broker.stop()
-    again = BrokerProcess(broker.directory, dict(broker.overrides, listeners="PLAINTEXT://127.0.0.1:0"))
+    again = Broker(broker.directory, dict(broker.overrides, listeners="PLAINTEXT://127.0.0.1:0"))
     again.logPath += ".2"
     again.start()
     try:

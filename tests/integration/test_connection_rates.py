@@ -17,8 +17,8 @@ import uuid
 
 import pytest
 
-from tests.integration.test_client_quotas import alterQuotas, describeQuotas
-from tests.integration.test_dynamic_configs import NODE_ID, confluentAdmin, incremental
+from tests.integration.helpers import alterQuotas, describeQuotas
+from tests.integration.helpers import NODE_ID, confluentAdmin, incremental
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -12,18 +12,12 @@ import time
 import pytest
 
 from kafkatwist.util.atomic import TEMPORARY_SUFFIX
-from tests.broker import ROOT, TWISTD, BrokerProcess
+from kafkatwist.testing import Broker
+from kafkatwist.testing.broker import ROOT, TWISTD
 from tests.rawclient import RawConnection
+from tests.integration.helpers import runTwistd
 
 pytestmark = pytest.mark.integration
-
-
-def runTwistd(tmp_path, *args):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run(
-        [TWISTD, "-n", "--pidfile=", "kafkatwist", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )
 
 
 @pytest.mark.parametrize(
@@ -51,7 +45,7 @@ def test_config_file_and_override(tmp_path):
         "# a comment\nnode.id=7\nlisteners=PLAINTEXT://127.0.0.1:0\n"
         "num.network.threads = 2\nsome.unknown.key=1\n"
     )
-    broker = BrokerProcess(str(tmp_path / "b"), {"node.id": "9"}, config=str(properties))
+    broker = Broker(str(tmp_path / "b"), {"node.id": "9"}, config=str(properties))
     broker.overrides.pop("listeners")
     with broker:
         output = broker.output()

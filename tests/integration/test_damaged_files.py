@@ -10,7 +10,7 @@ import pytest
 
 from kafkatwist.log import LogManager
 from kafkatwist.log.meta import loadOrCreateClusterId
-from tests.integration.test_daemon import runTwistd
+from tests.integration.helpers import runTwistd
 
 pytestmark = pytest.mark.integration
 

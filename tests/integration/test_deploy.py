@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from tests.broker import ROOT, TWISTD
+from kafkatwist.testing.broker import ROOT, TWISTD
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from tests.broker import ROOT
+from kafkatwist.testing.broker import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -151,6 +151,7 @@ class Server:
         self.output.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_commands_run_as_written(page, tmp_path):

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.broker import BrokerProcess
-from tests.integration.test_produce_consume import (
+from kafkatwist.testing import Broker
+from tests.integration.helpers import (
     confluentConsume,
     confluentProduce,
     digest,
@@ -24,19 +24,19 @@ from tests.integration.test_produce_consume import (
 pytestmark = pytest.mark.integration
 
 
-def restart(old: BrokerProcess, **overrides) -> BrokerProcess:
-    new = BrokerProcess(old.directory, {**old.overrides, **overrides})
+def restart(old: Broker, **overrides) -> Broker:
+    new = Broker(old.directory, {**old.overrides, **overrides})
     new.overrides["listeners"] = "PLAINTEXT://127.0.0.1:0"
     new.logPath = old.logPath + ".2"
     return new.start()
 
 
-def segmentFiles(broker: BrokerProcess, topic: str, partition: int = 0) -> list[str]:
+def segmentFiles(broker: Broker, topic: str, partition: int = 0) -> list[str]:
     return sorted(glob.glob(os.path.join(broker.overrides["log.dir"], f"{topic}-{partition}", "*.log")))
 
 
 def test_clean_restart_keeps_everything(tmp_path):
-    broker = BrokerProcess(str(tmp_path / "b"), {"num.partitions": "3"}).start()
+    broker = Broker(str(tmp_path / "b"), {"num.partitions": "3"}).start()
     confluentProduce(broker.bootstrap, "kept", 30_000, "lz4")
     before = [confluentConsume(broker.bootstrap, "kept", 1, partition=p) for p in range(3)]
     status, _ = broker.stop()
@@ -79,7 +79,7 @@ def confluentConsumeAll(bootstrap, topic, partitions):
 def test_kill9_with_fsync_before_ack_loses_nothing_acknowledged(tmp_path):
     from confluent_kafka import Producer
 
-    broker = BrokerProcess(
+    broker = Broker(
         str(tmp_path / "b"), {"log.flush.interval.messages": "1", "log.segment.bytes": "200000"}
     ).start()
     producer = Producer(
@@ -138,7 +138,7 @@ def test_kill9_with_fsync_before_ack_loses_nothing_acknowledged(tmp_path):
 
 
 def test_corrupt_batch_detected_at_recovery_and_not_served(tmp_path):
-    broker = BrokerProcess(str(tmp_path / "b")).start()
+    broker = Broker(str(tmp_path / "b")).start()
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})

@@ -16,70 +16,13 @@ import uuid
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
+from tests.integration.helpers import NODE_ID, confluentAdmin, incremental
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-NODE_ID = "1"
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def confluentAdmin(broker):
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
-
-
-def incremental(admin, name, **settings):
-    """
-    SET (or DELETE for C{None}) each setting on the BROKER resource C{name}
-    (C{admin} is a confluent-kafka AdminClient, or for the cluster default,
-    which none of the Python clients can name, the broker: the request Java's
-    C{kafka-configs.sh --entity-default} sends).
-
-    @return: (error code, message); (0, None) on success.
-    """
-    if name == "":
-        return rawIncremental(admin, settings)
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
-
-    entries = [
-        ConfigEntry(
-            key.replace("_", "."), value,
-            incremental_operation=AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET,
-        )
-        for key, value in settings.items()
-    ]
-    resource = ConfigResource("broker", name, incremental_configs=entries)
-    try:
-        admin.incremental_alter_configs([resource])[resource].result(timeout=15)
-        return 0, None
-    except KafkaException as e:
-        return e.args[0].code(), e.args[0].str()
-
-
-def rawIncremental(broker, settings):
-    from kafkatwist.protocol.apis import requestType
-    from kafkatwist.protocol.entities import nested
-    from tests.rawclient import RawConnection
-
-    Resource = nested(requestType(44, 1), "AlterConfigsResource")
-    Config = nested(requestType(44, 1), "AlterableConfig")
-    connection = RawConnection(broker.port)
-    try:
-        [response] = connection.request(
-            44, 1,
-            resources=(Resource(resource_type=4, resource_name="", configs=tuple(
-                Config(name=key.replace("_", "."), config_operation=1 if value is None else 0, value=value)
-                for key, value in settings.items())),),
-            validate_only=False,
-        ).responses
-    finally:
-        connection.close()
-    return int(response.error_code), response.error_message
 
 
 def describeDefault(broker):
@@ -318,10 +261,10 @@ def test_num_network_threads(brokerFactory):
 
 
 def restart(old):
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
     old.stop()
-    new = BrokerProcess(old.directory, dict(old.overrides))
+    new = Broker(old.directory, dict(old.overrides))
     new.logPath = old.logPath + ".2"
     return new.start()
 

@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from tests.broker import ROOT
+from kafkatwist.testing.broker import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 #: what of this venv the new one must not see
 HIDDEN = ("kafkatwist", "__editable__", "_kafkatwist", "kafkatwist_source_tree.pth")

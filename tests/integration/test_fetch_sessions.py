@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ RECORDS = 400
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(
+    b = Broker(
         str(tmp_path_factory.mktemp("broker")), {"metrics.http.listener": "127.0.0.1:0"}
     )
     b.start()

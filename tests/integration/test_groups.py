@@ -26,6 +26,7 @@ import time
 
 import pytest
 
+from kafkatwist.testing import waitUntil
 from tests.rawclient import RawConnection
 
 # Each test normally takes 3-12 s; 60 s is the hard bound.
@@ -53,7 +54,7 @@ def groupBroker(brokerFactory, tmp_path):
             brokers[name] = brokerFactory(dict(overrides))
         broker = brokers[name]
         if os.path.exists(broker.logPath):
-            # A restart: BrokerProcess.start reads the log for the startup
+            # A restart: Broker.start reads the log for the startup
             # line, so the previous run's must not be there.
             os.replace(broker.logPath, broker.logPath + f".{time.monotonic_ns()}")
         broker.start()
@@ -301,15 +302,8 @@ def describe(port: int, group: str):
     return g, owners
 
 
-def waitFor(predicate, timeout, what, consumers=()):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    details = "\n".join(c.describe() for c in consumers)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{details}")
+def described(consumers):
+    return lambda: "\n".join(c.describe() for c in consumers)
 
 
 def ownershipIntervals(consumer, end: float) -> dict[int, list[tuple[float, float]]]:
@@ -350,7 +344,7 @@ def test_three_clients_share_rebalance_and_consume_everything(groupBroker, tmp_p
                 return None
             return owners if sorted(owners) == list(range(PARTITIONS)) else None
 
-        owners = waitFor(stable3, 20, "a stable group of three", consumers)
+        owners = waitUntil(stable3, 60, "a stable group of three", describe=described(consumers))
         assert all(len(o) == 1 for o in owners.values()), owners
         assert {o[0] for o in owners.values()} == {"confluent", "kafka-python", "aiokafka"}
 
@@ -359,10 +353,9 @@ def test_three_clients_share_rebalance_and_consume_everything(groupBroker, tmp_p
 
         # Records produced now are shared by the three owners.
         produce(bootstrap, topic, 1, 599)
-        waitFor(consumed(600), 10, "the first 600 records", consumers)
-        waitFor(
-            lambda: all(c.records() for c in consumers), 10, "records at every member", consumers
-        )
+        waitUntil(consumed(600), 30, "the first 600 records", describe=described(consumers))
+        waitUntil(lambda: all(c.records() for c in consumers), 30, "records at every member",
+                  describe=described(consumers))
         # Let the members' own view settle (their assign callbacks ran).
         victim = consumers[1]  # kafka-python
         victimParts = sorted(p for p, o in owners.items() if o == [victim.kind])
@@ -378,7 +371,8 @@ def test_three_clients_share_rebalance_and_consume_everything(groupBroker, tmp_p
                 return None
             return owners
 
-        owners = waitFor(moved, SESSION_TIMEOUT_MS / 1000 + 10, "the partitions to move", consumers)
+        owners = waitUntil(moved, SESSION_TIMEOUT_MS / 1000 + 30, "the partitions to move",
+                           describe=described(consumers))
         movedAfter = time.monotonic() - killedAt
         assert all(len(o) == 1 for o in owners.values()), owners
         assert victim.kind not in {o[0] for o in owners.values()}
@@ -388,7 +382,7 @@ def test_three_clients_share_rebalance_and_consume_everything(groupBroker, tmp_p
         for p in victimParts:
             assert owners[p][0] != victim.kind
 
-        waitFor(consumed(1200), 10, "all 1200 records", consumers)
+        waitUntil(consumed(1200), 30, "all 1200 records", describe=described(consumers))
         # Everything produced was consumed.
         seen = {e["v"] for c in consumers for e in c.records()}
         assert seen == {str(i) for i in range(1200)}

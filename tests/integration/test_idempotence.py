@@ -14,16 +14,21 @@ import pytest
 
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.errors import ErrorCode
-from kafkatwist.protocol.apis import PRODUCE, requestType
 from kafkatwist.protocol.batch import iterBatchHeaders
-from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.records import Record, buildBatch
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
+from tests.integration.helpers import logEnd, produceFrame, sendProduce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 INIT_PRODUCER_ID = 22
 N = 2000
+
+
+@pytest.fixture
+def client(broker):
+    with KafkaWireClient(broker.bootstrap) as c:
+        yield c
 
 
 def consumeAll(bootstrap, topic, partition=0):
@@ -43,11 +48,6 @@ def producerIds(bootstrap, topic, partition=0):
     with KafkaWireClient(bootstrap) as client:
         raw = client.fetchRaw(topic, partition, 0, maxBytes=1 << 24)
     return {h.producerId for _, h in iterBatchHeaders(raw.records)}
-
-
-def logEnd(client, topic, partition=0):
-    end = client.listOffsets(topic, [partition])[partition]
-    return end[0] if isinstance(end, tuple) else end
 
 
 def initProducerId(client):
@@ -70,27 +70,6 @@ def initProducerId(client):
     return int(response.producer_id), int(response.producer_epoch)
 
 
-def produceFrame(topic, batch, correlationId=7, version=9):
-    cls = requestType(PRODUCE, version)
-    module = __import__(cls.__module__, fromlist=["*"])
-    topicCls = getattr(cls, "TopicProduceData", None) or module.TopicProduceData
-    partitionCls = getattr(cls, "PartitionProduceData", None) or module.PartitionProduceData
-    request = cls(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(topicCls(name=topic, partition_data=(partitionCls(index=0, records=batch),)),),
-    )
-    return encodeRequestFrame(PRODUCE, version, correlationId, "idempotence-test", request), version
-
-
-def sendProduce(client, frame, version):
-    response = client.sendRaw(frame)
-    _, body = decodeResponseFrame(PRODUCE, version, response)
-    (partition,) = body.responses[0].partition_responses
-    return partition.error_code, int(partition.base_offset)
-
-
 def batchOf(values, producerId, epoch, sequence):
     return buildBatch(
         [Record(value=v) for v in values],
@@ -98,12 +77,6 @@ def batchOf(values, producerId, epoch, sequence):
         producerEpoch=epoch,
         baseSequence=sequence,
     )
-
-
-@pytest.fixture
-def client(broker):
-    with KafkaWireClient(broker.bootstrap) as c:
-        yield c
 
 
 def test_kafka_python_default_producer_exactly_once(broker, client):
@@ -212,7 +185,7 @@ def test_producer_state_survives_restart(brokerFactory, kill):
         broker.kill()
     else:
         broker.stop()
-    again = BrokerProcess(broker.directory, dict(broker.overrides))
+    again = Broker(broker.directory, dict(broker.overrides))
     again.logPath = broker.logPath + ".2"
     again.start()
     try:

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.integration.test_produce_consume import confluentConsume, confluentProduce
+from tests.integration.helpers import confluentConsume, confluentProduce
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,8 @@ from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.legacy_records import compressInner, encodeMessage
-from tests.integration.test_idempotence import sendProduce
+from tests.integration.helpers import sendProduce
+from tests.integration.helpers import legacyProduceFrame
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -44,24 +45,6 @@ def call(client, apiKey, version, **fields):
     frame = encodeRequestFrame(apiKey, version, 11, "old-versions", entity)
     _, response = decodeResponseFrame(apiKey, version, client.sendRaw(frame))
     return response
-
-
-def produceFrame(topic, records, version):
-    cls = requestType(0, version)
-    request = make(
-        cls,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            make(
-                nested(cls, "TopicProduceData"),
-                name=topic,
-                partition_data=(make(nested(cls, "PartitionProduceData"), index=0, records=records),),
-            ),
-        ),
-    )
-    return encodeRequestFrame(0, version, 7, "old-versions", request), version
 
 
 def confluentRead(bootstrap, topic, n, timeout=30.0):
@@ -100,7 +83,7 @@ def test_produce_old_formats(broker, client, version, magic, codec):
             records = encodeMessage(0, magic, codec, T0 + 4, None, compressInner(codec, magic, inner))
         else:
             records = b"".join(entries)
-        frame, _ = produceFrame(topic, records, version=version)
+        frame, _ = legacyProduceFrame(topic, records, version=version)
         assert sendProduce(client, frame, version) == (E.none, 5 * round_)
     got = confluentRead(broker.bootstrap, topic, 10)
     assert [(o, k, v) for o, _, k, v in got] == [
@@ -114,12 +97,12 @@ def test_produce_old_formats(broker, client, version, magic, codec):
 def test_produce_v2_log_append_time(broker, client):
     topic = "produce-v2-append-time"
     client.createTopics({topic: (1, {"message.timestamp.type": "LogAppendTime"})})
-    frame, _ = produceFrame(topic, encodeMessage(0, 1, 0, T0, None, b"v"), version=2)
+    frame, _ = legacyProduceFrame(topic, encodeMessage(0, 1, 0, T0, None, b"v"), version=2)
     response = decodeResponseFrame(0, 2, client.sendRaw(frame))[1]
     [p] = response.responses[0].partition_responses
     assert p.error_code == E.none and p.log_append_time is not None
     # A producer may not claim LogAppendTime.
-    frame, _ = produceFrame(topic, encodeMessage(0, 1, 8, T0, None, b"v"), version=2)
+    frame, _ = legacyProduceFrame(topic, encodeMessage(0, 1, 8, T0, None, b"v"), version=2)
     assert sendProduce(client, frame, 2)[0] == E.invalid_timestamp
 
 
@@ -129,7 +112,7 @@ def test_produce_v2_log_append_time(broker, client):
 def test_list_offsets_v0_for_lag_monitors(broker, client):
     topic = "list-v0"
     client.createTopics({topic: 2})
-    frame, _ = produceFrame(topic, b"".join(encodeMessage(0, 0, 0, -1, None, b"x") for _ in range(3)), 0)
+    frame, _ = legacyProduceFrame(topic, b"".join(encodeMessage(0, 0, 0, -1, None, b"x") for _ in range(3)), 0)
     assert sendProduce(client, frame, 0) == (E.none, 0)
     cls = requestType(2, 0)
     Topic, Partition = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")

@@ -20,8 +20,8 @@ from kafkatwist.errors import KafkaError
 from kafkatwist.protocol.apis import PRODUCE
 from kafkatwist.protocol.entities import ms, nested
 from kafkatwist.protocol.records import Record, buildBatch
-from tests.broker import BrokerProcess
-from tests.unit.test_plugin_examples import EXAMPLES, loadExample
+from kafkatwist.testing import Broker
+from tests.unit.helpers import EXAMPLES, loadExample
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def examplesBroker(tmp_path_factory):
     schemas = tmp_path_factory.mktemp("schemas")
     for topic in ("orders", "payments"):
         (schemas / f"{topic}.json").write_text(json.dumps(ORDER_SCHEMA))
-    broker = BrokerProcess(str(tmp_path_factory.mktemp("examples")), {"plugin.paths": EXAMPLES})
+    broker = Broker(str(tmp_path_factory.mktemp("examples")), {"plugin.paths": EXAMPLES})
     # The schema directory reaches the broker through its environment.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KAFKATWIST_SCHEMA_DIR", str(schemas))

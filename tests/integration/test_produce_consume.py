@@ -4,10 +4,10 @@ client in both directions, byte-identical records.
 """
 
 import asyncio
-import hashlib
 import time
 
 import pytest
+from tests.integration.helpers import confluentConsume, confluentProduce, digest, record
 
 pytestmark = pytest.mark.integration
 
@@ -15,72 +15,8 @@ RECORDS = 100_000
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
-def record(i: int, nullHeaders: bool = True) -> tuple[bytes, bytes, list]:
-    key = b"key-%07d" % i
-    value = hashlib.sha256(key).digest() * 3 + b"%d" % i
-    # kafka-python's producer refuses null header values; the others send them.
-    headers = [("seq", b"%d" % i), ("codec", None if nullHeaders and i % 7 == 0 else b"h")]
-    return key, value, headers
-
-
-def digest(rows) -> str:
-    h = hashlib.sha256()
-    for key, value, headers in rows:
-        h.update(repr((key, value, [(k, v) for k, v in (headers or [])])).encode())
-    return h.hexdigest()
-
-
 def expectedDigest(n: int, nullHeaders: bool = True) -> str:
     return digest(record(i, nullHeaders) for i in range(n))
-
-
-def confluentProduce(bootstrap, topic, n, compression):
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "compression.type": compression,
-            "linger.ms": 20,
-            "batch.num.messages": 5000,
-            "acks": "all",
-        }
-    )
-    failures = []
-
-    def delivered(err, msg):
-        if err is not None:
-            failures.append(err)
-
-    for i in range(n):
-        key, value, headers = record(i)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, headers=headers, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(60) == 0
-    assert not failures, failures[:3]
-
-
-def confluentConsume(bootstrap, topic, n, partition=0, offset=0, timeout=60):
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, partition, offset)])
-    rows = []
-    offsets = []
-    deadline = time.monotonic() + timeout
-    while len(rows) < n and time.monotonic() < deadline:
-        for message in consumer.consume(10000, 1.0):
-            assert message.error() is None, message.error()
-            rows.append((message.key(), message.value(), message.headers() or []))
-            offsets.append(message.offset())
-    consumer.close()
-    return rows, offsets
 
 
 def kafkaPythonConsume(bootstrap, topic, n):

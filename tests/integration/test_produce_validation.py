@@ -16,9 +16,9 @@ from kafkatwist.client import KafkaWireClient
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.records import Record, buildBatch
 from tests.fuzz.bombs import bomb
-from tests.integration.test_idempotence import logEnd, produceFrame, sendProduce
-from tests.integration.test_old_versions import produceFrame as oldProduceFrame
-from tests.unit.test_record_validation import rewrite
+from tests.integration.helpers import logEnd, produceFrame, sendProduce
+from tests.integration.helpers import legacyProduceFrame as oldProduceFrame
+from tests.unit.helpers import rewrite
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

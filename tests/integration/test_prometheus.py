@@ -19,7 +19,7 @@ from tests.prometheus import (
     metricNames,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def scrapeText(port):
@@ -27,10 +27,10 @@ def scrapeText(port):
         return response.read().decode()
 
 
-def runLoad(bootstrap, seconds, topic="dashboard", group="dashboard-readers"):
+def runLoad(bootstrap, until, timeout=90.0, topic="dashboard", group="dashboard-readers"):
     """
-    Produce and consume for a while, committing behind the end so the group
-    has lag.
+    Produce and consume until C{until()} (asked about once a second) is
+    true, committing behind the end so the group has lag.
     """
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -38,10 +38,17 @@ def runLoad(bootstrap, seconds, topic="dashboard", group="dashboard-readers"):
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + timeout
+    asked = time.monotonic()
     sent = 0
     try:
-        while time.monotonic() < deadline:
+        while True:
+            if time.monotonic() - asked >= 1.0:
+                asked = time.monotonic()
+                if until():
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Prometheus had no data for every dashboard query after {timeout} s")
             for _ in range(50):
                 producer.produce(topic, key=b"k%d" % (sent % 7), value=b"x" * 200, partition=sent % 2)
                 sent += 1
@@ -61,16 +68,23 @@ def scraped(tmp_path_factory):
     binary, why = findPrometheus()
     if binary is None:
         pytest.skip(why)
-    from tests.broker import BrokerProcess
+    from kafkatwist.testing import Broker
 
     directory = tmp_path_factory.mktemp("prometheus")
-    broker = BrokerProcess(str(directory / "broker"), {"metrics.http.listener": "127.0.0.1:0",
+    broker = Broker(str(directory / "broker"), {"metrics.http.listener": "127.0.0.1:0",
                                                        "num.partitions": "2"}).start()
     metricsPort = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", broker.output()).group(1))
     prometheus = PrometheusServer(binary, str(directory / "prometheus"), f"127.0.0.1:{metricsPort}")
     try:
         prometheus.waitForTarget()
-        runLoad(broker.bootstrap, 12)
+
+        def everyQueryHasData():
+            # The load runs until Prometheus has scraped enough of it to
+            # answer every panel's query (rates need two scrapes).
+            return all(prometheus.api("query", query=concrete(expr, "15s"))["result"]
+                       for _, expr, _ in dashboardTargets())
+
+        runLoad(broker.bootstrap, everyQueryHasData)
         yield prometheus, scrapeText(metricsPort)
     finally:
         prometheus.stop()

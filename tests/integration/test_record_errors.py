@@ -14,7 +14,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.apis import PRODUCE
 from kafkatwist.protocol.codec import decodeResponseFrame
 from kafkatwist.protocol.records import Record, buildBatch
-from tests.integration.test_idempotence import logEnd, produceFrame
+from tests.integration.helpers import logEnd, produceFrame
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.broker import ROOT
-from tests.integration.test_clients_connect import PRINCIPAL_PLUGIN, confluentMetadata
+from kafkatwist.testing.broker import ROOT
+from tests.integration.helpers import PRINCIPAL_PLUGIN, confluentMetadata
 
 pytestmark = [
     pytest.mark.integration,

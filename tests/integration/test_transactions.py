@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatwist.client import KafkaWireClient
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker, waitUntil
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -29,7 +29,7 @@ READ_COMMITTED = 1
 
 @pytest.fixture
 def broker(tmp_path):
-    with BrokerProcess(
+    with Broker(
         str(tmp_path / "broker"),
         {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"},
     ) as b:
@@ -149,22 +149,13 @@ def offsets(bootstrap, topic, partition=0):
     return end, stable
 
 
-def restarted(old: BrokerProcess) -> BrokerProcess:
+def restarted(old: Broker) -> Broker:
     """
     The same data directory, a new process (and log file).
     """
-    new = BrokerProcess(old.directory, dict(old.overrides))
+    new = Broker(old.directory, dict(old.overrides))
     new.logPath = old.logPath + ".2"
     return new.start()
-
-
-def waitFor(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {timeout}s")
 
 
 # -- commit and abort, three consumers ----------------------------------------------------
@@ -285,8 +276,8 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(broker):
     assert stable == 0 < end
     # The coordinator aborts it (and fences its producer): the last
     # stable offset moves on, the committed data becomes readable.
-    waitFor(lambda: offsets(broker.bootstrap, "t")[1] == offsets(broker.bootstrap, "t")[0],
-            what="the last stable offset reaching the end")
+    waitUntil(lambda: offsets(broker.bootstrap, "t")[1] == offsets(broker.bootstrap, "t")[0],
+              what="the last stable offset reaching the end")
     assert consumeConfluent(broker.bootstrap, "t", 1) == [b"later"]
     with pytest.raises(KafkaException):
         abandoned.commit_transaction(10)
@@ -298,7 +289,7 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(broker):
 def test_kill_mid_transaction_then_restart(tmp_path):
     directory = str(tmp_path / "broker")
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
-    broker = BrokerProcess(directory, overrides).start()
+    broker = Broker(directory, overrides).start()
     try:
         createTopics(broker.bootstrap, "t")
         producer = txnProducer(broker.bootstrap, "crash", **{"transaction.timeout.ms": 3000})
@@ -311,8 +302,8 @@ def test_kill_mid_transaction_then_restart(tmp_path):
         broker = restarted(broker)
         # After the restart the transaction is still open, then aborted
         # by its timeout: never half there.
-        waitFor(lambda: (lambda e, s: e == s)(*offsets(broker.bootstrap, "t")),
-                what="the last stable offset reaching the end")
+        waitUntil(lambda: (lambda e, s: e == s)(*offsets(broker.bootstrap, "t")),
+                  what="the last stable offset reaching the end")
         assert consumeConfluent(broker.bootstrap, "t", 1) == [b"committed"]
         # The id works again.
         again = txnProducer(broker.bootstrap, "crash")
@@ -324,7 +315,7 @@ def test_kill_mid_transaction_then_restart(tmp_path):
 
 def test_kill_after_commit(tmp_path):
     directory = str(tmp_path / "broker")
-    broker = BrokerProcess(directory).start()
+    broker = Broker(directory).start()
     try:
         createTopics(broker.bootstrap, "t", partitions=3)
         producer = txnProducer(broker.bootstrap, "commit-then-crash")
@@ -495,7 +486,7 @@ def test_compacted_topic_with_transactions(tmp_path):
     """
     keys = 10
     overrides = {"log.cleaner.backoff.ms": "50"}
-    broker = BrokerProcess(str(tmp_path / "broker"), overrides).start()
+    broker = Broker(str(tmp_path / "broker"), overrides).start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         config = {"cleanup.policy": "compact", "segment.bytes": "2048",

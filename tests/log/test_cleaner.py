@@ -12,14 +12,12 @@ import threading
 import pytest
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, _Runner
+from kafkatwist.log.cleaner import CLEANER_CHECKPOINT, _Runner
 from kafkatwist.log.compaction import DELETE_HORIZON_BIT
 from kafkatwist.protocol.records import Record, buildBatch
 
 from tests.log.compacted import append, expectedLatest, readAll, readBatches
-
-NOW = 1_700_000_000_000
-COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"}
+from .helpers import COMPACT, NOW, cleaner
 
 
 def fill(log, rounds: int, keys: int = 10, nowMs: int = NOW):
@@ -39,12 +37,6 @@ def settle(c) -> int:
         passes += 1
         assert passes < 20
     return passes
-
-
-def cleaner(manager, **kw):
-    kw.setdefault("inProcess", True)
-    kw.setdefault("clock", lambda: NOW)
-    return LogCleaner(manager, **kw)
 
 
 def test_keeps_latest_per_key_and_offsets(harness):

@@ -15,8 +15,7 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log import manager as managerModule
 
 from .batches import makeBatch
-from .test_disk import openFds
-from .test_partition import NOW, offsets, readAll
+from .helpers import NOW, offsets, openFds, readAll
 
 
 class Crash(BaseException):

@@ -16,7 +16,7 @@ from kafkatwist.log.errors import StorageError
 from kafkatwist.protocol.batch import iterBatchHeaders, validateRecordSet
 
 from .batches import makeBatch, records
-from .test_partition import NOW, offsets, readAll
+from .helpers import NOW, offsets, openFds, readAll
 
 
 def partitionDir(disk, topic="t", partition=0):
@@ -30,10 +30,6 @@ def segmentPath(disk, base, suffix=".log", topic="t"):
 def slurp(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
-
-
-def openFds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def test_layout(disk):

@@ -19,7 +19,7 @@ from kafkatwist.log import manager as managerModule
 from kafkatwist.log.checkpoint import CLEAN_SHUTDOWN
 
 from .batches import makeBatch
-from .test_partition import NOW, offsets, readAll
+from .helpers import NOW, offsets, readAll
 
 
 def enospc(*args, **kw):

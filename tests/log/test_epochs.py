@@ -18,7 +18,7 @@ from kafkatwist.log.epochs import (
 from kafkatwist.protocol.batch import iterBatchHeaders
 
 from .batches import makeBatch, records
-from .test_partition import NOW, newLog
+from .helpers import NOW, newLog
 
 # -- the cache ----------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from kafkatwist.log import handles
 from kafkatwist.log.segment import FileSegment
 
 from .batches import makeBatch
-from .test_partition import NOW
+from .helpers import NOW
 
 
 def rolledLog(disk, **kw):

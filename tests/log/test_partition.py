@@ -19,31 +19,12 @@ from kafkatwist.protocol.batch import (
 )
 
 from .batches import makeBatch, records
-
-NOW = 1_700_000_000_000
-
-
-def headers(data: bytes):
-    return [h for _, h in iterBatchHeaders(data)]
-
-
-def offsets(data: bytes):
-    return [(h.baseOffset, h.lastOffset) for h in headers(data)]
-
-
-def newLog(harness, configs=None, defaults=None, **kw):
-    manager = harness.make(defaults, **kw)
-    manager.createTopic("t", 1, configs or {})
-    return manager, manager.getLog("t", 0)
+from .helpers import NOW, headers, newLog, offsets, readAll
 
 
 def fill(log, batches: int, count: int = 1, valueSize: int = 10, ts: int = NOW, step: int = 1):
     for i in range(batches):
         log.append(makeBatch(count, valueSize=valueSize, baseTimestamp=ts + i * step), NOW)
-
-
-def readAll(log, offset: int, maxBytes: int = 1 << 30):
-    return records(log.read(offset, maxBytes).records)
 
 
 def test_provides(harness):

@@ -23,7 +23,7 @@ from kafkatwist.log.producerstate import (
 )
 
 from .batches import makeBatch
-from .test_partition import NOW, newLog, readAll
+from .helpers import NOW, newLog, readAll
 
 PID = 4242
 INT32_MAX = 2**31 - 1

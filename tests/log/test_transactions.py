@@ -23,16 +23,8 @@ from kafkatwist.protocol.batch import CONTROL_BIT, TRANSACTIONAL_BIT, iterBatchH
 from kafkatwist.protocol.markers import ABORT, COMMIT, buildMarkerBatch, readMarker
 
 from .batches import makeBatch, records
-from .test_partition import NOW, newLog
+from .helpers import NOW, P1, P2, newLog, txn
 
-P1, P2 = 100, 200
-
-
-def txn(seq, count=2, pid=P1, epoch=0):
-    return makeBatch(
-        count, producerId=pid, producerEpoch=epoch, baseSequence=seq,
-        baseTimestamp=NOW, attributes=TRANSACTIONAL_BIT,
-    )
 
 
 def plain(count=1):
@@ -369,7 +361,7 @@ def test_compaction_drops_aborted_records(harness, inProcess):
     if not inProcess and not harness.onDisk:
         pytest.skip("the in-memory log cleans in-process")
     from tests.log.compacted import append as appendKeyed, readAll
-    from tests.log.test_cleaner import COMPACT, cleaner
+    from .helpers import COMPACT, cleaner
 
     manager = harness.make()
     manager.createTopic("c", 1, COMPACT)
@@ -442,7 +434,7 @@ def test_compaction_removes_markers_after_delete_retention(harness, inProcess):
     if not inProcess and not harness.onDisk:
         pytest.skip("the in-memory log cleans in-process")
     from tests.log.compacted import append as appendKeyed, readAll
-    from tests.log.test_cleaner import COMPACT, cleaner
+    from .helpers import COMPACT, cleaner
     from kafkatwist.log.compaction import DELETE_HORIZON_BIT
 
     manager = harness.make()
@@ -520,7 +512,7 @@ def test_marker_of_a_producer_without_data_stays(harness):
     the producer's zombie after a restart.
     """
     from tests.log.compacted import append as appendKeyed
-    from tests.log.test_cleaner import COMPACT, cleaner
+    from .helpers import COMPACT, cleaner
 
     manager = harness.make()
     manager.createTopic("c", 1, dict(COMPACT, **{"delete.retention.ms": "0"}))

@@ -10,12 +10,11 @@ import base64
 import importlib.util
 import json
 import os
-import signal
 import time
 
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.client.connection import BrokerConnection
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker, BrokerSet, waitUntil
 
 DROPIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dropin")
 
@@ -39,14 +38,14 @@ def module():
     return _module
 
 
-class StaticCluster:
+class StaticCluster(BrokerSet):
     """
-    @ivar brokers: node id -> L{BrokerProcess}.
+    @ivar brokers: node id -> L{Broker}.
     """
 
     def __init__(self, directory, count: int = 3, overrides=None) -> None:
+        super().__init__()
         self.directory = str(directory)
-        self.brokers: dict[int, BrokerProcess] = {}
         self.overrides = {
             "plugin.paths": DROPIN,
             "replica.lag.time.max.ms": "3000",
@@ -58,7 +57,7 @@ class StaticCluster:
             **(overrides or {}),
         }
         for nodeId in range(1, count + 1):
-            self.brokers[nodeId] = BrokerProcess(
+            self.brokers[nodeId] = Broker(
                 os.path.join(self.directory, f"broker{nodeId}"),
                 {"node.id": str(nodeId), **self.overrides},
             )
@@ -66,41 +65,18 @@ class StaticCluster:
 
     def start(self) -> "StaticCluster":
         for broker in self.brokers.values():
-            broker.start()
+            broker.launch()
+        for broker in self.brokers.values():
+            broker.waitStarted()
         return self
 
     def restart(self, nodeId: int) -> None:
-        old = self.brokers[nodeId]
-        # start() waits for "started" in the log: keep the old run's aside.
-        if os.path.exists(old.logPath):
-            os.rename(old.logPath, old.logPath + f".{time.monotonic_ns()}")
-        broker = BrokerProcess(old.directory, old.overrides)
-        self.brokers[nodeId] = broker
+        broker = self.brokers[nodeId]
+        broker.stop()
         broker.start()
 
     def stop(self) -> None:
-        for broker in self.brokers.values():
-            if broker.process is not None and broker.process.poll() is None:
-                os.kill(broker.process.pid, signal.SIGCONT)
-            broker.stop()
-
-    def pause(self, nodeId: int) -> None:
-        os.kill(self.brokers[nodeId].process.pid, signal.SIGSTOP)
-
-    def resume(self, nodeId: int) -> None:
-        os.kill(self.brokers[nodeId].process.pid, signal.SIGCONT)
-
-    def kill(self, nodeId: int) -> None:
-        self.brokers[nodeId].kill()
-
-    def alive(self) -> list[int]:
-        return [
-            n for n, b in self.brokers.items()
-            if b.process is not None and b.process.poll() is None
-        ]
-
-    def bootstrap(self, nodeId: int) -> str:
-        return self.brokers[nodeId].bootstrap
+        self.stopAll()
 
     def command(self, nodeId: int, command: dict) -> dict:
         m = module()
@@ -153,23 +129,6 @@ class StaticCluster:
         answer = self.command(nodeId, {"op": "dump", "topic": topic, "partition": partition})
         return base64.b64decode(answer["data"])
 
-    def waitFor(self, condition, timeout: float = 90.0, what: str = "condition"):
-        """
-        Poll C{condition} until it is true (a generous bound: the wait ends
-        as soon as it holds, and a loaded machine needs the margin).
-        """
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = condition()
-            except (OSError, ConnectionError) as e:  # a broker restarting
-                last = e
-            if last and not isinstance(last, Exception):
-                return last
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}: {last!r}")
-
     def waitInSync(self, topic: str, partition: int = 0, nodes=None, timeout: float = 120.0):
         """
         Wait until every replica (or C{nodes}) has the leader's log end and
@@ -188,4 +147,21 @@ class StaticCluster:
             dumps = {n: self.dump(n, topic, partition) for n in nodes}
             return dumps if len(set(dumps.values())) == 1 else False
 
-        return self.waitFor(same, timeout, f"replicas of {topic}-{partition} in sync")
+        return waitUntil(same, timeout, f"replicas of {topic}-{partition} in sync")
+
+
+def produce(bootstrap, topic, values, acks="all", timeoutMs=60000, **extra):
+    from confluent_kafka import Producer
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+        "message.timeout.ms": timeoutMs, "request.timeout.ms": timeoutMs, **extra,
+    })
+    results = []
+    for value in values:
+        producer.produce(
+            topic, value=value, partition=0,
+            on_delivery=lambda err, msg: results.append(err),
+        )
+    producer.flush(timeoutMs / 1000 + 10)
+    return results

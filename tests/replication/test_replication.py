@@ -10,33 +10,19 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Producer
 
+from kafkatwist.testing import waitUntil
+from tests.replication.cluster import produce
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.records import Record
-
-
-def produce(bootstrap, topic, values, acks="all", timeoutMs=60000, **extra):
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-        "message.timeout.ms": timeoutMs, "request.timeout.ms": timeoutMs, **extra,
-    })
-    results = []
-    for value in values:
-        producer.produce(
-            topic, value=value, partition=0,
-            on_delivery=lambda err, msg: results.append(err),
-        )
-    producer.flush(timeoutMs / 1000 + 10)
-    return results
 
 
 def test_followers_converge(cluster):
     c = cluster(3)
     c.createTopic("r")
     c.elect("r", 0, leader=1, epoch=1, isr=[1, 2, 3])
-    c.waitFor(lambda: (c.state(2, "r") or {}).get("role") == "follower", what="roles")
+    waitUntil(lambda: (c.state(2, "r") or {}).get("role") == "follower", what="roles")
     errors = produce(c.bootstrap(1), "r", [b"v%d" % i for i in range(200)])
     assert errors == [None] * 200
     dumps = c.waitInSync("r")
@@ -69,7 +55,7 @@ def test_acks_all_waits_for_the_isr_then_shrinks(cluster):
     finally:
         c.resume(3)
     # Broker 3 catches up and rejoins.
-    c.waitFor(lambda: c.state(1, "r")["isr"] == [1, 2, 3], what="broker 3 back in the ISR")
+    waitUntil(lambda: c.state(1, "r")["isr"] == [1, 2, 3], what="broker 3 back in the ISR")
     c.waitInSync("r")
 
 
@@ -80,7 +66,7 @@ def test_not_enough_replicas(cluster):
     assert produce(c.bootstrap(1), "m", [b"a"]) == [None]
     c.pause(3)
     try:
-        c.waitFor(lambda: c.state(1, "m")["isr"] == [1, 2], what="the ISR shrink")
+        waitUntil(lambda: c.state(1, "m")["isr"] == [1, 2], what="the ISR shrink")
         with KafkaWireClient(c.bootstrap(1)) as client:
             from kafkatwist.errors import KafkaError
 
@@ -140,7 +126,7 @@ def test_divergent_follower_truncates_after_a_leader_change(cluster):
     c.restart(2)
     c.restart(3)
     c.elect("k", 0, leader=2, epoch=2, isr=[2, 3])
-    c.waitFor(lambda: c.state(2, "k")["role"] == "leader", what="broker 2 leading")
+    waitUntil(lambda: c.state(2, "k")["role"] == "leader", what="broker 2 leading")
     assert produce(c.bootstrap(2), "k", [b"b%d" % i for i in range(4)]) == [None] * 4
     c.restart(1)
     c.elect("k", 0, leader=2, epoch=2, isr=[2, 3], nodes=[1])
@@ -149,14 +135,14 @@ def test_divergent_follower_truncates_after_a_leader_change(cluster):
     assert state["leo"] == 9 and state["epochs"] == [[1, 0], [2, 5]]
     assert b"lost" not in dumps[1]
     assert b"b3" in dumps[1]
-    c.waitFor(lambda: c.state(2, "k")["isr"] == [1, 2, 3], what="broker 1 back in the ISR")
+    waitUntil(lambda: c.state(2, "k")["isr"] == [1, 2, 3], what="broker 1 back in the ISR")
 
 
 def test_only_the_leader_serves_clients(cluster):
     c = cluster(2)
     c.createTopic("n")
     c.elect("n", 0, leader=1, epoch=3, isr=[1, 2])
-    c.waitFor(lambda: (c.state(2, "n") or {}).get("role") == "follower", what="roles")
+    waitUntil(lambda: (c.state(2, "n") or {}).get("role") == "follower", what="roles")
     from kafkatwist.errors import KafkaError
 
     # A short timeout: the client follows leaders, so each refused call is
@@ -213,7 +199,7 @@ def test_no_acknowledged_record_is_lost_across_leader_kills(cluster):
     c.createTopic("d")
     leader, epoch = 1, 1
     c.elect("d", 0, leader=leader, epoch=epoch, isr=[1, 2, 3])
-    c.waitFor(lambda: (c.state(leader, "d") or {}).get("role") == "leader", what="a leader")
+    waitUntil(lambda: (c.state(leader, "d") or {}).get("role") == "leader", what="a leader")
     acknowledged = []
     n = 0
     for round in range(3):
@@ -231,7 +217,7 @@ def test_no_acknowledged_record_is_lost_across_leader_kills(cluster):
         survivors = [b for b in isr if b != leader]
         old, leader, epoch = leader, survivors[0], epoch + 1
         c.elect("d", 0, leader=leader, epoch=epoch, isr=survivors)
-        c.waitFor(lambda: (c.state(leader, "d") or {}).get("epoch") == epoch, what="the new leader")
+        waitUntil(lambda: (c.state(leader, "d") or {}).get("epoch") == epoch, what="the new leader")
         c.restart(old)
         c.elect("d", 0, leader=leader, epoch=epoch, isr=survivors, nodes=[old])
     dumps = c.waitInSync("d")

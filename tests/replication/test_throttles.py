@@ -16,8 +16,10 @@ import time
 
 import pytest
 
-from tests.integration.test_dynamic_configs import incremental
-from tests.replication.test_replication import produce
+from kafkatwist.testing import waitUntil
+from tests.replication.cluster import produce
+
+from tests.integration.helpers import incremental
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -39,7 +41,7 @@ def fill(c, topic, count, configs=None):
     """
     c.createTopic(topic, configs=configs)
     c.elect(topic, 0, leader=1, epoch=1, isr=[1], replicas=[1])
-    c.waitFor(lambda: (c.state(1, topic) or {}).get("role") == "leader", what="leader")
+    waitUntil(lambda: (c.state(1, topic) or {}).get("role") == "leader", what="leader")
     assert produce(c.bootstrap(1), topic, [VALUE] * count, acks="1") == [None] * count
     return c.state(1, topic)["leo"]
 
@@ -52,7 +54,7 @@ def caughtUp(c, nodeId, topic, end, timeout=90.0):
     """
     @return: the monotonic time at which broker C{nodeId} had C{end}.
     """
-    c.waitFor(lambda: leo(c, nodeId, topic) >= end, timeout, f"broker {nodeId} to replicate {topic}")
+    waitUntil(lambda: leo(c, nodeId, topic) >= end, timeout, f"broker {nodeId} to replicate {topic}")
     return time.monotonic()
 
 
@@ -101,7 +103,7 @@ def test_follower_and_leader_throttles(cluster):
     assert free < held / 2, (free, held)
     c.waitInSync("lt")
     # Once in the ISR a follower is not held back: new data flows at once.
-    c.waitFor(lambda: c.state(1, "lt")["isr"] == [1, 2, 3], what="ISR expansion")
+    waitUntil(lambda: c.state(1, "lt")["isr"] == [1, 2, 3], what="ISR expansion")
     assert produce(c.bootstrap(1), "lt", [b"after"], acks="all", timeoutMs=5000) == [None]
     for nodeId in c.alive():
         assert "Traceback" not in c.brokers[nodeId].output()

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.broker import BrokerProcess
+from kafkatwist.testing import Broker
 
 from .helpers import NO_JAVA, javaMissing
 
@@ -71,7 +71,7 @@ def kafka(tmp_path_factory, pki):
     One broker for the session, listening on PLAINTEXT and SSL; tests keep
     out of each other's way with their own topics (see L{topic}).
     """
-    broker = BrokerProcess(
+    broker = Broker(
         str(tmp_path_factory.mktemp("spark-broker")),
         {"ssl.keystore.location": pki.serverKeystore},
         listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",

@@ -135,3 +135,43 @@ def createPartitions(client, topic: str, count: int) -> None:
     )
     for result in response.results:
         assert result.error_code == 0, result
+
+
+def readCommitted(bootstrap, topic, partitions, isolation="read_committed"):
+    """
+    Every value of C{topic} a consumer with C{isolation} sees, up to the
+    partitions' ends.
+    """
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kafkatwist.client import KafkaWireClient
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{time.monotonic()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    with KafkaWireClient(bootstrap) as client:
+        level = 1 if isolation == "read_committed" else 0
+        ends = {p: client.listOffsets(topic, [p], isolationLevel=level)[p][0] for p in partitions}
+    assigned = [TopicPartition(topic, p, 0) for p in partitions]
+    consumer.assign(assigned)
+    values = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and not message.error():
+                values.append(message.value())
+                continue
+            # The position moves past aborted records and markers too.
+            if all(tp.offset >= ends[tp.partition] for tp in consumer.position(assigned)):
+                break
+    finally:
+        consumer.close()
+    return values

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
-from tests.cluster.test_brokers import Cluster, partitions
-from tests.cluster.test_control_plane import waitUntil
+from kafkatwist.testing import waitUntil
+from tests.cluster.helpers import ClusterUnderTest, partitions
 
-from .test_exactly_once import readCommitted
+from .helpers import readCommitted
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
@@ -34,13 +33,9 @@ BROKER = {
 
 @pytest.fixture
 def cluster(zookeeper, tmp_path):
-    c = Cluster(zookeeper.connect(f"spark-{time.monotonic_ns()}"), str(tmp_path))
-    for i in (1, 2, 3):
-        c.start(i, **BROKER)
-    admin = c.admin(1, 2, 3)
-    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    c = ClusterUnderTest(zookeeper, tmp_path, "spark").startAll(**BROKER)
     yield c
-    c.stopAll()
+    c.stop()
 
 
 def createTopics(cluster, names, partitionCount, leader=None):

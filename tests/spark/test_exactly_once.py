@@ -17,11 +17,9 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-
 from kafkatwist.client import KafkaWireClient  # noqa: E402
 
-from .helpers import NO_JAVA, javaMissing, produce  # noqa: E402
+from .helpers import NO_JAVA, javaMissing, produce, readCommitted  # noqa: E402
 
 if javaMissing():
     pytest.skip(NO_JAVA, allow_module_level=True)
@@ -31,40 +29,6 @@ pytestmark = pytest.mark.spark
 ROWS = 600
 #: rows each task attempt saw (in the Python worker that runs the UDF)
 _seen: dict = {}
-
-
-def readCommitted(bootstrap, topic, partitions, isolation="read_committed"):
-    """
-    Every value of C{topic} a consumer with C{isolation} sees, up to the
-    partitions' ends.
-    """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{time.monotonic()}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-        }
-    )
-    with KafkaWireClient(bootstrap) as client:
-        level = 1 if isolation == "read_committed" else 0
-        ends = {p: client.listOffsets(topic, [p], isolationLevel=level)[p][0] for p in partitions}
-    assigned = [TopicPartition(topic, p, 0) for p in partitions]
-    consumer.assign(assigned)
-    values = []
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and not message.error():
-                values.append(message.value())
-                continue
-            # The position moves past aborted records and markers too.
-            if all(tp.offset >= ends[tp.partition] for tp in consumer.position(assigned)):
-                break
-    finally:
-        consumer.close()
-    return values
 
 
 def stable(bootstrap, topic, partitions):

@@ -16,7 +16,7 @@ from kafkatwist.interfaces import IAuthorizer
 from kafkatwist.security.acl import AclBindingFilter, AclOperation as Op, Action, ResourceType as R
 from kafkatwist.security.authorizer import STANDARD_AUTHORIZER, StandardAuthorizer
 from kafkatwist.server.authorizer import loadAuthorizer
-from tests.unit.test_plugin_examples import EXAMPLES, loadExample
+from tests.unit.helpers import EXAMPLES, loadExample
 
 policy = loadExample("policy_authorizer")
 

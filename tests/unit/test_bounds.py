@@ -25,10 +25,7 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.header import parseRequestHeader
 from kafkatwist.protocol.produce import decodeProduceRequest
 from tests.fuzz.entities import randomEntity
-
-#: Metadata v12 whose topic count is the 5-byte varint ff ff ff ff 7f: kio
-#: reserved 2^35 elements and Rust aborted the broker (issue 11).
-METADATA_V12_ABORT = "000000140003000c0000000100017800ffffffff7f000000"
+from tests.unit.helpers import METADATA_V12_ABORT
 
 
 def _decodeHex(frameHex: str):
@@ -121,6 +118,7 @@ def _everySchema():
             yield key, version
 
 
+@pytest.mark.slow
 def test_every_schema_round_trips():
     """
     Whatever kio writes, the walk accepts and ends where kio's reader ends.
@@ -182,6 +180,7 @@ def mutationsAgreeWithKio(seed: int, perSchema: int) -> int:
     return accepted
 
 
+@pytest.mark.slow
 def test_mutated_bodies_never_abort_kio():
     code = "from tests.unit.test_bounds import mutationsAgreeWithKio as m; print(m(5, 25))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

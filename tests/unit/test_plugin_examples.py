@@ -6,10 +6,7 @@ audit wrapper's events, and the DescribeLogSizes schemas and handler.
 """
 
 import datetime
-import importlib.util
 import json
-import os
-import sys
 import types
 import uuid
 
@@ -30,31 +27,7 @@ from kafkatwist.protocol.codec import (
 from kafkatwist.protocol.entities import nested
 from kafkatwist.protocol.records import Record, buildBatch
 from tests.fakeservices import FakeServices
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLES = os.path.join(ROOT, "plugins_examples")
-
-
-def loadExample(name: str):
-    """
-    Import C{plugins_examples/<name>.py} under the name the broker gives
-    drop-ins, C{kafkatwist.dropins.<name>}, once per process (a second
-    import would register the log sizes schemas again with new classes).
-    """
-    moduleName = f"kafkatwist.dropins.{name}"
-    module = sys.modules.get(moduleName)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(
-            moduleName, os.path.join(EXAMPLES, f"{name}.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[moduleName] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[moduleName]
-            raise
-    return module
+from tests.unit.helpers import loadExample
 
 
 schema_validation = loadExample("schema_validation")

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.broker import ROOT
+from kafkatwist.testing.broker import ROOT
 
 DEMO = os.path.join(ROOT, "spark", "examples", "run_demo.py")
 

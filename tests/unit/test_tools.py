@@ -13,7 +13,7 @@ import pytest
 
 from kafkatwist.log import LogManager
 from kafkatwist.tools.__main__ import main
-from tests.broker import ROOT
+from kafkatwist.testing.broker import ROOT
 from tests.log.batches import makeBatch
 
 NOW = 1_700_000_000_000

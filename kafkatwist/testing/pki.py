@@ -1,5 +1,5 @@
 """
-A throwaway PKI for TLS tests: a CA, a server certificate for 127.0.0.1
+A throwaway PKI for TLS under test: a CA, a server certificate for 127.0.0.1
 and localhost, and client certificates, written as PEM files.
 """
 
