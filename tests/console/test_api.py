@@ -150,7 +150,7 @@ def test_history(populated):
     """
     Rates and each group's lag are sampled every 5 s, in memory.
     """
-    data = waitFor(lambda: (lambda d: d if d["series"] else None)(get(populated, "/api/history")),
+    data = waitUntil(lambda: (lambda d: d if d["series"] else None)(get(populated, "/api/history")),
                    what="two samples")
     assert data["interval"] == 5.0
     last = data["series"][-1]
@@ -256,7 +256,7 @@ def test_kip848_group(populated):
             members = data["members"]
             return data if members and members[0]["assignment"] else None
 
-        data = waitFor(assigned, what="a KIP-848 member with partitions")
+        data = waitUntil(assigned, what="a KIP-848 member with partitions")
         assert data["protocol"] == "consumer" and data["assignor"] == "uniform"
         [member] = data["members"]
         assert member["clientId"] == "kip848-client" and member["subscribed"] == ["orders"]
