@@ -36,6 +36,8 @@ run: install
 # The layers (import-linter contracts in pyproject.toml), ruff's error
 # checks, and mypy on the typed modules; `make test` runs them first.
 MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
+# the services object and the seams of issue 24 (the services engineer's)
+MYPY_PATHS += kafkatwist/server/broker.py kafkatwist/replication/appends.py kafkatwist/plugins/clusterwrites.py
 .PHONY: lint
 lint: install
 	$(BIN)/lint-imports

@@ -72,11 +72,11 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def brokerCpu(cluster: Cluster, ids=BROKERS) -> dict[int, float]:
+def brokerCpu(cluster: ClusterUnderTest, ids=BROKERS) -> dict[int, float]:
     return {i: processCpuSeconds(cluster.brokers[i].process.pid) for i in ids}
 
 
-def createTopic(cluster: Cluster, topic: str, partitionCount: int = 3, replication: int = 1,
+def createTopic(cluster: ClusterUnderTest, topic: str, partitionCount: int = 3, replication: int = 1,
                 assignment: list[list[int]] | None = None, config: dict | None = None) -> None:
     from confluent_kafka.admin import NewTopic
 
@@ -116,7 +116,7 @@ def _send(producer, topic: str, callback=None, partition: int = -1) -> None:
             producer.poll(0.001)
 
 
-def throughput(cluster: Cluster, topic: str, records: int, limit: float) -> dict:
+def throughput(cluster: ClusterUnderTest, topic: str, records: int, limit: float) -> dict:
     """
     @return: records/s, broker CPU-s per million records, records acknowledged.
     """
@@ -147,7 +147,7 @@ def throughput(cluster: Cluster, topic: str, records: int, limit: float) -> dict
             "acked": acked[0], "failed": failed[0], "seconds": elapsed}
 
 
-def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger: int) -> dict:
+def latency(cluster: ClusterUnderTest, topic: str, rate: int, seconds: float, linger: int) -> dict:
     producer = _producer(cluster.bootstrap(), **{"linger.ms": linger})
     samples: list[float] = []
     sentAt: list[float] = []
@@ -186,7 +186,7 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger: int
             "fifths": [percentile(f, 0.5) if f else float("nan") for f in fifths]}
 
 
-def failovers(cluster: Cluster, topic: str, rounds: int) -> list[float]:
+def failovers(cluster: ClusterUnderTest, topic: str, rounds: int) -> list[float]:
     """
     @return: seconds from each kill -9 of the leader to the first
         acknowledgement of a record sent after it.

@@ -68,7 +68,7 @@ class Acks:
     record sent after C{t}.
     """
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterUnderTest) -> None:
         self.producer = _producer(cluster.bootstrap(*BROKERS), **{
             "enable.idempotence": True, "linger.ms": 0, "message.timeout.ms": 300000,
             # A paused broker's connections stay open: without these the
@@ -113,7 +113,7 @@ class Acks:
         self._thread.join(150)
 
 
-def newLeader(cluster: Cluster, others: list[int], timeout: float) -> float | None:
+def newLeader(cluster: ClusterUnderTest, others: list[int], timeout: float) -> float | None:
     """
     Poll the survivors' metadata until one names a leader among them.
 
@@ -133,7 +133,7 @@ def newLeader(cluster: Cluster, others: list[int], timeout: float) -> float | No
     return None
 
 
-def round_(cluster: Cluster, acks: Acks, fault: str, bound: float, settings: dict) -> dict:
+def round_(cluster: ClusterUnderTest, acks: Acks, fault: str, bound: float, settings: dict) -> dict:
     leader = agreedLeader(cluster, TOPIC, BROKERS)
     victim = cluster.brokers[leader]
     others = [i for i in BROKERS if i != leader]
@@ -158,7 +158,7 @@ def round_(cluster: Cluster, acks: Acks, fault: str, bound: float, settings: dic
             "over": leaderSeconds > bound}
 
 
-def cell(cluster: Cluster, acks: Acks, hogs: int, fault: str, rounds: int, bound: float,
+def cell(cluster: ClusterUnderTest, acks: Acks, hogs: int, fault: str, rounds: int, bound: float,
          deadline: float, settings: dict) -> dict:
     load = loadAverage()
     running = startHogs(hogs)

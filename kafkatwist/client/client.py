@@ -19,7 +19,6 @@ C{retry.backoff.max.ms} 1000), until the call's timeout.
 
 from __future__ import annotations
 
-import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -42,6 +41,7 @@ from kafkatwist.protocol.apis import (
     PRODUCE,
     requestType,
 )
+from kafkatwist.protocol.batch import PRODUCER_ID, PRODUCER_ID_AT
 from kafkatwist.protocol.entities import has, make, ms, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 
@@ -93,10 +93,6 @@ _RETRIABLE = frozenset(code for code in ErrorCode if code.retriable) | _LEADER_E
 RETRY_BACKOFF = 0.1
 RETRY_BACKOFF_MAX = 1.0
 
-# A record batch's producer id (magic 2): after base offset, length, leader
-# epoch, magic, CRC, attributes, last offset delta and two timestamps.
-_PRODUCER_ID = struct.Struct(">q")
-_PRODUCER_ID_AT = 43
 
 
 def _idempotent(payload: bytes) -> bool:
@@ -104,9 +100,9 @@ def _idempotent(payload: bytes) -> bool:
     Whether a batch carries a producer id: the broker then recognises a
     resend by its sequence numbers, so sending it again cannot duplicate.
     """
-    if len(payload) < _PRODUCER_ID_AT + 8:
+    if len(payload) < PRODUCER_ID_AT + PRODUCER_ID.size:
         return False
-    return _PRODUCER_ID.unpack_from(payload, _PRODUCER_ID_AT)[0] >= 0
+    return PRODUCER_ID.unpack_from(payload, PRODUCER_ID_AT)[0] >= 0
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,9 @@ from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
 from kafkatwist.util.startup import StartupError
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 
 log = Logger()
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class ClusterStartError(StartupError):
@@ -395,6 +394,21 @@ class ClusterService:
         @raise KafkaError: ZooKeeper did not answer.
         """
         return self.owner.call(self._reserveProducerIdBlock, size)
+
+    def reserveProducerIdBlockLater(self, size: int, onDone) -> None:
+        """
+        L{reserveProducerIdBlock} without waiting: C{onDone(start, None)}
+        or C{onDone(None, error)} on the owner thread.
+        """
+        self.owner.submit(self._reserveProducerIdBlockFor, size, onDone)
+
+    def _reserveProducerIdBlockFor(self, size: int, onDone) -> None:
+        try:
+            start = self._reserveProducerIdBlock(size)
+        except Exception as e:  # handed to the caller (ZooKeeper, a lost session)
+            onDone(None, e)
+            return
+        onDone(start, None)
 
     def _reserveProducerIdBlock(self, size: int) -> int:
         for _ in range(100):

@@ -9,7 +9,6 @@ L{controlledShutdown} then C{stop()} when it stops.
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 from twisted.logger import Logger
@@ -18,7 +17,6 @@ from kafkatwist.cluster.coordinators import CoordinatorMover
 from kafkatwist.cluster.kazoolog import routeKazooLogging
 from kafkatwist.cluster.service import ClusterService
 from kafkatwist.config.dynamic import DynamicBrokerConfig, Reconfigurable
-from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.coordinator.transaction.producerids import ProducerIdManager
 
 log = Logger()
@@ -38,7 +36,10 @@ def makeCluster(config, advertisedListeners, replicaManager) -> ClusterService:
     # (service.useLogManager gives the replica manager the cluster as its
     # IAlterIsr and IBrokerDirectory.)
     # Idempotent and transactional producers' ids, unique over the cluster.
-    cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
+    cluster.producerIds = ProducerIdManager(
+        reserveBlock=cluster.reserveProducerIdBlock,
+        reserveBlockLater=cluster.reserveProducerIdBlockLater,
+    )
     return cluster
 
 
@@ -55,15 +56,9 @@ def clusterDynamicConfig(cluster: ClusterService, config, reactor) -> DynamicBro
         log.warn("{path} is not read: in a cluster the dynamic broker configs are ZooKeeper's "
                  "(/config/brokers)", path=local)
 
-    def store(perBroker: bool, layer: dict) -> None:
-        # On a request handler thread; the owner writes ZooKeeper.
-        done = threading.Event()
-        box: list = []
-        cluster.setBrokerConfigs(perBroker, layer, lambda result, error: (box.append(error), done.set()))
-        if not done.wait(30):
-            raise KafkaError(ErrorCode.request_timed_out, "ZooKeeper did not answer in time")
-        if box[0] is not None:
-            raise box[0]
+    def store(perBroker: bool, layer: dict, onDone) -> None:
+        # The owner writes ZooKeeper and answers there; nobody waits.
+        cluster.setBrokerConfigs(perBroker, layer, lambda result, error: onDone(error))
 
     dynamic.remote = store
     dynamic.handOff = reactor.callInThread

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 
 from twisted.logger import Logger
@@ -112,9 +113,14 @@ class DynamicBrokerConfig:
         self.current = static
         self._lock = threading.Lock()
         self._reconfigurables: list[Reconfigurable] = []
-        #: in a cluster: C{remote(perBroker, layer)} writes a layer to
-        #: ZooKeeper, raising L{KafkaError}; C{None}: the file is the store
-        self.remote: Callable[[bool, dict[str, str]], None] | None = None
+        #: in a cluster: C{remote(perBroker, layer, onDone)} writes a layer
+        #: to ZooKeeper without waiting, C{onDone(error)} (a L{KafkaError} or
+        #: C{None}) on any thread; C{None}: the file is the store
+        self.remote: Callable[[bool, dict[str, str], Callable], None] | None = None
+        #: a cluster broker's alters waiting for the one being written
+        self._remoteAlters: deque = deque()
+        self._remoteBusy = False
+        self._remoteLock = threading.Lock()
         #: runs C{f()} off the caller's thread (in a cluster: the reactor's
         #: thread pool)
         self.handOff: Callable[[Callable[[], None]], None] = lambda f: f()
@@ -275,41 +281,112 @@ class DynamicBrokerConfig:
         change: Callable[[dict[str, str]], dict[str, str]],
         *,
         validateOnly: bool = False,
+        onStored: Callable[[KafkaError | None], None] | None = None,
     ) -> None:
         """
         Replace one dynamic layer by C{change(layer)}, validated, stored,
         then applied.
+
+        With the file as the store (one broker) this is done when it
+        returns.  In a cluster the layer is written to ZooKeeper
+        (L{remote}) without waiting for it: C{onStored(error)} is called
+        once it was written and applied here (or not: C{error}), on the
+        thread that answered or the hand-off's.  Alters of a cluster broker
+        run one at a time, each from the layers the one before left; one
+        queued behind another reports its errors to C{onStored} rather than
+        raising them.
 
         @raise KafkaError: INVALID_REQUEST with Kafka's message (a key that
             is not dynamic, a bad value, a value that cannot be applied);
             KAFKA_STORAGE_ERROR when the file cannot be written.  Nothing
             changed.
         """
-        with self._lock:
-            old = self.current
-            layer = change(self.layer(perBroker))
-            changed = _differing(self.layer(perBroker), layer)
-            self._checkKeys(set(layer), perBroker)
-            default = layer if not perBroker else self.clusterDefault
-            broker = layer if perBroker else self.perBroker
-            try:
-                new = self._build(default, broker)
-                for reconfigurable in self._reconfigurables:
-                    if reconfigurable.concerns(changed):
-                        reconfigurable.validate(old, new)
-            except ConfigError as e:
-                raise KafkaError(ErrorCode.invalid_request, str(e)) from None
-            if validateOnly:
-                return
-            if self.remote is not None:
-                self._refusePasswords(perBroker, layer, changed)
-                self.remote(perBroker, dict(layer))
-            else:
+        if self.remote is None or validateOnly:
+            with self._lock:
+                old, layer, changed, default, broker, new = self._prepare(perBroker, change)
+                if validateOnly:
+                    return
                 self._store(default, broker)
-            self.clusterDefault, self.perBroker, self.current = dict(default), dict(broker), new
-            log.info("Dynamic broker configs of {scope} now {layer}",
-                     scope="this broker" if perBroker else "the cluster default", layer=_showLayer(layer))
-            self._reconfigure(old, new, changed)
+                self._apply(perBroker, old, layer, changed, default, broker, new)
+            if onStored is not None:
+                onStored(None)
+            return
+        with self._remoteLock:
+            self._remoteAlters.append((perBroker, change, onStored or (lambda error: None)))
+            if self._remoteBusy:
+                return
+            self._remoteBusy = True
+        # The first in line: its errors are raised to the caller.
+        self._nextRemote(raising=True)
+
+    def _prepare(self, perBroker: bool, change):
+        """
+        The new layer and configuration, validated (under C{_lock}).
+        """
+        old = self.current
+        layer = change(self.layer(perBroker))
+        changed = _differing(self.layer(perBroker), layer)
+        self._checkKeys(set(layer), perBroker)
+        default = layer if not perBroker else self.clusterDefault
+        broker = layer if perBroker else self.perBroker
+        try:
+            new = self._build(default, broker)
+            for reconfigurable in self._reconfigurables:
+                if reconfigurable.concerns(changed):
+                    reconfigurable.validate(old, new)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_request, str(e)) from None
+        return old, layer, changed, default, broker, new
+
+    def _apply(self, perBroker, old, layer, changed, default, broker, new) -> None:
+        self.clusterDefault, self.perBroker, self.current = dict(default), dict(broker), new
+        log.info("Dynamic broker configs of {scope} now {layer}",
+                 scope="this broker" if perBroker else "the cluster default", layer=_showLayer(layer))
+        self._reconfigure(old, new, changed)
+
+    def _nextRemote(self, raising: bool = False) -> None:
+        """
+        Write the next queued alter to ZooKeeper (a cluster broker).
+        """
+        while True:
+            with self._remoteLock:
+                if not self._remoteAlters:
+                    self._remoteBusy = False
+                    return
+                perBroker, change, onStored = self._remoteAlters.popleft()
+            try:
+                with self._lock:
+                    prepared = self._prepare(perBroker, change)
+                    self._refusePasswords(perBroker, prepared[1], prepared[2])
+            except KafkaError as e:
+                if raising:
+                    self._nextRemote()
+                    raise
+                onStored(e)
+                continue
+            break
+        calling = threading.get_ident()
+
+        def applied(error) -> None:
+            try:
+                if error is None:
+                    with self._lock:
+                        self._apply(perBroker, *prepared)
+            finally:
+                onStored(error)
+                self._nextRemote()
+
+        def stored(error) -> None:
+            # On the thread ZooKeeper's answer came on (the cluster's
+            # owner): applying reconfigures, which is the hand-off's work.
+            if threading.get_ident() == calling:
+                applied(error)
+            else:
+                self.handOff(lambda: applied(error))
+
+        remote = self.remote
+        assert remote is not None
+        remote(perBroker, dict(prepared[1]), stored)
 
     def _reconfigure(self, old: BrokerConfig, new: BrokerConfig, changed: set[str]) -> None:
         for reconfigurable in self._reconfigurables:

@@ -502,13 +502,18 @@ class ConsoleSource:
         unanswered = []
         cluster = self.broker.cluster
         if cluster is not None:
-            for brokerId in sorted(cluster.image.brokers):
-                if brokerId == me:
-                    continue
-                try:
-                    remote = yield self._remoteGroups(context, brokerId, search)
-                except Exception as e:
-                    log.info("Console: broker {broker} did not list its groups: {error}", broker=brokerId, error=e)
+            # Every other broker at once: one that does not answer costs its
+            # timeout once, not once per broker.
+            from twisted.internet.defer import DeferredList
+
+            others = [i for i in sorted(cluster.image.brokers) if i != me]
+            answers = yield DeferredList(
+                [self._remoteGroups(context, i, search) for i in others], consumeErrors=True
+            )
+            for brokerId, (ok, remote) in zip(others, answers):
+                if not ok:
+                    log.info("Console: broker {broker} did not list its groups: {error}",
+                             broker=brokerId, error=remote.getErrorMessage())
                     unanswered.append(brokerId)
                     continue
                 for g in remote:

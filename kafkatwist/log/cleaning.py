@@ -41,7 +41,15 @@ from kafkatwist.log.compaction import (
 )
 from kafkatwist.log.offsetmap import OffsetMap
 from kafkatwist.log.stored import decompressedLimit
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, AssignedBatch
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT,
+    CODEC_MASK,
+    CONTROL_BIT,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    AssignedBatch,
+)
 from kafkatwist.protocol.records import CorruptRecordError
 
 __all__ = [
@@ -55,9 +63,6 @@ __all__ = [
     "groupSegmentsBySize",
 ]
 
-_CONTROL_BIT = 0x20
-_CODEC_MASK = 0x07
-_ATTRIBUTES_AT = 21
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _OFFSET_INDEX_ENTRY = 8
 
@@ -226,7 +231,7 @@ def _batches(
                 header[3] != 2
                 or size < HEADER_SIZE
                 or not checkedFirst <= header[0] <= header[0] + header[6] <= checkedLast
-                and crc32c(view[at + _ATTRIBUTES_AT : at + size]) != header[4]
+                and crc32c(view[at + ATTRIBUTES_AT : at + size]) != header[4]
             ):
                 _check(view, at, size, header, position + at)
             yield view, at, header
@@ -252,7 +257,7 @@ def _batches(
 def _check(view, at: int, size: int, header: tuple, position: int) -> None:
     if header[3] != 2 or size < HEADER_SIZE:
         raise CorruptRecordError(f"no magic 2 batch at byte {position}")
-    if crc32c(view[at + _ATTRIBUTES_AT : at + size]) != header[4]:
+    if crc32c(view[at + ATTRIBUTES_AT : at + size]) != header[4]:
         raise CorruptRecordError(f"CRC mismatch in the batch at byte {position}")
 
 
@@ -290,10 +295,10 @@ def _buildOffsetMap(
                         continue
                     mapBytes += LOG_OVERHEAD + batchLength
                     count, attributes = header[12], header[5]
-                    if count and not attributes & _CONTROL_BIT and not (
+                    if count and not attributes & CONTROL_BIT and not (
                         aborted and aborted.contains(attributes, header[9], baseOffset)
                     ):
-                        if attributes & _CODEC_MASK:
+                        if attributes & CODEC_MASK:
                             data = batchPayload(view, at, LOG_OVERHEAD + batchLength, attributes, limit)
                         else:
                             data = view[at + HEADER_SIZE : at + LOG_OVERHEAD + batchLength]

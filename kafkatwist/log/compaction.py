@@ -53,7 +53,19 @@ from bisect import bisect_right
 from crc32c import crc32c
 
 from kafkatwist.log.offsetmap import keyHash
-from kafkatwist.protocol.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT,
+    CODEC_MASK,
+    CONTROL_BIT,
+    CRC,
+    CRC_AT,
+    DELETE_HORIZON_BIT,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+)
 from kafkatwist.log.stored import inflate
 from kafkatwist.protocol.markers import ABORT, COMMIT
 from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint, zigzagVarint
@@ -70,15 +82,6 @@ __all__ = [
     "recordsOf",
 ]
 
-#: KIP-534: the batch's base timestamp is its delete horizon
-DELETE_HORIZON_BIT = 0x40
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
-_CRC_AT = 17
-_ATTRIBUTES_AT = 21
-_CRC = struct.Struct(">I")
 _EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _INT64_MAX = 2**63 - 1
 
@@ -99,7 +102,7 @@ def batchPayload(view, position: int, size: int, attributes: int, limit: int):
         past C{limit}.
     """
     payload = view[position + HEADER_SIZE : position + size]
-    codec = attributes & _CODEC_MASK
+    codec = attributes & CODEC_MASK
     return inflate(codec, payload, limit) if codec else payload
 
 
@@ -285,7 +288,7 @@ class AbortedBatches:
         Whether the data batch with this header is in an aborted
         transaction.
         """
-        if not attributes & _TRANSACTIONAL_BIT or attributes & _CONTROL_BIT:
+        if not attributes & TRANSACTIONAL_BIT or attributes & CONTROL_BIT:
             return False
         ranges = self._byProducer.get(producerId)
         if not ranges:
@@ -416,14 +419,14 @@ class BatchFilter:
         @raise CorruptRecordError: the batch's records are malformed.
         """
         baseOffset = header[0]
-        if header[5] & _TRANSACTIONAL_BIT and not header[5] & _CONTROL_BIT:
+        if header[5] & TRANSACTIONAL_BIT and not header[5] & CONTROL_BIT:
             self.transactions.onBatch(header[9], baseOffset + header[6])
         if (
             not header[6]
             and baseOffset not in self.live
             and self.firstDirty <= baseOffset <= self.latestOffset
             and header[12] == 1
-            and not header[5] & (_CONTROL_BIT | DELETE_HORIZON_BIT)
+            and not header[5] & (CONTROL_BIT | DELETE_HORIZON_BIT)
         ):
             # The commonest batch of all (one record, superseded): quickly.
             return self._empty(header, baseOffset)
@@ -444,7 +447,7 @@ class BatchFilter:
         ) = header
         size = LOG_OVERHEAD + batchLength
         original = view[position : position + size]
-        if attributes & _CONTROL_BIT:
+        if attributes & CONTROL_BIT:
             return self._marker(header, view, position, size, original)
         lastOffset = baseOffset + lastOffsetDelta
         if self.aborted is not None and self.aborted.contains(attributes, producerId, baseOffset):
@@ -644,10 +647,10 @@ class BatchFilter:
                 if timestampDelta > largest:
                     largest = timestampDelta
         records = b"".join(parts)
-        codec = attributes & _CODEC_MASK
+        codec = attributes & CODEC_MASK
         if codec:
             records = compress(codec, records)
-        if not attributes & _TIMESTAMP_TYPE_BIT:
+        if not attributes & TIMESTAMP_TYPE_BIT:
             maxTimestamp = baseTimestamp + largest
         if horizon is not None:
             attributes |= DELETE_HORIZON_BIT
@@ -669,7 +672,7 @@ class BatchFilter:
             )
         )
         batch += records
-        _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+        CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
         return Retained(batch, len(kept), maxTimestamp, horizon)
 
 
@@ -695,7 +698,7 @@ def emptyBatch(header: tuple) -> bytearray:
         baseSequence,
         _,
     ) = header
-    attributes &= _TIMESTAMP_TYPE_BIT | _TRANSACTIONAL_BIT | _CONTROL_BIT
+    attributes &= TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
     batch = bytearray(
         HEADER.pack(
             baseOffset,
@@ -713,5 +716,5 @@ def emptyBatch(header: tuple) -> bytearray:
             0,
         )
     )
-    _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+    CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
     return batch

@@ -58,6 +58,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.protocol.batch import CONTROL_BIT, TRANSACTIONAL_BIT
 
 __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
@@ -80,8 +81,6 @@ SNAPSHOT_SUFFIX = ".snapshot"
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 _INT32_MAX = 2**31 - 1
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 # NamedTuple construction without its Python-level __new__ (hot path).
 _newTuple = tuple.__new__
 
@@ -273,7 +272,7 @@ class ProducerStateManager:
             producerId = header.producerId
             delta = header.lastOffsetDelta
             lastOffset = offset + delta
-            if producerId >= 0 and not header.attributes & _CONTROL_BIT:
+            if producerId >= 0 and not header.attributes & CONTROL_BIT:
                 epoch, firstSeq = header.producerEpoch, header.baseSequence
                 if firstSeq < 0:
                     raise KafkaError(
@@ -300,7 +299,7 @@ class ProducerStateManager:
                 ):
                     self._refuse(producerId, epoch, firstSeq, offset, currentEpoch, currentLastSeq)
                 begins = False
-                if header.attributes & _TRANSACTIONAL_BIT:
+                if header.attributes & TRANSACTIONAL_BIT:
                     if producerId not in self.ongoing and not any(
                         p[0] == producerId and p[3] for p in pending
                     ):
@@ -448,7 +447,7 @@ class ProducerStateManager:
                         f"epoch {epoch} of producer {producerId} in {self.name} is older "
                         f"than its current epoch {entry.epoch}",
                     )
-                if header.attributes & _CONTROL_BIT:
+                if header.attributes & CONTROL_BIT:
                     isAborted, coordinatorEpoch = next(marks)
                     if entry is not None and coordinatorEpoch < entry.coordinatorEpoch:
                         raise KafkaError(
@@ -474,7 +473,7 @@ class ProducerStateManager:
                                 lastOffset,
                                 header.maxTimestamp,
                             ),
-                            bool(header.attributes & _TRANSACTIONAL_BIT)
+                            bool(header.attributes & TRANSACTIONAL_BIT)
                             and producerId not in self.ongoing
                             and not any(p[0] == producerId and p[3] is True for p in pending),
                         )
@@ -547,7 +546,7 @@ class ProducerStateManager:
         producerId = header.producerId
         if producerId < 0:
             return None
-        if header.attributes & _CONTROL_BIT:
+        if header.attributes & CONTROL_BIT:
             isAborted, coordinatorEpoch = marker if marker is not None else (True, -1)
             completed = self._applyMarker(
                 producerId, header.producerEpoch, header.baseOffset, header.maxTimestamp,
@@ -570,7 +569,7 @@ class ProducerStateManager:
                 header.maxTimestamp,
             ),
         )
-        if header.attributes & _TRANSACTIONAL_BIT and entry.currentTxnFirstOffset < 0:
+        if header.attributes & TRANSACTIONAL_BIT and entry.currentTxnFirstOffset < 0:
             self._begin(entry, header.baseOffset)
         return None
 

@@ -38,8 +38,8 @@ from kafkatwist.log.config import (
 from kafkatwist.log.records import TopicInfo
 from kafkatwist.log.topics import validateTopicName
 from kafkatwist.plugins.admin_configs import describeTopic, describeTopicEntries
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.plugins.clusterwrites import ClusterWrites
-from kafkatwist.plugins.metadata import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,

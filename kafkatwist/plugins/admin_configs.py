@@ -470,14 +470,18 @@ class _AlterConfigsBase(Handler):
             if len(set(names)) != len(names):
                 raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
             dynamic = self.broker.dynamicConfig
+
+            def change(layer):
+                return self._brokerLayer(dynamic.current, layer, resource.configs)
+
             # Kafka's code for a refused broker config is INVALID_REQUEST
             # (KAFKA-13609), whatever the reason.
-            dynamic.alter(
-                perBroker,
-                lambda layer: self._brokerLayer(dynamic.current, layer, resource.configs),
-                validateOnly=validateOnly,
-            )
-            return
+            if dynamic.remote is None or validateOnly:
+                dynamic.alter(perBroker, change, validateOnly=validateOnly)
+                return None
+            # In a cluster: written to ZooKeeper, answered once stored and
+            # applied (or refused); no handler thread waits for it.
+            return _storeBrokerLayer, (dynamic, perBroker, change)
         if resourceType != TOPIC:
             raise _unsupportedType(resourceType)
         if not name:
@@ -625,6 +629,14 @@ class AlterConfigsHandler(_AlterConfigsBase):
         changes = [(key, "DELETE", None) for key in overrides if key not in given]
         changes += [(c.name, "SET", c.value) for c in configs]
         return changes
+
+
+def _storeBrokerLayer(dynamic, perBroker: bool, change, onDone) -> None:
+    """
+    A cluster broker's dynamic config change as a ZooKeeper write of
+    L{ClusterWrites}: C{onDone(None, error)}.
+    """
+    dynamic.alter(perBroker, change, onStored=lambda error: onDone(None, error))
 
 
 def _refuseNulls(nulls: list[str]) -> None:

@@ -17,8 +17,8 @@ from kafkatwist.protocol.apis import METADATA, responseType
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize, authorizedOperations, clusterOperations, filterAuthorized
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 DESCRIBE, CREATE = AclOperation.DESCRIBE, AclOperation.CREATE
 TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER

@@ -35,7 +35,6 @@ this costs more than one bit test per partition.
 
 from __future__ import annotations
 
-import struct
 import time
 
 from twisted.python.failure import Failure
@@ -43,9 +42,9 @@ from twisted.python.failure import Failure
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.handler import Handler, HandlerPlugin
-from kafkatwist.plugins.metadata import INTERNAL_TOPICS
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
-from kafkatwist.protocol.batch import ATTRIBUTES_AT, HEADER_SIZE, MAGIC_AT, TRANSACTIONAL_BIT
+from kafkatwist.protocol.batch import transactionalProducer
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
@@ -54,22 +53,6 @@ from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
 E = ErrorCode
-_ATTRIBUTES = struct.Struct(">h")
-_PRODUCER = struct.Struct(">qh")
-_PRODUCER_AT = 43
-
-def transactionalProducer(records):
-    """
-    C{(producerId, epoch)} if the record set's first batch is
-    transactional, else C{None}.
-    """
-    if records is None or len(records) < HEADER_SIZE or records[MAGIC_AT] != 2:
-        # Old message formats (v0, v1) know no transactions.
-        return None
-    (attributes,) = _ATTRIBUTES.unpack_from(records, ATTRIBUTES_AT)
-    if not attributes & TRANSACTIONAL_BIT:
-        return None
-    return _PRODUCER.unpack_from(records, _PRODUCER_AT)
 
 
 WRITE = AclOperation.WRITE

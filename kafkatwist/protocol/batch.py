@@ -60,6 +60,7 @@ __all__ = [
     "readHeader",
     "recordsError",
     "timestampType",
+    "transactionalProducer",
     "validateRecordSet",
 ]
 
@@ -87,6 +88,13 @@ CRC_AT = 17
 #: where the CRC-covered part begins
 ATTRIBUTES_AT = 21
 MAX_TIMESTAMP_AT = 35
+PRODUCER_ID_AT = 43
+#: the producer id and epoch, read together (at L{PRODUCER_ID_AT})
+PRODUCER = struct.Struct(">qh")
+#: the producer id alone
+PRODUCER_ID = struct.Struct(">q")
+#: the CRC (at L{CRC_AT}), over everything from L{ATTRIBUTES_AT} on
+CRC = struct.Struct(">I")
 
 NO_TIMESTAMP = -1
 
@@ -103,6 +111,8 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+#: KIP-534: the batch's base timestamp is its delete horizon
+DELETE_HORIZON_BIT = 0x40
 
 
 class BatchHeader(NamedTuple):
@@ -165,6 +175,20 @@ def isTransactional(attributes: int) -> bool:
 
 def isControl(attributes: int) -> bool:
     return bool(attributes & CONTROL_BIT)
+
+
+def transactionalProducer(records):
+    """
+    C{(producerId, epoch)} if the record set's first batch is
+    transactional, else C{None}.
+    """
+    if records is None or len(records) < HEADER_SIZE or records[MAGIC_AT] != 2:
+        # Old message formats (v0, v1) know no transactions.
+        return None
+    (attributes,) = _INT16.unpack_from(records, ATTRIBUTES_AT)
+    if not attributes & TRANSACTIONAL_BIT:
+        return None
+    return PRODUCER.unpack_from(records, PRODUCER_ID_AT)
 
 
 def readHeader(buf, position: int = 0) -> BatchHeader:

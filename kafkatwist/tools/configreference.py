@@ -54,17 +54,18 @@ def _row(name, key, doc=True) -> str:
 def render() -> str:
     used = {name: key for name, key in KEYS.items() if key.used}
     unused = {name: key for name, key in KEYS.items() if not key.used}
-    lines = [HEADER, f"## Broker keys ({len(used)})", "",
+    # Headings without counts: other pages link to them by anchor.
+    lines = [HEADER, "## Broker keys", "", f"{len(used)} keys.", "",
              "| key | default | type | update | meaning |", "|---|---|---|---|---|"]
     lines += [_row(name, key) for name, key in used.items()]
-    lines += ["", f"## Kafka's keys with no effect here ({len(unused)})", "",
-              "The rest of Kafka's broker-config catalogue ([configs.md](configs.md)): stored, "
+    lines += ["", "## Kafka's keys with no effect here", "",
+              f"{len(unused)} keys: the rest of Kafka's broker-config catalogue ([configs.md](configs.md)): stored, "
               "described and dynamically updatable as in Kafka, with Kafka's type, default and "
               "update mode, but nothing in kafkatwist reads them.", "",
               "| key | default | type | update |", "|---|---|---|---|"]
     lines += [_row(name, key, doc=False) for name, key in sorted(unused.items())]
-    lines += ["", f"## Topic keys ({len(TOPIC_KEYS)})", "",
-              "Set with CreateTopics and IncrementalAlterConfigs (your client's admin API). A topic "
+    lines += ["", "## Topic keys", "",
+              f"{len(TOPIC_KEYS)} keys, set with CreateTopics and IncrementalAlterConfigs (your client's admin API). A topic "
               "without its own value takes its broker key's.", "",
               "| key | broker key | meaning |", "|---|---|---|"]
     for name, key in TOPIC_KEYS.items():

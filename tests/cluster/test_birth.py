@@ -12,7 +12,6 @@ each with its own chroot and empty data directories.
 from __future__ import annotations
 
 import os
-import time
 
 
 from kafkatwist.cluster import zkdata as Z

@@ -15,7 +15,7 @@ from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import partitions
 
 pytest.importorskip("kafka")
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 from kafka import KafkaAdminClient  # noqa: E402
 
 

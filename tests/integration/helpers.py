@@ -16,7 +16,6 @@ from kafkatwist.protocol.apis import PRODUCE, requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.testing.broker import ROOT, TWISTD
-from tests.rawclient import RawConnection
 
 
 def logEnd(client, topic, partition=0):

@@ -151,6 +151,7 @@ class Server:
         self.output.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_commands_run_as_written(page, tmp_path):

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, _Runner
+from kafkatwist.log.cleaner import CLEANER_CHECKPOINT, _Runner
 from kafkatwist.log.compaction import DELETE_HORIZON_BIT
 from kafkatwist.protocol.records import Record, buildBatch
 

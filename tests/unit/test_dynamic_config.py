@@ -251,7 +251,7 @@ def clustered(stored=({}, {})):
     """
     dynamic = DynamicBrokerConfig(BrokerConfig({"node.id": "1"}), None)
     writes, queue = [], []
-    dynamic.remote = lambda perBroker, layer: writes.append((perBroker, layer))
+    dynamic.remote = lambda perBroker, layer, onDone: (writes.append((perBroker, layer)), onDone(None))
     dynamic.handOff = queue.append
     dynamic.loadLayers(*stored, where="ZooKeeper")
     return dynamic, writes, queue
