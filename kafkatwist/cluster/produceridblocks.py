@@ -28,6 +28,21 @@ class ProducerIdBlocks:
         """
         return self.owner.call(self._reserveProducerIdBlock, size)
 
+    def reserveProducerIdBlockLater(self, size: int, onDone) -> None:
+        """
+        L{reserveProducerIdBlock} without waiting: C{onDone(start, None)}
+        or C{onDone(None, error)} on the owner thread.
+        """
+        self.owner.submit(self._reserveProducerIdBlockFor, size, onDone)
+
+    def _reserveProducerIdBlockFor(self, size: int, onDone) -> None:
+        try:
+            start = self._reserveProducerIdBlock(size)
+        except Exception as e:  # handed to the caller (ZooKeeper, a lost session)
+            onDone(None, e)
+            return
+        onDone(start, None)
+
     def _reserveProducerIdBlock(self, size: int) -> int:
         for _ in range(100):
             try:

@@ -36,7 +36,10 @@ def makeCluster(config, advertisedListeners, replicaManager) -> ClusterService:
     # (service.useLogManager gives the replica manager the cluster as its
     # IAlterIsr and IBrokerDirectory.)
     # Idempotent and transactional producers' ids, unique over the cluster.
-    cluster.producerIds = ProducerIdManager(reserveBlock=cluster.reserveProducerIdBlock)
+    cluster.producerIds = ProducerIdManager(
+        reserveBlock=cluster.reserveProducerIdBlock,
+        reserveBlockLater=cluster.reserveProducerIdBlockLater,
+    )
     return cluster
 
 

@@ -23,6 +23,8 @@ the same id.
 
 from __future__ import annotations
 
+from twisted.python.failure import Failure
+
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.coordinator.transaction.coordinator import InitProducerIdResult
 from kafkatwist.coordinator.transaction.producerids import ProducerIdManager
@@ -66,13 +68,20 @@ class InitProducerIdHandler(Handler):
             )
         if request.transactional_id is not None:
             return self._transactional(context, cls, request, expectedId, expectedEpoch)
-        return make(
-            cls,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            producer_id=self._producerIds().nextId(),
-            producer_epoch=0,
+        # A new block of ids is ZooKeeper's in a cluster: answered when it
+        # is reserved, no handler thread waiting for it.
+        reply = Reply(
+            context,
+            lambda producerId: make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none,
+                producer_id=producerId,
+                producer_epoch=0,
+            ),
         )
+        self._producerIds().nextIdLater(reply)
+        return reply.response()
 
     def _producerIds(self) -> ProducerIdManager:
         cluster = self.broker.cluster
@@ -95,10 +104,17 @@ class InitProducerIdHandler(Handler):
         if coordinator is None:
             return response(InitProducerIdResult(ErrorCode.coordinator_not_available))
         reply = Reply(context, response)
-        coordinator.initProducerId(
-            reply, transactionalId, durationMs(request.transaction_timeout), expectedId,
-            expectedEpoch, self._producerIds().nextId(),
-        )
+
+        def withId(producerId) -> None:
+            if isinstance(producerId, Failure):
+                reply(producerId)
+                return
+            coordinator.initProducerId(
+                reply, transactionalId, durationMs(request.transaction_timeout), expectedId,
+                expectedEpoch, producerId,
+            )
+
+        self._producerIds().nextIdLater(withId)
         return reply.response()
 
     def _refusal(self, context, transactionalId) -> ErrorCode | None:

@@ -96,7 +96,7 @@ def readAll(bootstrap: str, topic: str, count: int, timeout: float = 90.0) -> se
     return seen
 
 
-def crashAndCut(cluster, admin, topic: str, leaderIsController: bool, settings: dict) -> dict:
+def crashAndCut(cluster, topic: str, leaderIsController: bool, settings: dict) -> dict:
     """
     One attempt: a new topic led by the controller (or by another
     broker), 1,000 records acknowledged on every replica, the leader
@@ -108,6 +108,9 @@ def crashAndCut(cluster, admin, topic: str, leaderIsController: bool, settings: 
 
     probe = StaticCluster.__new__(StaticCluster)
     probe.brokers = cluster.brokers
+    # A client of the brokers' current ports: every broker restarts on a
+    # new one over the attempts.
+    admin = cluster.admin(1, 2, 3)
     controller = waitUntil(lambda: admin.list_topics(timeout=10).controller_id in (1, 2, 3)
                            and admin.list_topics(timeout=10).controller_id, what="a controller")
     others = [i for i in (1, 2, 3) if i != controller]
@@ -161,9 +164,19 @@ def crashAndCut(cluster, admin, topic: str, leaderIsController: bool, settings: 
     assert cut > 0
     cluster.startBroker(leader, **settings)
 
-    waitUntil(lambda: len((partitions(admin, topic) or {}).get(0, (0, (), ()))[2]) == 3
-              and partitions(admin, topic)[0][0] in (1, 2, 3), timeout=120,
-              what=f"{topic}-0 led again with an ISR of 3")
+    admin = cluster.admin(1, 2, 3)
+    try:
+        waitUntil(lambda: len((partitions(admin, topic) or {}).get(0, (0, (), ()))[2]) == 3
+                  and partitions(admin, topic)[0][0] in (1, 2, 3), timeout=120,
+                  what=f"{topic}-0 led again with an ISR of 3")
+    except AssertionError as e:
+        views = {}
+        for i in (1, 2, 3):
+            try:
+                views[i] = (partitions(cluster.admin(i), topic), probe.state(i, topic))
+            except Exception as error:  # noqa: BLE001 -- said in the message
+                views[i] = repr(error)
+        raise AssertionError(f"{e}; each broker's view (metadata, replica state): {views}") from e
     seen = readAll(cluster.bootstrap(1, 2, 3), topic, RECORDS)
     lost = sorted(set(acked) - seen)
     below = {i: [t for t in truncations(b, topic)[before[i]:] if t[1] < RECORDS]
@@ -200,7 +213,7 @@ def test_crashed_leader_restarted_at_once_loses_nothing(cluster, leaderIsControl
                   and len(partitions(admin, "idle")) == idle, timeout=120, what="the idle topic replicated")
     results = []
     for n in range(attempts):
-        result = crashAndCut(cluster, admin, f"crash{n}", leaderIsController, settings)
+        result = crashAndCut(cluster, f"crash{n}", leaderIsController, settings)
         results.append(result)
         print(f"attempt {n}: {result}")
         assert result["lost"] == 0, f"attempt {n}: {result['lost']} acknowledged records lost: {result}"

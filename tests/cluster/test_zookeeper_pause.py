@@ -1,7 +1,8 @@
 """
 No request handler thread waits on ZooKeeper (issue 24): with ZooKeeper
-stopped (SIGSTOP) while a DeleteTopics, a CreatePartitions and a broker
-config change (IncrementalAlterConfigs) are in flight, Produce and Fetch of other topics on the same broker keep being
+stopped (SIGSTOP) while a DeleteTopics, a CreatePartitions, a broker
+config change (IncrementalAlterConfigs) and an InitProducerId that needs a
+new block of producer ids are in flight, Produce and Fetch of other topics on the same broker keep being
 answered -- the broker runs one request handler thread, which a waiting
 admin request would hold -- and the admin requests get their answer once
 ZooKeeper is back (success, or Kafka's REQUEST_TIMED_OUT).
@@ -120,6 +121,7 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
     deleting = RawConnection(port, timeout=60)
     growing = RawConnection(port, timeout=60)
     configuring = RawConnection(port, timeout=60)
+    idempotent = RawConnection(port, timeout=60)
     ownZooKeeper.server.process.send_signal(signal.SIGSTOP)
     stoppedAt = time.monotonic()
     try:
@@ -139,6 +141,11 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
             resources=(make(Resource, resource_type=4, resource_name="1", configs=(
                 make(Config, name="message.max.bytes", config_operation=0, value="2000000"),
             )),),
+        )
+        # The broker's first producer id: its block is ZooKeeper's.
+        initId = send(
+            idempotent, 22, 4, transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1,
         )
         # Round trips on the data path for as long as ZooKeeper is stopped,
         # while both wait for it: each must be answered (a handler thread
@@ -163,5 +170,7 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
     assert grown.results[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
     configured = receive(configuring, 44, 1, configureId)
     assert configured.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
+    initialized = receive(idempotent, 22, 4, initId)
+    assert initialized.error_code == ErrorCode.none and initialized.producer_id >= 0
     # And the data path still serves.
     assert produce(data, "busy", b"after") == (ErrorCode.none, rounds + 1)
