@@ -38,6 +38,8 @@ def broker(brokerFactory):
     def start():
         if os.path.exists(b.logPath):
             os.replace(b.logPath, b.logPath + f".{time.monotonic_ns()}")
+        # Back on the same port: the members' clients know the broker there.
+        b.pinPorts()
         b.start()
         return b
 
