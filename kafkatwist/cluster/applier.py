@@ -37,7 +37,7 @@ class LocalApplier:
             key = (topic, partition)
             hosted.add(key)
             leader = state.leader
-            if leader == me and not self._mayLead(key, state):
+            if leader == me and not self._mayLead(key, state, image.topics[topic].topicId):
                 # Named leader by a state from before this registration: a
                 # previous life of this broker was elected, and this one may
                 # have lost its unflushed tail.  It serves nothing until the
@@ -68,6 +68,13 @@ class LocalApplier:
             except Exception:
                 log.failure("replica manager failed on {topic}-{partition}", topic=topic, partition=partition)
         self._applyConfigs(image, {topic for topic, _ in hosted})
+        # The epochs refused belong to the topic they were seen for: a
+        # topic deleted (or created again under its name) forgets them.
+        self._staleEpochs = {
+            key: (topicId, epoch) for key, (topicId, epoch) in self._staleEpochs.items()
+            if key[0] in self._unreadable
+            or (key[0] in image.topics and image.topics[key[0]].topicId == topicId)
+        }
         gone = [key for key in self._applied if key not in hosted]
         deletedTopics = set()
         for key in gone:
@@ -87,18 +94,20 @@ class LocalApplier:
             self._deleteLocal(topic)
         self._deleteQueued(image)
 
-    def _mayLead(self, key, state) -> bool:
+    def _mayLead(self, key, state, topicId) -> bool:
         """
         Kafka's broker leads only on the controller's LeaderAndIsr, sent
         for its current broker epoch with a leader epoch newer than it had.
         Here: a state naming this broker leader counts only if written
         after this broker registered (the controller elected this life of
         it), and only in a leader epoch later than any in which an older
-        state named it.
+        state named it for the same topic (C{topicId}: a topic created
+        again under the name starts at epoch 0).
         """
-        stale = self._staleEpochs.get(key)
+        seen = self._staleEpochs.get(key)
+        stale = seen[1] if seen is not None and seen[0] == topicId else None
         if 0 < state.mzxid < self._brokerEpoch:
-            self._staleEpochs[key] = max(state.leaderEpoch, -1 if stale is None else stale)
+            self._staleEpochs[key] = (topicId, max(state.leaderEpoch, -1 if stale is None else stale))
             return False
         return stale is None or state.leaderEpoch > stale
 

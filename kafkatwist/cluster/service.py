@@ -141,10 +141,10 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         self._clusterIdWasStored = False
         #: this broker's current registration's czxid (its broker epoch)
         self._brokerEpoch = 0
-        #: (topic, partition) -> the latest leader epoch in which a state
-        #: written before this registration named this broker leader: it
-        #: leads only in a later one (L{_mayLead})
-        self._staleEpochs: dict[tuple[str, int], int] = {}
+        #: (topic, partition) -> (topic id, the latest leader epoch in which
+        #: a state written before this registration named this broker
+        #: leader): it leads that topic only in a later one (L{_mayLead})
+        self._staleEpochs: dict[tuple[str, int], tuple] = {}
         self._stopping = False
         self._started = False
         self._sessionId = None
