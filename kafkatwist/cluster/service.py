@@ -391,6 +391,14 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         partition without a leader for good).  Other failures keep their
         traceback.
         """
+        if isinstance(e, ClusterStartError):
+            # Registering again under a new session refused (the id held by
+            # another session): one line, and the catch-up tries again.
+            if not self._stopping:
+                log.warn("Broker {id} cannot register again: {e}; trying again", id=self.brokerId, e=e)
+                self._stale = True
+                self._catchUpLater()
+            return True
         if not isinstance(e, KazooException):
             return False
         if not self._stopping:
@@ -445,8 +453,9 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         deadline = time.monotonic() + wait
         while True:
             try:
-                self.zk.create(path, data, ephemeral=True)
-                stat = self.zk.exists(path)
+                # The broker epoch from the create itself: a read after it
+                # may find nothing (the session lost in between).
+                _, stat = self.zk.create(path, data, ephemeral=True, include_data=True)
                 break
             except NodeExistsError:
                 stat = self.zk.exists(path)

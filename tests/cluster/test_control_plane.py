@@ -510,3 +510,64 @@ def test_a_topic_created_again_is_led_from_its_first_epoch():
     assert node.replicas.roles[("t", 0)][:2] == ("follower", -1)
     service._applyLocal(imageOf(third, dataclasses.replace(new, mzxid=900)))
     assert node.replicas.roles[("t", 0)] == ("leader", None, 0, (2, 1, 3), 0)
+
+
+def test_the_broker_epoch_comes_from_the_registration_itself(cluster):
+    """
+    The broker epoch is the czxid of the registration this broker created,
+    taken from the create itself: a read after it that finds nothing (the
+    session lost in between) left it 0 and the restart protection off.
+    """
+    node = Node(cluster.connect, 2)
+    real = node.service.zk.exists
+
+    def gone(path, *args, **kw):
+        return None if path == Z.brokerPath(2) else real(path, *args, **kw)
+
+    node.service.zk.exists = gone
+    try:
+        node.start()
+        zk = KazooClient(cluster.connect)
+        zk.start()
+        try:
+            assert node.service._brokerEpoch == zk.exists(Z.brokerPath(2)).czxid > 0
+        finally:
+            zk.stop()
+            zk.close()
+    finally:
+        node.stop()
+
+
+def test_a_registration_refused_on_a_new_session_is_one_line_and_retried(cluster):
+    """
+    Registering again under a new session can be refused (the id still
+    held by another session): one line, and the broker tries again later,
+    instead of a traceback and no retry.
+    """
+    from twisted.logger import globalLogPublisher
+
+    from kafkatwist.cluster.service import ClusterStartError
+
+    node = cluster(2)
+    service = node.service
+    real = service._register
+    attempts = []
+
+    def refusedOnce(wait):
+        attempts.append(wait)
+        if len(attempts) == 1:
+            raise ClusterStartError("broker id 2 is registered by another session")
+        return real(wait)
+
+    seen = []
+    globalLogPublisher.addObserver(seen.append)
+    try:
+        service._register = refusedOnce
+        service.owner.call(lambda: setattr(service, "_sessionId", -1))  # as if the session were new
+        service.owner.submit(service._catchUp)
+        waitUntil(lambda: len(attempts) >= 2 and service._sessionId == service.zk.client_id[0],
+                  what="registered again after the refusal")
+    finally:
+        globalLogPublisher.removeObserver(seen.append)
+    assert not [e for e in seen if e.get("log_failure") is not None]
+    assert [e for e in seen if "ClusterStartError" in str(e.get("e")) or "registered by another" in str(e.get("e"))]
