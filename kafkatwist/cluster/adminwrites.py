@@ -44,7 +44,10 @@ class AdminWrites:
                                     f"brokers {ineligible} cannot join the ISR of {topic}-{partition}"))
             return
         controllerEpoch = current.controllerEpoch if current is not None else 0
-        state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch)
+        # The leader's broker epoch stays the one its election named.
+        leaderBrokerEpoch = current.leaderBrokerEpoch if current is not None else -1
+        state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch,
+                                 leaderBrokerEpoch=leaderBrokerEpoch)
         try:
             stat = self.zk.set(Z.statePath(topic, partition), Z.encodeState(state), version=partitionEpoch)
         except (BadVersionError, NoNodeError):
@@ -57,7 +60,7 @@ class AdminWrites:
             onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
             return
         self._states[(topic, partition)] = Z.PartitionState(
-            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid
+            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid, leaderBrokerEpoch
         )
         self._applied[(topic, partition)] = (leaderEpoch, leaderId, stat.version)
         try:

@@ -100,13 +100,14 @@ class LocalApplier:
         for its current broker epoch with a leader epoch newer than it had.
         Here: a state naming this broker leader counts only if written
         after this broker registered (the controller elected this life of
-        it), and only in a leader epoch later than any in which an older
-        state named it for the same topic (C{topicId}: a topic created
+        it) for this registration (its leader broker epoch, when the state
+        has one, is this broker's), and only in a leader epoch later than
+        any in which an older state named it for the same topic (C{topicId}: a topic created
         again under the name starts at epoch 0).
         """
         seen = self._staleEpochs.get(key)
         stale = seen[1] if seen is not None and seen[0] == topicId else None
-        if 0 < state.mzxid < self._brokerEpoch:
+        if 0 < state.mzxid < self._brokerEpoch or 0 <= state.leaderBrokerEpoch != self._brokerEpoch:
             self._staleEpochs[key] = (topicId, max(state.leaderEpoch, -1 if stale is None else stale))
             return False
         return stale is None or state.leaderEpoch > stale

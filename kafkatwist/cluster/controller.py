@@ -78,7 +78,7 @@ class ControllerMachine:
         written = {(e.topic, e.partition) for e in effects if isinstance(e, (WriteState, CompleteReassignment))}
         for topic, partition, replicas, state in image.partitions():
             if (topic, partition) not in written and self._reassigning(image, topic, partition, state):
-                effects.append(self._write(topic, state, partition, state.leader, state.isr, "reassignment"))
+                effects.append(self._write(image, topic, state, partition, state.leader, state.isr, "reassignment"))
         if self.autoRebalance:
             effects.append(SetTimer(REBALANCE_TIMER, self.rebalanceIntervalMs))
         return effects
@@ -174,7 +174,7 @@ class ControllerMachine:
                         # Kafka's phase A: a new leader epoch carries the
                         # new replica set to the leader, the added replicas
                         # follow.
-                        states.append(self._write(topic, state, partition, state.leader, state.isr,
+                        states.append(self._write(image, topic, state, partition, state.leader, state.isr,
                                                   "reassignment"))
                     continue
                 # Done at once (cancelled, reordered): Kafka's phase B on
@@ -182,7 +182,7 @@ class ControllerMachine:
                 # replicas, the ISR without those no longer replicas.
                 finished = self._finish(replicas, state, live)
                 if finished is not None:
-                    states.append(self._write(topic, state, partition, *finished, "reassignment"))
+                    states.append(self._write(image, topic, state, partition, *finished, "reassignment"))
             effects.append(WriteAssignment(topic, partitions, assignment.zkVersion, tuple(states)))
         effects.append(Respond(replyTo, results))
         return effects
@@ -223,7 +223,7 @@ class ControllerMachine:
                 if state.leader == preferred and preferred in live:
                     results.append((topic, partition, ErrorCode.election_not_needed, None))
                 elif preferred in live and preferred in state.isr and preferred not in image.shuttingDown:
-                    effects.append(self._write(topic, state, partition, preferred, state.isr, "preferred"))
+                    effects.append(self._write(image, topic, state, partition, preferred, state.isr, "preferred"))
                     results.append((topic, partition, ErrorCode.none, None))
                 else:
                     results.append((topic, partition, ErrorCode.preferred_leader_not_available,
@@ -240,7 +240,7 @@ class ControllerMachine:
                                     f"strategy OfflinePartitionLeaderElectionStrategy(true)"))
                     continue
                 leader, isr = candidate
-                effects.append(self._write(topic, state, partition, leader, isr, "unclean (ElectLeaders)"))
+                effects.append(self._write(image, topic, state, partition, leader, isr, "unclean (ElectLeaders)"))
                 results.append((topic, partition, ErrorCode.none, None))
         effects.append(Respond(replyTo, results))
         return effects
@@ -268,7 +268,8 @@ class ControllerMachine:
             if not alive:
                 return None
             isr = tuple(r for r in alive if r not in leaving) or tuple(alive)
-            return WriteState(topic, partition, PartitionState(isr[0], 0, isr, self.epoch), -1, "new partition")
+            new = PartitionState(isr[0], 0, isr, self.epoch, leaderBrokerEpoch=_brokerEpoch(image, isr[0]))
+            return WriteState(topic, partition, new, -1, "new partition")
         # A replica whose broker registered again since the state was
         # written (Kafka's bounced broker: a new broker epoch) is failed
         # first -- out of the ISR, its leadership to another ISR member in
@@ -290,7 +291,7 @@ class ControllerMachine:
                     why = f"broker {state.leader} restarted"
                 if leader not in state.isr:
                     why = "unclean (no live ISR member)"
-                return self._write(topic, state, partition, leader, isr, why)
+                return self._write(image, topic, state, partition, leader, isr, why)
             if state.leader in live:
                 # Shutting down with nobody in the ISR to take over: it keeps
                 # leading (Kafka's controlled shutdown gives up on it too).
@@ -304,13 +305,13 @@ class ControllerMachine:
             # registered ones, so the next pass elects one of them rather
             # than waiting for a member that never came back.
             isr = _shrink(state.isr, registered)
-            return self._write(topic, state, partition, NO_LEADER, isr, "offline, no live ISR member")
+            return self._write(image, topic, state, partition, NO_LEADER, isr, "offline, no live ISR member")
         # The leader is fine: take dead, restarted and departing followers
         # out of the ISR.
         isr = tuple(r for r in state.isr if r == state.leader or (r in live and r not in leaving))
         if isr != state.isr:
             why = "replica restarted" if restarted & set(state.isr) else "replica offline"
-            return self._write(topic, state, partition, state.leader, isr, why)
+            return self._write(image, topic, state, partition, state.leader, isr, why)
         return None
 
     @staticmethod
@@ -346,7 +347,8 @@ class ControllerMachine:
         finished = self._finish(target, state, live)
         if finished is None:
             return None
-        new = PartitionState(finished[0], state.leaderEpoch + 1, finished[1], self.epoch)
+        new = PartitionState(finished[0], state.leaderEpoch + 1, finished[1], self.epoch,
+                             leaderBrokerEpoch=_brokerEpoch(image, finished[0]))
         return CompleteReassignment(topic, partition, target, new, assignment.zkVersion, state.zkVersion)
 
     @staticmethod
@@ -379,8 +381,10 @@ class ControllerMachine:
                     return replica, (replica,)
         return None
 
-    def _write(self, topic, state: PartitionState, partition, leader, isr, why) -> WriteState:
-        new = PartitionState(leader, state.leaderEpoch + 1, tuple(isr), self.epoch)
+    def _write(self, image: ClusterImage, topic, state: PartitionState, partition, leader, isr,
+               why) -> WriteState:
+        new = PartitionState(leader, state.leaderEpoch + 1, tuple(isr), self.epoch,
+                             leaderBrokerEpoch=_brokerEpoch(image, leader))
         return WriteState(topic, partition, new, state.zkVersion, why)
 
     def _rebalance(self, image: ClusterImage) -> list:
@@ -403,7 +407,7 @@ class ControllerMachine:
                 continue
             for topic, partition, state in notLed:
                 if broker in state.isr:
-                    effects.append(self._write(topic, state, partition, broker, state.isr, "preferred"))
+                    effects.append(self._write(image, topic, state, partition, broker, state.isr, "preferred"))
         return effects
 
 
@@ -424,6 +428,14 @@ def deletionWaitsFor(topic: str, image: ClusterImage) -> frozenset:
     return frozenset(
         b for replicas in assignment.partitions.values() for b in replicas if done.get(b) != assignment.topicId
     )
+
+
+def _brokerEpoch(image: ClusterImage, leader: int) -> int:
+    """
+    The broker epoch of the registration the controller elects (the one its
+    image holds): the broker leads only if it is its own.
+    """
+    return image.brokerEpochs.get(leader, -1) if leader != NO_LEADER else -1
 
 
 def _shrink(isr, live) -> tuple:

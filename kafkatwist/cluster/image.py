@@ -55,9 +55,17 @@ class ClusterImage:
         Whether C{brokerId} registered after C{state} was last written: it
         restarted (or its session was renewed) since, so it is not the
         replica the state names -- it may have lost what it had not flushed
-        (Kafka's bounced broker, told apart by its broker epoch).
+        (Kafka's bounced broker, told apart by its broker epoch).  Also
+        a leader whose registration is not the one the state's election
+        named (its leader broker epoch).
         """
-        return 0 < state.mzxid < self.brokerEpochs.get(brokerId, 0)
+        epoch = self.brokerEpochs.get(brokerId, 0)
+        if brokerId == state.leader and 0 < epoch and 0 <= state.leaderBrokerEpoch != epoch:
+            # Elected as another registration of it (an election computed
+            # from an image holding its previous one, landed after it
+            # registered again).
+            return True
+        return 0 < state.mzxid < epoch
 
     def leader(self, topic: str, partition: int) -> int:
         state = self.states.get((topic, partition))

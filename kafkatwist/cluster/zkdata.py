@@ -354,6 +354,9 @@ class PartitionState:
     wrote it (0: not known), compared with a broker's registration (its
     broker epoch, that znode's czxid): a broker registered after the state
     was last written is not the one the state names.
+    C{leaderBrokerEpoch} is the broker epoch of the leader the controller
+    elected (Kafka's LeaderAndIsr carries it, KIP-380; here an extra JSON
+    field, which Kafka's tools ignore; -1: not known).
     """
 
     leader: int
@@ -362,16 +365,20 @@ class PartitionState:
     controllerEpoch: int
     zkVersion: int = -1
     mzxid: int = 0
+    leaderBrokerEpoch: int = -1
 
 
 def encodeState(state: PartitionState) -> bytes:
-    return _dump({
+    value = {
         "controller_epoch": state.controllerEpoch,
         "leader": state.leader,
         "version": 1,
         "leader_epoch": state.leaderEpoch,
         "isr": list(state.isr),
-    })
+    }
+    if state.leaderBrokerEpoch >= 0:
+        value["leader_broker_epoch"] = state.leaderBrokerEpoch
+    return _dump(value)
 
 
 def decodeState(topic: str, partition: int, data: bytes, zkVersion: int, mzxid: int = 0) -> PartitionState:
@@ -380,6 +387,7 @@ def decodeState(topic: str, partition: int, data: bytes, zkVersion: int, mzxid: 
         return PartitionState(
             int(value["leader"]), int(value["leader_epoch"]),
             tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]), zkVersion, mzxid,
+            int(value.get("leader_broker_epoch", -1)),
         )
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"state of {topic}-{partition}: missing or bad fields") from None

@@ -571,3 +571,27 @@ def test_a_registration_refused_on_a_new_session_is_one_line_and_retried(cluster
         globalLogPublisher.removeObserver(seen.append)
     assert not [e for e in seen if e.get("log_failure") is not None]
     assert [e for e in seen if "ClusterStartError" in str(e.get("e")) or "registered by another" in str(e.get("e"))]
+
+
+def test_a_broker_leads_only_for_the_registration_the_state_names():
+    """
+    A state written after this broker registered, but by an election that
+    named its previous registration (the state's leader broker epoch is
+    not this broker's): not led; an election naming this one is.
+    """
+    from kafkatwist.cluster.image import ClusterImage, freeze
+
+    node = Node("127.0.0.1:1/unused", 2)
+    service = node.service
+    service._brokerEpoch = 200
+    assignment = Z.TopicAssignment("t", None, {0: (2, 1, 3)})
+
+    def imageOf(state):
+        return ClusterImage(brokers=freeze({}), topics=freeze({"t": assignment}), states=freeze({("t", 0): state}))
+
+    service._applyLocal(imageOf(Z.PartitionState(2, 5, (2, 1, 3), 1, zkVersion=7, mzxid=300,
+                                                 leaderBrokerEpoch=150)))
+    assert node.replicas.roles[("t", 0)] == ("follower", -1, 5, None, 7)
+    service._applyLocal(imageOf(Z.PartitionState(2, 6, (2, 1), 1, zkVersion=8, mzxid=400,
+                                                 leaderBrokerEpoch=200)))
+    assert node.replicas.roles[("t", 0)] == ("leader", None, 6, (2, 1), 8)

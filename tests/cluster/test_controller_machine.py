@@ -318,3 +318,38 @@ def test_a_whole_cluster_restart_elects_a_live_isr_member_not_the_one_missing():
     offline = PartitionState(-1, 5, (1, 2), 5, zkVersion=10, mzxid=170)
     effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2, 3)}, {0: offline}, {1: 150, 2: 160}))
     assert writes(effects) == {("t", 0): (1, 6, (1, 2), 10)}
+
+
+def test_the_state_carries_the_elected_leaders_broker_epoch():
+    """
+    Kafka's LeaderAndIsr carries the broker epoch (KIP-380): the state
+    znode names the registration of the broker it elected, an extra JSON
+    field Kafka's tools ignore; states written without it read as -1.
+    """
+    state = PartitionState(2, 7, (2, 3), 4, leaderBrokerEpoch=150)
+    assert decodeState("t", 0, encodeState(state), 11) == dataclasses.replace(state, zkVersion=11)
+    assert b'"leader_broker_epoch":150' in encodeState(state)
+    assert decodeState("t", 0, encodeState(PartitionState(2, 7, (2, 3), 4)), 11).leaderBrokerEpoch == -1
+    epochs = {1: 10, 2: 20, 3: 30}
+    effects = active().reconcile(0, restartedImage({1, 2, 3}, {0: (1, 2, 3)}, {}, epochs))
+    assert [e.state.leaderBrokerEpoch for e in effects if isinstance(e, WriteState)] == [10]
+    state = PartitionState(1, 4, (1, 2, 3), 5, zkVersion=9, mzxid=100, leaderBrokerEpoch=10)
+    effects = active().reconcile(0, restartedImage({2, 3}, {0: (1, 2, 3)}, {0: state}, {2: 20, 3: 30}))
+    assert [(e.state.leader, e.state.leaderBrokerEpoch) for e in effects if isinstance(e, WriteState)] == [(2, 20)]
+
+
+def test_a_leader_whose_broker_epoch_is_not_the_states_is_failed_first():
+    """
+    An election computed from an image holding broker 1's previous
+    registration (broker epoch 10) landed after it registered again (150):
+    the state was written after the registration, but names the previous
+    one -- a restart all the same.
+    """
+    state = PartitionState(1, 4, (1, 2, 3), 5, zkVersion=9, mzxid=200, leaderBrokerEpoch=10)
+    effects = active().reconcile(0, restartedImage({1, 2, 3}, {0: (1, 2, 3)}, {0: state},
+                                                   {1: 150, 2: 20, 3: 30}))
+    assert writes(effects) == {("t", 0): (2, 5, (2, 3), 9)}
+    # The registration it names: nothing to do.
+    effects = active().reconcile(0, restartedImage({1, 2, 3}, {0: (1, 2, 3)}, {0: state},
+                                                   {1: 10, 2: 20, 3: 30}))
+    assert writes(effects) == {}
