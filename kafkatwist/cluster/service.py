@@ -12,8 +12,9 @@ hosts changes leader epoch it calls the replica manager's C{becomeLeader}
 or C{becomeFollower}.  The controller is the only writer of leaders (a
 leader writes its own ISR, conditionally, through L{IAlterIsr}).  A state
 written before this broker's registration (its broker epoch, the czxid of
-C{/brokers/ids/<id>}) names a previous life of it: it does not lead on
-such a state (L{ClusterService._mayLead}), and the controller fails such
+C{/brokers/ids/<id>}) names a previous life of it, as does one whose
+leader broker epoch is not its registration's: it does not lead on such a
+state (L{ClusterService._mayLead}), and the controller fails such
 a broker first -- out of the ISR, its leaderships moved in a new leader
 epoch -- before it counts as a new broker (see docs/crash-restart.md).
 
