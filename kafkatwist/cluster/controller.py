@@ -278,6 +278,7 @@ class ControllerMachine:
         restarted = set()
         if state.leader != NO_LEADER:
             restarted = {r for r in (state.leader, *state.isr) if image.restartedSince(r, state)}
+        registered = live
         live = live - restarted
         leaderOk = state.leader in live and state.leader not in leaving
         if not leaderOk:
@@ -297,8 +298,12 @@ class ControllerMachine:
             if state.leader == NO_LEADER:
                 return None
             # Offline: no leader, and the ISR keeps its last member so that
-            # replica is elected (cleanly) when it returns.
-            isr = _shrink(state.isr, live)
+            # replica is elected (cleanly) when it returns.  A restarted
+            # member is failed here and is a new broker after that (Kafka's
+            # onBrokerFailure, then onBrokerStartup): the ISR keeps the
+            # registered ones, so the next pass elects one of them rather
+            # than waiting for a member that never came back.
+            isr = _shrink(state.isr, registered)
             return self._write(topic, state, partition, NO_LEADER, isr, "offline, no live ISR member")
         # The leader is fine: take dead, restarted and departing followers
         # out of the ISR.

@@ -199,6 +199,9 @@ class Broker:
         self._startedAt = os.path.getsize(self.logPath) if os.path.exists(self.logPath) else 0
         self._log = open(self.logPath, "ab")
         preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if self.ignoreSigint else None
+        # A second start of the same broker listens where the first did, so
+        # its clients' bootstrap stays valid however the test restarts it.
+        self.pinPorts()
         self.ports = {}
         self.process = subprocess.Popen(
             self.command(), cwd=self.directory, stdout=self._log, stderr=subprocess.STDOUT, env=env,
@@ -295,7 +298,6 @@ class Broker:
         they were chosen by the broker: a client's bootstrap stays valid).
         """
         self.stop()
-        self.pinPorts()
         return self.start(timeout)
 
     def pinPorts(self) -> None:

@@ -9,6 +9,7 @@ C{task.Clock} (no threads) it calls straight through.
 """
 
 import threading
+import time
 
 from zope.interface import implementer
 
@@ -102,3 +103,11 @@ class ThreadSafeClock:
         handle = _Handle(self)
         self.inThread(handle._arm, delay, f, args, kw)
         return handle
+
+
+def nowMs() -> int:
+    """
+    Wall-clock time in milliseconds (what ZooKeeper records and Kafka's
+    timestamps count in).
+    """
+    return int(time.time() * 1000)

@@ -470,3 +470,104 @@ def test_a_restarted_broker_leads_only_when_the_controller_elects_it_again():
     other = Z.PartitionState(1, 7, (1, 2), 1, zkVersion=10, mzxid=500)
     service._applyLocal(dataclasses.replace(image, states=freeze({("t", 0): other})))
     assert node.replicas.roles[("t", 0)] == ("follower", 1, 7, None, 10)
+
+
+def test_a_topic_created_again_is_led_from_its_first_epoch():
+    """
+    The leader epochs a restarted broker refused to lead in belong to the
+    topic they were seen for: once it is deleted, a topic created again
+    under its name is led in its leader epoch 0 -- whether this broker saw
+    the deletion or only the new topic id.
+    """
+    import dataclasses
+    import uuid
+
+    from kafkatwist.cluster.image import ClusterImage, freeze
+
+    node = Node("127.0.0.1:1/unused", 2)
+    service = node.service
+    service._brokerEpoch = 200
+    first, second, third = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)
+    old = Z.PartitionState(2, 3, (2, 1, 3), 1, zkVersion=7, mzxid=100)
+
+    def imageOf(topicId, state):
+        assignment = Z.TopicAssignment("t", topicId, {0: (2, 1, 3)})
+        return ClusterImage(brokers=freeze({}), topics=freeze({"t": assignment}),
+                            states=freeze({("t", 0): state}))
+
+    service._applyLocal(imageOf(first, old))
+    assert node.replicas.roles[("t", 0)] == ("follower", -1, 3, None, 7)
+    # Deleted (seen), then created again: a new partition in epoch 0,
+    # written after this registration.
+    service._applyLocal(ClusterImage(brokers=freeze({}), topics=freeze({}), states=freeze({})))
+    new = Z.PartitionState(2, 0, (2, 1, 3), 1, zkVersion=0, mzxid=600)
+    service._applyLocal(imageOf(second, new))
+    assert node.replicas.roles[("t", 0)] == ("leader", None, 0, (2, 1, 3), 0)
+    # Refused again on a stale state, then the topic replaced while this
+    # broker did not see it go: the new topic id is enough.
+    service._brokerEpoch = 700
+    service._applyLocal(imageOf(second, dataclasses.replace(new, leaderEpoch=3, zkVersion=3, mzxid=650)))
+    assert node.replicas.roles[("t", 0)][:2] == ("follower", -1)
+    service._applyLocal(imageOf(third, dataclasses.replace(new, mzxid=900)))
+    assert node.replicas.roles[("t", 0)] == ("leader", None, 0, (2, 1, 3), 0)
+
+
+def test_the_broker_epoch_comes_from_the_registration_itself(cluster):
+    """
+    The broker epoch is the czxid of the registration this broker created,
+    taken from the create itself: a read after it that finds nothing (the
+    session lost in between) left it 0 and the restart protection off.
+    """
+    node = Node(cluster.connect, 2)
+    real = node.service.zk.exists
+
+    def gone(path, *args, **kw):
+        return None if path == Z.brokerPath(2) else real(path, *args, **kw)
+
+    node.service.zk.exists = gone
+    try:
+        node.start()
+        zk = KazooClient(cluster.connect)
+        zk.start()
+        try:
+            assert node.service._brokerEpoch == zk.exists(Z.brokerPath(2)).czxid > 0
+        finally:
+            zk.stop()
+            zk.close()
+    finally:
+        node.stop()
+
+
+def test_a_registration_refused_on_a_new_session_is_one_line_and_retried(cluster):
+    """
+    Registering again under a new session can be refused (the id still
+    held by another session): one line, and the broker tries again later,
+    instead of a traceback and no retry.
+    """
+    from twisted.logger import globalLogPublisher
+
+    from kafkatwist.cluster.service import ClusterStartError
+
+    node = cluster(2)
+    service = node.service
+    real = service._register
+    attempts = []
+
+    def refusedOnce(wait):
+        attempts.append(wait)
+        if len(attempts) == 1:
+            raise ClusterStartError("broker id 2 is registered by another session")
+        return real(wait)
+
+    seen = []
+    globalLogPublisher.addObserver(seen.append)
+    try:
+        service._register = refusedOnce
+        service.owner.call(lambda: setattr(service, "_sessionId", -1))  # as if the session were new
+        service.owner.submit(service._catchUp)
+        waitUntil(lambda: len(attempts) >= 2 and service._sessionId == service.zk.client_id[0],
+                  what="registered again after the refusal")
+    finally:
+        globalLogPublisher.removeObserver(seen.append)
+    assert not [e for e in seen if e.get("log_failure") is not None]
+    assert [e for e in seen if "ClusterStartError" in str(e.get("e")) or "registered by another" in str(e.get("e"))]

@@ -302,3 +302,19 @@ def test_a_restarted_sole_isr_member_is_failed_then_elected_again():
     offline = PartitionState(-1, 5, (1,), 5, zkVersion=10, mzxid=120)
     effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2)}, {0: offline}, {1: 150, 2: 20}))
     assert writes(effects) == {("t", 0): (1, 6, (1,), 10)}
+
+
+def test_a_whole_cluster_restart_elects_a_live_isr_member_not_the_one_missing():
+    """
+    Every ISR member restarted (a whole-cluster crash); brokers 1 and 2 are
+    back, 3 is not.  The offline state keeps the ISR members that are
+    registered (failed first, then elected: Kafka's onBrokerFailure, then
+    onBrokerStartup), not the one that never came back: the next pass
+    elects 1 in a newer epoch rather than waiting for 3.
+    """
+    state = PartitionState(1, 4, (1, 2, 3), 5, zkVersion=9, mzxid=100)
+    effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2, 3)}, {0: state}, {1: 150, 2: 160}))
+    assert writes(effects) == {("t", 0): (-1, 5, (1, 2), 9)}
+    offline = PartitionState(-1, 5, (1, 2), 5, zkVersion=10, mzxid=170)
+    effects = active().reconcile(0, restartedImage({1, 2}, {0: (1, 2, 3)}, {0: offline}, {1: 150, 2: 160}))
+    assert writes(effects) == {("t", 0): (1, 6, (1, 2), 10)}
