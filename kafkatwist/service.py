@@ -329,7 +329,10 @@ class BrokerService(service.Service):
 
         tls, host, port = parseHttpListener(address)
         self._metricsTls = tls
-        self._metricsSite = Site(Resource())
+        from kafkatwist.console.site import LimitedRequest
+
+        # bodies are limited from the first connection on, before the console is served
+        self._metricsSite = Site(Resource(), requestFactory=LimitedRequest)
         try:
             if tls:
                 from kafkatwist.network.tls import ServerContextFactory
@@ -370,6 +373,7 @@ class BrokerService(service.Service):
         site = httpSite(self.broker, self.server, self.reactor, secure=self._metricsTls)
         self._metricsSite.resource = site.resource
         self._metricsSite.displayTracebacks = site.displayTracebacks
+        self._metricsSite.requestFactory = site.requestFactory
         self._metricsConsole = site.console
 
     def startService(self) -> None:

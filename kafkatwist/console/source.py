@@ -701,7 +701,11 @@ class ConsoleSource:
                 notHere.append(p)
             else:
                 logs[p] = log
+        if positions:
+            # a later page: only the partitions its cursor carries on
+            logs = {p: log for p, log in logs.items() if p in positions}
         share = max(1, limit // max(1, len(logs)))
+        left = limit
         records: list[dict] = []
         nextCursor: dict[int, int] = {}
         olderCursor: dict[int, int] = {}
@@ -709,11 +713,19 @@ class ConsoleSource:
         for p, log in logs.items():
             start, hw = log.logStartOffset, log.highWatermark
             ranges[str(p)] = {"logStartOffset": start, "highWatermark": hw}
+            # the page holds at most `limit` records: partitions past a full
+            # page are not read, their place is carried in the cursor
+            take = min(share, left)
             if mode == "newest":
                 end = min(positions.get(p, hw), hw)
-                begin = max(start, end - share)
-                got, _ = readPage(log, begin, share, end)
+                if take <= 0:
+                    if end > start:
+                        olderCursor[p] = end
+                    continue
+                begin = max(start, end - take)
+                got, _ = readPage(log, begin, take, end)
                 records.extend(got)
+                left -= len(got)
                 if begin > start:
                     olderCursor[p] = begin
                 continue
@@ -726,8 +738,13 @@ class ConsoleSource:
             else:
                 found = log.offsetForTimestamp(timestamp if timestamp is not None else 0)
                 begin = found[0] if found is not None else hw
-            got, after = readPage(log, begin, share, hw)
+            if take <= 0:
+                if begin < hw:
+                    nextCursor[p] = begin
+                continue
+            got, after = readPage(log, begin, take, hw)
             records.extend(got)
+            left -= len(got)
             if after < hw:
                 nextCursor[p] = after
         if mode == "newest":

@@ -314,7 +314,7 @@ class PageResource(_Base):
             self._headers(request, contentType)
             return body
         parts = _segments(request)
-        here = request.path.decode("ascii", "replace")
+        here = request.path.decode("utf-8", "surrogateescape")
         try:
             d, after = self.post(self.console.actions, self.context(request, session), request, parts)
         except ConsoleHTTPError as e:
@@ -339,8 +339,19 @@ class PageResource(_Base):
 
 
 def _redirect(request, target: str):
-    request.setHeader(b"location", target.encode("ascii"))
-    return 303, b"text/plain; charset=utf-8", b"see " + target.encode("ascii")
+    location = _location(target)
+    request.setHeader(b"location", location)
+    return 303, b"text/plain; charset=utf-8", b"see " + location
+
+
+def _location(target: str) -> bytes:
+    """
+    C{target} as a C{Location}: anything outside printable ASCII (a path
+    with a non-ASCII name) percent-encoded, what is already escaped kept.
+    """
+    from urllib.parse import quote
+
+    return quote(target.encode("utf-8", "surrogateescape"), safe="/?&=%:;,+@!$'()*~#").encode("ascii")
 
 
 def _form(request, name: str, default: str = "") -> str:
@@ -540,15 +551,20 @@ class LogoutResource(_Base):
 
 def _seeOther(request, target: str) -> bytes:
     request.setResponseCode(303)
-    request.setHeader(b"location", target.encode("ascii"))
+    request.setHeader(b"location", _location(target))
     return b""
 
 
 def _safeNext(target: str) -> str:
     """
-    Where to go after the login: a path on this listener only.
+    Where to go after the login: a path on this listener only (browsers
+    drop tabs and newlines and read a backslash as a slash, so C{/\\t/evil}
+    would leave it: any of them refuses the target).
     """
-    if not target.startswith("/") or target.startswith("//") or "\\" in target or not target.isascii():
+    if (
+        not target.startswith("/") or target.startswith("//") or not target.isascii()
+        or any(c <= " " or c in "\\\x7f" for c in target)
+    ):
         return ""
     return target
 
