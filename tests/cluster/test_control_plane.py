@@ -289,6 +289,11 @@ def test_reassignment_resumes_on_a_new_controller(cluster):
     [results] = call(a.service.alterReassignments, [("r", 0, (2, 4))])
     assert results == [("r", 0, ErrorCode.none, None)]
     waitUntil(lambda: d.replicas.roles.get(("r", 0), ("",))[0] == "follower", what="the new replica follows")
+    # Each broker reads the topic's znode and the partition's state with
+    # watches of its own: broker 2 catches up with broker 4 in its own time.
+    reassigning = d.replicas.roles[("r", 0)][2]
+    waitUntil(lambda: b.image.topics["r"].adding and b.image.states[("r", 0)].leaderEpoch >= reassigning,
+              what="broker 2 sees the reassignment")
     assert b.image.topics["r"].partitions[0] == (2, 4, 3)
     assert (b.image.topics["r"].adding, b.image.topics["r"].removing) == ({0: (4,)}, {0: (3,)})
     epoch = b.image.states[("r", 0)].leaderEpoch
@@ -302,6 +307,8 @@ def test_reassignment_resumes_on_a_new_controller(cluster):
     assert error is None
     waitUntil(lambda: b.image.topics["r"].partitions[0] == (2, 4) and not b.image.topics["r"].adding,
               what="completed")
+    # The completion's new leader epoch: broker 2 reads the state apart from the topic.
+    waitUntil(lambda: b.image.states[("r", 0)].leaderEpoch > state.leaderEpoch, what="the completed state")
     assert set(b.image.states[("r", 0)].isr) == {2, 4}
     waitUntil(lambda: ("r", 0, True) in c.replicas.stopped, what="broker 3 stopped its replica with delete")
 
