@@ -4,7 +4,7 @@ The C{kafkatwist} data source: what C{spark.dataSource.register} takes.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -16,7 +16,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafkatwist_spark.options import OptionError, oneLineErrors, parseSinkOptions, parseSourceOptions
+from kafkatwist_spark.options import (
+    ConfigurationError,
+    OptionError,
+    oneLineErrors,
+    parseSinkOptions,
+    parseSourceOptions,
+)
 from kafkatwist_spark.reader import KafkaBatchReader, KafkaStreamReader
 from kafkatwist_spark.writer import (
     KafkaBatchWriter,
@@ -107,9 +113,17 @@ class KafkaTwistDataSource(DataSource):
         return KafkaBatchReader(config, schema)
 
     @oneLineErrors
-    def streamReader(self, schema: StructType) -> KafkaStreamReader:
-        config = self._sourceConfig(streaming=True)
-        self._checkSchema(schema, config.includeHeaders)
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        try:
+            config = self._sourceConfig(streaming=True)
+            self._checkSchema(schema, config.includeHeaders)
+        except ConfigurationError as e:
+            # pyspark's stream runner (4.3) calls the reader's stop() in a
+            # finally around this call: an exception raised here reaches
+            # Spark as "UnboundLocalError: ... 'reader'", the real one lost
+            # (with the traceback hidden, nothing else is shown).  A reader
+            # that raises at its first call gives Spark the real error.
+            return _RefusedStreamReader(e)
         return KafkaStreamReader(config, schema)
 
     @oneLineErrors
@@ -131,3 +145,28 @@ class KafkaTwistDataSource(DataSource):
         config = parseSinkOptions(self.options)
         columns = checkSinkSchema(schema, config)
         return KafkaStreamWriter(config, columns, recoverStreamJob(config))
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """
+    The stream reader of a query whose options are wrong for a stream: its
+    first call raises the L{ConfigurationError} that refused it.
+    """
+
+    def __init__(self, error: ConfigurationError) -> None:
+        self.error = error
+
+    @oneLineErrors
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    @oneLineErrors
+    def latestOffset(self) -> dict:
+        raise self.error
+
+    @oneLineErrors
+    def partitions(self, start: dict, end: dict):
+        raise self.error
+
+    def stop(self) -> None:
+        pass
