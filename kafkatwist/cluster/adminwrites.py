@@ -175,12 +175,16 @@ class AdminWrites:
 
     def _setBrokerConfigs(self, perBroker, configs, onDone):
         entity = str(self.brokerId) if perBroker else Z.DEFAULT_BROKER_ENTITY
+        # Answered whatever happens: the broker's next config change waits
+        # for this answer.
+        error = KafkaError(ErrorCode.unknown_server_error, "the broker config write failed")
         try:
             self._writeEntityConfig(Z.brokerConfigPath(entity), "brokers", entity, configs)
+            error = None
         except KazooException as e:
-            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
-            return
-        onDone(None, None)
+            error = KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}")
+        finally:
+            onDone(None, error)
 
     def addPartitions(self, name: str, assignment: dict, onDone) -> None:
         """
