@@ -6,7 +6,14 @@ batches them), and the user-space instructions every broker thread executed
 while it did are divided by the requests answered.
 
     python -m bench instructions [--reference kafkatwist:PATH] [--records 840]
-        [--seconds 30]
+        [--seconds 30] [--api produce|fetch]
+
+With C{--api fetch} the request is a consumer's Fetch (v11, as librdkafka
+sends it, no session) of one partition from offset 0, max_wait 0,
+C{--partition-max-bytes} (1 MiB, librdkafka's default): the partition holds
+a few MB of the Produce batches above, appended before counting starts, so
+every Fetch answers with the same ~1 MB of whole batches (sent with
+C{sendfile}: the kernel's copy is not counted).
 
 Unlike CPU seconds, the count does not move with the load other processes
 put on the machine (two runs of one tree agree within ~1 %), so a change of a
@@ -59,6 +66,30 @@ def produceFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
     return encodeRequestFrame(0, 9, 1, "bench", request)
 
 
+def fetchFrame(topic: str = "t", partition: int = 0, partitionMaxBytes: int = 1 << 20,
+               maxBytes: int = 52_428_800) -> bytes:
+    """
+    A consumer's sessionless Fetch v11 of one partition from offset 0,
+    max_wait 0, min_bytes 1, read_uncommitted: the request librdkafka sends.
+    """
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.codec import encodeRequestFrame
+    from kafkatwist.protocol.entities import make, nested
+
+    cls = requestType(1, 11)
+    Topic, Partition = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    request = make(
+        cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=0), min_bytes=1,
+        max_bytes=maxBytes, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(make(Topic, topic=topic, partitions=(make(
+            Partition, partition=partition, current_leader_epoch=-1, fetch_offset=0,
+            log_start_offset=-1, partition_max_bytes=partitionMaxBytes,
+        ),)),),
+        forgotten_topics_data=(), rack_id="",
+    )
+    return encodeRequestFrame(1, 11, 1, "bench", request)
+
+
 def _threadTotals(prefix: str) -> list[int]:
     totals = []
     for path in sorted(glob.glob(prefix + ".*-*")):
@@ -68,7 +99,8 @@ def _threadTotals(prefix: str) -> list[int]:
     return totals
 
 
-def count(tree: str, frameFile: str, seconds: float, directory: str, generator: list[str]) -> dict:
+def count(tree: str, frameFile: str, seconds: float, directory: str, generator: list[str],
+          fillFile: str | None = None) -> dict:
     """
     Run C{tree}'s broker under callgrind, counting only while the load runs.
 
@@ -92,6 +124,9 @@ def count(tree: str, frameFile: str, seconds: float, directory: str, generator: 
     try:
         _waitForPort(port, process, 600, logPath)
         createTopic(f"127.0.0.1:{port}", "t", 1)
+        if fillFile is not None:
+            # The records the counted Fetches read (uncounted).
+            loadgen.run(generator, "127.0.0.1", port, 1, 0.0, 3, fillFile)
         loadgen.run(generator, "127.0.0.1", port, 1, 0.5, 3, frameFile)  # warm, uncounted
         subprocess.run(["callgrind_control", "-i", "on", str(process.pid)], capture_output=True, check=True)
         result = loadgen.run(generator, "127.0.0.1", port, 1, 0.0, seconds, frameFile)
@@ -109,6 +144,10 @@ def main(argv=None) -> int:
     parser.add_argument("--reference", default=None, help="kafkatwist:PATH, another source tree (before/after)")
     parser.add_argument("--records", type=int, default=840, help="records in the request's one batch")
     parser.add_argument("--seconds", type=float, default=30.0, help="counted load per tree")
+    parser.add_argument("--api", choices=("produce", "fetch"), default="produce",
+                        help="the request counted: a Produce (default) or a consumer's Fetch")
+    parser.add_argument("--partition-max-bytes", type=int, default=1 << 20,
+                        help="--api fetch: the Fetch's partition_max_bytes")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error("valgrind (callgrind) is needed")
@@ -121,12 +160,18 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kt-instructions-") as directory:
         frameFile = os.path.join(directory, "frame")
+        fillFile = None
         with open(frameFile, "wb") as f:
             f.write(produceFrame(args.records))
+        if args.api == "fetch":
+            fillFile = os.path.join(directory, "fill")
+            os.rename(frameFile, fillFile)
+            with open(frameFile, "wb") as f:
+                f.write(fetchFrame(partitionMaxBytes=args.partition_max_bytes))
         for name, tree in trees:
-            result = count(tree, frameFile, args.seconds, directory, generator)
+            result = count(tree, frameFile, args.seconds, directory, generator, fillFile)
             rows.append((name, result))
-            print(f"{name}: {result['requests']} requests, {result['total'] / 1000:,.1f}k instructions each; "
+            print(f"{name}: {result['requests']} {args.api} requests, {result['total'] / 1000:,.1f}k instructions each; "
                   "by thread: " + ", ".join(f"{t / 1000:,.1f}k" for t in result["threads"]), flush=True)
     if len(rows) == 2:
         print(f"ratio: {rows[0][1]['total'] / rows[1][1]['total']:.3f}")
