@@ -246,7 +246,7 @@ class FetchHandler(Handler):
                     if log.logStartOffset <= w.offset <= end:
                         fetched.append((w.key, w.offset, end, starts.get((topicKey, w.partition))))
         if fetched:
-            replicaManager.recordFollowerFetch(replicaId, fetched)
+            replicaManager.recordFollowerFetch(replicaId, fetched, _replicaEpoch(request, version))
 
     @staticmethod
     def _encode(version, plan, topics):
@@ -638,6 +638,14 @@ def _replicaId(request, version: int) -> int:
         state = getattr(request, "replica_state", None)
         return state.replica_id if state is not None else -1
     return getattr(request, "replica_id", -1)
+
+
+def _replicaEpoch(request, version: int) -> int:
+    """
+    The fetching replica's broker epoch (v15+, KIP-903; -1: not said).
+    """
+    state = getattr(request, "replica_state", None) if version >= 15 else None
+    return int(state.replica_epoch) if state is not None else -1
 
 
 def _nowMs(clock) -> int:
