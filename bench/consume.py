@@ -74,6 +74,31 @@ def leanConsume(bootstrap: str, topic: str, records: int, partitions: int) -> No
         raise RuntimeError(f"consumed {seen} of {records}")
 
 
+def fetchFrame(topic: str, partitionMaxBytes: int = 1 << 20, maxBytes: int = 52_428_800) -> bytes:
+    """
+    A consumer's sessionless Fetch v11 of partition 0 from offset 0,
+    max_wait 0, min_bytes 1, read_uncommitted, librdkafka's default limits.
+    """
+    import datetime
+
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.codec import encodeRequestFrame
+    from kafkatwist.protocol.entities import make, nested
+
+    cls = requestType(1, 11)
+    Topic, Partition = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    request = make(
+        cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=0), min_bytes=1,
+        max_bytes=maxBytes, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(make(Topic, topic=topic, partitions=(make(
+            Partition, partition=0, current_leader_epoch=-1, fetch_offset=0,
+            log_start_offset=-1, partition_max_bytes=partitionMaxBytes,
+        ),)),),
+        forgotten_topics_data=(), rack_id="",
+    )
+    return encodeRequestFrame(1, 11, 1, "bench", request)
+
+
 def rawRun(generator, broker, frameFile: str, connections: int, seconds: float) -> tuple[float, float, dict]:
     """
     @return: Fetch responses per second, broker CPU-seconds per response,
@@ -126,7 +151,7 @@ def recordsPerAnswer(bootstrap: str, topic: str, frame: bytes) -> int:
 
 def rawMain(args, names) -> int:
     from bench import loadgen
-    from bench.instructions import fetchFrame, produceFrame
+    from bench.instructions import produceFrame
 
     generator, kind = loadgen.command()
     figures: dict = {}
