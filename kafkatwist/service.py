@@ -109,6 +109,7 @@ def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
     if cluster is not None:
         replicaManager.alterIsr = cluster
         replicaManager.directory = cluster
+        replicaManager.brokerEpoch = cluster.currentBrokerEpoch
     if logManager is not None and _clustered(config):
         logManager.newLogsLead = False
         for partitionLog in logManager.logs():

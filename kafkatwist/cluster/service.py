@@ -329,6 +329,20 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         info = self.image.brokers.get(brokerId)
         return info.rack if info is not None else None
 
+    def brokerEpoch(self, brokerId) -> int:
+        """
+        The broker epoch of C{brokerId}'s registration as this broker last
+        read it (-1: not registered).  Any thread.
+        """
+        return self.image.brokerEpochs.get(brokerId, -1)
+
+    def currentBrokerEpoch(self) -> int:
+        """
+        This broker's own broker epoch (its registration's czxid; -1 before
+        it registered), which its follower fetches carry.  Any thread.
+        """
+        return self._brokerEpoch if self._brokerEpoch > 0 else -1
+
     def eligibleForIsr(self, brokerId) -> bool:
         """
         Whether a leader may add C{brokerId} to an ISR: alive and not being

@@ -215,7 +215,9 @@ def test_preferred_election_and_controlled_shutdown(cluster):
     waitUntil(lambda: 2 in a.image.live() and 2 not in a.image.shuttingDown)
     # The follower catches up (its leader writes it back into the ISR) ...
     state = a.image.states[("p", 0)]
-    call(a.service.alterIsr, "p", 0, 1, state.leaderEpoch, (1, 2), state.zkVersion)
+    epochs = {2: a.image.brokerEpochs[2]}  # the registration its fetches named (KIP-903)
+    call(lambda *args: a.service.alterIsr(*args, brokerEpochs=epochs),
+         "p", 0, 1, state.leaderEpoch, (1, 2), state.zkVersion)
     # ... and a preferred election gives it its partition back.
     results = call(a.service.electLeaders, PREFERRED, None)[0]
     assert [(t, p, code) for t, p, code, _ in results] == [("p", 0, ErrorCode.none)]
@@ -303,7 +305,9 @@ def test_reassignment_resumes_on_a_new_controller(cluster):
     waitUntil(lambda: b.image.states[("r", 0)].leaderEpoch > epoch, what="resumed with a new epoch")
     # The leader (broker 2) takes broker 4 into its ISR: the reassignment completes.
     state = b.image.states[("r", 0)]
-    _, error = call(b.service.alterIsr, "r", 0, 2, state.leaderEpoch, (2, 3, 4), state.zkVersion)
+    epochs = {4: b.image.brokerEpochs[4]}  # the registration its fetches named (KIP-903)
+    _, error = call(lambda *args: b.service.alterIsr(*args, brokerEpochs=epochs),
+                    "r", 0, 2, state.leaderEpoch, (2, 3, 4), state.zkVersion)
     assert error is None
     waitUntil(lambda: b.image.topics["r"].partitions[0] == (2, 4) and not b.image.topics["r"].adding,
               what="completed")
