@@ -19,6 +19,8 @@ SUITES = {
     "comparison": ("bench.comparison", "the headline figures (CPU per record, throughput, latency, connections, group join) vs a reference broker, one table (default)"),
     "network": ("bench.network", "network layer vs a one-reactor server (issue 2)"),
     "throughput": ("bench.throughput", "produce/consume throughput with real clients"),
+    "consume": ("bench.consume", "consume throughput and broker CPU per record, a lean consumer that counts only, two trees alternated (issue 29)"),
+    "latency": ("bench.latency", "produce->ack latency at 1k records/s with a consumer tailing, each of N runs' p99, fresh broker per run, optional GC pause trace (issue 29)"),
     "profile": ("bench.profile", "py-spy profiles of the produce and fetch paths under load"),
     "connections": ("bench.connections", "idle connections RSS and a connection burst"),
     "spark_ingest": ("bench.spark_ingest", "kafkatwist data source vs Parquet in Spark (issue 5)"),
