@@ -545,18 +545,8 @@ class BatchFilter:
         if horizon is not None:
             attributes |= DELETE_HORIZON_BIT
         batch = packBatch(
-            baseOffset,
-            leaderEpoch,
-            attributes,
-            lastOffsetDelta,
-            newBase,
-            maxTimestamp,
-            producerId,
-            producerEpoch,
-            baseSequence,
-            len(kept),
-            records,
-            magic,
+            baseOffset, leaderEpoch, attributes, lastOffsetDelta, newBase, maxTimestamp,
+            producerId, producerEpoch, baseSequence, len(kept), records, magic,
         )
         return Retained(batch, len(kept), maxTimestamp, horizon)
 
@@ -585,16 +575,7 @@ def emptyBatch(header: tuple) -> bytearray:
     ) = header
     attributes &= TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
     batch = packBatch(
-        baseOffset,
-        leaderEpoch,
-        attributes,
-        lastOffsetDelta,
-        -1,
-        maxTimestamp,
-        producerId,
-        producerEpoch,
-        baseSequence,
-        0,
-        magic=magic,
+        baseOffset, leaderEpoch, attributes, lastOffsetDelta, -1, maxTimestamp,
+        producerId, producerEpoch, baseSequence, 0, magic=magic,
     )
     return batch

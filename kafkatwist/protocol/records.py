@@ -306,17 +306,8 @@ def buildBatch(
         attributes |= CONTROL_BIT
     return bytes(
         packBatch(
-            baseOffset,
-            partitionLeaderEpoch,
-            attributes,
-            lastOffsetDelta,
-            baseTimestamp,
-            maxTimestamp,
-            producerId,
-            producerEpoch,
-            baseSequence,
-            len(records),
-            payload,
+            baseOffset, partitionLeaderEpoch, attributes, lastOffsetDelta, baseTimestamp,
+            maxTimestamp, producerId, producerEpoch, baseSequence, len(records), payload,
         )
     )
 
