@@ -682,11 +682,17 @@ class IAlterIsr(Interface):
     C{/isr_change_notification}.
     """
 
-    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                 brokerEpochs=None):
         """
         @param onDone: called once, on any thread, as C{onDone(newPartitionEpoch,
             None)} or C{onDone(None, KafkaError)}; after a failed conditional
             write the leader waits for its next C{becomeLeader}.
+        @param brokerEpochs: C{{broker id: broker epoch}} of the replicas
+            added, the registration their fetches were made under (Kafka's
+            NewIsrWithEpochs, KIP-903; -1: not known).  One that is not
+            the replica's current registration is refused with
+            INELIGIBLE_REPLICA.
         """
 
 

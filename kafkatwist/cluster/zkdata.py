@@ -387,10 +387,21 @@ def decodeState(topic: str, partition: int, data: bytes, zkVersion: int, mzxid: 
         return PartitionState(
             int(value["leader"]), int(value["leader_epoch"]),
             tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]), zkVersion, mzxid,
-            int(value.get("leader_broker_epoch", -1)),
+            _brokerEpochField(value.get("leader_broker_epoch")),
         )
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"state of {topic}-{partition}: missing or bad fields") from None
+
+
+def _brokerEpochField(value) -> int:
+    """
+    An optional broker epoch field: -1 (not known) when absent -- a state
+    written by an older version or by Kafka -- or not a non-negative whole
+    number, never a value that could match a registration by chance.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return -1
+    return value
 
 
 def encodeIsrChange(partitions) -> bytes:
