@@ -31,6 +31,7 @@ SUITES = {
     "instructions": ("bench.instructions", "instructions per Produce request under callgrind, a before/after count the load does not blur (issue 12)"),
     "cluster": ("bench.cluster", "three brokers on ZooKeeper: acks=all throughput RF 3 vs 1, produce->ack latency, fail-over time, two brokers vs one on small requests (issue 17)"),
     "failover": ("bench.failover", "fail-over time's median and maximum, kill -9 and pause past the session, with and without CPU-bound processes beside the cluster (issue 30)"),
+    "smallrequests": ("bench.smallrequests", "broker CPU per small request (one-record Produce, one-batch Fetch, ApiVersions, Metadata) over 32 connections, side by side with another tree and Tansu (issue 29)"),
     "twobrokers": ("bench.twobrokers", "two brokers against one on one-record Produce requests, driven by the C load generator, with who is on CPU (issue 17)"),
     "testing": ("bench.testing", "Kafka for tests: the pytest fixtures' time to ready and to the first acknowledged record, one broker and three (issue 25)"),
     "console": ("bench.console", "the web console's topic and group lists with 1,000 topics and 500 groups, JSON and HTML (issue 28)"),

@@ -511,7 +511,11 @@ class BrokerService(service.Service):
         if self.server is not None:
             yield self.server.stop()
         if self.cluster is not None:
-            stopCluster(self.cluster, deadline)
+            # It waits for the owner thread and ZooKeeper (up to the
+            # deadline): in the pool, never on the reactor.
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), stopCluster, self.cluster, deadline
+            )
         if self.broker is not None:
             # Fetchers stopped and high watermarks written before the logs
             # close; in the pool, since it joins threads and writes files.

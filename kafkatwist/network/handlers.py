@@ -217,11 +217,24 @@ class HandlerPool:
                 self._legacyDeferred(handler, result)
                 result.addCallbacks(self._later, self._laterFailed, (request, body), None, (request, body))
             return None
-        self._abandon(request)
+        context = request.context
+        if context.pending is not None:
+            context.pending.abandon()
         response = self._encode(request, result, body)
-        if isinstance(result, EncodedResponse) and request.context.securityProtocol in TLS_PROTOCOLS:
+        if (
+            isinstance(result, EncodedResponse)
+            # (a body of one bytes chunk holds no file region)
+            and not (len(result.chunks) == 1 and result.chunks[0].__class__ is bytes)
+            and context.securityProtocol in TLS_PROTOCOLS
+        ):
             response.chunks = _readSmallRegions(response.chunks, TLS_READ_CHUNK)
-        return self._done(request, response)
+        # (_done, inline: every request's path)
+        memory, request.memory = request.memory, 0
+        request.frame = None
+        if memory:
+            request.processor.memoryPool.release(memory)
+        request.completedAt = time.monotonic()
+        return response
 
     def _done(self, request: Request, response: Response) -> Response:
         self._release(request)
