@@ -280,3 +280,17 @@ def test_isr_broker_epochs_read_safely():
     assert _state(isr_broker_epochs={"2": 5, "x": 6, "3": None, "4": True, "5": -1}).isrBrokerEpochs == ((2, 5),)
     encoded = Z.encodeState(Z.PartitionState(2, 3, (2, 3), 1, isrBrokerEpochs=((3, 9),)))
     assert Z.decodeState("t", 0, encoded, 1).isrBrokerEpochs == ((3, 9),)
+
+
+def test_follower_fetches_name_each_topic_by_its_current_id():
+    leader = Leader()
+    manager, logManager = leader.manager, leader.manager.logManager
+    first = logManager.topics()["t"].topicId
+    assert manager._topicIdOf("t") == first
+    assert manager._topicIdOf("nothing") is None
+    # The topic deleted and created again: a new log, a new id.
+    logManager.deleteTopic("t")
+    logManager.createTopic("t", 1, {})
+    manager.becomeFollower("t", 0, 2, 4, [1, 2], 9)
+    leader.clock.advance(0)
+    assert manager._topicIdOf("t") == logManager.topics()["t"].topicId != first
