@@ -721,6 +721,8 @@ def metadata(broker, handler, names, version=12):
     from kio.serial import entity_reader
 
     from kafkatwist.protocol.apis import METADATA
+    from kafkatwist.protocol.entities import make
+    from tests.unit.adminhelpers import FakeContext, roundTrip
 
     topics = None if names is None else tuple(
         req(METADATA, version, "MetadataRequestTopic", name=n, topic_id=None) for n in names
