@@ -38,6 +38,10 @@ run: install
 MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
 # the services object and the seams of issue 24 (the services engineer's)
 MYPY_PATHS += kafkatwist/server/broker.py kafkatwist/replication/appends.py kafkatwist/plugins/clusterwrites.py
+# the record walker's and the coordinator record codec's users (issue 24)
+MYPY_PATHS += kafkatwist/log/compaction.py kafkatwist/log/cleaning.py
+MYPY_PATHS += kafkatwist/coordinator/formats.py kafkatwist/coordinator/consumer_group_records.py
+MYPY_PATHS += kafkatwist/coordinator/recordschemas.py kafkatwist/coordinator/runtime.py kafkatwist/coordinator/transaction/formats.py
 .PHONY: lint
 lint: install
 	$(BIN)/lint-imports

@@ -92,7 +92,7 @@ def makeReplicaManager(parts, config):
     from kafkatwist.replication.manager import ReplicaManager
 
     replicaManager = ReplicaManager(
-        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition(),
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition,
         producePurgatory=parts.producePurgatory,
     )
     replicaManager.followerQuota = parts.replicationQuotas.follower
