@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["Schema", "SchemaError", "inVersions"]
@@ -111,7 +111,7 @@ class _Struct:
     fields by tag, whether the version is flexible.
     """
 
-    __slots__ = ("fields", "flexible", "names", "runs", "tagged")
+    __slots__ = ("fields", "flexible", "names", "runs", "tagged", "writers")
 
     def __init__(self, flexible: bool) -> None:
         self.flexible = flexible
@@ -119,6 +119,8 @@ class _Struct:
         #: the fields in order, each run of fixed-size fields merged into
         #: one L{_Run} (one C{pack}/C{unpack_from} for them all)
         self.runs: list[_Field | _Run] = []
+        #: one C{writer(out, values.get)} per run, in order
+        self.writers: list[Callable[[list[bytes], Callable], None]] = []
         self.tagged: dict[int, _Field] = {}
         #: every field name of the schema with its default, for fields
         #: absent from this version
@@ -213,6 +215,7 @@ class Schema:
             elif inVersions(f.get("versions"), version):
                 out.fields.append(field)
         out.runs = _runs(out.fields)
+        out.writers = [_writer(run, flexible) for run in out.runs]
         return out
 
     def _kind(self, f, version: int, flexible: bool) -> tuple[str, str | None, _Struct | None]:
@@ -301,15 +304,42 @@ class Schema:
             raise error(f"{self.name} v{version}: {e}") from None
 
 
+def _writer(run: _Field | _Run, flexible: bool) -> Callable[[list[bytes], Callable], None]:
+    """
+    The writer of one run of fields: what L{_writeStruct} calls, with the
+    kind's dispatch done once here rather than per value.
+    """
+    if isinstance(run, _Run):
+        pack = run.struct.pack
+        if len(run.names) == 1:
+            name, default = run.names[0], run.defaults[0]
+            return lambda out, get: out.append(pack(get(name, default)))
+        pairs = tuple(zip(run.names, run.defaults))
+        return lambda out, get: out.append(pack(*[get(n, d) for n, d in pairs]))
+    field = run
+    name, default = field.name, field.default
+    if field.kind == "string" and not flexible:
+
+        def writeString(out: list[bytes], get: Callable) -> None:
+            value = get(name, default)
+            if value is None:
+                out.append(b"\xff\xff")
+                return
+            data = value.encode("utf-8")
+            if len(data) > 0x7FFF:
+                raise SchemaError(f"string of {len(data)} bytes is longer than a schema's 32767")
+            out.append(_INT16.pack(len(data)))
+            out.append(data)
+
+        return writeString
+    return lambda out, get: _writeField(out, field, get(name, default), flexible)
+
+
 def _writeStruct(out: list[bytes], compiled: _Struct, values: Mapping[str, Any]) -> None:
-    flexible = compiled.flexible
     get = values.get
-    for run in compiled.runs:
-        if isinstance(run, _Run):
-            out.append(run.struct.pack(*[get(n, d) for n, d in zip(run.names, run.defaults)]))
-        else:
-            _writeField(out, run, get(run.name, run.default), flexible)
-    if flexible:
+    for write in compiled.writers:
+        write(out, get)
+    if compiled.flexible:
         tags = []
         for tag in sorted(compiled.tagged):
             field = compiled.tagged[tag]
