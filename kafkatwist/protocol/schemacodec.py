@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafkatwist.protocol.header import MalformedHeader, readUnsignedVarint
+
 __all__ = ["Schema", "SchemaError", "inVersions"]
 
 
@@ -422,18 +424,13 @@ class _Short(Exception):
 
 
 def _readUvarint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise _Short(f"truncated varint at {pos}")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise _Short("varint longer than 5 bytes")
+    try:
+        value, pos = readUnsignedVarint(data, pos)
+    except MalformedHeader as e:
+        raise _Short(f"{e} at {pos}") from None
+    if pos > end:
+        raise _Short(f"varint runs past the end ({end})")
+    return value, pos
 
 
 def _length(data: memoryview, pos: int, end: int, flexible: bool, classic: struct.Struct) -> tuple[int, int]:
@@ -529,21 +526,26 @@ def _readField(data: memoryview, pos: int, end: int, field: _Field, flexible: bo
     return items, pos
 
 
-def _readString(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[str | None, int]:
-    n, pos = _length(data, pos, end, flexible, _INT16)
+def _readSized(
+    data: memoryview, pos: int, end: int, flexible: bool, classic: struct.Struct, what: str
+) -> tuple[memoryview | None, int]:
+    """
+    A string's or bytes' contents (C{None} for null).
+    """
+    n, pos = _length(data, pos, end, flexible, classic)
     if n < 0:
         if n == -1:
             return None, pos
-        raise _Short(f"string length {n}")
-    stop = _take(pos, n, end, "string")
-    return str(data[pos:stop], "utf-8"), stop
+        raise _Short(f"{what} length {n}")
+    stop = _take(pos, n, end, what)
+    return data[pos:stop], stop
+
+
+def _readString(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[str | None, int]:
+    raw, pos = _readSized(data, pos, end, flexible, _INT16, "string")
+    return (None if raw is None else str(raw, "utf-8")), pos
 
 
 def _readBytes(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[bytes | None, int]:
-    n, pos = _length(data, pos, end, flexible, _INT32)
-    if n < 0:
-        if n == -1:
-            return None, pos
-        raise _Short(f"bytes length {n}")
-    stop = _take(pos, n, end, "bytes")
-    return bytes(data[pos:stop]), stop
+    raw, pos = _readSized(data, pos, end, flexible, _INT32, "bytes")
+    return (None if raw is None else bytes(raw)), pos
