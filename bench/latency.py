@@ -9,7 +9,9 @@ C{latencyRun}): a fresh topic, a confluent producer at 1,000 records/s
 (linger.ms=0, acks=1, blocking in poll() between sends) alone, then again
 while a consumer in another process tails the topic (a parked long-poll
 Fetch woken by every append).  Every run gets a broker of its own, started
-fresh, so one run's garbage or one stall does not carry into the next; with
+fresh (measured from its "started" line, after the start-up's full
+collection and C{gc.freeze()}), so one run's garbage or one stall does not
+carry into the next; with
 C{--reference} the two trees alternate (A B, B A, ...).  Prints each run's
 p50/p99/max of the three latencies, then every run's p99 of the
 with-consumer row on one line: issue 29's target is <= 2 ms in each of them.
@@ -58,6 +60,25 @@ if _path:
 '''
 
 
+def _waitStarted(broker, directory: str, timeout: float = 60.0) -> None:
+    """
+    Wait for the broker's "started" line: its port is bound before the
+    start-up's last full collection and C{gc.freeze()}, which must not fall
+    into the measurement.
+    """
+    path = os.path.join(directory, f"kafkatwist-{broker.port}.log.twistd")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path, errors="replace") as f:
+                if " started" in f.read():
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"no 'started' line in {path} within {timeout:.0f} s")
+
+
 def _row(samples: list[float]) -> str:
     if not samples:
         return "no samples"
@@ -93,6 +114,7 @@ def main(argv=None) -> int:
                     with startBroker(name, directory) as broker:
                         os.environ.clear()
                         os.environ.update(saved)
+                        _waitStarted(broker, directory)
                         window = (time.monotonic(),)
                         result = latencyRun(broker, args.seconds)
                         window += (time.monotonic(),)

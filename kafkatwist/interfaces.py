@@ -565,6 +565,13 @@ class ILogManager(Interface):
             (partitions count, topic id, configs).
         """
 
+    def topicName(topicId):
+        """
+        The name of the topic whose id is C{topicId} (a C{uuid.UUID}), or
+        C{None} if no topic has it: what Fetch v13+ asks for every topic of
+        every request, without a copy of the topic table.
+        """
+
     logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
 
     def directoryOf(topic, partition):

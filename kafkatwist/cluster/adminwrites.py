@@ -70,8 +70,14 @@ class AdminWrites:
         controllerEpoch = current.controllerEpoch if current is not None else 0
         # The leader's broker epoch stays the one its election named.
         leaderBrokerEpoch = current.leaderBrokerEpoch if current is not None else -1
+        # Each member's registration as it was added (KIP-903), so any
+        # controller tells a member that registered again since, even if
+        # this write lands after that registration.
+        memberEpochs = dict(current.isrBrokerEpochs) if current is not None else {}
+        memberEpochs.update((b, (brokerEpochs or {})[b]) for b in added)
+        isrBrokerEpochs = tuple(sorted((b, e) for b, e in memberEpochs.items() if b in newIsr))
         state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch,
-                                 leaderBrokerEpoch=leaderBrokerEpoch)
+                                 leaderBrokerEpoch=leaderBrokerEpoch, isrBrokerEpochs=isrBrokerEpochs)
         try:
             stat = self.zk.set(Z.statePath(topic, partition), Z.encodeState(state), version=partitionEpoch)
         except (BadVersionError, NoNodeError):
@@ -84,7 +90,8 @@ class AdminWrites:
             onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
             return
         self._states[(topic, partition)] = Z.PartitionState(
-            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid, leaderBrokerEpoch
+            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid, leaderBrokerEpoch,
+            isrBrokerEpochs,
         )
         self._applied[(topic, partition)] = (leaderEpoch, leaderId, stat.version)
         try:

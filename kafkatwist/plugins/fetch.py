@@ -276,18 +276,15 @@ class FetchHandler(Handler):
             and getattr(replicaManager, "replicaSelector", None) is not None
         )
         nowMs = _nowMs(context.clock) if selecting else 0
-        byId = None
         plan = []
         previous = _NO_TOPIC
         for topicKey, partition, offset, partitionMaxBytes, epoch in entries:
             if topicKey != previous:
                 previous = topicKey
                 if version >= TOPIC_IDS_FROM:
-                    # Only ids need the topic table; names go straight to
-                    # getLog (this runs for every fetch).
-                    if byId is None:
-                        byId = {info.topicId: name for name, info in logManager.topics().items()}
-                    name = byId.get(topicKey)
+                    # librdkafka's Fetch (v16): one look-up per topic, not
+                    # a copy of the topic table per request.
+                    name = logManager.topicName(topicKey)
                     missing = ErrorCode.unknown_topic_id
                 else:
                     name = topicKey

@@ -246,3 +246,51 @@ def test_a_state_without_the_leader_broker_epoch_is_judged_by_its_write_only():
     assert not image.restartedSince(2, _state(leader_broker_epoch=None))
     # Registered after it: restarted since.
     assert ClusterImage(brokerEpochs=freeze({2: 0x60})).restartedSince(2, _state())
+
+
+def test_the_isr_write_records_the_registration_each_member_was_added_under():
+    writes = Writes({1: 0x10, 2: NEW}, {2: NEW})
+    writes._states[("t", 0)] = Z.PartitionState(1, 3, (1, 3), 1, 5, 0x50, 0x10, ((3, 0x30),))
+    answers = []
+    writes.alterIsr("t", 0, 1, 3, [1, 2, 3], 5, lambda v, e: answers.append((v, e)), brokerEpochs={2: NEW})
+    assert answers == [(6, None)]
+    [(_, value)] = writes.zk.sets
+    assert value["isr_broker_epochs"] == {"2": NEW, "3": 0x30}
+    assert writes._states[("t", 0)].isrBrokerEpochs == ((2, NEW), (3, 0x30))
+    # A member that leaves the ISR takes its entry along.
+    writes.alterIsr("t", 0, 1, 3, [1, 2], 6, lambda v, e: None)
+    assert writes.zk.sets[-1][1]["isr_broker_epochs"] == {"2": NEW}
+
+
+def test_a_member_added_as_a_previous_registration_is_a_restarted_replica():
+    # The leader's write landed after broker 2 registered again (so its
+    # mzxid is newer than the registration): the epoch it names tells.
+    state = Z.PartitionState(1, 3, (1, 2), 1, 6, 0x300, 0x10, ((2, OLD),))
+    assert ClusterImage(brokerEpochs=freeze({1: 0x10, 2: NEW})).restartedSince(2, state)
+    assert not ClusterImage(brokerEpochs=freeze({1: 0x10, 2: OLD})).restartedSince(2, state)
+    # Without the field: the write's time only.
+    state = Z.PartitionState(1, 3, (1, 2), 1, 6, 0x300, 0x10)
+    assert not ClusterImage(brokerEpochs=freeze({1: 0x10, 2: NEW})).restartedSince(2, state)
+
+
+def test_isr_broker_epochs_read_safely():
+    assert _state().isrBrokerEpochs == ()
+    assert _state(isr_broker_epochs=None).isrBrokerEpochs == ()
+    assert _state(isr_broker_epochs=[1, 2]).isrBrokerEpochs == ()
+    assert _state(isr_broker_epochs={"2": 5, "x": 6, "3": None, "4": True, "5": -1}).isrBrokerEpochs == ((2, 5),)
+    encoded = Z.encodeState(Z.PartitionState(2, 3, (2, 3), 1, isrBrokerEpochs=((3, 9),)))
+    assert Z.decodeState("t", 0, encoded, 1).isrBrokerEpochs == ((3, 9),)
+
+
+def test_follower_fetches_name_each_topic_by_its_current_id():
+    leader = Leader()
+    manager, logManager = leader.manager, leader.manager.logManager
+    first = logManager.topics()["t"].topicId
+    assert manager._topicIdOf("t") == first
+    assert manager._topicIdOf("nothing") is None
+    # The topic deleted and created again: a new log, a new id.
+    logManager.deleteTopic("t")
+    logManager.createTopic("t", 1, {})
+    manager.becomeFollower("t", 0, 2, 4, [1, 2], 9)
+    leader.clock.advance(0)
+    assert manager._topicIdOf("t") == logManager.topics()["t"].topicId != first
