@@ -68,7 +68,7 @@ soak: install
 	  timeout 5400 $(BIN)/python -m pytest -q -x -p no:cacheprovider --timeout 5000 \
 	  tests/cluster/test_failover.py::test_failovers_lose_nothing $(PYTEST_ARGS)
 
-# The long fuzz run of issue 11 (a ~1 minute one is part of `make test`):
+# The long fuzz run of issue 11 (40,000 frames, at most a minute, are part of `make test`):
 # results in bench/fuzz-results.json, printed by `python -m bench fuzz`.
 fuzz: install
 	$(BIN)/python -m tests.fuzz $(FUZZ_ARGS)

@@ -6,7 +6,14 @@ batches them), and the user-space instructions every broker thread executed
 while it did are divided by the requests answered.
 
     python -m bench instructions [--reference kafkatwist:PATH] [--records 840]
-        [--seconds 30]
+        [--seconds 30] [--request produce|fetch|apiversions|metadata|connect]
+
+C{--request} chooses the frame (issue 29's small requests): C{produce} (the
+default, above), C{fetch} (Fetch v12 of one partition from offset 0, which
+holds one batch of C{--records} records: the same small batch each time),
+C{apiversions} (v3), C{metadata} (v12, the one topic by name), or
+C{connect}: the pair a client sends on every connect, ApiVersions and
+Metadata, each counted on its own and added.
 
 Unlike CPU seconds, the count does not move with the load other processes
 put on the machine (two runs of one tree agree within ~1 %), so a change of a
@@ -59,6 +66,69 @@ def produceFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
     return encodeRequestFrame(0, 9, 1, "bench", request)
 
 
+def fetchFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
+    """
+    A Fetch v12 request of one partition from offset 0, min_bytes 1 (never
+    parked: the partition holds C{records} records).
+    """
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.codec import encodeRequestFrame
+    from kafkatwist.protocol.entities import make, nested
+
+    cls = requestType(1, 12)
+    Topic, Partition = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    request = make(
+        cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=500), min_bytes=1,
+        max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(Topic(topic=topic, partitions=(
+            make(Partition, partition=partition, current_leader_epoch=-1, fetch_offset=0,
+                 log_start_offset=-1, partition_max_bytes=1 << 20),
+        )),),
+        forgotten_topics_data=(), rack_id="",
+    )
+    return encodeRequestFrame(1, 12, 1, "bench", request)
+
+
+def apiVersionsFrame() -> bytes:
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.codec import encodeRequestFrame
+
+    cls = requestType(18, 3)
+    return encodeRequestFrame(18, 3, 1, "bench", cls(client_software_name="bench", client_software_version="1"))
+
+
+def metadataFrame(topic: str = "t") -> bytes:
+    from kafkatwist.protocol.apis import requestType
+    from kafkatwist.protocol.codec import encodeRequestFrame
+    from kafkatwist.protocol.entities import make, nested
+
+    cls = requestType(3, 12)
+    Topic = nested(cls, "MetadataRequestTopic")
+    request = make(cls, topics=(make(Topic, name=topic, topic_id=None),), allow_auto_topic_creation=False,
+                   include_topic_authorized_operations=False)
+    return encodeRequestFrame(3, 12, 1, "bench", request)
+
+
+#: --request -> the frames counted (each on its own, the counts added)
+REQUESTS = {
+    "produce": ("produce",),
+    "fetch": ("fetch",),
+    "apiversions": ("apiversions",),
+    "metadata": ("metadata",),
+    "connect": ("apiversions", "metadata"),
+}
+
+
+def frameFor(kind: str, records: int) -> bytes:
+    if kind == "produce":
+        return produceFrame(records)
+    if kind == "fetch":
+        return fetchFrame(records)
+    if kind == "apiversions":
+        return apiVersionsFrame()
+    return metadataFrame()
+
+
 def _threadTotals(prefix: str) -> list[int]:
     totals = []
     for path in sorted(glob.glob(prefix + ".*-*")):
@@ -68,10 +138,32 @@ def _threadTotals(prefix: str) -> list[int]:
     return totals
 
 
-def count(tree: str, frameFile: str, seconds: float, directory: str, generator: list[str]) -> dict:
+def _sendOnce(port: int, frame: bytes) -> None:
+    """
+    Send one request frame and read its response.
+    """
+    import socket
+    import struct
+
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(frame)
+        want, got = 4, b""
+        while len(got) < want:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("the broker closed the connection")
+            got += chunk
+            if len(got) >= 4:
+                want = 4 + struct.unpack(">i", got[:4])[0]
+
+
+def count(tree: str, frameFile: str, seconds: float, directory: str, generator: list[str],
+          fill: bytes | None = None) -> dict:
     """
     Run C{tree}'s broker under callgrind, counting only while the load runs.
 
+    @param fill: a frame sent once before the load (the records a Fetch
+        reads).
     @return: requests answered and instructions per request, in all and for
         each thread that did any work (largest first).
     """
@@ -92,6 +184,8 @@ def count(tree: str, frameFile: str, seconds: float, directory: str, generator: 
     try:
         _waitForPort(port, process, 600, logPath)
         createTopic(f"127.0.0.1:{port}", "t", 1)
+        if fill is not None:
+            _sendOnce(port, fill)
         loadgen.run(generator, "127.0.0.1", port, 1, 0.5, 3, frameFile)  # warm, uncounted
         subprocess.run(["callgrind_control", "-i", "on", str(process.pid)], capture_output=True, check=True)
         result = loadgen.run(generator, "127.0.0.1", port, 1, 0.0, seconds, frameFile)
@@ -109,6 +203,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reference", default=None, help="kafkatwist:PATH, another source tree (before/after)")
     parser.add_argument("--records", type=int, default=840, help="records in the request's one batch")
     parser.add_argument("--seconds", type=float, default=30.0, help="counted load per tree")
+    parser.add_argument("--request", choices=sorted(REQUESTS), default="produce", help="the request counted")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error("valgrind (callgrind) is needed")
@@ -120,14 +215,23 @@ def main(argv=None) -> int:
     generator, kind = loadgen.command()
     rows = []
     with tempfile.TemporaryDirectory(prefix="kt-instructions-") as directory:
-        frameFile = os.path.join(directory, "frame")
-        with open(frameFile, "wb") as f:
-            f.write(produceFrame(args.records))
+        fill = None
+        if args.request == "fetch":
+            # The one batch every Fetch reads: produced once, before the load.
+            fill = produceFrame(args.records)
         for name, tree in trees:
-            result = count(tree, frameFile, args.seconds, directory, generator)
-            rows.append((name, result))
-            print(f"{name}: {result['requests']} requests, {result['total'] / 1000:,.1f}k instructions each; "
-                  "by thread: " + ", ".join(f"{t / 1000:,.1f}k" for t in result["threads"]), flush=True)
+            total, requests, threads = 0.0, 0, []
+            for kind in REQUESTS[args.request]:
+                frameFile = os.path.join(directory, f"frame-{kind}")
+                with open(frameFile, "wb") as f:
+                    f.write(frameFor(kind, args.records))
+                result = count(tree, frameFile, args.seconds, directory, generator, fill)
+                total += result["total"]
+                requests += result["requests"]
+                threads.append(f"{kind}: " + ", ".join(f"{t / 1000:,.1f}k" for t in result["threads"]))
+            rows.append((name, {"total": total}))
+            print(f"{name}: {requests} {args.request} requests, {total / 1000:,.1f}k instructions each; "
+                  "by thread: " + "; ".join(threads), flush=True)
     if len(rows) == 2:
         print(f"ratio: {rows[0][1]['total'] / rows[1][1]['total']:.3f}")
     return 0

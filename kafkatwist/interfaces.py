@@ -565,6 +565,13 @@ class ILogManager(Interface):
             (partitions count, topic id, configs).
         """
 
+    def topicName(topicId):
+        """
+        The name of the topic whose id is C{topicId} (a C{uuid.UUID}), or
+        C{None} if no topic has it: what Fetch v13+ asks for every topic of
+        every request, without a copy of the topic table.
+        """
+
     logDirs = Attribute("C{list} of the absolute data directories (empty for a log in memory).")
 
     def directoryOf(topic, partition):
@@ -682,11 +689,17 @@ class IAlterIsr(Interface):
     C{/isr_change_notification}.
     """
 
-    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+    def alterIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                 brokerEpochs=None):
         """
         @param onDone: called once, on any thread, as C{onDone(newPartitionEpoch,
             None)} or C{onDone(None, KafkaError)}; after a failed conditional
             write the leader waits for its next C{becomeLeader}.
+        @param brokerEpochs: C{{broker id: broker epoch}} of the replicas
+            added, the registration their fetches were made under (Kafka's
+            NewIsrWithEpochs, KIP-903; -1: not known).  One that is not
+            the replica's current registration is refused with
+            INELIGIBLE_REPLICA.
         """
 
 

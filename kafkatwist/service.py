@@ -92,7 +92,7 @@ def makeReplicaManager(parts, config):
     from kafkatwist.replication.manager import ReplicaManager
 
     replicaManager = ReplicaManager(
-        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition(),
+        config.nodeId, None, config, TimerThread("replica-manager"), wake=parts.wakePartition,
         producePurgatory=parts.producePurgatory,
     )
     replicaManager.followerQuota = parts.replicationQuotas.follower
@@ -109,6 +109,7 @@ def useLogManager(replicaManager, config, logManager, cluster=None) -> None:
     if cluster is not None:
         replicaManager.alterIsr = cluster
         replicaManager.directory = cluster
+        replicaManager.brokerEpoch = cluster.currentBrokerEpoch
     if logManager is not None and _clustered(config):
         logManager.newLogsLead = False
         for partitionLog in logManager.logs():
@@ -510,7 +511,11 @@ class BrokerService(service.Service):
         if self.server is not None:
             yield self.server.stop()
         if self.cluster is not None:
-            stopCluster(self.cluster, deadline)
+            # It waits for the owner thread and ZooKeeper (up to the
+            # deadline): in the pool, never on the reactor.
+            yield threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), stopCluster, self.cluster, deadline
+            )
         if self.broker is not None:
             # Fetchers stopped and high watermarks written before the logs
             # close; in the pool, since it joins threads and writes files.

@@ -28,26 +28,56 @@ log = Logger()
 
 
 class AdminWrites:
-    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                 brokerEpochs=None):
+        """
+        L{IAlterIsr}: C{brokerEpochs} gives each replica added the broker
+        epoch its fetches were made under (Kafka's NewIsrWithEpochs,
+        KIP-903; one missing or -1 is not known).
+        """
         self.owner.submit(self._alterIsr, topic, partition, leaderId, leaderEpoch, tuple(newIsr),
-                          partitionEpoch, onDone)
+                          partitionEpoch, onDone, dict(brokerEpochs or {}))
 
-    def _alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+    def _alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                  brokerEpochs=None):
         current = self._states.get((topic, partition))
+        if current is not None and current.zkVersion != partitionEpoch:
+            # Kafka's order: a stale partition epoch first (read again: this
+            # broker's copy may be the stale one).
+            self._readState(topic, partition)
+            current = self._states.get((topic, partition))
+            if current is None or current.zkVersion != partitionEpoch:
+                self._settle()
+                onDone(None, KafkaError(ErrorCode.invalid_update_version,
+                                        f"the state of {topic}-{partition} changed under the ISR update"))
+                return
         added = set(newIsr) - set(current.isr if current is not None else ())
         ineligible = sorted(b for b in added if b not in self._brokers or b in self._shuttingDown)
+        if not ineligible:
+            try:
+                ineligible = self._staleRegistrations(added, brokerEpochs or {})
+            except KazooException as e:
+                onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+                return
         if ineligible:
             # A dead broker, or one being shut down (its leaders are moving
-            # away): the controller would only take it out again (Kafka's
-            # INELIGIBLE_REPLICA).
+            # away): the controller would only take it out again; or one
+            # whose fetches were made by another registration of it than
+            # its current one (Kafka's INELIGIBLE_REPLICA).
             onDone(None, KafkaError(ErrorCode.ineligible_replica,
                                     f"brokers {ineligible} cannot join the ISR of {topic}-{partition}"))
             return
         controllerEpoch = current.controllerEpoch if current is not None else 0
         # The leader's broker epoch stays the one its election named.
         leaderBrokerEpoch = current.leaderBrokerEpoch if current is not None else -1
+        # Each member's registration as it was added (KIP-903), so any
+        # controller tells a member that registered again since, even if
+        # this write lands after that registration.
+        memberEpochs = dict(current.isrBrokerEpochs) if current is not None else {}
+        memberEpochs.update((b, (brokerEpochs or {})[b]) for b in added)
+        isrBrokerEpochs = tuple(sorted((b, e) for b, e in memberEpochs.items() if b in newIsr))
         state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch,
-                                 leaderBrokerEpoch=leaderBrokerEpoch)
+                                 leaderBrokerEpoch=leaderBrokerEpoch, isrBrokerEpochs=isrBrokerEpochs)
         try:
             stat = self.zk.set(Z.statePath(topic, partition), Z.encodeState(state), version=partitionEpoch)
         except (BadVersionError, NoNodeError):
@@ -60,7 +90,8 @@ class AdminWrites:
             onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
             return
         self._states[(topic, partition)] = Z.PartitionState(
-            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid, leaderBrokerEpoch
+            leaderId, leaderEpoch, newIsr, controllerEpoch, stat.version, stat.mzxid, leaderBrokerEpoch,
+            isrBrokerEpochs,
         )
         self._applied[(topic, partition)] = (leaderEpoch, leaderId, stat.version)
         try:
@@ -71,6 +102,30 @@ class AdminWrites:
                  topic=topic, partition=partition, isr=list(newIsr), leader=leaderId, epoch=leaderEpoch)
         self._settle()
         onDone(stat.version, None)
+
+    def _staleRegistrations(self, added, brokerEpochs: dict) -> list[int]:
+        """
+        The replicas to be added whose broker epoch is not known or is not
+        their current registration's (KIP-903): what the leader knows of
+        them was fetched by a broker that restarted since -- it may have
+        lost its log's tail -- or by one that did not say.  The registration
+        is read from ZooKeeper itself: this broker's image of it may be
+        behind.
+        """
+        stale = []
+        for b in sorted(added):
+            epoch = brokerEpochs.get(b, -1)
+            if epoch < 0:
+                stale.append(b)
+                continue
+            stat = self.zk.exists(Z.brokerPath(b))
+            if stat is None or stat.czxid != epoch:
+                stale.append(b)
+        if stale:
+            log.info("Not adding brokers {brokers} to an ISR: their fetches were made under broker "
+                     "epochs {epochs}, not their current registrations", brokers=stale,
+                     epochs=[brokerEpochs.get(b, -1) for b in stale])
+        return stale
 
     def createTopic(self, name: str, assignment: dict, configs: dict, onDone, topicId=None) -> None:
         """
@@ -175,12 +230,16 @@ class AdminWrites:
 
     def _setBrokerConfigs(self, perBroker, configs, onDone):
         entity = str(self.brokerId) if perBroker else Z.DEFAULT_BROKER_ENTITY
+        # Answered whatever happens: the broker's next config change waits
+        # for this answer.
+        error = KafkaError(ErrorCode.unknown_server_error, "the broker config write failed")
         try:
             self._writeEntityConfig(Z.brokerConfigPath(entity), "brokers", entity, configs)
+            error = None
         except KazooException as e:
-            onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
-            return
-        onDone(None, None)
+            error = KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}")
+        finally:
+            onDone(None, error)
 
     def addPartitions(self, name: str, assignment: dict, onDone) -> None:
         """

@@ -28,7 +28,16 @@ class LocalApplier:
         """
         Tell the replica manager about every hosted partition whose leader
         epoch changed, and stop the replicas this broker no longer hosts.
+        Nothing once the cluster stops: the logs close after it (see
+        L{_localWork}).
         """
+        with self._localWork:
+            if self._stopping:
+                return
+            self._applyLocalLogs(image)
+        self._deleteQueued(image)
+
+    def _applyLocalLogs(self, image: ClusterImage) -> None:
         me = self.brokerId
         hosted = set()
         for topic, partition, replicas, state in image.partitions():
@@ -92,7 +101,6 @@ class LocalApplier:
                 deletedTopics.add(topic)
         for topic in deletedTopics:
             self._deleteLocal(topic)
-        self._deleteQueued(image)
 
     def _mayLead(self, key, state, topicId) -> bool:
         """
@@ -202,10 +210,17 @@ class LocalApplier:
 
     def _deleteLocal(self, name: str) -> bool:
         """
-        @return: whether this broker holds no replica of C{name} any more.
+        @return: whether this broker holds no replica of C{name} any more
+            (C{False} once the cluster stops: its logs are not touched).
         """
         if self.logManager is None or name in INTERNAL_TOPICS:
             return True
+        with self._localWork:
+            if self._stopping:
+                return False
+            return self._deleteLocalLogs(name)
+
+    def _deleteLocalLogs(self, name: str) -> bool:
         try:
             self.logManager.deleteTopic(name)
         except KafkaError:
@@ -224,6 +239,11 @@ class LocalApplier:
         """
         if self.logManager is None or not self._clusterIdWasStored:
             return
+        with self._localWork:
+            if not self._stopping:
+                self._removeStrayLogs()
+
+    def _removeStrayLogs(self) -> None:
         me = self.brokerId
         for name in list(self.logManager.topics()):
             if name in INTERNAL_TOPICS:

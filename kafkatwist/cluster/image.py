@@ -65,6 +65,10 @@ class ClusterImage:
             # from an image holding its previous one, landed after it
             # registered again).
             return True
+        if 0 < epoch and 0 <= dict(state.isrBrokerEpochs).get(brokerId, -1) != epoch:
+            # Added to the ISR as another registration of it (KIP-903: the
+            # leader's ISR write landed after it registered again).
+            return True
         return 0 < state.mzxid < epoch
 
     def leader(self, topic: str, partition: int) -> int:

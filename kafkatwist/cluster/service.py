@@ -147,6 +147,12 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         #: leader): it leads that topic only in a later one (L{_mayLead})
         self._staleEpochs: dict[tuple[str, int], tuple] = {}
         self._stopping = False
+        #: held by the owner while it touches local logs (L{_applyLocal}),
+        #: which it does only before L{stop} set C{_stopping}; L{stop}
+        #: takes it once after that, so no log is touched once it returned
+        #: (the logs close next), even by an owner thread that outlived it
+        #: (blocked on ZooKeeper)
+        self._localWork = threading.RLock()
         self._started = False
         self._sessionId = None
         #: the dynamic broker configs (cluster default, this broker's) read
@@ -287,7 +293,11 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         C{timeout} seconds whatever ZooKeeper does: unreachable, the
         session is left to expire (its threads are daemons).
         """
-        self._stopping = True
+        # Taken: local work under way ends first, and whatever the owner
+        # does from now on (it may outlive this, blocked on ZooKeeper), it
+        # touches no log.
+        with self._localWork:
+            self._stopping = True
         if not self._started:
             return
         # A second stop returns at once (the owner thread is gone: a call
@@ -328,6 +338,20 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
     def rack(self, brokerId):
         info = self.image.brokers.get(brokerId)
         return info.rack if info is not None else None
+
+    def brokerEpoch(self, brokerId) -> int:
+        """
+        The broker epoch of C{brokerId}'s registration as this broker last
+        read it (-1: not registered).  Any thread.
+        """
+        return self.image.brokerEpochs.get(brokerId, -1)
+
+    def currentBrokerEpoch(self) -> int:
+        """
+        This broker's own broker epoch (its registration's czxid; -1 before
+        it registered), which its follower fetches carry.  Any thread.
+        """
+        return self._brokerEpoch if self._brokerEpoch > 0 else -1
 
     def eligibleForIsr(self, brokerId) -> bool:
         """

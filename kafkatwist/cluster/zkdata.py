@@ -357,6 +357,10 @@ class PartitionState:
     C{leaderBrokerEpoch} is the broker epoch of the leader the controller
     elected (Kafka's LeaderAndIsr carries it, KIP-380; here an extra JSON
     field, which Kafka's tools ignore; -1: not known).
+    C{isrBrokerEpochs} holds, as C{((broker id, broker epoch), ...)}, the
+    registration a leader's ISR expansion added each replica under
+    (KIP-903; the extra field C{isr_broker_epochs}); a member without one
+    is not known.
     """
 
     leader: int
@@ -366,6 +370,7 @@ class PartitionState:
     zkVersion: int = -1
     mzxid: int = 0
     leaderBrokerEpoch: int = -1
+    isrBrokerEpochs: tuple[tuple[int, int], ...] = ()
 
 
 def encodeState(state: PartitionState) -> bytes:
@@ -378,6 +383,8 @@ def encodeState(state: PartitionState) -> bytes:
     }
     if state.leaderBrokerEpoch >= 0:
         value["leader_broker_epoch"] = state.leaderBrokerEpoch
+    if state.isrBrokerEpochs:
+        value["isr_broker_epochs"] = {str(b): e for b, e in state.isrBrokerEpochs}
     return _dump(value)
 
 
@@ -387,10 +394,41 @@ def decodeState(topic: str, partition: int, data: bytes, zkVersion: int, mzxid: 
         return PartitionState(
             int(value["leader"]), int(value["leader_epoch"]),
             tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]), zkVersion, mzxid,
-            int(value.get("leader_broker_epoch", -1)),
+            _brokerEpochField(value.get("leader_broker_epoch")),
+            _isrBrokerEpochs(value.get("isr_broker_epochs")),
         )
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"state of {topic}-{partition}: missing or bad fields") from None
+
+
+def _brokerEpochField(value) -> int:
+    """
+    An optional broker epoch field: -1 (not known) when absent -- a state
+    written by an older version or by Kafka -- or not a non-negative whole
+    number, never a value that could match a registration by chance.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return -1
+    return value
+
+
+def _isrBrokerEpochs(value) -> tuple[tuple[int, int], ...]:
+    """
+    The optional C{isr_broker_epochs} field: entries that are not a broker
+    id with a broker epoch are left out (not known).
+    """
+    if not isinstance(value, dict):
+        return ()
+    found = []
+    for key, epoch in value.items():
+        try:
+            brokerId = int(key)
+        except (TypeError, ValueError):
+            continue
+        epoch = _brokerEpochField(epoch)
+        if epoch >= 0:
+            found.append((brokerId, epoch))
+    return tuple(sorted(found))
 
 
 def encodeIsrChange(partitions) -> bytes:

@@ -358,25 +358,34 @@ class DynamicBrokerConfig:
                 with self._lock:
                     prepared = self._prepare(perBroker, change)
                     self._refusePasswords(perBroker, prepared[1], prepared[2])
-            except KafkaError as e:
+            except Exception as e:
+                # Whatever failed, the next alter in line runs (an
+                # exception left here would keep every later one waiting).
                 if raising:
                     self._nextRemote()
                     raise
-                onStored(e)
+                onStored(_asKafkaError(e))
                 continue
             break
         calling = threading.get_ident()
+        layer = dict(prepared[1])
+        answered = []
 
         def applied(error) -> None:
             try:
                 if error is None:
                     with self._lock:
-                        self._apply(perBroker, *prepared)
+                        self._applyWritten(perBroker, layer)
             finally:
-                onStored(error)
-                self._nextRemote()
+                try:
+                    onStored(error)
+                finally:
+                    self._nextRemote()
 
         def stored(error) -> None:
+            if answered:
+                return  # answered once already
+            answered.append(error)
             # On the thread ZooKeeper's answer came on (the cluster's
             # owner): applying reconfigures, which is the hand-off's work.
             if threading.get_ident() == calling:
@@ -386,7 +395,31 @@ class DynamicBrokerConfig:
 
         remote = self.remote
         assert remote is not None
-        remote(perBroker, dict(prepared[1]), stored)
+        try:
+            remote(perBroker, layer, stored)
+        except Exception as e:
+            stored(_asKafkaError(e))
+
+    def _applyWritten(self, perBroker: bool, layer: dict[str, str]) -> None:
+        """
+        Apply a layer this broker wrote to ZooKeeper (under C{_lock}) over
+        the layers current now, not those it was prepared from: the other
+        layer may have changed meanwhile (read from ZooKeeper), and that
+        change stays.  Nothing to do when the watch already applied it.
+        """
+        old = self.current
+        changed = _differing(self.layer(perBroker), layer)
+        if not changed:
+            return
+        default = layer if not perBroker else self.clusterDefault
+        broker = layer if perBroker else self.perBroker
+        try:
+            new = self._build(default, broker)
+        except ConfigError as e:
+            log.error("Not applying dynamic broker configs {layers} written to ZooKeeper: {error}",
+                      layers=_showLayer({**default, **broker}), error=e)
+            return
+        self._apply(perBroker, old, layer, changed, default, broker, new)
 
     def _reconfigure(self, old: BrokerConfig, new: BrokerConfig, changed: set[str]) -> None:
         for reconfigurable in self._reconfigurables:
@@ -464,6 +497,12 @@ class DynamicBrokerConfig:
             for name, value in sorted(layer.items())
         ]
         storeRecords(self.path, _KIND, _VERSION, records)
+
+
+def _asKafkaError(e: Exception) -> KafkaError:
+    if isinstance(e, KafkaError):
+        return e
+    return KafkaError(ErrorCode.unknown_server_error, f"{type(e).__name__}: {e}")
 
 
 def _differing(old: Mapping[str, str], new: Mapping[str, str]) -> set[str]:

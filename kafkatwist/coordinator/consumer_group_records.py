@@ -18,7 +18,8 @@ KIP-848 consumer-group records of C{__consumer_offsets}, in Kafka's formats
 Keys are an int16 version (the record type) and classic-encoded fields
 (group id, and member id for 5, 7, 8); values an int16 version 0 and a
 flexible body (compact strings and arrays, 16-byte uuids, tagged fields,
-which are skipped on reading).  A null value is a tombstone.  Pure.
+which are skipped on reading).  A null value is a tombstone.  The schemas
+are in L{kafkatwist.coordinator.recordschemas}.  Pure.
 
 Assignments here are C{dict} topic id (L{uuid.UUID}) -> C{frozenset} of
 partitions; the machine maps ids to names.
@@ -26,11 +27,22 @@ partitions; the machine maps ids to names.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from dataclasses import dataclass, field
 
 from kafkatwist.coordinator.formats import CorruptGroupRecord
+from kafkatwist.coordinator.recordschemas import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE,
+    CONSUMER_GROUP_MEMBER_METADATA_KEY,
+    CONSUMER_GROUP_MEMBER_METADATA_VALUE,
+    CONSUMER_GROUP_METADATA_KEY,
+    CONSUMER_GROUP_METADATA_VALUE,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE,
+)
 
 __all__ = [
     "GROUP_METADATA",
@@ -69,96 +81,87 @@ TopicIdAssignment = dict[uuid.UUID, frozenset[int]]
 
 # -- encoding --------------------------------------------------------------------------
 
-
-def _classicString(v: str) -> bytes:
-    data = v.encode("utf-8")
-    if len(data) > 0x7FFF:
-        raise ValueError("string too long for the offsets topic")
-    return struct.pack(">h", len(data)) + data
-
-
-def _key(version: int, *fields: str) -> bytes:
-    return struct.pack(">h", version) + b"".join(_classicString(f) for f in fields)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+#: the key and value schema of each record type
+SCHEMAS = {
+    GROUP_METADATA: (CONSUMER_GROUP_METADATA_KEY, CONSUMER_GROUP_METADATA_VALUE),
+    MEMBER_METADATA: (CONSUMER_GROUP_MEMBER_METADATA_KEY, CONSUMER_GROUP_MEMBER_METADATA_VALUE),
+    TARGET_METADATA: (
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY,
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE,
+    ),
+    TARGET_MEMBER: (
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY,
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE,
+    ),
+    CURRENT_ASSIGNMENT: (
+        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY,
+        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE,
+    ),
+}
 
 
-def _compactString(v: str | None) -> bytes:
-    if v is None:
-        return b"\x00"
-    data = v.encode("utf-8")
-    return _uvarint(len(data) + 1) + data
+def _key(version: int, groupId: str, memberId: str | None = None) -> bytes:
+    return SCHEMAS[version][0].encodeKey({"GroupId": groupId, "MemberId": memberId})
 
 
-def _compactArray(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
+def _value(version: int, values: dict) -> bytes:
+    return SCHEMAS[version][1].encodeValue(values, 0)
 
 
-_NO_TAGS = b"\x00"
+def _topicPartitions(assignment: TopicIdAssignment) -> list[dict]:
+    return [
+        {"TopicId": topicId, "Partitions": sorted(ps)}
+        for topicId, ps in sorted(assignment.items(), key=lambda kv: kv[0].bytes)
+    ]
 
 
-def _topicPartitions(assignment: TopicIdAssignment) -> bytes:
-    return _compactArray(
-        [
-            topicId.bytes
-            + _compactArray([struct.pack(">i", p) for p in sorted(ps)])
-            + _NO_TAGS
-            for topicId, ps in sorted(assignment.items(), key=lambda kv: kv[0].bytes)
-        ]
-    )
-
-
-def _value(body: bytes) -> bytes:
-    return struct.pack(">h", 0) + body + _NO_TAGS
+def _assignment(topics: list[dict] | None) -> TopicIdAssignment:
+    return {t["TopicId"]: frozenset(t["Partitions"] or ()) for t in topics or ()}
 
 
 def groupEpochRecord(groupId: str, epoch: int) -> tuple[bytes, bytes]:
-    return _key(GROUP_METADATA, groupId), _value(struct.pack(">i", epoch))
+    return _key(GROUP_METADATA, groupId), _value(GROUP_METADATA, {"Epoch": epoch})
 
 
 def targetEpochRecord(groupId: str, epoch: int) -> tuple[bytes, bytes]:
-    return _key(TARGET_METADATA, groupId), _value(struct.pack(">i", epoch))
+    return _key(TARGET_METADATA, groupId), _value(TARGET_METADATA, {"AssignmentEpoch": epoch})
 
 
 def memberMetadataRecord(groupId: str, member) -> tuple[bytes, bytes]:
-    body = b"".join(
-        (
-            _compactString(member.instanceId),
-            _compactString(member.rackId),
-            _compactString(member.clientId or ""),
-            _compactString(member.clientHost or ""),
-            _compactArray([_compactString(t) for t in member.subscribedTopicNames]),
-            _compactString(member.subscribedTopicRegex),
-            struct.pack(">i", member.rebalanceTimeoutMs),
-            _compactString(member.serverAssignor),
-        )
+    return _key(MEMBER_METADATA, groupId, member.memberId), _value(
+        MEMBER_METADATA,
+        {
+            "InstanceId": member.instanceId,
+            "RackId": member.rackId,
+            "ClientId": member.clientId or "",
+            "ClientHost": member.clientHost or "",
+            "SubscribedTopicNames": list(member.subscribedTopicNames),
+            "SubscribedTopicRegex": member.subscribedTopicRegex,
+            "RebalanceTimeoutMs": member.rebalanceTimeoutMs,
+            "ServerAssignor": member.serverAssignor,
+        },
     )
-    return _key(MEMBER_METADATA, groupId, member.memberId), _value(body)
 
 
 def targetMemberRecord(groupId: str, memberId: str, target: TopicIdAssignment) -> tuple[bytes, bytes]:
-    return _key(TARGET_MEMBER, groupId, memberId), _value(_topicPartitions(target))
+    return _key(TARGET_MEMBER, groupId, memberId), _value(
+        TARGET_MEMBER, {"TopicPartitions": _topicPartitions(target)}
+    )
 
 
 def currentAssignmentRecord(
     groupId: str, member, assigned: TopicIdAssignment, pending: TopicIdAssignment
 ) -> tuple[bytes, bytes]:
-    body = (
-        struct.pack(">iib", member.memberEpoch, member.previousMemberEpoch, STATE_CODES[member.state])
-        + _topicPartitions(assigned)
-        + _topicPartitions(pending)
+    return _key(CURRENT_ASSIGNMENT, groupId, member.memberId), _value(
+        CURRENT_ASSIGNMENT,
+        {
+            "MemberEpoch": member.memberEpoch,
+            "PreviousMemberEpoch": member.previousMemberEpoch,
+            "State": STATE_CODES[member.state],
+            "AssignedPartitions": _topicPartitions(assigned),
+            "PartitionsPendingRevocation": _topicPartitions(pending),
+        },
     )
-    return _key(CURRENT_ASSIGNMENT, groupId, member.memberId), _value(body)
 
 
 def groupTombstone(groupId: str, version: int) -> tuple[bytes, None]:
@@ -178,80 +181,6 @@ def memberTombstones(groupId: str, memberId: str) -> list[tuple[bytes, None]]:
         (_key(TARGET_MEMBER, groupId, memberId), None),
         (_key(MEMBER_METADATA, groupId, memberId), None),
     ]
-
-
-# -- decoding --------------------------------------------------------------------------
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptGroupRecord(f"truncated at {self.pos} (+{n}) of {len(self.data)}")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int8(self) -> int:
-        return struct.unpack(">b", self.take(1))[0]
-
-    def int16(self) -> int:
-        return struct.unpack(">h", self.take(2))[0]
-
-    def int32(self) -> int:
-        return struct.unpack(">i", self.take(4))[0]
-
-    def uvarint(self) -> int:
-        n = shift = 0
-        while True:
-            b = self.take(1)[0]
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-            if shift > 28:
-                raise CorruptGroupRecord("varint too long")
-
-    def classicString(self) -> str:
-        n = self.int16()
-        if n < 0:
-            raise CorruptGroupRecord("null string in a key")
-        return self._decode(self.take(n))
-
-    def compactString(self) -> str | None:
-        n = self.uvarint()
-        return None if n == 0 else self._decode(self.take(n - 1))
-
-    def compactCount(self) -> int:
-        n = self.uvarint() - 1
-        if n < 0:
-            return 0
-        if n > len(self.data) - self.pos:
-            raise CorruptGroupRecord(f"array of {n} in {len(self.data) - self.pos} bytes")
-        return n
-
-    def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-    def topicPartitions(self) -> TopicIdAssignment:
-        out: TopicIdAssignment = {}
-        for _ in range(self.compactCount()):
-            topicId = uuid.UUID(bytes=self.take(16))
-            out[topicId] = frozenset(self.int32() for _ in range(self.compactCount()))
-            self.tags()
-        return out
-
-    @staticmethod
-    def _decode(data: bytes) -> str:
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CorruptGroupRecord(str(e)) from e
 
 
 @dataclass
@@ -289,50 +218,49 @@ class ConsumerGroupRecords:
             return True
         if version not in KEY_VERSIONS:
             return False
-        k = _Reader(key)
-        k.int16()
-        groupId = k.classicString()
-        memberId = k.classicString() if version in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT) else None
+        keySchema, valueSchema = SCHEMAS[version]
+        k = keySchema.decodeKey(key, CorruptGroupRecord)
+        groupId = k["GroupId"]
+        memberId = k.get("MemberId")
+        if groupId is None or (memberId is None and version in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)):
+            raise CorruptGroupRecord("null string in a key")
         if value is None:
             self._delete(version, groupId, memberId)
             return True
-        v = _Reader(value)
-        if v.int16() != 0:
-            raise CorruptGroupRecord(f"consumer group record {version}: unknown value version")
+        _, v = valueSchema.decodeValue(value, CorruptGroupRecord)
         group = self.groups.get(groupId)
         if group is None:
             group = self.groups[groupId] = LoadedConsumerGroup(groupId)
         if version == GROUP_METADATA:
-            group.epoch = v.int32()
+            group.epoch = v["Epoch"]
         elif version == TARGET_METADATA:
-            group.assignmentEpoch = v.int32()
+            group.assignmentEpoch = v["AssignmentEpoch"]
         else:
+            assert memberId is not None
             member = group.members.get(memberId)
             if member is None:
                 member = group.members[memberId] = LoadedMember(memberId)
             if version == MEMBER_METADATA:
                 member.metadata = dict(
-                    instanceId=v.compactString(),
-                    rackId=v.compactString(),
-                    clientId=v.compactString() or "",
-                    clientHost=v.compactString() or "",
-                    subscribedTopicNames=tuple(v.compactString() or "" for _ in range(v.compactCount())),
-                    subscribedTopicRegex=v.compactString(),
-                    rebalanceTimeoutMs=v.int32(),
-                    serverAssignor=v.compactString(),
+                    instanceId=v["InstanceId"],
+                    rackId=v["RackId"],
+                    clientId=v["ClientId"] or "",
+                    clientHost=v["ClientHost"] or "",
+                    subscribedTopicNames=tuple(t or "" for t in v["SubscribedTopicNames"] or ()),
+                    subscribedTopicRegex=v["SubscribedTopicRegex"],
+                    rebalanceTimeoutMs=v["RebalanceTimeoutMs"],
+                    serverAssignor=v["ServerAssignor"],
                 )
             elif version == TARGET_MEMBER:
-                member.target = v.topicPartitions()
+                member.target = _assignment(v["TopicPartitions"])
             else:
-                epoch, previous, state = v.int32(), v.int32(), v.int8()
                 member.current = dict(
-                    memberEpoch=epoch,
-                    previousMemberEpoch=previous,
-                    state=STATE_NAMES.get(state, "stable"),
-                    assigned=v.topicPartitions(),
-                    pending=v.topicPartitions(),
+                    memberEpoch=v["MemberEpoch"],
+                    previousMemberEpoch=v["PreviousMemberEpoch"],
+                    state=STATE_NAMES.get(v["State"], "stable"),
+                    assigned=_assignment(v["AssignedPartitions"]),
+                    pending=_assignment(v["PartitionsPendingRevocation"]),
                 )
-        v.tags()
         return True
 
     def _delete(self, version: int, groupId: str, memberId: str | None) -> None:

@@ -16,10 +16,9 @@ schemas) and the partitioning of groups over it.
     current state timestamp, members);
   - deletion: the same key with a null value (a tombstone).
 
-Keys and values start with an int16 schema version and use Kafka's
-classic (non-flexible) encoding: int16-length UTF-8 strings (-1 for null),
-int32-length bytes, int32-count arrays, big-endian integers.  Everything
-here is pure.
+Keys and values start with an int16 schema version; their schemas are in
+L{kafkatwist.coordinator.recordschemas}, read and written by
+L{kafkatwist.protocol.schemacodec}.  Everything here is pure.
 """
 
 from __future__ import annotations
@@ -30,7 +29,14 @@ from collections.abc import Iterable, Mapping
 from kafkatwist.config import KEYS
 from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition
 from kafkatwist.coordinator.store import GroupSnapshot, MemberSnapshot
+from kafkatwist.coordinator.recordschemas import (
+    GROUP_METADATA_KEY,
+    GROUP_METADATA_VALUE,
+    OFFSET_COMMIT_KEY,
+    OFFSET_COMMIT_VALUE,
+)
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.protocol.schemacodec import SchemaError
 
 __all__ = [
     "APPEND_ERRORS_FOR_COMMIT",
@@ -71,6 +77,8 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_EXPIRING_VERSION = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
+_INT16 = struct.Struct(">h")
+
 # ---------------------------------------------------------------------------
 # Partitioning
 
@@ -97,44 +105,7 @@ def partitionFor(groupId: str, numPartitions: int) -> int:
 
 
 # ---------------------------------------------------------------------------
-# Encoding (Kafka's non-flexible message encoding)
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def int16(self, v: int) -> _Writer:
-        self.parts.append(struct.pack(">h", v))
-        return self
-
-    def int32(self, v: int) -> _Writer:
-        self.parts.append(struct.pack(">i", v))
-        return self
-
-    def int64(self, v: int) -> _Writer:
-        self.parts.append(struct.pack(">q", v))
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.int16(-1)
-        data = v.encode("utf-8")
-        if len(data) > 0x7FFF:
-            raise KafkaError(E.invalid_request, "string too long for the offsets topic")
-        self.int16(len(data))
-        self.parts.append(data)
-        return self
-
-    def bytes(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.int32(-1)
-        self.int32(len(v))
-        self.parts.append(bytes(v))
-        return self
-
-    def value(self) -> bytes:
-        return b"".join(self.parts)
+# Keys and values, by the schemas of L{kafkatwist.coordinator.recordschemas}
 
 
 class CorruptGroupRecord(ValueError):
@@ -143,67 +114,19 @@ class CorruptGroupRecord(ValueError):
     """
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptGroupRecord(f"truncated at {self.pos} (+{n}) of {len(self.data)}")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
-
-    def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
-
-    def int64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
-
-    def string(self) -> str | None:
-        n = self.int16()
-        if n < 0:
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CorruptGroupRecord(str(e)) from e
-
-    def bytes(self) -> bytes | None:
-        n = self.int32()
-        if n < 0:
-            return None
-        return self._take(n)
-
-
-def _string(v: str) -> bytes:
-    data = v.encode("utf-8")
-    if len(data) > 0x7FFF:
-        raise KafkaError(E.invalid_request, "string too long for the offsets topic")
-    return _INT16.pack(len(data)) + data
-
-
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_OFFSET_VALUE_V3 = struct.Struct(">hqi")
-_INT64 = struct.Struct(">q")
+def _encoded(encode, *args) -> bytes:
+    try:
+        return encode(*args)
+    except SchemaError as e:
+        raise KafkaError(E.invalid_request, f"not storable in the offsets topic: {e}") from None
 
 
 def encodeOffsetKey(groupId: str, topic: str, partition: int) -> bytes:
     """
-    C{OffsetCommitKey} v1 (on every commit's path: no writer object).
+    C{OffsetCommitKey} v1.
     """
-    return b"".join(
-        (
-            _INT16.pack(OFFSET_COMMIT_KEY_VERSION),
-            _string(groupId),
-            _string(topic),
-            _INT32.pack(partition),
-        )
+    return _encoded(
+        OFFSET_COMMIT_KEY.encodeKey, {"group": groupId, "topic": topic, "partition": partition}
     )
 
 
@@ -211,7 +134,7 @@ def encodeGroupKey(groupId: str) -> bytes:
     """
     C{GroupMetadataKey} v2.
     """
-    return _Writer().int16(GROUP_METADATA_KEY_VERSION).string(groupId).value()
+    return _encoded(GROUP_METADATA_KEY.encodeKey, {"group": groupId})
 
 
 def decodeKey(data: bytes) -> tuple:
@@ -222,17 +145,16 @@ def decodeKey(data: bytes) -> tuple:
         classic coordinator skips.
     @raise CorruptGroupRecord: if the key cannot be parsed.
     """
-    r = _Reader(data)
-    version = r.int16()
+    if len(data) < 2:
+        raise CorruptGroupRecord(f"key of {len(data)} bytes")
+    (version,) = _INT16.unpack_from(data, 0)
     if version in (0, 1):
-        groupId = r.string()
-        topic = r.string()
-        partition = r.int32()
-        if groupId is None or topic is None:
+        key = OFFSET_COMMIT_KEY.decodeKey(data, CorruptGroupRecord)
+        if key["group"] is None or key["topic"] is None:
             raise CorruptGroupRecord("null group or topic in an offset key")
-        return ("offset", groupId, (topic, partition))
+        return ("offset", key["group"], (key["topic"], key["partition"]))
     if version == GROUP_METADATA_KEY_VERSION:
-        groupId = r.string()
+        groupId = GROUP_METADATA_KEY.decodeKey(data, CorruptGroupRecord)["group"]
         if groupId is None:
             raise CorruptGroupRecord("null group in a group metadata key")
         return ("group", groupId)
@@ -245,40 +167,31 @@ def encodeOffsetValue(om: OffsetAndMetadata) -> bytes:
     (Kafka's C{offsetCommitValue} does the same: only v1 has the field, so
     the leader epoch is dropped for such commits).
     """
+    values = {
+        "offset": om.offset,
+        "leaderEpoch": om.leaderEpoch,
+        "metadata": om.metadata or "",
+        "commitTimestamp": om.commitTimestampMs,
+    }
     if om.expireTimestampMs is not None:
-        w = _Writer().int16(OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
-        w.int64(om.offset).string(om.metadata or "").int64(om.commitTimestampMs)
-        w.int64(om.expireTimestampMs)
-        return w.value()
-    return b"".join(
-        (
-            _OFFSET_VALUE_V3.pack(OFFSET_COMMIT_VALUE_VERSION, om.offset, om.leaderEpoch),
-            _string(om.metadata or ""),
-            _INT64.pack(om.commitTimestampMs),
-        )
-    )
+        values["expireTimestamp"] = om.expireTimestampMs
+        return _encoded(OFFSET_COMMIT_VALUE.encodeValue, values, OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
+    return _encoded(OFFSET_COMMIT_VALUE.encodeValue, values, OFFSET_COMMIT_VALUE_VERSION)
 
 
 def decodeOffsetValue(data: bytes) -> OffsetAndMetadata:
     """
-    Read C{OffsetCommitValue} v0-v3.
+    Read C{OffsetCommitValue} v0-v4.
 
     @raise CorruptGroupRecord: for another version or bad bytes.
     """
-    r = _Reader(data)
-    version = r.int16()
-    if version not in (0, 1, 2, 3):
-        raise CorruptGroupRecord(f"OffsetCommitValue v{version} is not supported")
-    offset = r.int64()
-    leaderEpoch = r.int32() if version >= 3 else -1
-    metadata = r.string() or ""
-    commitTimestamp = r.int64()
-    expireTimestamp = r.int64() if version == 1 else -1
+    _, value = OFFSET_COMMIT_VALUE.decodeValue(data, CorruptGroupRecord)
+    expireTimestamp = value["expireTimestamp"]
     return OffsetAndMetadata(
-        offset=offset,
-        leaderEpoch=leaderEpoch,
-        metadata=metadata,
-        commitTimestampMs=commitTimestamp,
+        offset=value["offset"],
+        leaderEpoch=value["leaderEpoch"],
+        metadata=value["metadata"] or "",
+        commitTimestampMs=value["commitTimestamp"],
         expireTimestampMs=None if expireTimestamp < 0 else expireTimestamp,
     )
 
@@ -288,75 +201,65 @@ def encodeGroupValue(snap: GroupSnapshot) -> bytes:
     C{GroupMetadataValue} v3.  A group without a protocol type is written
     with C{""}, which Kafka reads back as none.
     """
-    w = _Writer().int16(GROUP_METADATA_VALUE_VERSION)
-    w.string(snap.protocolType or "")
-    w.int32(snap.generationId)
-    w.string(snap.protocolName)
-    w.string(snap.leaderId)
-    w.int64(-1 if snap.currentStateTimestampMs is None else snap.currentStateTimestampMs)
-    w.int32(len(snap.members))
-    for m in snap.members:
-        w.string(m.memberId)
-        w.string(m.groupInstanceId)
-        w.string(m.clientId)
-        w.string(m.clientHost)
-        w.int32(m.rebalanceTimeoutMs)
-        w.int32(m.sessionTimeoutMs)
-        w.bytes(m.subscription)
-        w.bytes(m.assignment)
-    return w.value()
+    return _encoded(
+        GROUP_METADATA_VALUE.encodeValue,
+        {
+            "protocolType": snap.protocolType or "",
+            "generation": snap.generationId,
+            "protocol": snap.protocolName,
+            "leader": snap.leaderId,
+            "currentStateTimestamp": -1
+            if snap.currentStateTimestampMs is None
+            else snap.currentStateTimestampMs,
+            "members": [
+                {
+                    "memberId": m.memberId,
+                    "groupInstanceId": m.groupInstanceId,
+                    "clientId": m.clientId,
+                    "clientHost": m.clientHost,
+                    "rebalanceTimeout": m.rebalanceTimeoutMs,
+                    "sessionTimeout": m.sessionTimeoutMs,
+                    "subscription": m.subscription,
+                    "assignment": m.assignment,
+                }
+                for m in snap.members
+            ],
+        },
+        GROUP_METADATA_VALUE_VERSION,
+    )
 
 
 def decodeGroupValue(groupId: str, data: bytes) -> GroupSnapshot:
     """
-    Read C{GroupMetadataValue} v0-v3 (v0 lacks the rebalance timeout, which
+    Read C{GroupMetadataValue} v0-v4 (v0 lacks the rebalance timeout, which
     defaults to the session timeout as in Kafka; v0-1 lack the state
     timestamp; v0-2 the group instance id).
 
     @raise CorruptGroupRecord: for another version or bad bytes.
     """
-    r = _Reader(data)
-    version = r.int16()
-    if version not in (0, 1, 2, 3):
-        raise CorruptGroupRecord(f"GroupMetadataValue v{version} is not supported")
-    protocolType = r.string()
-    generationId = r.int32()
-    protocolName = r.string()
-    leaderId = r.string()
-    stateTimestamp = r.int64() if version >= 2 else -1
-    count = r.int32()
-    if count < 0:
-        count = 0
-    members = []
-    for _ in range(count):
-        memberId = r.string() or ""
-        groupInstanceId = r.string() if version >= 3 else None
-        clientId = r.string() or ""
-        clientHost = r.string() or ""
-        rebalanceTimeout = r.int32() if version >= 1 else None
-        sessionTimeout = r.int32()
-        subscription = r.bytes() or b""
-        assignment = r.bytes() or b""
-        members.append(
-            MemberSnapshot(
-                memberId=memberId,
-                groupInstanceId=groupInstanceId,
-                clientId=clientId,
-                clientHost=clientHost,
-                rebalanceTimeoutMs=sessionTimeout if rebalanceTimeout is None else rebalanceTimeout,
-                sessionTimeoutMs=sessionTimeout,
-                subscription=subscription,
-                assignment=assignment,
-            )
+    version, value = GROUP_METADATA_VALUE.decodeValue(data, CorruptGroupRecord)
+    members = tuple(
+        MemberSnapshot(
+            memberId=m["memberId"] or "",
+            groupInstanceId=m["groupInstanceId"],
+            clientId=m["clientId"] or "",
+            clientHost=m["clientHost"] or "",
+            rebalanceTimeoutMs=m["rebalanceTimeout"] if version >= 1 else m["sessionTimeout"],
+            sessionTimeoutMs=m["sessionTimeout"],
+            subscription=m["subscription"] or b"",
+            assignment=m["assignment"] or b"",
         )
+        for m in value["members"] or ()
+    )
+    stateTimestamp = value["currentStateTimestamp"]
     return GroupSnapshot(
         groupId=groupId,
-        protocolType=protocolType or None,
-        generationId=generationId,
-        protocolName=protocolName,
-        leaderId=leaderId,
+        protocolType=value["protocolType"] or None,
+        generationId=value["generation"],
+        protocolName=value["protocol"],
+        leaderId=value["leader"],
         currentStateTimestampMs=None if stateTimestamp < 0 else stateTimestamp,
-        members=tuple(members),
+        members=members,
     )
 
 

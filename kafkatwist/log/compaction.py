@@ -54,21 +54,19 @@ from crc32c import crc32c
 
 from kafkatwist.log.offsetmap import keyHash
 from kafkatwist.protocol.batch import (
-    ATTRIBUTES_AT,
     CODEC_MASK,
     CONTROL_BIT,
-    CRC,
-    CRC_AT,
     DELETE_HORIZON_BIT,
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    packBatch,
 )
 from kafkatwist.log.stored import inflate
 from kafkatwist.protocol.markers import ABORT, COMMIT
-from kafkatwist.protocol.records import CorruptRecordError, compress, readVarint, zigzagVarint
+from kafkatwist.protocol.recordwalk import walkRecords
+from kafkatwist.protocol.records import compress, zigzagVarint
 
 __all__ = [
     "DELETE_HORIZON_BIT",
@@ -82,7 +80,6 @@ __all__ = [
     "recordsOf",
 ]
 
-_EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _INT64_MAX = 2**63 - 1
 
 
@@ -106,64 +103,32 @@ def batchPayload(view, position: int, size: int, attributes: int, limit: int):
     return inflate(codec, payload, limit) if codec else payload
 
 
-def _varint(data, pos: int) -> tuple[int, int]:
-    v = data[pos]
-    if v < 0x80:
-        return v, pos + 1
-    return readVarint(data, pos)
-
-
 def recordsOf(data, count: int, lastOffsetDelta: int) -> list[tuple]:
     """
-    Walk C{count} records in C{data} (a batch's decompressed records).
+    Walk C{count} records in C{data} (a batch's decompressed records) with
+    L{walkRecords}, which checks them.
 
     @return: per record C{(start, end, timestampDelta, offsetDelta, key,
         isTombstone, deltaEnd)}: its byte range, deltas, key (C{None} if
         absent) and where its timestamp delta ends (to rebase it).
-    @raise CorruptRecordError: a record overruns the data, offset deltas do
+    @raise CorruptRecordError: a record does not parse, offset deltas do
         not increase within C{[0, lastOffsetDelta]}, or the data has bytes
         after the last record.
     """
-    out = []
-    append = out.append
-    n = len(data)
-    pos = 0
-    previous = -1
-    try:
-        for _ in range(count):
-            start = pos
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v, pos = readVarint(data, pos)
-            end = pos + ((v >> 1) ^ -(v & 1))
-            if end <= pos or end > n:
-                raise CorruptRecordError(f"record at byte {start} overruns its batch")
-            v, pos = _varint(data, pos + 1)
-            timestampDelta = (v >> 1) ^ -(v & 1)
-            deltaEnd = pos
-            v, pos = _varint(data, pos)
-            offsetDelta = (v >> 1) ^ -(v & 1)
-            if offsetDelta <= previous or offsetDelta > lastOffsetDelta:
-                raise CorruptRecordError(f"record offset delta {offsetDelta} out of order")
-            previous = offsetDelta
-            v, pos = _varint(data, pos)
-            if v & 1:
-                key = None
-            else:
-                key = bytes(data[pos : pos + (v >> 1)])
-                pos += v >> 1
-            v, pos = _varint(data, pos)
-            if pos > end:
-                raise CorruptRecordError(f"record at byte {start} overruns its length")
-            append((start, end, timestampDelta, offsetDelta, key, v == 1, deltaEnd))
-            pos = end
-    except IndexError:
-        raise CorruptRecordError("record runs past the end of its batch") from None
-    if pos != n:
-        raise CorruptRecordError(f"{n - pos} bytes after the batch's {count} records")
-    return out
+    return [
+        (
+            start,
+            end,
+            timestampDelta,
+            offsetDelta,
+            None if keySize < 0 else bytes(data[keyAt : keyAt + keySize]),
+            valueSize < 0,
+            deltaEnd,
+        )
+        for start, end, timestampDelta, deltaEnd, offsetDelta, keyAt, keySize, _, valueSize, _, _ in walkRecords(
+            data, count, lastOffsetDelta
+        )
+    ]
 
 
 def mapRecords(
@@ -181,63 +146,18 @@ def mapRecords(
     C{capacity} entries.
 
     This is the cleaner's hottest loop (every record of the dirty section
-    goes through it once), hence the inlined one-byte varints.  It also
-    checks what the filter relies on: offset deltas increase and stay
-    within the batch.
+    goes through it once).  The walk checks what the filter relies on:
+    offset deltas increase and stay within the batch.
 
     @return: whether the map filled up before the batch was done.
     @raise CorruptRecordError: malformed records.
     """
-    pos = 0
-    n = len(data)
-    previous = -1
-    try:
-        for _ in range(count):
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            end = pos + (v >> 1)
-            if v & 1 or end > n:
-                raise CorruptRecordError("record length overruns its batch")
-            pos += 1
-            if data[pos] < 0x80:
-                pos += 1
-            else:
-                _, pos = readVarint(data, pos)
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            delta = v >> 1
-            if v & 1 or delta <= previous or delta > lastOffsetDelta:
-                raise CorruptRecordError(f"record offset delta {(v >> 1) ^ -(v & 1)} out of order")
-            previous = delta
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v, pos = readVarint(data, pos)
-            if not v & 1 and baseOffset + delta >= fromOffset:
-                if pos + (v >> 1) > end:
-                    raise CorruptRecordError("record key overruns its record")
-                if len(entries) >= capacity:
-                    return True
-                key = bytes(data[pos : pos + (v >> 1)])
-                entries[(hash(key) << 32) ^ crc32c(key)] = baseOffset + delta
-            pos = end
-    except IndexError:
-        raise CorruptRecordError("record runs past the end of its batch") from None
-    if pos != n:
-        raise CorruptRecordError(f"{n - pos} bytes after the batch's {count} records")
+    for _, _, _, _, delta, keyAt, keySize, _, _, _, _ in walkRecords(data, count, lastOffsetDelta):
+        if keySize >= 0 and baseOffset + delta >= fromOffset:
+            if len(entries) >= capacity:
+                return True
+            key = bytes(data[keyAt : keyAt + keySize])
+            entries[(hash(key) << 32) ^ crc32c(key)] = baseOffset + delta
     return False
 
 
@@ -553,43 +473,13 @@ class BatchFilter:
         baseOffset, count = header[0], header[12]
         live = self.live
         kept = []
-        pos = 0
-        try:
-            for delta in range(count):
-                start = pos
-                v = data[pos]
-                if v < 0x80:
-                    pos += 1
-                elif data[pos + 1] < 0x80:
-                    v = (v & 0x7F) | (data[pos + 1] << 7)
-                    pos += 2
-                else:
-                    v, pos = readVarint(data, pos)
-                end = pos + (v >> 1)
-                if baseOffset + delta in live:
-                    v, pos = _varint(data, pos + 1)
-                    timestampDelta = (v >> 1) ^ -(v & 1)
-                    deltaEnd = pos
-                    # The offset delta (known), then the key.
-                    if data[pos] < 0x80:
-                        pos += 1
-                    elif data[pos + 1] < 0x80:
-                        pos += 2
-                    else:
-                        _, pos = readVarint(data, pos)
-                    v = data[pos]
-                    if v < 0x80:
-                        pos += 1
-                    else:
-                        v, pos = readVarint(data, pos)
-                    if not v & 1:
-                        pos += v >> 1
-                    if data[pos] == 1:  # a null value: -1, one byte
-                        return None
-                    kept.append((start, end, timestampDelta, delta, None, False, deltaEnd))
-                pos = end
-        except IndexError:
-            raise CorruptRecordError("record runs past the end of its batch") from None
+        for start, end, timestampDelta, deltaEnd, delta, _, _, _, valueSize, _, _ in walkRecords(
+            data, count, header[6]
+        ):
+            if baseOffset + delta in live:
+                if valueSize < 0:
+                    return None
+                kept.append((start, end, timestampDelta, delta, None, False, deltaEnd))
         if len(kept) == count:
             return Retained(original, count, header[8], None)
         return self._rewrite(header, data, kept, None)
@@ -654,25 +544,10 @@ class BatchFilter:
             maxTimestamp = baseTimestamp + largest
         if horizon is not None:
             attributes |= DELETE_HORIZON_BIT
-        batch = bytearray(
-            HEADER.pack(
-                baseOffset,
-                HEADER_SIZE - LOG_OVERHEAD + len(records),
-                leaderEpoch,
-                magic,
-                0,
-                attributes,
-                lastOffsetDelta,
-                newBase,
-                maxTimestamp,
-                producerId,
-                producerEpoch,
-                baseSequence,
-                len(kept),
-            )
+        batch = packBatch(
+            baseOffset, leaderEpoch, attributes, lastOffsetDelta, newBase, maxTimestamp,
+            producerId, producerEpoch, baseSequence, len(kept), records, magic,
         )
-        batch += records
-        CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
         return Retained(batch, len(kept), maxTimestamp, horizon)
 
 
@@ -699,22 +574,8 @@ def emptyBatch(header: tuple) -> bytearray:
         _,
     ) = header
     attributes &= TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
-    batch = bytearray(
-        HEADER.pack(
-            baseOffset,
-            _EMPTY_BATCH_LENGTH,
-            leaderEpoch,
-            magic,
-            0,
-            attributes,
-            lastOffsetDelta,
-            -1,
-            maxTimestamp,
-            producerId,
-            producerEpoch,
-            baseSequence,
-            0,
-        )
+    batch = packBatch(
+        baseOffset, leaderEpoch, attributes, lastOffsetDelta, -1, maxTimestamp,
+        producerId, producerEpoch, baseSequence, 0, magic=magic,
     )
-    CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
     return batch

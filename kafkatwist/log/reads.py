@@ -66,6 +66,12 @@ class PartitionReads:
             rather than the high watermark (a consumer's).
         """
         try:
+            # Once over the published view (every fetch); only a segment
+            # that vanished under the read takes the retrying way.
+            return self._read(self._view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd)
+        except FileNotFoundError:
+            pass
+        try:
             return self._onView(
                 lambda view: self._read(
                     view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd

@@ -116,6 +116,8 @@ class BaseLogManager:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicState] = {}
         self._logs: dict[tuple[str, int], Any] = {}
+        #: topic id -> name, as of its last rebuild (see L{topicName})
+        self._namesById: dict[uuid.UUID, str] = {}
         #: called with the topic name after a topic's logs are deleted
         #: (the log cleaner forgets their checkpoints)
         self.deletionListeners: list[Callable[[str], None]] = []
@@ -125,6 +127,22 @@ class BaseLogManager:
     def topics(self) -> dict[str, TopicInfo]:
         with self._lock:
             return {name: topic.info() for name, topic in self._topics.items()}
+
+    def topicName(self, topicId: uuid.UUID | None) -> str | None:
+        """
+        See L{ILogManager.topicName}: a look-up in a map of ids to names,
+        checked against the topic now of that name (a deleted or recreated
+        topic never answers for an old id), rebuilt whole when it does not
+        know the id.
+        """
+        name = self._namesById.get(topicId)
+        if name is not None:
+            topic = self._topics.get(name)
+            if topic is not None and topic.topicId == topicId:
+                return name
+        with self._lock:
+            self._namesById = names = {t.topicId: n for n, t in self._topics.items()}
+        return names.get(topicId)
 
     def getLog(self, topic: str, partition: int):
         return self._logs.get((topic, partition))

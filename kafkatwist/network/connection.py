@@ -163,6 +163,7 @@ class KafkaConnection(Protocol):
         "closeReason", "_closing", "_abortCall", "_buffer", "_frameSize", "_inflight",
         "_waitingForMemory", "_muted", "_writePaused", "_readingPaused", "_readsGrown",
         "_chunks", "_regionSent", "_sending", "_pickedUpAt", "_seconds", "_throttleCall",
+        "_taking",
     )
 
     def __init__(self, owner, listenerName: str, index: int = 0, *, securityProtocol: str | None = None,
@@ -196,6 +197,9 @@ class KafkaConnection(Protocol):
         self._writePaused = False
         self._readingPaused = False
         self._readsGrown = False
+        #: inside L{_takeRequests}: a request answered at once (on the
+        #: Processor's thread) lets that loop take the next one, no recursion
+        self._taking = False
         #: queued response chunks: a deque once a response is queued (an
         #: empty deque is ~760 bytes, on every idle connection)
         self._chunks = ()
@@ -309,6 +313,15 @@ class KafkaConnection(Protocol):
         self._updateReading()
 
     def _takeRequests(self) -> None:
+        if self._taking:
+            return
+        self._taking = True
+        try:
+            self._takeFrames()
+        finally:
+            self._taking = False
+
+    def _takeFrames(self) -> None:
         buffer = self._buffer
         while not self._inflight and not self._closing and not self._muted and self._throttleCall is None:
             if self._frameSize < 0:

@@ -46,6 +46,10 @@ log = Logger()
 #: learn the versions and authenticate (Kafka's exempt requests)
 _QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
+#: L{HandlerPool.handle}'s answer when the handler cannot answer on a
+#: network thread: the request goes to a request handler thread
+NOT_HERE = Response(None, None)
+
 
 class HandlerPool:
     """
@@ -141,12 +145,19 @@ class HandlerPool:
             # ActionQueue): e.g. the long-poll fetches a produce satisfied.
             actions.run()
 
-    def handle(self, request: Request) -> Response | None:
+    def handle(self, request: Request, here: bool = False) -> Response | None:
         """
         Run one request through its handler.
 
+        @param here: called on the Processor's thread: the handler's
+            C{handleOnNetworkThread(context, request)} answers (requests that
+            need neither disk nor ZooKeeper, e.g. ApiVersions and Metadata,
+            spared the hand-off to a handler thread and back); it returns
+            C{None} when a request handler thread must answer after all.
         @return: the response to send now, or C{None} if a Deferred will
-            send it later.
+            send it later; with C{here}, L{NOT_HERE} when the handler has no
+            answer on a network thread (nothing was released: the request
+            goes on to the channel as it is).
         """
         header = request.header
         body = None
@@ -181,7 +192,13 @@ class HandlerPool:
             request.handler = handler
             quotas = self._requestQuota(request)
             started = time.thread_time_ns() if quotas is not None else 0
-            result = handler.handle(request.context, body)
+            if here:
+                inline = getattr(handler, "handleOnNetworkThread", None)
+                result = inline(request.context, body) if inline is not None else None
+                if result is None:
+                    return NOT_HERE
+            else:
+                result = handler.handle(request.context, body)
             if quotas is not None:
                 quotas.handlerTime(request.context, time.thread_time_ns() - started)
         except Exception:
@@ -200,11 +217,24 @@ class HandlerPool:
                 self._legacyDeferred(handler, result)
                 result.addCallbacks(self._later, self._laterFailed, (request, body), None, (request, body))
             return None
-        self._abandon(request)
+        context = request.context
+        if context.pending is not None:
+            context.pending.abandon()
         response = self._encode(request, result, body)
-        if isinstance(result, EncodedResponse) and request.context.securityProtocol in TLS_PROTOCOLS:
+        if (
+            isinstance(result, EncodedResponse)
+            # (a body of one bytes chunk holds no file region)
+            and not (len(result.chunks) == 1 and result.chunks[0].__class__ is bytes)
+            and context.securityProtocol in TLS_PROTOCOLS
+        ):
             response.chunks = _readSmallRegions(response.chunks, TLS_READ_CHUNK)
-        return self._done(request, response)
+        # (_done, inline: every request's path)
+        memory, request.memory = request.memory, 0
+        request.frame = None
+        if memory:
+            request.processor.memoryPool.release(memory)
+        request.completedAt = time.monotonic()
+        return response
 
     def _done(self, request: Request, response: Response) -> Response:
         self._release(request)

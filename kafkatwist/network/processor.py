@@ -27,10 +27,18 @@ from kafkatwist.util.logthrottle import connectionLogs
 from kafkatwist.metrics.stats import IdleClock, RequestStats
 from kafkatwist.util.affinity import pinCurrentThread
 from kafkatwist.network.connection import KafkaConnection
+from kafkatwist.network.handlers import NOT_HERE
 from kafkatwist.network.reactor import ProcessorReactor
+from kafkatwist.protocol.apis import API_VERSIONS, METADATA
 from kafkatwist.security.session import SaslSession
 
 log = Logger()
+
+#: requests a handler may answer on the Processor's thread (its
+#: C{handleOnNetworkThread}): what a client sends on every connect, answered
+#: from memory, spared the hand-off to a handler thread and back (a wake-up
+#: and a GIL hand-off each way)
+ANSWERED_HERE = frozenset((API_VERSIONS, METADATA))
 
 
 class _ConnectionFactory(Factory):
@@ -109,7 +117,6 @@ class Processor:
         self.idleClock = IdleClock(poller)
         if poller is not None:
             reactor._poller = self.idleClock
-        #: API keys handled in this thread rather than by the handler pool
         self._idleSweep = LoopingCall(self._closeIdle)
         self._idleSweep.clock = self.reactor
 
@@ -246,12 +253,33 @@ class Processor:
     # -- requests out --------------------------------------------------------
 
     def submit(self, request) -> None:
+        if request.header.apiKey in ANSWERED_HERE and self._answerHere(request):
+            return
         self._pending.append(request)
         if not self._flushScheduled and not self._flushHooked:
             self._flushScheduled = True
             # Runs once this reactor iteration has handled every ready
             # socket, so the channel gets one batch.
             self.reactor.callLater(0, self._flush)
+
+    def _answerHere(self, request) -> bool:
+        """
+        Answer C{request} on this thread if its handler can without disk or
+        ZooKeeper (L{HandlerPool.handle} with C{here}).
+
+        @return: whether it was answered (else it goes to the channel).
+        """
+        pool = getattr(self.server, "handlerPool", None)
+        if pool is None or pool.broker is None:
+            return False
+        request.dequeuedAt = time.monotonic()
+        response = pool.handle(request, here=True)
+        if response is NOT_HERE:
+            request.dequeuedAt = 0.0
+            return False
+        if response is not None:
+            request.connection.sendResponse(response)
+        return True
 
     def _flushNew(self) -> None:
         # Requests held back by a full channel wait for channelHasRoom.

@@ -27,6 +27,10 @@ class ApiVersionsHandler(Handler):
             self._encoded[context.apiVersion] = encoded
         return encoded
 
+    #: computed from the registry, in memory: answered on the Processor's
+    #: thread, with no hand-off to a request handler thread
+    handleOnNetworkThread = handle
+
     def response(self, version: int):
         cls = responseType(self.apiKey, version)
         ApiVersion = nested(cls, "ApiVersion")

@@ -90,6 +90,10 @@ class FetchHandler(Handler):
     apiKey = FETCH
     minVersion = 0
     maxVersion = MAX_VERSION
+    #: no decoder of its own: the schema's (said here, so that a wrapper
+    #: forwarding unknown attributes answers the request pool's look-up on
+    #: every Fetch without raising AttributeError)
+    decodeRequest = None
 
     def __init__(self, broker, wrapped=None) -> None:
         super().__init__(broker, wrapped)
@@ -107,7 +111,7 @@ class FetchHandler(Handler):
 
     def handle(self, context, request):
         version = context.apiVersion
-        replicaId = _replicaId(request, version)
+        replicaId = getattr(request, "replica_id", -1) if version < 15 else _replicaId(request, version)
         if replicaId >= 0 and not self.allowed(
             context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
         ):
@@ -118,7 +122,8 @@ class FetchHandler(Handler):
         ):
             return self._sessionFetch(context, request, version, replicaId)
         plan = self._plan(
-            version, _entries(version, request), context, replicaId, _clientRack(request, version)
+            version, _entries(version, request), context, replicaId,
+            (getattr(request, "rack_id", None) or None) if version >= CLIENT_METADATA_FROM else None,
         )
         return self._fetch(context, request, version, plan, replicaId)
 
@@ -139,7 +144,9 @@ class FetchHandler(Handler):
         if maxWaitMs == 0 or total >= minBytes or errors or not plan:
             _account(self.broker, plan, topics)
             if session is None:
-                return self._encode(version, plan, topics)
+                if version <= LEGACY_MAX_VERSION:
+                    return encodeDownConverted(version, plan, topics)
+                return encodeFetchResponse(version, topics)
             self._respond(version, context.clock, session, topics, pending)
             return pending.deferred
         _close(topics)
@@ -239,7 +246,7 @@ class FetchHandler(Handler):
                     if log.logStartOffset <= w.offset <= end:
                         fetched.append((w.key, w.offset, end, starts.get((topicKey, w.partition))))
         if fetched:
-            replicaManager.recordFollowerFetch(replicaId, fetched)
+            replicaManager.recordFollowerFetch(replicaId, fetched, _replicaEpoch(request, version))
 
     @staticmethod
     def _encode(version, plan, topics):
@@ -269,18 +276,15 @@ class FetchHandler(Handler):
             and getattr(replicaManager, "replicaSelector", None) is not None
         )
         nowMs = _nowMs(context.clock) if selecting else 0
-        byId = None
         plan = []
         previous = _NO_TOPIC
         for topicKey, partition, offset, partitionMaxBytes, epoch in entries:
             if topicKey != previous:
                 previous = topicKey
                 if version >= TOPIC_IDS_FROM:
-                    # Only ids need the topic table; names go straight to
-                    # getLog (this runs for every fetch).
-                    if byId is None:
-                        byId = {info.topicId: name for name, info in logManager.topics().items()}
-                    name = byId.get(topicKey)
+                    # librdkafka's Fetch (v16): one look-up per topic, not
+                    # a copy of the topic table per request.
+                    name = logManager.topicName(topicKey)
                     missing = ErrorCode.unknown_topic_id
                 else:
                     name = topicKey
@@ -631,6 +635,14 @@ def _replicaId(request, version: int) -> int:
         state = getattr(request, "replica_state", None)
         return state.replica_id if state is not None else -1
     return getattr(request, "replica_id", -1)
+
+
+def _replicaEpoch(request, version: int) -> int:
+    """
+    The fetching replica's broker epoch (v15+, KIP-903; -1: not said).
+    """
+    state = getattr(request, "replica_state", None) if version >= 15 else None
+    return int(state.replica_epoch) if state is not None else -1
 
 
 def _nowMs(clock) -> int:

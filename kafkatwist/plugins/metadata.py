@@ -24,12 +24,35 @@ DESCRIBE, CREATE = AclOperation.DESCRIBE, AclOperation.CREATE
 TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
 
+class _WouldCreate(Exception):
+    """
+    Answering needs a topic auto-created (disk or ZooKeeper): not on a
+    network thread.
+    """
+
+
 class MetadataHandler(Handler):
     apiKey = METADATA
     minVersion = 0
     maxVersion = 12
 
     def handle(self, context, request):
+        return self._answer(context, request, True)
+
+    def handleOnNetworkThread(self, context, request):
+        """
+        The answer, given on the Processor's thread (no hand-off to a request
+        handler thread and back): the metadata image and the logs' epochs
+        are read from memory.  C{None} when a requested topic would be
+        auto-created, which writes to disk or ZooKeeper: a request handler
+        thread answers then.
+        """
+        try:
+            return self._answer(context, request, False)
+        except _WouldCreate:
+            return None
+
+    def _answer(self, context, request, mayCreate: bool):
         version = context.apiVersion
         cls = responseType(METADATA, version)
         Broker = nested(cls, "MetadataResponseBroker")
@@ -102,6 +125,8 @@ class MetadataHandler(Handler):
                 continue
             info = known.get(name)
             if info is None and allowCreate and logManager is not None and name not in INTERNAL_TOPICS:
+                if not mayCreate:
+                    raise _WouldCreate(name)
                 if not self._mayCreate(context, name):
                     topics.append(self._errorTopic(Topic, name, None, ErrorCode.topic_authorization_failed))
                     continue

@@ -49,6 +49,7 @@ from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
 from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
 from kafkatwist.quota.manager import addThrottle
+from kafkatwist.quota.store import PRODUCER_BYTE_RATE
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
@@ -152,8 +153,13 @@ class ProduceHandler(Handler):
                             )
                         )
             results.append((name, partitions))
-        # producer_byte_rate counts the whole request, as Kafka's does.
-        throttleMs = addThrottle(context, self.broker.clientQuotas.produced(context, getattr(context, "size", 0)))
+        # producer_byte_rate counts the whole request, as Kafka's does (the
+        # principal is asked for only when some quota sets it).
+        quotas = self.broker.clientQuotas
+        if quotas.active(PRODUCER_BYTE_RATE):
+            throttleMs = addThrottle(context, quotas.produced(context, getattr(context, "size", 0)))
+        else:
+            throttleMs = getattr(context, "throttleMs", 0)
         if acks == 0:
             # Nothing is sent back; the connection unmutes at once (or once
             # a quota's throttle has passed).

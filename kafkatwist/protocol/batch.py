@@ -35,7 +35,7 @@ from kafkatwist.protocol.compression import (
     decompress,
     decompressionLimit,
 )
-from kafkatwist.protocol.varint import readVarint
+from kafkatwist.protocol.recordwalk import MIN_RECORD_SIZE, skipRecords
 
 __all__ = [
     "COMPRESSION_GZIP",
@@ -57,6 +57,7 @@ __all__ = [
     "isControl",
     "isTransactional",
     "iterBatchHeaders",
+    "packBatch",
     "readHeader",
     "recordsError",
     "timestampType",
@@ -189,6 +190,48 @@ def transactionalProducer(records):
     if not attributes & TRANSACTIONAL_BIT:
         return None
     return PRODUCER.unpack_from(records, PRODUCER_ID_AT)
+
+
+def packBatch(
+    baseOffset: int,
+    partitionLeaderEpoch: int,
+    attributes: int,
+    lastOffsetDelta: int,
+    baseTimestamp: int,
+    maxTimestamp: int,
+    producerId: int,
+    producerEpoch: int,
+    baseSequence: int,
+    recordsCount: int,
+    records=b"",
+    magic: int = 2,
+) -> bytearray:
+    """
+    A whole batch: the header of these fields, then C{records} (the
+    records as stored, compressed already if the attributes say so), its
+    length and CRC-32C computed.
+    """
+    batch = bytearray(
+        HEADER.pack(
+            baseOffset,
+            HEADER_SIZE - LOG_OVERHEAD + len(records),
+            partitionLeaderEpoch,
+            magic,
+            0,  # the CRC, below
+            attributes,
+            lastOffsetDelta,
+            baseTimestamp,
+            maxTimestamp,
+            producerId,
+            producerEpoch,
+            baseSequence,
+            recordsCount,
+        )
+    )
+    crc = crc32c(records, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
+    CRC.pack_into(batch, CRC_AT, crc)
+    batch += records
+    return batch
 
 
 def readHeader(buf, position: int = 0) -> BatchHeader:
@@ -335,11 +378,6 @@ def validateRecordSet(
     return batches
 
 
-#: the smallest record: its length, then attributes, timestamp delta,
-#: offset delta, key length, value length and header count, a byte each
-MIN_RECORD_SIZE = 7
-
-
 def recordsError(
     view, position: int, header: BatchHeader, limit: int, walked=None
 ) -> KafkaError | None:
@@ -384,128 +422,18 @@ def recordsError(
             f"batch at {position} declares {count} records in {end - start} bytes",
         )
     try:
-        lastDelta = _walkRecords(data, start, end, count)
+        lastDelta = skipRecords(data, start, end, count)
         if lastDelta != header.lastOffsetDelta:
             raise CorruptRecordError(
                 f"last record has offset delta {lastDelta}, the header {header.lastOffsetDelta}"
             )
-    except IndexError:
-        return KafkaError(
-            ErrorCode.invalid_record, f"batch at {position}: records run past its end"
-        )
     except CorruptRecordError as e:
         return KafkaError(ErrorCode.invalid_record, f"batch at {position}: {e}")
     return None
 
 
-def _walkRecords(data, pos: int, end: int, count: int) -> int:
-    """
-    Step through C{count} records from C{pos} by their length prefixes,
-    checking that together they fill C{[pos, end)} exactly: the count a
-    consumer's record iterator will trust is the count there is.
-
-    Only the lengths are read: parsing each record's fields too (as Kafka's
-    validator does) costs ten times as much in Python -- about 1 us per
-    record, three times the whole produce path -- so a record whose
-    insides do not add up is stored as sent; readers of stored batches
-    (L{kafkatwist.protocol.records.decodeBatches}) refuse it with
-    CorruptRecordError.
-
-    @param data: a C{bytes} or C{bytearray} (strided slices and C{lstrip}
-        are what make runs cheap; a memoryview has neither).
-    @return: the last record's offset delta.
-    @raise CorruptRecordError: for records that do not add up.
-    @raise IndexError: for records running past the data.
-    """
-    last = pos
-    declared = count
-    # Records walked one by one before runs are looked for again: a batch
-    # of mixed sizes pays for one failed look in this many records.
-    plain = 0
-    # The one loop run per record on the produce path: kept to the bone,
-    # lengths read inline in their one- and two-byte forms (records under
-    # 8 KiB).
-    while count:
-        last = pos
-        v = data[pos]
-        if v < 0x80:
-            if v & 1 or v < 12:  # negative, or shorter than a record can be
-                raise CorruptRecordError(f"record length {(v >> 1) ^ -(v & 1)}")
-            width = 1
-            step = 1 + (v >> 1)
-        elif data[pos + 1] < 0x80:
-            if v & 1:
-                raise CorruptRecordError("negative record length")
-            width = 2
-            step = 2 + (((v & 0x7F) | (data[pos + 1] << 7)) >> 1)
-        else:
-            # 8 KiB and more: the loop's cost per record is nothing beside
-            # the bytes, so no runs are looked for.
-            v, at = readVarint(data, pos)
-            if v & 1:
-                raise CorruptRecordError("negative record length")
-            pos = at + (v >> 1)
-            count -= 1
-            continue
-        pos += step
-        count -= 1
-        if plain:
-            plain -= 1
-            continue
-        # A producer's batch is mostly runs of records of one size (its
-        # first 64 records one byte shorter than the rest: their offset
-        # deltas).  Records following this one with the same length prefix
-        # are stepped over at C speed: each prefix byte is compared down a
-        # strided slice, and the run is as long as every byte matches.  The
-        # positions stepped to are exactly the ones the loop above would
-        # reach.  The window starts at 64 (a producer's first run) and grows
-        # sixteenfold while the run holds: a run of n records costs about
-        # log16(n) looks (the Python around each look, not the compares, is
-        # what costs), and a run that ends wastes at most fifteen times its
-        # length in compared bytes, never more than the loop above costs.
-        first = data[last:last + 1]
-        second = data[last + 1:last + 2] if width == 2 else None
-        window = 64
-        while count:
-            m = (end - pos) // step
-            if m > count:
-                m = count
-            if m > window:
-                m = window
-            if m < 1:
-                break
-            stop = pos + m * step
-            # A whole window that matches (the usual case) is one memcmp;
-            # lstrip, which finds where a run ends, looks each byte up.
-            column = data[pos:stop:step]
-            rest = 0 if column == first * m else len(column.lstrip(first))
-            if second is not None:
-                column = data[pos + 1:stop:step]
-                if column != second * m:
-                    other = len(column.lstrip(second))
-                    if other > rest:
-                        rest = other
-            run = m - rest
-            if run:
-                last = pos + (run - 1) * step
-                pos += run * step
-                count -= run
-            if rest:
-                if not run:
-                    plain = 32
-                break
-            window <<= 4
-    if pos != end:
-        raise CorruptRecordError(f"{declared} records end at {pos - end:+} bytes from their batch's end")
-    # The last record's offset delta: after its length, attributes and
-    # timestamp delta (one- and two-byte varints read inline, as above).
-    at = last + 1 if data[last] < 0x80 else last + 2 if data[last + 1] < 0x80 else readVarint(data, last)[1]
-    at += 1
-    at = at + 1 if data[at] < 0x80 else readVarint(data, at)[1]
-    delta = data[at]
-    if delta >= 0x80:
-        delta, _ = readVarint(data, at)
-    return (delta >> 1) ^ -(delta & 1)
+#: the length walk, under its former name (tests compare it with a reference)
+_walkRecords = skipRecords
 
 
 class AssignedBatch(NamedTuple):

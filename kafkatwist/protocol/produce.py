@@ -40,6 +40,9 @@ _ACKS_TIMEOUT = struct.Struct(">hi")
 _V0 = struct.Struct(">ihq")
 _V2 = struct.Struct(">ihqq")
 _V5 = struct.Struct(">ihqqq")
+#: a v9+ partition answered without record errors or message: its fields,
+#: an empty compact array, a null compact string, no tagged fields
+_V9_PLAIN = struct.Struct(">ihqqqBBB")
 
 
 class PartitionProduceData:
@@ -97,12 +100,13 @@ def decodeProduceRequest(version: int, frame, offset: int) -> ProduceRequest:
 
 
 def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
+    if version >= FLEXIBLE_FROM:
+        return _decodeFlexible(version, view, offset)
     end = len(view)
-    flexible = version >= FLEXIBLE_FROM
     unpackI32 = _I32.unpack_from
     transactionalId = None
     if version >= 3:
-        n, offset = readLength(view, offset, flexible, _I16)
+        n, offset = readLength(view, offset, False, _I16)
         if n >= 0:
             if offset + n > end:
                 raise MalformedRequest("transactional_id runs past the end")
@@ -112,30 +116,30 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
             raise MalformedRequest(f"transactional_id length {n}")
     acks, timeoutMs = _ACKS_TIMEOUT.unpack_from(view, offset)
     offset += 6
-    topicCount, offset = readLength(view, offset, flexible, _I32)
+    topicCount, offset = readLength(view, offset, False, _I32)
     if topicCount < 0:
         raise MalformedRequest("topic_data is null")
     # Counts are bounded by the bytes left before anything loops on them:
     # the smallest topic is an empty name and an empty partition array.
-    if topicCount * (3 if flexible else 6) > end - offset:
+    if topicCount * 6 > end - offset:
         raise MalformedRequest(f"{topicCount} topics cannot fit in {end - offset} bytes")
     topics = []
     for _ in range(topicCount):
-        n, offset = readLength(view, offset, flexible, _I16)
+        n, offset = readLength(view, offset, False, _I16)
         if n < 0 or offset + n > end:
             raise MalformedRequest(f"topic name length {n}")
         name = str(view[offset : offset + n], "utf-8")
         offset += n
-        partitionCount, offset = readLength(view, offset, flexible, _I32)
+        partitionCount, offset = readLength(view, offset, False, _I32)
         if partitionCount < 0:
             raise MalformedRequest("partition_data is null")
-        if partitionCount * (6 if flexible else 8) > end - offset:
+        if partitionCount * 8 > end - offset:
             raise MalformedRequest(f"{partitionCount} partitions cannot fit in {end - offset} bytes")
         partitions = []
         for _ in range(partitionCount):
             (index,) = unpackI32(view, offset)
             offset += 4
-            n, offset = readLength(view, offset, flexible, _I32)
+            n, offset = readLength(view, offset, False, _I32)
             if n < 0:
                 if n != -1:
                     raise MalformedRequest(f"records length {n}")
@@ -145,13 +149,108 @@ def _decode(version: int, view: memoryview, offset: int) -> ProduceRequest:
                     raise MalformedRequest("records run past the end of the frame")
                 records = view[offset : offset + n]
                 offset += n
-            if flexible:
+            partitions.append(PartitionProduceData(index, records))
+        topics.append(TopicProduceData(name, partitions))
+    if offset > end:
+        raise MalformedRequest("the request runs past the end of the frame")
+    return ProduceRequest(transactionalId, acks, timeoutMs, topics)
+
+
+def _decodeFlexible(version: int, view: memoryview, offset: int) -> ProduceRequest:
+    # v9+: compact lengths (varint of length + 1) and tagged fields.  A
+    # producer's lengths and counts are nearly always below 127, one byte
+    # each, and its tagged fields empty: those are read inline, anything
+    # longer by the general readers (the hottest decoder of the broker).
+    end = len(view)
+    unpackI32 = _I32.unpack_from
+    transactionalId = None
+    b = view[offset]
+    if b < 0x80:
+        n = b - 1
+        offset += 1
+    else:
+        n, offset = readLength(view, offset, True, _I16)
+    if n >= 0:
+        if offset + n > end:
+            raise MalformedRequest("transactional_id runs past the end")
+        transactionalId = str(view[offset : offset + n], "utf-8")
+        offset += n
+    elif n != -1:
+        raise MalformedRequest(f"transactional_id length {n}")
+    acks, timeoutMs = _ACKS_TIMEOUT.unpack_from(view, offset)
+    offset += 6
+    b = view[offset]
+    if b < 0x80:
+        topicCount = b - 1
+        offset += 1
+    else:
+        topicCount, offset = readLength(view, offset, True, _I32)
+    if topicCount < 0:
+        raise MalformedRequest("topic_data is null")
+    # Counts are bounded by the bytes left before anything loops on them:
+    # the smallest topic is an empty name and an empty partition array.
+    if topicCount * 3 > end - offset:
+        raise MalformedRequest(f"{topicCount} topics cannot fit in {end - offset} bytes")
+    topics = []
+    for _ in range(topicCount):
+        b = view[offset]
+        if b < 0x80:
+            n = b - 1
+            offset += 1
+        else:
+            n, offset = readLength(view, offset, True, _I16)
+        if n < 0 or offset + n > end:
+            raise MalformedRequest(f"topic name length {n}")
+        name = str(view[offset : offset + n], "utf-8")
+        offset += n
+        b = view[offset]
+        if b < 0x80:
+            partitionCount = b - 1
+            offset += 1
+        else:
+            partitionCount, offset = readLength(view, offset, True, _I32)
+        if partitionCount < 0:
+            raise MalformedRequest("partition_data is null")
+        if partitionCount * 6 > end - offset:
+            raise MalformedRequest(f"{partitionCount} partitions cannot fit in {end - offset} bytes")
+        partitions = []
+        for _ in range(partitionCount):
+            (index,) = unpackI32(view, offset)
+            offset += 4
+            # A small record set takes two bytes (below 16 KiB).
+            b = view[offset]
+            if b < 0x80:
+                n = b - 1
+                offset += 1
+            else:
+                b2 = view[offset + 1]
+                if b2 < 0x80:
+                    n = ((b & 0x7F) | (b2 << 7)) - 1
+                    offset += 2
+                else:
+                    n, offset = readLength(view, offset, True, _I32)
+            if n < 0:
+                if n != -1:
+                    raise MalformedRequest(f"records length {n}")
+                records = None
+            else:
+                if offset + n > end:
+                    raise MalformedRequest("records run past the end of the frame")
+                records = view[offset : offset + n]
+                offset += n
+            if view[offset] == 0:
+                offset += 1
+            else:
                 offset = skipTaggedFields(view, offset)
             partitions.append(PartitionProduceData(index, records))
-        if flexible:
+        if view[offset] == 0:
+            offset += 1
+        else:
             offset = skipTaggedFields(view, offset)
         topics.append(TopicProduceData(name, partitions))
-    if flexible:
+    if offset < end and view[offset] == 0:
+        offset += 1
+    else:
         offset = skipTaggedFields(view, offset)
     if offset > end:
         raise MalformedRequest("the request runs past the end of the frame")
@@ -164,12 +263,13 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
         logStartOffset, errorMessage or None, recordErrors), ...]), ...]};
         C{recordErrors} are C{(batch index, message or None)} (KIP-467).
     """
-    flexible = version >= FLEXIBLE_FROM
+    if version >= FLEXIBLE_FROM:
+        return _encodeFlexible(results, throttleMs)
     out = bytearray()
-    writeLength(out, len(results), flexible, _I32)
+    out += _I32.pack(len(results))
     for name, partitions in results:
-        writeString(out, name, flexible)
-        writeLength(out, len(partitions), flexible, _I32)
+        writeString(out, name, False)
+        out += _I32.pack(len(partitions))
         for index, error, base, appendTime, start, message, recordErrors in partitions:
             if version >= 5:
                 out += _V5.pack(index, error, base, appendTime, start)
@@ -178,20 +278,54 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
             else:
                 out += _V0.pack(index, error, base)
             if version >= 8:
-                writeLength(out, len(recordErrors), flexible, _I32)
+                out += _I32.pack(len(recordErrors))
                 for batchIndex, recordMessage in recordErrors:
                     out += _I32.pack(batchIndex)
-                    writeString(out, recordMessage, flexible)
-                    if flexible:
-                        out.append(0)
-                writeString(out, message, flexible)
-            if flexible:
-                out.append(0)
-        if flexible:
-            out.append(0)
+                    writeString(out, recordMessage, False)
+                writeString(out, message, False)
     if version >= 1:
         out += _I32.pack(throttleMs)
-    if flexible:
+    body = bytes(out)
+    return EncodedResponse([body], len(body))
+
+
+def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
+    # v9+, with the one-byte compact lengths of the usual answer written
+    # inline (see encodeProduceResponse).
+    out = bytearray()
+    n = len(results) + 1
+    if n < 0x80:
+        out.append(n)
+    else:
+        writeLength(out, n - 1, True, _I32)
+    plain = _V9_PLAIN.pack
+    for name, partitions in results:
+        raw = name.encode("utf-8")
+        n = len(raw) + 1
+        if n < 0x80:
+            out.append(n)
+        else:
+            writeLength(out, n - 1, True, _I16)
+        out += raw
+        n = len(partitions) + 1
+        if n < 0x80:
+            out.append(n)
+        else:
+            writeLength(out, n - 1, True, _I32)
+        for index, error, base, appendTime, start, message, recordErrors in partitions:
+            if message is None and not recordErrors:
+                out += plain(index, error, base, appendTime, start, 1, 0, 0)
+                continue
+            out += _V5.pack(index, error, base, appendTime, start)
+            writeLength(out, len(recordErrors), True, _I32)
+            for batchIndex, recordMessage in recordErrors:
+                out += _I32.pack(batchIndex)
+                writeString(out, recordMessage, True)
+                out.append(0)
+            writeString(out, message, True)
+            out.append(0)
         out.append(0)
+    out += _I32.pack(throttleMs)
+    out.append(0)
     body = bytes(out)
     return EncodedResponse([body], len(body))

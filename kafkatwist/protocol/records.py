@@ -35,9 +35,8 @@ L{DEFAULT_DECOMPRESSION_LIMIT}; L{decompressionLimit} of the topic's
 C{message.max.bytes} for stored batches), and anything that does not decode
 raises L{CorruptRecordError}, which the broker answers as CORRUPT_MESSAGE.
 
-Pure Python, no I/O.  Decoding is written as one tight loop per batch, with
-the one-byte varint case inlined, because that loop is what a consumer runs a
-million times.
+Pure Python, no I/O.  Records are read by the one record walker,
+L{kafkatwist.protocol.recordwalk.walkRecords}, which checks every length.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ from crc32c import crc32c
 
 from kafkatwist.protocol.batch import (
     ATTRIBUTES_AT,
-    CRC_AT,
     CODEC_MASK,
     CONTROL_BIT,
     HEADER,
@@ -61,6 +59,7 @@ from kafkatwist.protocol.batch import (
     PREFIX,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    packBatch,
 )
 from kafkatwist.protocol.compression import (
     COMPRESSION_CODECS,
@@ -73,6 +72,7 @@ from kafkatwist.protocol.compression import (
     decompress,
     decompressionLimit,
 )
+from kafkatwist.protocol.recordwalk import decodeHeaders, walkRecords
 from kafkatwist.protocol.varint import readVarint, zigzagVarint
 
 __all__ = [
@@ -98,7 +98,6 @@ __all__ = [
 
 #: baseOffset .. recordCount
 BATCH_HEADER_SIZE = HEADER_SIZE
-_CRC = struct.Struct(">I")
 
 
 class CrcMismatchError(CorruptRecordError):
@@ -305,26 +304,12 @@ def buildBatch(
         attributes |= TRANSACTIONAL_BIT
     if isControl:
         attributes |= CONTROL_BIT
-    header = bytearray(
-        HEADER.pack(
-            baseOffset,
-            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
-            partitionLeaderEpoch,
-            2,
-            0,  # CRC, filled in below
-            attributes,
-            lastOffsetDelta,
-            baseTimestamp,
-            maxTimestamp,
-            producerId,
-            producerEpoch,
-            baseSequence,
-            len(records),
+    return bytes(
+        packBatch(
+            baseOffset, partitionLeaderEpoch, attributes, lastOffsetDelta, baseTimestamp,
+            maxTimestamp, producerId, producerEpoch, baseSequence, len(records), payload,
         )
     )
-    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_AT:]))
-    _CRC.pack_into(header, CRC_AT, crc)
-    return bytes(header) + payload
 
 
 def controlRecord(commit: bool, coordinatorEpoch: int = 0, timestamp: int | None = None) -> Record:
@@ -452,152 +437,23 @@ def _decodeRecords(
     data: bytes, count: int, baseOffset: int, baseTimestamp: int, timestampOverride: int | None
 ) -> list[Record]:
     """
-    The hot loop.  C{data} is C{bytes} (indexing yields ints, slicing
-    copies the key/value out, which the caller keeps anyway).  One- and
-    two-byte varints -- nearly every length and delta in records under 8 KiB
-    -- are decoded inline; longer ones go through L{readVarint}.
+    The records of one batch, walked by L{walkRecords} (which checks every
+    length).  C{data} is C{bytes}: slicing copies the key and value out,
+    which the caller keeps anyway.
     """
     out: list[Record] = []
     append = out.append
     new = Record
-    n = len(data)
-    pos = 0
-    try:
-        for _ in range(count):
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            length = (v >> 1) ^ -(v & 1)
-            recordEnd = pos + length
-            if length <= 0 or recordEnd > n:
-                raise CorruptRecordError(f"record length {length} overruns the batch")
-            pos += 1  # attributes, unused
-
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            timestampDelta = (v >> 1) ^ -(v & 1)
-
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            offsetDelta = (v >> 1) ^ -(v & 1)
-
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            if v & 1:  # negative: only -1 (null) is valid
-                if v != 1:
-                    raise CorruptRecordError("negative key length")
-                key = None
-            else:
-                size = v >> 1
-                key = data[pos : pos + size]
-                pos += size
-
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                v, pos = readVarint(data, pos)
-            if v & 1:  # negative: only -1 (null) is valid
-                if v != 1:
-                    raise CorruptRecordError("negative value length")
-                value = None
-            else:
-                size = v >> 1
-                value = data[pos : pos + size]
-                pos += size
-
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v, pos = readVarint(data, pos)
-            if v == 0:
-                headers: list = []
-            else:
-                headers, pos = decodeHeaders(data, pos, (v >> 1) ^ -(v & 1))
-
-            if pos != recordEnd:
-                raise CorruptRecordError(
-                    f"record at offset delta {offsetDelta} has {recordEnd - pos} "
-                    f"bytes left over after its fields"
-                )
-            append(
-                new(
-                    baseOffset + offsetDelta,
-                    baseTimestamp + timestampDelta
-                    if timestampOverride is None
-                    else timestampOverride,
-                    key,
-                    value,
-                    headers,
-                )
+    for _, _, timestampDelta, _, offsetDelta, keyAt, keySize, valueAt, valueSize, headersAt, headerCount in walkRecords(
+        data, count
+    ):
+        append(
+            new(
+                baseOffset + offsetDelta,
+                baseTimestamp + timestampDelta if timestampOverride is None else timestampOverride,
+                None if keySize < 0 else data[keyAt : keyAt + keySize],
+                None if valueSize < 0 else data[valueAt : valueAt + valueSize],
+                decodeHeaders(data, headersAt, headerCount)[0] if headerCount else [],
             )
-    except IndexError:
-        raise CorruptRecordError("record runs past the end of the batch") from None
-    if pos != n:
-        raise CorruptRecordError(f"{n - pos} bytes after the batch's {count} records")
+        )
     return out
-
-
-def decodeHeaders(data: bytes, pos: int, count: int) -> tuple[list, int]:
-    """
-    Decode C{count} record headers at C{pos}.
-
-    @return: C{[(key, value or None), ...]} and the position after them.
-    @raise CorruptRecordError: a negative count, a null key, a key or value
-        running past C{data}.  A key that is not UTF-8 is decoded with
-        replacement characters, as Kafka's clients do.
-    """
-    if count < 0:
-        raise CorruptRecordError(f"header count {count}")
-    headers = []
-    for _ in range(count):
-        v, pos = readVarint(data, pos)
-        size = (v >> 1) ^ -(v & 1)
-        if size < 0:
-            raise CorruptRecordError("null header key")
-        end = pos + size
-        if end > len(data):
-            raise CorruptRecordError("header key overruns the record")
-        # Kafka's clients decode header keys leniently (malformed bytes
-        # become U+FFFD); refusing them would make one record unreadable.
-        headerKey = bytes(data[pos:end]).decode("utf-8", "replace")
-        pos = end
-        v, pos = readVarint(data, pos)
-        size = (v >> 1) ^ -(v & 1)
-        if size < 0:
-            headerValue = None
-        else:
-            end = pos + size
-            if end > len(data):
-                raise CorruptRecordError("header value overruns the record")
-            headerValue = data[pos:end]
-            pos = end
-        headers.append((headerKey, headerValue))
-    return headers, pos

@@ -10,9 +10,12 @@ leader answers, bounded by the follower's own end of that epoch (KIP-279:
 when the leader does not know the follower's epoch, the follower truncates
 to its own end of the largest epoch the leader does know and asks again).
 A follower with no epochs at all truncates to its high watermark.  Then it
-fetches (Fetch v11, C{replica_id} = this broker, C{current_leader_epoch})
-from its log end, appends what comes as it is -- the leader's offsets and
-epochs, CRCs checked -- and takes the leader's high watermark (bounded by
+fetches from its log end -- in a cluster Fetch v15, whose C{replica_state}
+names this broker and its broker epoch (KIP-903: a leader never counts
+what an earlier registration of this broker fetched), topics by id;
+without one v11, topics by name; C{current_leader_epoch} either way --
+appends what comes as it is -- the leader's offsets and epochs, CRCs
+checked -- and takes the leader's high watermark (bounded by
 its own log end) and log start offset.
 
 Threads: each fetcher thread owns its partitions' fetch state and does all
@@ -39,7 +42,11 @@ __all__ = ["FetchState", "ReplicaFetcher", "truncationOffset"]
 
 log = Logger()
 
-FETCH_VERSION = 11
+#: a cluster broker's fetches (with its broker epoch, KIP-903: topics by id)
+FETCH_VERSION = 15
+#: a broker without a cluster (no registration, no broker epoch; a static
+#: controller's brokers, whose topic ids differ): topics by name
+NAMED_FETCH_VERSION = 11
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 LIST_OFFSETS_VERSION = 4
 EARLIEST = -2
@@ -49,6 +56,8 @@ _WAIT_FOR_CONTROLLER = frozenset({
     ErrorCode.not_leader_or_follower,
     ErrorCode.fenced_leader_epoch,
     ErrorCode.unknown_topic_or_partition,
+    ErrorCode.unknown_topic_id,
+    ErrorCode.inconsistent_topic_id,
 })
 
 
@@ -128,6 +137,11 @@ class ReplicaFetcher:
     #: C{wake(key)}: re-check what waits on a partition whose high
     #: watermark moved here (a consumer's fetch from this follower)
     wake = None
+    #: C{brokerEpoch()}: this broker's broker epoch, which its fetches
+    #: carry (-1: none)
+    brokerEpoch = staticmethod(lambda: -1)
+    #: C{topicIdOf(topic)}: a topic's id (C{None}: not known)
+    topicIdOf = staticmethod(lambda topic: None)
 
     def __init__(
         self,
@@ -346,10 +360,14 @@ class ReplicaFetcher:
     # -- fetching ----------------------------------------------------------------------------
 
     def _fetch(self, connection, states: list) -> None:
-        cls = requestType(FETCH, FETCH_VERSION)
+        brokerEpoch = self.brokerEpoch()
+        version = FETCH_VERSION if brokerEpoch >= 0 else NAMED_FETCH_VERSION
+        cls = requestType(FETCH, version)
         Topic = nested(cls, "FetchTopic")
         Partition = nested(cls, "FetchPartition")
         byTopic: dict = {}
+        topicIds: dict = {}
+        topicIdOf = self.topicIdOf if version >= 13 else (lambda topic: topic)
         # Under the append lock, and only partitions still ours: once a
         # removal returned, no request tells this leader a log end that
         # another leader's data made (the old leader would count it as
@@ -359,9 +377,18 @@ class ReplicaFetcher:
             for state in states:
                 if self._stillOurs(state):
                     (held if self._throttled(state) else kept).append(state)
-            states = kept
-            for state in states:
-                byTopic.setdefault(state.key[0], []).append(
+            states = []
+            for state in kept:
+                topicId = topicIds.get(state.key[0])
+                if topicId is None:
+                    topicId = topicIds[state.key[0]] = topicIdOf(state.key[0])
+                if topicId is None:
+                    # No log of the topic any more: the controller's next
+                    # word removes it.
+                    state.delayedUntil = self._now() + self.backoff
+                    continue
+                states.append(state)
+                byTopic.setdefault(topicId, []).append(
                     make(
                         Partition,
                         partition=state.key[1],
@@ -377,26 +404,33 @@ class ReplicaFetcher:
                 # does with nothing to fetch.
                 self._sleep(self.backoff)
             return
+        topicField = "topic_id" if version >= 13 else "topic"
+        replica = {"replica_id": self.brokerId}
+        if version >= 15:
+            replica = {"replica_state": make(
+                nested(cls, "ReplicaState"), replica_id=self.brokerId, replica_epoch=brokerEpoch
+            )}
         request = make(
             cls,
-            replica_id=self.brokerId,
+            cluster_id=None,
+            **replica,
             max_wait=ms(self.maxWaitMs),
             min_bytes=self.minBytes,
             max_bytes=self.responseMaxBytes,
             isolation_level=0,
             session_id=0,
             session_epoch=-1,
-            topics=tuple(make(Topic, topic=t, partitions=tuple(ps)) for t, ps in byTopic.items()),
+            topics=tuple(make(Topic, **{topicField: t}, partitions=tuple(ps)) for t, ps in byTopic.items()),
             forgotten_topics_data=(),
             rack_id="",
         )
         response = connection.request(
-            FETCH, FETCH_VERSION, request, timeout=self.socketTimeout + self.maxWaitMs / 1000.0
+            FETCH, version, request, timeout=self.socketTimeout + self.maxWaitMs / 1000.0
         )
-        states = {state.key: state for state in states}
+        states = {(topicIds[state.key[0]], state.key[1]): state for state in states}
         for topic in response.responses:
             for p in topic.partitions:
-                state = states.get((topic.topic, p.partition_index))
+                state = states.get((getattr(topic, topicField), p.partition_index))
                 if state is not None:
                     self._onPartition(connection, state, p)
 

@@ -74,7 +74,8 @@ class LocalAlterIsr:
     accepted at once.
     """
 
-    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                 brokerEpochs=None):
         onDone(partitionEpoch + 1, None)
 
 
@@ -140,6 +141,12 @@ class ReplicaManager:
         self.directory = directory if directory is not None else StaticDirectory()
         self.fetcherFactory = fetcherFactory or ReplicaFetcher
         self.nowMs = nowMs
+        #: topic name -> id, for the fetchers (L{_topicIdOf})
+        self._topicIds: dict = {}
+        #: this broker's broker epoch (its registration's czxid; -1 without
+        #: a cluster), which its follower fetches carry (KIP-903); set by
+        #: the cluster layer
+        self.brokerEpoch = lambda: UNKNOWN
         self.lagMaxMs = config["replica.lag.time.max.ms"]
         self.numFetchers = config["num.replica.fetchers"]
         self.checkpointIntervalMs = config["replica.high.watermark.checkpoint.interval.ms"]
@@ -377,14 +384,15 @@ class ReplicaManager:
                 )
         return selectReplica(self.replicaSelector, clientRack, leader, candidates)
 
-    def recordFollowerFetch(self, replicaId: int, fetched) -> None:
+    def recordFollowerFetch(self, replicaId: int, fetched, brokerEpoch: int = UNKNOWN) -> None:
         """
         A follower fetched: C{fetched} is C{[(key, fetchOffset,
         leaderEndOffset, logStartOffset)]}, the leader's log end read before
         the fetch was answered and the follower's log start offset (C{None}
-        when its request did not say).
+        when its request did not say); C{brokerEpoch} the follower's broker
+        epoch its fetch carried (Fetch v15; -1: not said).
         """
-        self.owner.submit(self._onFollowerFetch, replicaId, fetched, self.nowMs())
+        self.owner.submit(self._onFollowerFetch, replicaId, fetched, self.nowMs(), brokerEpoch)
 
     # -- the owner's work ------------------------------------------------------------------
 
@@ -404,6 +412,8 @@ class ReplicaManager:
             )
             return None
         if p is None or p.log is not partitionLog:
+            if p is not None:
+                self._topicIds = {}  # a topic created again: its id is new
             p = PartitionReplicas(topic, partition, partitionLog, self.brokerId)
             self._partitions[key] = p
             self._initHighWatermark(p)
@@ -506,9 +516,29 @@ class ReplicaManager:
             # A consumer fetching from this follower (KIP-392) waits for
             # its high watermark.
             fetcher.wake = self.wake
+            # Its fetches name this broker's registration (KIP-903) and
+            # each topic by its id.
+            fetcher.brokerEpoch = self.brokerEpoch
+            fetcher.topicIdOf = self._topicIdOf
             self._fetchers[(leaderId, index)] = fetcher
             fetcher.start()
         return fetcher
+
+    def _topicIdOf(self, topic: str):
+        """
+        The topic id of a topic this broker has a log of (C{None}: not
+        known), from a table of them read again only for a name it lacks
+        (and emptied when a partition gets a new log: a topic created
+        again has a new id).  Any thread.
+        """
+        ids = self._topicIds
+        topicId = ids.get(topic)
+        if topicId is None:
+            topics = getattr(self.logManager, "topics", None)
+            ids = {name: info.topicId for name, info in topics().items()} if topics is not None else {}
+            self._topicIds = ids
+            topicId = ids.get(topic)
+        return topicId
 
     def _removeFetcher(self, key) -> None:
         for (leaderId, index), fetcher in list(self._fetchers.items()):
@@ -523,7 +553,18 @@ class ReplicaManager:
 
     # -- the leader's side ---------------------------------------------------------------------
 
-    def _onFollowerFetch(self, replicaId: int, fetched, nowMs: int) -> None:
+    def _onFollowerFetch(self, replicaId: int, fetched, nowMs: int, brokerEpoch: int = UNKNOWN) -> None:
+        registered = getattr(self.directory, "brokerEpoch", None)
+        current = registered(replicaId) if registered is not None else UNKNOWN
+        if 0 <= brokerEpoch < current:
+            # Kafka's fenced stale fetch state (KIP-903): a fetch sent by an
+            # earlier registration of the follower, read after it registered
+            # again, tells nothing of the log it has now.
+            log.info(
+                "Ignoring a fetch of broker {broker} under its broker epoch {epoch}: it is "
+                "registered as {current} now", broker=replicaId, epoch=brokerEpoch, current=current,
+            )
+            return
         for key, fetchOffset, leaderEndOffset, logStartOffset in fetched:
             p = self._partitions.get(key)
             if p is None or p.role != LEADER:
@@ -531,6 +572,15 @@ class ReplicaManager:
             follower = p.followers.get(replicaId)
             if follower is None:
                 continue
+            if 0 <= brokerEpoch < follower.brokerEpoch:
+                continue  # from the registration before the one it fetched as
+            if follower.newLife(brokerEpoch):
+                log.info(
+                    "{topic}-{partition}: broker {broker} fetches under a new broker epoch {epoch}: "
+                    "what it fetched before does not count",
+                    topic=p.topic, partition=p.partition, broker=replicaId, epoch=brokerEpoch,
+                )
+            follower.brokerEpoch = brokerEpoch
             follower.onFetch(fetchOffset, leaderEndOffset, nowMs)
             if logStartOffset is not None and logStartOffset != follower.logStartOffset:
                 follower.logStartOffset = logStartOffset
@@ -612,8 +662,16 @@ class ReplicaManager:
         def onDone(newPartitionEpoch, error):
             self._post(self._isrAltered, key, epoch, frozenset(newIsr), newPartitionEpoch, error)
 
+        # Each replica added goes with the broker epoch its fetches were
+        # made under (Kafka's NewIsrWithEpochs, KIP-903): the controller
+        # refuses one that is not its current registration.
+        brokerEpochs = {
+            r: p.followers[r].brokerEpoch if r in p.followers else UNKNOWN
+            for r in newIsr if r not in p.isr
+        }
         self.alterIsr.alterIsr(
-            p.topic, p.partition, self.brokerId, epoch, sorted(newIsr), p.partitionEpoch, onDone
+            p.topic, p.partition, self.brokerId, epoch, sorted(newIsr), p.partitionEpoch, onDone,
+            brokerEpochs=brokerEpochs,
         )
 
     def _isrAltered(self, key, epoch, newIsr, newPartitionEpoch, error) -> None:

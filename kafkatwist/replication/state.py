@@ -21,15 +21,36 @@ class FollowerState:
     """
 
     __slots__ = ("logEndOffset", "logStartOffset", "lastCaughtUpMs", "lastFetchLeaderEndOffset",
-                 "lastFetchMs")
+                 "lastFetchMs", "brokerEpoch")
 
     def __init__(self, lastCaughtUpMs: int) -> None:
+        #: the broker epoch (registration) of the follower whose fetches
+        #: made this state, as its fetches said (Fetch v15, KIP-903); -1:
+        #: not known
+        self.brokerEpoch = UNKNOWN
         self.logEndOffset = UNKNOWN
         #: the follower's log start offset as its last fetch said (Fetch v5+)
         self.logStartOffset = UNKNOWN
         self.lastCaughtUpMs = lastCaughtUpMs
         self.lastFetchLeaderEndOffset = UNKNOWN
         self.lastFetchMs = 0
+
+    def newLife(self, brokerEpoch: int) -> bool:
+        """
+        Whether a fetch under C{brokerEpoch} comes from a later
+        registration of the follower than the fetches this state was made
+        from: it restarted since (and may have lost its log's tail), so
+        nothing known of it holds any more -- it starts again as one that
+        never caught up.
+        """
+        if brokerEpoch <= self.brokerEpoch or self.brokerEpoch < 0:
+            return False
+        self.logEndOffset = UNKNOWN
+        self.logStartOffset = UNKNOWN
+        self.lastCaughtUpMs = 0
+        self.lastFetchLeaderEndOffset = UNKNOWN
+        self.lastFetchMs = 0
+        return True
 
     def onFetch(self, fetchOffset: int, leaderEndOffset: int, nowMs: int) -> None:
         """

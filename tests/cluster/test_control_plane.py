@@ -134,6 +134,8 @@ def test_topic_leaders_and_failover(cluster):
         state = a.image.states[("t", p)]
         assert state.leader == replicas[0] and state.leaderEpoch == 0 and set(state.isr) == {1, 2, 3}
     assert a.image.topics["t"].topicId == topicId
+    # Broker 3 reads the topic's configs apart from its states.
+    waitUntil(lambda: c.image.configs.get("t") == {"retention.ms": "1000"}, what="broker 3 reads the configs")
     assert c.image.configs["t"] == {"retention.ms": "1000"}
     # Every hosting broker was told its role.
     waitUntil(lambda: len(c.replicas.roles) == 6)
@@ -156,8 +158,9 @@ def test_topic_leaders_and_failover(cluster):
     a.stop()
     waitUntil(lambda: c.service.controller.active, what="broker 3 controller")
     assert c.service.controller.epoch > oldEpoch
-    waitUntil(lambda: all(c.image.states[("t", p)].leader == 3 for p in assignment),
-              what="broker 3 leads everything")
+    # (Partitions it led already lose broker 1 from their ISR in a write of their own.)
+    waitUntil(lambda: all(c.image.states[("t", p)].leader == 3 and c.image.states[("t", p)].isr == (3,)
+                          for p in assignment), what="broker 3 leads everything, alone in the ISR")
     # Nobody else in the ISR: the ISR keeps broker 3 alone.
     assert all(c.image.states[("t", p)].isr == (3,) for p in assignment)
 
@@ -208,6 +211,9 @@ def test_preferred_election_and_controlled_shutdown(cluster):
     waitUntil(lambda: a.image.leader("p", 0) == 2 and a.image.leader("p", 1) == 1)
     # Controlled shutdown of broker 2: its leadership moves first.
     assert b.service.controlledShutdown(10)
+    # Broker 2 waited on its own view: broker 1 reads the new state apart.
+    waitUntil(lambda: a.image.leader("p", 0) == 1 and a.image.states[("p", 0)].isr == (1,),
+              what="broker 1 reads the leadership moved")
     assert a.image.leader("p", 0) == 1
     assert a.image.states[("p", 0)].isr == (1,)
     b.stop()
@@ -215,7 +221,9 @@ def test_preferred_election_and_controlled_shutdown(cluster):
     waitUntil(lambda: 2 in a.image.live() and 2 not in a.image.shuttingDown)
     # The follower catches up (its leader writes it back into the ISR) ...
     state = a.image.states[("p", 0)]
-    call(a.service.alterIsr, "p", 0, 1, state.leaderEpoch, (1, 2), state.zkVersion)
+    epochs = {2: a.image.brokerEpochs[2]}  # the registration its fetches named (KIP-903)
+    call(lambda *args: a.service.alterIsr(*args, brokerEpochs=epochs),
+         "p", 0, 1, state.leaderEpoch, (1, 2), state.zkVersion)
     # ... and a preferred election gives it its partition back.
     results = call(a.service.electLeaders, PREFERRED, None)[0]
     assert [(t, p, code) for t, p, code, _ in results] == [("p", 0, ErrorCode.none)]
@@ -235,6 +243,10 @@ def test_delete_topic(cluster):
     zk = KazooClient(cluster.connect)
     zk.start()
     try:
+        # The controller (broker 1) ends the deletion after broker 2 said
+        # its replicas are gone: wait for its writes, not broker 2's view.
+        waitUntil(lambda: zk.exists("/brokers/topics/gone") is None
+                  and zk.get_children("/admin/delete_topics") == [], what="the deletion completed in ZooKeeper")
         assert zk.exists("/brokers/topics/gone") is None
         assert zk.get_children("/admin/delete_topics") == []
     finally:
@@ -303,7 +315,9 @@ def test_reassignment_resumes_on_a_new_controller(cluster):
     waitUntil(lambda: b.image.states[("r", 0)].leaderEpoch > epoch, what="resumed with a new epoch")
     # The leader (broker 2) takes broker 4 into its ISR: the reassignment completes.
     state = b.image.states[("r", 0)]
-    _, error = call(b.service.alterIsr, "r", 0, 2, state.leaderEpoch, (2, 3, 4), state.zkVersion)
+    epochs = {4: b.image.brokerEpochs[4]}  # the registration its fetches named (KIP-903)
+    _, error = call(lambda *args: b.service.alterIsr(*args, brokerEpochs=epochs),
+                    "r", 0, 2, state.leaderEpoch, (2, 3, 4), state.zkVersion)
     assert error is None
     waitUntil(lambda: b.image.topics["r"].partitions[0] == (2, 4) and not b.image.topics["r"].adding,
               what="completed")

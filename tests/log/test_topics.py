@@ -83,6 +83,20 @@ def test_delete_topic(harness):
     assert manager.getLog("t", 0).logEndOffset == 0
 
 
+def test_topic_name_by_id(harness):
+    # What Fetch v13+ looks topics up by: never an old id of a name.
+    manager = harness.make()
+    first = manager.createTopic("t", 1, {}).topicId
+    other = manager.createTopic("o", 1, {}).topicId
+    assert (manager.topicName(first), manager.topicName(other)) == ("t", "o")
+    assert manager.topicName(uuid.uuid4()) is None and manager.topicName(None) is None
+    manager.deleteTopic("t")
+    assert manager.topicName(first) is None
+    second = manager.createTopic("t", 1, {}).topicId
+    assert (manager.topicName(first), manager.topicName(second)) == (None, "t")
+    assert manager.topicName(other) == "o"
+
+
 def test_create_partitions(harness):
     manager = harness.make()
     info = manager.createTopic("t", 2, {"segment.bytes": "1000"})

@@ -34,7 +34,8 @@ class RecordingAlterIsr:
         self.calls = []
         self.answer = answer
 
-    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone):
+    def alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                 brokerEpochs=None):
         self.calls.append((topic, partition, leaderEpoch, tuple(newIsr), partitionEpoch))
         if self.answer:
             onDone(partitionEpoch + 1, None)

@@ -31,11 +31,25 @@ BROKER = {
 }
 
 
-@pytest.fixture
-def cluster(zookeeper, tmp_path):
-    c = ClusterUnderTest(zookeeper, tmp_path, "spark").startAll(**BROKER)
+@pytest.fixture(scope="module")
+def sharedCluster(zookeeper, tmp_path_factory):
+    c = ClusterUnderTest(zookeeper, tmp_path_factory.mktemp("spark-cluster"), "spark").startAll(**BROKER)
     yield c
     c.stop()
+
+
+@pytest.fixture
+def cluster(sharedCluster):
+    """
+    The module's three brokers, each running: a broker an earlier test
+    killed is started again on its data (topics are the tests' own).
+    """
+    dead = [n for n, b in sharedCluster.brokers.items() if not b.running()]
+    for n in dead:
+        sharedCluster.restart(n)
+    if dead:
+        sharedCluster.waitReady()
+    return sharedCluster
 
 
 def createTopics(cluster, names, partitionCount, leader=None):
@@ -106,27 +120,28 @@ def test_stream_rides_through_leader_kill(spark, cluster, tmp_path, mode):
     once, and the source reports no data loss (its default
     failOnDataLoss=true would fail the query).
     """
-    createTopics(cluster, ["in", "out"], 2, leader=1)
+    source, target = f"in-{mode}", f"out-{mode}"
+    createTopics(cluster, [source, target], 2, leader=1)
     bootstrap = cluster.bootstrap(1, 2, 3)
-    _produceInput(bootstrap, "in", 0, 2000)
+    _produceInput(bootstrap, source, 0, 2000)
     sink = (
         spark.readStream.format("kafkatwist")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", "in")
+        .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "200")
         .load()
         .selectExpr("key", "value")
         .writeStream.format("kafkatwist")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", "out")
+        .option("topic", target)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(processingTime="200 milliseconds")
     )
     if mode == "exactly-once":
         sink = sink.option("kafka.transactional.id", "riding")
     query = sink.start()
-    late = threading.Thread(target=_produceInput, args=(cluster.bootstrap(2, 3), "in", 2000, 1000))
+    late = threading.Thread(target=_produceInput, args=(cluster.bootstrap(2, 3), source, 2000, 1000))
     try:
         waitUntil(lambda: (query.lastProgress or {}).get("batchId", 0) >= 3 or query.exception(),
                   timeout=120, what="a few micro-batches")
@@ -136,14 +151,14 @@ def test_stream_rides_through_leader_kill(spark, cluster, tmp_path, mode):
         survivors = cluster.admin(2, 3)
         waitUntil(
             lambda: all(
-                lead in (2, 3) for t in ("in", "out") for lead, _, _ in partitions(survivors, t).values()
+                lead in (2, 3) for t in (source, target) for lead, _, _ in partitions(survivors, t).values()
             ),
             timeout=60, what="new leaders",
         )
         late.join(120)
         # Everything produced is read (processAllAvailable would hide a
         # failed query behind its exception; poll instead).
-        waitUntil(lambda: _caughtUp(query, cluster) or query.exception() is not None,
+        waitUntil(lambda: _caughtUp(query, cluster, source) or query.exception() is not None,
                   timeout=180, what="the query caught up with its input")
         assert query.exception() is None, query.exception()
     finally:
@@ -151,7 +166,7 @@ def test_stream_rides_through_leader_kill(spark, cluster, tmp_path, mode):
         if late.ident is not None:
             late.join(120)
     values = readCommitted(
-        cluster.bootstrap(2, 3), "out", [0, 1],
+        cluster.bootstrap(2, 3), target, [0, 1],
         isolation="read_committed" if mode == "exactly-once" else "read_uncommitted",
     )
     expected = [b"%08d" % n for n in range(3000)]
@@ -159,18 +174,18 @@ def test_stream_rides_through_leader_kill(spark, cluster, tmp_path, mode):
     assert sorted(values) == expected
 
 
-def _caughtUp(query, cluster):
+def _caughtUp(query, cluster, source):
     progress = query.lastProgress
     if not progress:
         return False
     from kafkatwist.client import KafkaWireClient
 
     with KafkaWireClient(cluster.bootstrap(2, 3)) as client:
-        ends = client.listOffsets("in", [0, 1])
+        ends = client.listOffsets(source, [0, 1])
     read = progress["sources"][0].get("endOffset") or {}
     if isinstance(read, str):
         read = json.loads(read)
-    read = read.get("in", {})
+    read = read.get(source, {})
     return all(int(read.get(str(p), -1)) >= ends[p][0] for p in (0, 1)) and (
         progress.get("numInputRows", 1) == 0
     )

@@ -14,6 +14,7 @@ pytest.importorskip("pyarrow")
 
 from kafkatwist.client import KafkaWireClient  # noqa: E402
 from kafkatwist.protocol.records import Record  # noqa: E402
+from kafkatwist.testing import Broker  # noqa: E402
 
 from .helpers import NO_JAVA, javaMissing  # noqa: E402
 
@@ -25,14 +26,23 @@ pytestmark = pytest.mark.spark
 ROUNDS, KEYS = 30, 20
 
 
-@pytest.fixture
-def compacted(brokerFactory):
+@pytest.fixture(scope="module")
+def compactedBroker(tmp_path_factory):
+    broker = Broker(str(tmp_path_factory.mktemp("compacted")), {"log.cleaner.backoff.ms": "50"})
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def compacted(compactedBroker):
     """
-    A broker and a topic of ROUNDS x KEYS updates, cleaned once.
+    A broker and a topic of ROUNDS x KEYS updates, cleaned once: the
+    module's tests only read it.
 
     @return: (broker, topic, {offset: (key, value)} of what is left).
     """
-    broker = brokerFactory({"log.cleaner.backoff.ms": "50"}).start()
+    broker = compactedBroker
     topic = "table"
     configs = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"}
     with KafkaWireClient(broker.bootstrap) as client:

@@ -153,3 +153,85 @@ def test_quota_released_on_close_under_the_accepted_host():
     assert connection.quotaHost == "10.1.2.3"
     connection.connectionLost(None)
     assert server.quotas.count("10.1.2.3") == 0
+
+
+class _Broker:
+    """
+    What the handler pool asks of a broker: one handler per ApiKey.
+    """
+
+    def __init__(self, handlers):
+        self.handlers = handlers
+
+    def handlerFor(self, apiKey):
+        return self.handlers[apiKey]
+
+    def supportedVersions(self):
+        return {18: (0, 3)}
+
+
+def _correlationIds(data: bytes) -> list[int]:
+    import struct
+
+    ids, offset = [], 0
+    while offset < len(data):
+        (size,) = struct.unpack_from(">i", data, offset)
+        ids.append(struct.unpack_from(">i", data, offset + 4)[0])
+        offset += 4 + size
+    return ids
+
+
+def test_api_versions_answered_on_the_processor_thread_in_order():
+    """
+    ApiVersions needs neither disk nor ZooKeeper: the Processor answers it
+    itself (no handler thread runs here), every pipelined request in order,
+    however many one read brings.
+    """
+    from kafkatwist.network.handlers import HandlerPool
+    from kafkatwist.plugins.api_versions import ApiVersionsHandler
+
+    reactor = MemoryReactorClock()
+    server = FakeServer()
+    server.handlerPool = HandlerPool(server.channel, None, 1)
+    server.handlerPool.broker = _Broker({18: ApiVersionsHandler(_Broker({}))})
+    processor = Processor(0, server, reactor=reactor)
+    connection, transport = connect(processor)
+    connection.dataReceived(b"".join(apiVersionsFrame(i) for i in range(3000)))
+    reactor.advance(0)
+    assert len(server.channel) == 0
+    assert _correlationIds(transport.value()) == list(range(3000))
+    assert processor.stats.requests[18] == 3000
+
+
+def test_handler_without_a_network_thread_answer_goes_to_the_channel():
+    from kafkatwist.network.handlers import HandlerPool
+    from kafkatwist.plugins.api_versions import ApiVersionsHandler
+
+    class Wrapping:
+        """
+        A drop-in around ApiVersions: it may do anything, so a handler
+        thread runs it.
+        """
+
+        minVersion, maxVersion = 0, 3
+
+        def __init__(self, wrapped):
+            self.wrapped = wrapped
+
+        def handle(self, context, request):
+            return self.wrapped.handle(context, request)
+
+    reactor = MemoryReactorClock()
+    server = FakeServer()
+    server.handlerPool = HandlerPool(server.channel, None, 1)
+    server.handlerPool.broker = _Broker({18: Wrapping(ApiVersionsHandler(_Broker({})))})
+    processor = Processor(0, server, reactor=reactor)
+    connection, transport = connect(processor)
+    connection.dataReceived(apiVersionsFrame(7))
+    reactor.advance(0)
+    assert transport.value() == b""
+    [request] = server.channel.receiveRequests()
+    assert request.frame is not None and request.dequeuedAt > 0
+    response = server.handlerPool.handle(request)
+    connection.sendResponse(response)
+    assert _correlationIds(transport.value()) == [7]

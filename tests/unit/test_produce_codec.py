@@ -78,3 +78,19 @@ def test_encode_matches_kio(version):
     encoded = encodeProduceResponse(version, results)
     assert b"".join(encoded.chunks) == expected
     assert encoded.size == len(expected)
+
+
+#: lengths past one varint byte (names, records of two and three bytes,
+#: messages), which the flexible codec reads and writes apart
+LONG_TOPICS = [("n" * 200, [(2, b"\x03" * 20000), (4, b"\x04" * 130)])]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_long_lengths_match_kio(version):
+    body = encodeBody(kioRequest(version, LONG_TOPICS))
+    request = decodeProduceRequest(version, body, 0)
+    got = [(t.name, [(p.index, bytes(p.records)) for p in t.partition_data]) for t in request.topic_data]
+    assert got == LONG_TOPICS
+    results = [("n" * 200, [(2, ErrorCode(0), 1, -1, 0, "m" * 300 if version >= 8 else None, ())])]
+    expected = encodeBody(ProduceHandler._response(version, results))
+    assert b"".join(encodeProduceResponse(version, results).chunks) == expected

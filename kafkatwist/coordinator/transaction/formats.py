@@ -18,6 +18,8 @@ C{TransactionLogValue}) and the partitioning of transactional ids over it.
     producer id, 2 client transaction version);
   - a null value (tombstone): the transactional id expired.
 
+The schemas are in L{kafkatwist.coordinator.recordschemas}.
+
 Pure functions: no I/O.
 """
 
@@ -28,8 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kafkatwist.coordinator.formats import partitionFor
+from kafkatwist.coordinator.recordschemas import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from kafkatwist.coordinator.transaction.state import TxnState
-from kafkatwist.protocol.header import readUnsignedVarint
 
 __all__ = [
     "CorruptTxnRecord",
@@ -57,10 +59,6 @@ KEY_VERSION = 0
 VALUE_VERSION = 0
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_VALUE_HEAD = struct.Struct(">hqhib")
-_TIMES = struct.Struct(">qq")
 
 
 class CorruptTxnRecord(ValueError):
@@ -88,10 +86,12 @@ class TxnLogValue:
 
 
 def encodeKey(transactionalId: str) -> bytes:
-    data = transactionalId.encode("utf-8")
-    if len(data) > 0x7FFF:
-        raise ValueError("transactional id too long")
-    return _I16.pack(KEY_VERSION) + _I16.pack(len(data)) + data
+    """
+    C{TransactionLogKey} v0.
+
+    @raise ValueError: an id too long for a string.
+    """
+    return TRANSACTION_LOG_KEY.encodeKey({"TransactionalId": transactionalId})
 
 
 def decodeKey(data: bytes) -> tuple[int, str | None]:
@@ -100,16 +100,15 @@ def decodeKey(data: bytes) -> tuple[int, str | None]:
         version this broker does not know (the record is skipped).
     @raise CorruptTxnRecord: it does not decode.
     """
-    try:
-        (version,) = _I16.unpack_from(data, 0)
-        if version != KEY_VERSION:
-            return version, None
-        (length,) = _I16.unpack_from(data, 2)
-        if length < 0 or 4 + length > len(data):
-            raise CorruptTxnRecord(f"key string length {length}")
-        return version, bytes(data[4 : 4 + length]).decode("utf-8")
-    except (struct.error, UnicodeDecodeError) as e:
-        raise CorruptTxnRecord(f"key: {e}") from None
+    if len(data) < 2:
+        raise CorruptTxnRecord(f"key of {len(data)} bytes")
+    (version,) = _I16.unpack_from(data, 0)
+    if version != KEY_VERSION:
+        return version, None
+    transactionalId = TRANSACTION_LOG_KEY.decodeKey(data, CorruptTxnRecord)["TransactionalId"]
+    if transactionalId is None:
+        raise CorruptTxnRecord("null transactional id")
+    return version, transactionalId
 
 
 def _byTopic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
@@ -125,73 +124,27 @@ def encodeValue(value: TxnLogValue) -> bytes:
 
     @raise ValueError: an Empty state with partitions (Kafka refuses too).
     """
-    out = bytearray(
-        _VALUE_HEAD.pack(
-            VALUE_VERSION, value.producerId, value.producerEpoch, value.txnTimeoutMs,
-            int(value.state),
-        )
-    )
     if value.state is TxnState.EMPTY:
         if value.partitions:
             raise ValueError("an Empty transaction has no partitions")
-        out += _I32.pack(-1)
+        partitions = None
     else:
-        topics = _byTopic(value.partitions)
-        out += _I32.pack(len(topics))
-        for topic, partitions in topics.items():
-            name = topic.encode("utf-8")
-            out += _I16.pack(len(name)) + name + _I32.pack(len(partitions))
-            for partition in partitions:
-                out += _I32.pack(partition)
-    out += _TIMES.pack(value.lastUpdateTimestampMs, value.startTimestampMs)
-    return bytes(out)
-
-
-class _Reader:
-    def __init__(self, data: bytes, flexible: bool) -> None:
-        self.data = memoryview(data)
-        self.at = 0
-        self.flexible = flexible
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.at + n > len(self.data):
-            raise CorruptTxnRecord(f"{n} bytes wanted at {self.at} of {len(self.data)}")
-        part = self.data[self.at : self.at + n]
-        self.at += n
-        return part
-
-    def unpack(self, fmt: struct.Struct):
-        return fmt.unpack(self.take(fmt.size))
-
-    def uvarint(self) -> int:
-        try:
-            value, self.at = readUnsignedVarint(self.data, self.at)
-        except Exception as e:
-            raise CorruptTxnRecord(f"varint: {e}") from None
-        return value
-
-    def count(self) -> int:
-        """
-        An array length (-1 for null).
-        """
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.unpack(_I32)[0]
-
-    def string(self) -> str:
-        n = self.uvarint() - 1 if self.flexible else self.unpack(_I16)[0]
-        try:
-            return bytes(self.take(n)).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CorruptTxnRecord(f"string: {e}") from None
-
-    def taggedFields(self) -> dict[int, memoryview]:
-        fields = {}
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                tag = self.uvarint()
-                fields[tag] = self.take(self.uvarint())
-        return fields
+        partitions = [
+            {"Topic": topic, "PartitionIds": ids} for topic, ids in _byTopic(value.partitions).items()
+        ]
+    return TRANSACTION_LOG_VALUE.encodeValue(
+        {
+            "ProducerId": value.producerId,
+            "ProducerEpoch": value.producerEpoch,
+            "TransactionTimeoutMs": value.txnTimeoutMs,
+            "TransactionStatus": int(value.state),
+            "TransactionPartitions": partitions,
+            "TransactionLastUpdateTimestampMs": value.lastUpdateTimestampMs,
+            "TransactionStartTimestampMs": value.startTimestampMs,
+            "PreviousProducerId": value.previousProducerId,
+        },
+        VALUE_VERSION,
+    )
 
 
 def decodeValue(data: bytes) -> TxnLogValue:
@@ -201,34 +154,26 @@ def decodeValue(data: bytes) -> TxnLogValue:
     @raise CorruptTxnRecord: an unknown version, a state id out of range,
         or bytes that do not add up.
     """
-    if len(data) < 2:
-        raise CorruptTxnRecord("value shorter than its version")
-    (version,) = _I16.unpack_from(data, 0)
-    if version not in (0, 1):
-        raise CorruptTxnRecord(f"unknown value version {version}")
-    reader = _Reader(data, flexible=version >= 1)
+    _, v = TRANSACTION_LOG_VALUE.decodeValue(data, CorruptTxnRecord)
     try:
-        _, producerId, epoch, timeoutMs, status = reader.unpack(_VALUE_HEAD)
-        try:
-            state = TxnState(status)
-        except ValueError:
-            raise CorruptTxnRecord(f"unknown transaction state {status}") from None
-        partitions = set()
-        topics = reader.count()
-        for _ in range(max(topics, 0)):
-            topic = reader.string()
-            for _ in range(max(reader.count(), 0)):
-                partitions.add((topic, reader.unpack(_I32)[0]))
-            reader.taggedFields()
-        lastUpdate, start = reader.unpack(_TIMES)
-        previous = -1
-        tagged = reader.taggedFields()
-        if 0 in tagged and len(tagged[0]) == 8:
-            (previous,) = _I64.unpack(tagged[0])
-    except struct.error as e:
-        raise CorruptTxnRecord(str(e)) from None
+        state = TxnState(v["TransactionStatus"])
+    except ValueError:
+        raise CorruptTxnRecord(f"unknown transaction state {v['TransactionStatus']}") from None
+    partitions = set()
+    for topic in v["TransactionPartitions"] or ():
+        if topic["Topic"] is None:
+            raise CorruptTxnRecord("null topic")
+        for partition in topic["PartitionIds"] or ():
+            partitions.add((topic["Topic"], partition))
     return TxnLogValue(
-        producerId, epoch, timeoutMs, state, frozenset(partitions), lastUpdate, start, previous
+        v["ProducerId"],
+        v["ProducerEpoch"],
+        v["TransactionTimeoutMs"],
+        state,
+        frozenset(partitions),
+        v["TransactionLastUpdateTimestampMs"],
+        v["TransactionStartTimestampMs"],
+        v["PreviousProducerId"],
     )
 
 
