@@ -44,7 +44,8 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def _processes() -> dict[int, tuple[int, str, float]]:
     """
-    Every process: pid -> (parent pid, command name, CPU seconds so far).
+    Every process: pid -> (parent pid, command name, CPU seconds so far,
+    its exited children's included).
     """
     out = {}
     for name in os.listdir("/proc"):
@@ -57,7 +58,8 @@ def _processes() -> dict[int, tuple[int, str, float]]:
             continue
         command = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(name)] = (int(fields[1]), command, (int(fields[11]) + int(fields[12])) / _TICKS)
+        # utime, stime and the reaped children's (Python workers come and go)
+        out[int(name)] = (int(fields[1]), command, sum(map(int, fields[11:15])) / _TICKS)
     return out
 
 
