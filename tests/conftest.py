@@ -16,6 +16,7 @@ for path in (ROOT, os.path.join(ROOT, "spark")):
         sys.path.insert(0, path)
 
 from kafkatwist.testing import Broker, makePki  # noqa: E402
+from kafkatwist.testing.broker import TEST_DEFAULTS  # noqa: E402
 
 # The plugin loads by its entry point once the package is installed; a
 # checkout whose .venv predates the entry point loads it from here.
@@ -93,7 +94,10 @@ def brokerFactory(tmp_path):
     started = []
 
     def make(overrides=None, **kw):
-        broker = Broker(str(tmp_path / f"broker{len(started)}"), overrides, **kw)
+        """
+        A broker (not started) with L{TEST_DEFAULTS} under C{overrides}.
+        """
+        broker = Broker(str(tmp_path / f"broker{len(started)}"), {**TEST_DEFAULTS, **(overrides or {})}, **kw)
         started.append(broker)
         return broker
 
@@ -105,9 +109,9 @@ def brokerFactory(tmp_path):
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """
-    One PLAINTEXT broker shared by a module's tests.
+    One PLAINTEXT broker shared by a module's tests (L{TEST_DEFAULTS}).
     """
-    b = Broker(str(tmp_path_factory.mktemp("broker")))
+    b = Broker(str(tmp_path_factory.mktemp("broker")), dict(TEST_DEFAULTS))
     b.start()
     yield b
     b.stop()

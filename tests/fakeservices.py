@@ -79,7 +79,7 @@ class FakeServices(BrokerServices):
             dynamicConfig=DynamicBrokerConfig(config, None),
             logManager=logManager,
             replicaManager=ReplicaManager(
-                config.nodeId, logManager, config, fakeClock, wake=parts.wakePartition(),
+                config.nodeId, logManager, config, fakeClock, wake=parts.wakePartition,
                 producePurgatory=producePurgatory,
             ),
             groupCoordinator=None,

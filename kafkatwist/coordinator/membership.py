@@ -11,7 +11,6 @@ C{__init__}).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 
 from twisted.logger import Logger
@@ -22,6 +21,7 @@ from kafkatwist.coordinator.formats import (
 )
 from kafkatwist.coordinator.group import GroupMetadata, GroupState, MemberMetadata
 from kafkatwist.coordinator.requests import JoinRequest, SyncRequest
+from kafkatwist.coordinator.runtime import machineEntry
 from kafkatwist.coordinator.results import (
     JoinGroupResult,
     LeaveGroupResult,
@@ -45,24 +45,9 @@ JOIN = "join"
 SYNC = "sync"
 
 
-def _entry(method):
-    """
-    An entry point: set the time, collect and return the effects, publish
-    what changed for other threads.
-    """
-
-    @functools.wraps(method)
-    def run(self, nowMs: int, *args, **kw):
-        self.nowMs = nowMs
-        self._fx = fx = []
-        try:
-            method(self, *args, **kw)
-        finally:
-            self._fx = None
-            self._publish()
-        return fx
-
-    return run
+#: an entry point: set the time, collect and return the effects, publish
+#: what changed for other threads
+_entry = machineEntry(publish=True)
 
 
 class ClassicGroupMembership:

@@ -262,6 +262,35 @@ class CoordinatorRuntime:
                 self._appendsLock.wait(left)
 
 
+def machineEntry(publish: bool = False) -> Callable[[Callable], Callable]:
+    """
+    The decorator of a sans-io machine's entry points, the methods the
+    runtime feeds as C{method(nowMs, *args)}: set the machine's time,
+    collect the effects its steps emit into C{self._fx} and return them.
+
+    @param publish: also call the machine's C{_publish()} after each entry
+        (what it shows other threads).
+    """
+
+    def decorate(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def run(self, nowMs: int, *args, **kw):
+            self.nowMs = nowMs
+            fx: list = []
+            self._fx = fx
+            try:
+                method(self, *args, **kw)
+            finally:
+                self._fx = None
+                if publish:
+                    self._publish()
+            return fx
+
+        return run
+
+    return decorate
+
+
 def _reply(replyTo: Callable, result) -> None:
     try:
         replyTo(result)

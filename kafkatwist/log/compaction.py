@@ -54,17 +54,14 @@ from crc32c import crc32c
 
 from kafkatwist.log.offsetmap import keyHash
 from kafkatwist.protocol.batch import (
-    ATTRIBUTES_AT,
     CODEC_MASK,
     CONTROL_BIT,
-    CRC,
-    CRC_AT,
     DELETE_HORIZON_BIT,
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    packBatch,
 )
 from kafkatwist.log.stored import inflate
 from kafkatwist.protocol.markers import ABORT, COMMIT
@@ -83,7 +80,6 @@ __all__ = [
     "recordsOf",
 ]
 
-_EMPTY_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _INT64_MAX = 2**63 - 1
 
 
@@ -394,9 +390,9 @@ class BatchFilter:
                 return self._empty(header, lastOffset)
             else:
                 data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
-                kept = self._denseLive(header, original, data)
-                if kept is not None:
-                    return kept
+                dense = self._denseLive(header, original, data)
+                if dense is not None:
+                    return dense
         if data is None:
             data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
         records = recordsOf(data, count, lastOffsetDelta)
@@ -461,6 +457,7 @@ class BatchFilter:
             return _DROPPED
         if horizon is not None:
             return Retained(original, count, maxTimestamp, horizon)
+        assert records is not None  # count is not 0
         return self._rewrite(header, data, records, self.nowMs + self.deleteRetentionMs)
 
     def _denseLive(self, header: tuple, original, data) -> Retained | None:
@@ -548,25 +545,10 @@ class BatchFilter:
             maxTimestamp = baseTimestamp + largest
         if horizon is not None:
             attributes |= DELETE_HORIZON_BIT
-        batch = bytearray(
-            HEADER.pack(
-                baseOffset,
-                HEADER_SIZE - LOG_OVERHEAD + len(records),
-                leaderEpoch,
-                magic,
-                0,
-                attributes,
-                lastOffsetDelta,
-                newBase,
-                maxTimestamp,
-                producerId,
-                producerEpoch,
-                baseSequence,
-                len(kept),
-            )
+        batch = packBatch(
+            baseOffset, leaderEpoch, attributes, lastOffsetDelta, newBase, maxTimestamp,
+            producerId, producerEpoch, baseSequence, len(kept), records, magic,
         )
-        batch += records
-        CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
         return Retained(batch, len(kept), maxTimestamp, horizon)
 
 
@@ -593,22 +575,8 @@ def emptyBatch(header: tuple) -> bytearray:
         _,
     ) = header
     attributes &= TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
-    batch = bytearray(
-        HEADER.pack(
-            baseOffset,
-            _EMPTY_BATCH_LENGTH,
-            leaderEpoch,
-            magic,
-            0,
-            attributes,
-            lastOffsetDelta,
-            -1,
-            maxTimestamp,
-            producerId,
-            producerEpoch,
-            baseSequence,
-            0,
-        )
+    batch = packBatch(
+        baseOffset, leaderEpoch, attributes, lastOffsetDelta, -1, maxTimestamp,
+        producerId, producerEpoch, baseSequence, 0, magic=magic,
     )
-    CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
     return batch

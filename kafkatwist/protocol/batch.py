@@ -57,6 +57,7 @@ __all__ = [
     "isControl",
     "isTransactional",
     "iterBatchHeaders",
+    "packBatch",
     "readHeader",
     "recordsError",
     "timestampType",
@@ -189,6 +190,48 @@ def transactionalProducer(records):
     if not attributes & TRANSACTIONAL_BIT:
         return None
     return PRODUCER.unpack_from(records, PRODUCER_ID_AT)
+
+
+def packBatch(
+    baseOffset: int,
+    partitionLeaderEpoch: int,
+    attributes: int,
+    lastOffsetDelta: int,
+    baseTimestamp: int,
+    maxTimestamp: int,
+    producerId: int,
+    producerEpoch: int,
+    baseSequence: int,
+    recordsCount: int,
+    records=b"",
+    magic: int = 2,
+) -> bytearray:
+    """
+    A whole batch: the header of these fields, then C{records} (the
+    records as stored, compressed already if the attributes say so), its
+    length and CRC-32C computed.
+    """
+    batch = bytearray(
+        HEADER.pack(
+            baseOffset,
+            HEADER_SIZE - LOG_OVERHEAD + len(records),
+            partitionLeaderEpoch,
+            magic,
+            0,  # the CRC, below
+            attributes,
+            lastOffsetDelta,
+            baseTimestamp,
+            maxTimestamp,
+            producerId,
+            producerEpoch,
+            baseSequence,
+            recordsCount,
+        )
+    )
+    crc = crc32c(records, crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
+    CRC.pack_into(batch, CRC_AT, crc)
+    batch += records
+    return batch
 
 
 def readHeader(buf, position: int = 0) -> BatchHeader:

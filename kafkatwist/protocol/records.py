@@ -50,7 +50,6 @@ from crc32c import crc32c
 
 from kafkatwist.protocol.batch import (
     ATTRIBUTES_AT,
-    CRC_AT,
     CODEC_MASK,
     CONTROL_BIT,
     HEADER,
@@ -60,6 +59,7 @@ from kafkatwist.protocol.batch import (
     PREFIX,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    packBatch,
 )
 from kafkatwist.protocol.compression import (
     COMPRESSION_CODECS,
@@ -98,7 +98,6 @@ __all__ = [
 
 #: baseOffset .. recordCount
 BATCH_HEADER_SIZE = HEADER_SIZE
-_CRC = struct.Struct(">I")
 
 
 class CrcMismatchError(CorruptRecordError):
@@ -305,26 +304,12 @@ def buildBatch(
         attributes |= TRANSACTIONAL_BIT
     if isControl:
         attributes |= CONTROL_BIT
-    header = bytearray(
-        HEADER.pack(
-            baseOffset,
-            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
-            partitionLeaderEpoch,
-            2,
-            0,  # CRC, filled in below
-            attributes,
-            lastOffsetDelta,
-            baseTimestamp,
-            maxTimestamp,
-            producerId,
-            producerEpoch,
-            baseSequence,
-            len(records),
+    return bytes(
+        packBatch(
+            baseOffset, partitionLeaderEpoch, attributes, lastOffsetDelta, baseTimestamp,
+            maxTimestamp, producerId, producerEpoch, baseSequence, len(records), payload,
         )
     )
-    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_AT:]))
-    _CRC.pack_into(header, CRC_AT, crc)
-    return bytes(header) + payload
 
 
 def controlRecord(commit: bool, coordinatorEpoch: int = 0, timestamp: int | None = None) -> Record:

@@ -60,20 +60,6 @@ class HandlerCalls:
             call(f, *args)
 
 
-def partitionWaker(producePurgatory: Purgatory, fetchPurgatory: Purgatory) -> Callable[[tuple], None]:
-    """
-    C{wake((topic, partition))}: re-check what waits on a partition --
-    acks=all produces and fetches -- after its high watermark or leadership
-    changed (what the replica manager calls).
-    """
-
-    def wake(key: tuple) -> None:
-        producePurgatory.checkAndComplete(key)
-        fetchPurgatory.checkAndComplete(key)
-
-    return wake
-
-
 @dataclasses.dataclass(eq=False)
 class BrokerParts:
     """
@@ -119,35 +105,32 @@ class BrokerParts:
             topicBytes=TopicBytes(),
         )
 
-    def wakePartition(self) -> Callable[[tuple], None]:
-        return partitionWaker(self.producePurgatory, self.fetchPurgatory)
+    def wakePartition(self, key) -> None:
+        """
+        Re-check what waits on partition C{key}: acks=all produces and
+        fetches (its high watermark or leadership changed; what the replica
+        manager calls).
+        """
+        self.producePurgatory.checkAndComplete(key)
+        self.fetchPurgatory.checkAndComplete(key)
 
 
 @implementer(IBroker)
 @dataclasses.dataclass(eq=False)
-class BrokerServices:
+class BrokerServices(BrokerParts):
     """
     Everything a request handler may use (L{IBroker}; the supported surface
-    for drop-in plugins is described in C{docs/plugins.md}).  Built once,
-    complete.  Fields that may be C{None} say so: C{None} there is a
-    setting (no ZooKeeper, no authorizer, no cleaner), never "not yet".
+    for drop-in plugins is described in C{docs/plugins.md}): the
+    L{BrokerParts} and what is built after them.  Built once, complete.
+    Fields that may be C{None} say so: C{None} there is a setting (no
+    ZooKeeper, no authorizer, no cleaner), never "not yet".  C{config} is
+    the configuration the broker started with (L{dynamicConfig} holds what
+    dynamic updates made of it).
     """
 
-    #: the configuration the broker started with (L{dynamicConfig} holds
-    #: what dynamic updates made of it)
-    config: Any
     registry: Any
     clusterId: str
     advertisedListeners: list
-    clock: ThreadSafeClock
-    handlerCalls: HandlerCalls
-    fetchPurgatory: Purgatory
-    producePurgatory: Purgatory
-    fetchSessions: FetchSessions
-    replicationQuotas: ReplicationQuotas
-    clientQuotas: ClientQuotas
-    scramCredentials: CredentialStore
-    topicBytes: TopicBytes
     dynamicConfig: DynamicBrokerConfig
     logManager: Any
     replicaManager: Any
@@ -166,12 +149,8 @@ class BrokerServices:
         """
         The services from the early L{BrokerParts} and the rest.
         """
-        fields = {f.name: getattr(parts, f.name) for f in dataclasses.fields(parts)}
+        fields = {f.name: getattr(parts, f.name) for f in dataclasses.fields(BrokerParts)}
         return cls(**fields, **rest)
-
-    @property
-    def nodeId(self) -> int:
-        return self.config.nodeId
 
     def callInHandlerThread(self, f, *args) -> None:
         """
@@ -181,14 +160,6 @@ class BrokerServices:
         tests) it runs at once.  Safe from any thread.
         """
         self.handlerCalls(f, *args)
-
-    def wakePartition(self, key) -> None:
-        """
-        Re-check what waits on partition C{key}: acks=all produces and
-        fetches (its high watermark or leadership changed).
-        """
-        self.producePurgatory.checkAndComplete(key)
-        self.fetchPurgatory.checkAndComplete(key)
 
     def advertisedListenerFor(self, listenerName: str):
         """

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-__all__ = ["Broker", "BrokerStartError"]
+__all__ = ["Broker", "BrokerStartError", "TEST_DEFAULTS"]
 
 #: the directory holding the C{kafkatwist} package: put first on the broker's
 #: C{PYTHONPATH}, so a checkout's broker runs the checkout's code
@@ -31,6 +31,12 @@ TWISTD = os.path.join(os.path.dirname(sys.executable), "twistd")
 _LISTENING = re.compile(r"Listening on (\w+)://\S+ \(port (\d+)\)")
 #: SASL mechanisms a C{sasl=} broker enables (one credential store serves all three)
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: what a broker for tests changes from Kafka's defaults (as testcontainers'
+#: Kafka does): a group's first rebalance does not wait for more members
+#: (3 s at each new group), and __consumer_offsets (made at start-up) has one
+#: partition, not 50 (each one a directory and files written, synced and
+#: closed again at shutdown); a test that needs Kafka's values names them
+TEST_DEFAULTS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
 
 
 class BrokerStartError(RuntimeError):

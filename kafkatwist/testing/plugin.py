@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatwist.testing.broker import Broker
+from kafkatwist.testing.broker import TEST_DEFAULTS, Broker
 from kafkatwist.testing.cluster import Cluster
 from kafkatwist.testing.zookeeper import ZooKeeper, ZooKeeperUnavailable
 
 MARKER = "kafkatwist"
-#: what a user's broker changes from Kafka's defaults (as testcontainers'
-#: Kafka does): a group's first rebalance does not wait for more members, and
-#: __consumer_offsets (made at start-up) has one partition, not 50
-USER_DEFAULTS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
+#: what a user's broker changes from Kafka's defaults (L{TEST_DEFAULTS})
+USER_DEFAULTS = TEST_DEFAULTS
 
 
 def pytest_configure(config):

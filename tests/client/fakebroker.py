@@ -592,3 +592,11 @@ def _recvExactly(conn, size: int) -> bytes | None:
             return None
         buf += chunk
     return bytes(buf)
+
+
+def requestsFor(cluster, apiKey):
+    """
+    (node id, version) of each request of C{apiKey} the cluster's brokers
+    received, in order.
+    """
+    return [(node, version) for node, key, version, _ in cluster.requests if key == apiKey]

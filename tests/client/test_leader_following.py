@@ -14,7 +14,7 @@ from kafkatwist.client.client import RETRY_BACKOFF, RETRY_BACKOFF_MAX
 from kafkatwist.errors import KafkaError
 from kafkatwist.protocol.records import Record, buildBatch
 
-from .test_wire_client import requestsFor
+from .fakebroker import requestsFor
 
 
 class FakeTime:

@@ -23,7 +23,7 @@ from kafkatwist.protocol.apis import knownVersions, requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 
-from .fakebroker import DEFAULT_RANGES
+from .fakebroker import DEFAULT_RANGES, requestsFor
 
 T0 = 1_700_000_000_000
 
@@ -31,10 +31,6 @@ T0 = 1_700_000_000_000
 def client(*brokers, **kwargs):
     kwargs.setdefault("timeout", 5.0)
     return KafkaWireClient([b.address for b in brokers], **kwargs)
-
-
-def requestsFor(cluster, apiKey):
-    return [(node, version) for node, key, version, _ in cluster.requests if key == apiKey]
 
 
 # -- negotiation -------------------------------------------------------------

@@ -213,3 +213,23 @@ def _withTimestamp(om: OffsetAndMetadata, now):
     if now is None:
         return om
     return OffsetAndMetadata(om.offset, om.leaderEpoch, om.metadata, now, om.expireTimestampMs)
+
+
+def answer(method, *args, timeout=20.0):
+    """
+    Call a coordinator method and wait for its answer (from any thread: the
+    coordinator's timer thread answers some).
+    """
+    import threading
+
+    done = threading.Event()
+    box = []
+
+    def replyTo(result):
+        box.append(result)
+        done.set()
+
+    method(replyTo, *args)
+    assert done.wait(timeout), "never answered"
+    assert len(box) == 1
+    return box[0]

@@ -21,7 +21,7 @@ from kafkatwist.coordinator import (
 )
 from kafkatwist.coordinator.replay import loadGroups
 
-from .helpers import E, memoryLog, sub
+from .helpers import E, answer, memoryLog, sub
 
 
 class _Call:
@@ -71,23 +71,6 @@ class ThreadSafeFakeClock:
             call.f(*call.args, **call.kw)
 
 
-def _call(method, *args, timeout=20.0):
-    """
-    Call a coordinator method and wait for its answer (from any thread).
-    """
-    done = threading.Event()
-    box = []
-
-    def replyTo(result):
-        box.append(result)
-        done.set()
-
-    method(replyTo, *args)
-    assert done.wait(timeout), "never answered"
-    assert len(box) == 1
-    return box[0]
-
-
 def test_threads_join_sync_heartbeat_commit_leave():
     clock = ThreadSafeFakeClock()
     log = memoryLog()
@@ -113,7 +96,7 @@ def test_threads_join_sync_heartbeat_commit_leave():
             memberId, rounds = "", 0
             while rounds < 5:
                 # A changing subscription forces a rebalance per round.
-                r = _call(
+                r = answer(
                     coord.joinGroup,
                     JoinRequest(
                         "g", memberId, None, f"c{i}", "h", 30000, 30000, "consumer",
@@ -131,7 +114,7 @@ def test_threads_join_sync_heartbeat_commit_leave():
                     continue
                 memberId, gen = r.memberId, r.generationId
                 assignments = {m.memberId: m.memberId.encode() for m in r.members}
-                s = _call(
+                s = answer(
                     coord.syncGroup,
                     SyncRequest("g", gen, memberId, None, "consumer", "range", assignments),
                 )
@@ -140,9 +123,9 @@ def test_threads_join_sync_heartbeat_commit_leave():
                     continue
                 assert s.assignment in (memberId.encode(), b"")
                 for n in range(3):
-                    hb = _call(coord.heartbeat, "g", gen, memberId, None)
+                    hb = answer(coord.heartbeat, "g", gen, memberId, None)
                     codes["hb"].add(hb)
-                    c = _call(
+                    c = answer(
                         coord.commitOffsets,
                         CommitRequest(
                             "g", gen, memberId, None, {("t", i): OffsetAndMetadata(n, metadata=str(i))}
@@ -153,7 +136,7 @@ def test_threads_join_sync_heartbeat_commit_leave():
                         break
                     time.sleep(0.001)
                 rounds += 1
-            _call(coord.leaveGroup, "g", [(memberId, None)])
+            answer(coord.leaveGroup, "g", [(memberId, None)])
         except BaseException as e:  # noqa: BLE001 - report anything from the thread
             errors.append(e)
 
@@ -172,11 +155,11 @@ def test_threads_join_sync_heartbeat_commit_leave():
         assert seen <= allowed[api], (api, seen)
     assert E.none in codes["sync"] and E.none in codes["commit"]
     # Everyone left: the group is empty (or already expired) and consistent.
-    desc = _call(coord.describeGroups, ["g"])[0]
+    desc = answer(coord.describeGroups, ["g"])[0]
     assert desc.state in ("Empty", "Dead") and desc.members == ()
     stored = loadGroups(log)[1].get("g", {})
     assert all(om.metadata == str(p) for (t, p), om in stored.items())
     assert {p: om.offset for (t, p), om in stored.items()} == {
-        p: om.offset for (t, p), om in _call(coord.fetchOffsets, "g", None).offsets.items()
+        p: om.offset for (t, p), om in answer(coord.fetchOffsets, "g", None).offsets.items()
     }
     coord.shutdown()

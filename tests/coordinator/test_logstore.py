@@ -54,6 +54,7 @@ from kafkatwist.protocol.records import (
     readVarint,
     zigzagVarint,
 )
+from tests.coordinator.helpers import answer
 
 E = ErrorCode
 NOW = 1_700_000_000_000
@@ -512,14 +513,14 @@ def test_the_broker_clock_is_not_used(dirs):
     coordinator = makeGroupCoordinator(Broker(), config, dirs.manager)
     try:
         assert coordinator.clock.name == "kafkatwist-group-coordinator"
-        joined = call_(coordinator.joinGroup, joinRequestFor("g"))
+        joined = answer(coordinator.joinGroup, joinRequestFor("g"))
         assert joined.errorCode == E.none
-        synced = call_(
+        synced = answer(
             coordinator.syncGroup,
             SyncRequest("g", joined.generationId, joined.memberId, assignments={joined.memberId: b"a"}),
         )
         assert synced.errorCode == E.none
-        assert call_(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
+        assert answer(coordinator.heartbeat, "g", joined.generationId, joined.memberId, None) == E.none
     finally:
         stopGroupCoordinator(coordinator)
 
@@ -529,24 +530,6 @@ def joinRequestFor(groupId):
         groupId, "", None, "cli", "/1.2.3.4", 30000, 10000, "consumer",
         (("roundrobin", encodeSubscription(["t"])),),
     )
-
-
-def call_(method, *args, timeout=10.0):
-    """
-    Call and wait: answers may come from the coordinator's timer thread.
-    """
-    import threading
-
-    done = threading.Event()
-    box = []
-
-    def replyTo(result):
-        box.append(result)
-        done.set()
-
-    method(replyTo, *args)
-    assert done.wait(timeout)
-    return box[0]
 
 
 def test_a_partition_that_fails_to_replay_does_not_stop_loading(dirs):

@@ -19,7 +19,7 @@ from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.codec import decodeRequest, encodeBody
 from kafkatwist.protocol.entities import make, nested
 
-from .test_group_handlers import GroupBroker, commit, fetchV7, joinAndSync, offsetsOf
+from tests.coordinator.grouphelpers import GroupBroker, commit, fetchV7, joinAndSync, offsetsOf
 
 E = ErrorCode
 

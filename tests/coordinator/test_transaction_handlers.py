@@ -20,7 +20,7 @@ from kafkatwist.plugins import init_producer_id, transactions
 from kafkatwist.protocol.apis import knownVersions
 from kafkatwist.protocol.entities import make
 
-from .test_group_handlers import HANDLERS, GroupBroker, fired
+from tests.coordinator.grouphelpers import HANDLERS, GroupBroker, fired
 
 E = ErrorCode
 MINUTE = datetime.timedelta(minutes=1)
@@ -207,11 +207,11 @@ def test_describe_list_and_producers(broker, monkeypatch):
     # An id without a transaction has start time -1, as Kafka answers
     # (kio, as a client, cannot read that back: look at the bytes).
     from kafkatwist.protocol.codec import encodeResponseFrame
-    from tests.coordinator import test_group_handlers
+    from tests.coordinator import grouphelpers
 
     def describe(*ids):
         with monkeypatch.context() as patched:
-            patched.setattr(test_group_handlers, "wire", lambda apiKey, version, r: r)
+            patched.setattr(grouphelpers, "wire", lambda apiKey, version, r: r)
             response = broker.result(65, 0, transactional_ids=ids)
         frame = b"".join(bytes(c) for c in encodeResponseFrame(65, 0, 1, response))
         return response.transaction_states, frame

@@ -276,3 +276,18 @@ def confluentMetadata(bootstrap, **extra):
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **extra})
     return admin.list_topics(timeout=15)
+
+
+def dataDirectory(tmp_path) -> str:
+    """
+    A broker's data directory (its cluster id written) holding topic C{t}.
+    """
+    from kafkatwist.log import LogManager
+    from kafkatwist.log.meta import loadOrCreateClusterId
+
+    directory = str(tmp_path / "d")
+    loadOrCreateClusterId([directory], 1, None)
+    manager = LogManager([directory])
+    manager.createTopic("t", 1)
+    manager.close()
+    return directory

@@ -97,16 +97,10 @@ def kafkaPythonConfig(broker, protocol, mechanism, user, pki) -> dict:
 def aiokafkaConfig(broker, protocol, mechanism, user, pki) -> dict:
     from aiokafka.helpers import create_ssl_context
 
-    name, password = user
-    config = {
-        "bootstrap_servers": bootstrap(broker, protocol),
-        "security_protocol": protocol,
-        "sasl_mechanism": mechanism,
-        "sasl_plain_username": name,
-        "sasl_plain_password": password,
-    }
+    # kafka-python's names; aiokafka takes an SSL context instead of a CA file.
+    config = kafkaPythonConfig(broker, protocol, mechanism, user, pki)
     if protocol == "SASL_SSL":
-        config["ssl_context"] = create_ssl_context(cafile=pki.caFile)
+        config["ssl_context"] = create_ssl_context(cafile=config.pop("ssl_cafile"))
     return config
 
 

@@ -8,9 +8,7 @@ import os
 
 import pytest
 
-from kafkatwist.log import LogManager
-from kafkatwist.log.meta import loadOrCreateClusterId
-from tests.integration.helpers import runTwistd
+from tests.integration.helpers import dataDirectory, runTwistd
 
 pytestmark = pytest.mark.integration
 
@@ -28,15 +26,6 @@ def refusal(tmp_path, directory) -> str:
     assert len(errorLines) == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     return errorLines[0]
-
-
-def dataDirectory(tmp_path) -> str:
-    directory = str(tmp_path / "d")
-    loadOrCreateClusterId([directory], 1, None)
-    manager = LogManager([directory])
-    manager.createTopic("t", 1)
-    manager.close()
-    return directory
 
 
 @pytest.mark.parametrize(

@@ -306,6 +306,19 @@ def described(consumers):
     return lambda: "\n".join(c.describe() for c in consumers)
 
 
+def heldNow(consumer) -> set[int]:
+    """
+    The partitions the consumer's own callbacks say it holds now.
+    """
+    held: set[int] = set()
+    for e in consumer.snapshot():
+        if e["ev"] == "assign":
+            held.update(e["parts"])
+        elif e["ev"] == "revoke":
+            held.difference_update(e["parts"])
+    return held
+
+
 def ownershipIntervals(consumer, end: float) -> dict[int, list[tuple[float, float]]]:
     """
     @return: partition -> [(assigned at, revoked at)] from the consumer's
@@ -359,7 +372,10 @@ def test_three_clients_share_rebalance_and_consume_everything(groupBroker, tmp_p
         # Let the members' own view settle (their assign callbacks ran).
         victim = consumers[1]  # kafka-python
         victimParts = sorted(p for p, o in owners.items() if o == [victim.kind])
-        time.sleep(1.0)
+        waitUntil(lambda: all(heldNow(c) == {p for p, o in owners.items() if o == [c.kind]}
+                              for c in consumers),
+                  30, "each member's assign callback for what the group gave it",
+                  describe=described(consumers))
         killedAt = victim.kill()
         produce(bootstrap, topic, 600, 600)
 

@@ -12,34 +12,16 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
 from kafkatwist.util.dirlock import DataDirLock
-from kafkatwist.log import LogManager
-from kafkatwist.log.meta import loadOrCreateClusterId
+from kafkatwist.cluster.zkserver import freePort
+from kafkatwist.testing.broker import ROOT, TWISTD
+from tests.integration.helpers import dataDirectory
 
 pytestmark = pytest.mark.integration
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TWISTD = os.path.join(os.path.dirname(sys.executable), "twistd")
-
-
-def freePort() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def dataDirectory(tmp_path) -> str:
-    directory = str(tmp_path / "d")
-    loadOrCreateClusterId([directory], 1, None)
-    manager = LogManager([directory])
-    manager.createTopic("t", 1)
-    manager.close()
-    return directory
 
 
 def connectionsAccepted(tmp_path, directory, connect) -> tuple[int, str]:

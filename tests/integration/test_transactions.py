@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.testing import Broker, waitUntil
+from kafkatwist.testing.broker import TEST_DEFAULTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -31,7 +32,7 @@ READ_COMMITTED = 1
 def broker(tmp_path):
     with Broker(
         str(tmp_path / "broker"),
-        {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"},
+        {**TEST_DEFAULTS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"},
     ) as b:
         yield b
 
@@ -288,7 +289,7 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(broker):
 
 def test_kill_mid_transaction_then_restart(tmp_path):
     directory = str(tmp_path / "broker")
-    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+    overrides = {**TEST_DEFAULTS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
     broker = Broker(directory, overrides).start()
     try:
         createTopics(broker.bootstrap, "t")
@@ -315,7 +316,7 @@ def test_kill_mid_transaction_then_restart(tmp_path):
 
 def test_kill_after_commit(tmp_path):
     directory = str(tmp_path / "broker")
-    broker = Broker(directory).start()
+    broker = Broker(directory, dict(TEST_DEFAULTS)).start()
     try:
         createTopics(broker.bootstrap, "t", partitions=3)
         producer = txnProducer(broker.bootstrap, "commit-then-crash")
@@ -476,6 +477,7 @@ def _checkCompactedReadCommitted(bootstrap, topic, keys, committedRounds, aborte
     assert end == stable
 
 
+@pytest.mark.slow
 def test_compacted_topic_with_transactions(tmp_path):
     """
     A compacted topic written in transactions, every other one aborted:
@@ -485,7 +487,7 @@ def test_compacted_topic_with_transactions(tmp_path):
     missing marker, before and after a kill -9 and restart.
     """
     keys = 10
-    overrides = {"log.cleaner.backoff.ms": "50"}
+    overrides = {**TEST_DEFAULTS, "log.cleaner.backoff.ms": "50"}
     broker = Broker(str(tmp_path / "broker"), overrides).start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})

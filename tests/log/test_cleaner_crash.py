@@ -86,6 +86,7 @@ def _check(disk, manager, before) -> None:
     manager.close()
 
 
+@pytest.mark.slow
 def test_crash_at_every_file_system_step(disk, monkeypatch, tmp_path):
     step = 0
     while True:

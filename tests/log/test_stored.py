@@ -21,7 +21,7 @@ from kafkatwist.protocol import batch as batch_module
 from kafkatwist.protocol.batch import HEADER
 from kafkatwist.protocol.records import Record, buildBatch, compress
 from tests.fakeservices import FakeServices
-from tests.unit.test_admin_handlers import call, req
+from tests.unit.adminhelpers import call, req
 
 from .batches import makeBatch
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins.list_offsets import EARLIEST, LATEST, MAX_TIMESTAMP, ListOffsetsHandler
 from kafkatwist.protocol.records import Record, buildBatch
-from tests.unit.test_admin_handlers import call, makeBroker, req
+from tests.unit.adminhelpers import call, makeBroker, req
 
 NOW = 1_700_000_000_000
 VERSION = 7

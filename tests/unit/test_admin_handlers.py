@@ -11,124 +11,34 @@ rather than in a client.
 
 from __future__ import annotations
 
-import io
-import uuid
-from dataclasses import dataclass
-
 import pytest
-from kio.serial import entity_reader, entity_writer
 
-from kafkatwist.config import BrokerConfig
 from kafkatwist.errors import ErrorCode
-from kafkatwist.log import MemoryLogManager
 from kafkatwist.log.config import ConfigSource
 from kafkatwist.plugins import admin, admin_configs
 from kafkatwist.protocol.apis import knownVersions, requestType, responseType
-from kafkatwist.protocol.entities import make, nested
+from kafkatwist.protocol.entities import nested
 from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
-from tests.fakeservices import FakeServices
 from tests.log.batches import makeBatch
-
-NODE = 1
-ZERO = uuid.UUID(int=0)
-
-
-@dataclass
-class FakeContext:
-    apiKey: int
-    apiVersion: int
-    correlationId: int = 1
-    clientId: str = "test"
-    listenerName: str = "PLAINTEXT"
-    principal: str = "User:ANONYMOUS"
-    securityProtocol: str = "PLAINTEXT"
-    clientAddress: tuple = ("127.0.0.1", 50000)
-    connectionId: str = "127.0.0.1:9092-127.0.0.1:50000-0"
-    clock: object = None
-
-
-class FakePurgatory:
-    def __init__(self):
-        self.checked = []
-
-    def checkAndComplete(self, key):
-        self.checked.append(key)
-        return 0
-
-
-def makeBroker(path=None, **settings):
-    """
-    A broker whose log manager is built from its config as the daemon
-    builds it.
-    """
-    from kafkatwist.service import brokerLogDefaults
-
-    from kafkatwist.config.dynamic import DynamicBrokerConfig
-    from kafkatwist.server.reconfigure import LogDefaults
-
-    config = BrokerConfig({"node.id": str(NODE), **{k: str(v) for k, v in settings.items()}})
-    broker = FakeServices(
-        config,
-        logManager=MemoryLogManager(brokerLogDefaults(config)),
-        fetchPurgatory=FakePurgatory(),
-        dynamicConfig=DynamicBrokerConfig(config, path),
-    )
-    broker.dynamicConfig.load()
-    broker.logManager.setBrokerDefaults(brokerLogDefaults(broker.dynamicConfig.current))
-    broker.dynamicConfig.addReconfigurable(LogDefaults(broker))
-    return broker
+from tests.unit.adminhelpers import (
+    APPEND,
+    DELETE,
+    NODE,
+    SET,
+    SUBTRACT,
+    ZERO,
+    alter,
+    call,
+    createTopic,
+    describe,
+    makeBroker,
+    req,
+)
 
 
 @pytest.fixture
 def broker():
     return makeBroker()
-
-
-def roundTrip(entity):
-    buffer = io.BytesIO()
-    entity_writer(type(entity))(buffer, entity)
-    decoded, _ = entity_reader(type(entity))(memoryview(buffer.getvalue()), 0)
-    return decoded
-
-
-def call(handlerClass, broker, version, **values):
-    """
-    Build the request of C{version} from C{values} (nested entities made by
-    the caller through L{req}), pass it through the codec, handle it, and
-    return the response as a client would decode it.
-    """
-    handler = handlerClass(broker)
-    assert handler.minVersion <= version <= handler.maxVersion
-    request = roundTrip(make(requestType(handler.apiKey, version), **values))
-    response = handler.handle(FakeContext(handler.apiKey, version), request)
-    assert type(response) is responseType(handler.apiKey, version)
-    return roundTrip(response)
-
-
-def req(apiKey, version, entity, /, **values):
-    """
-    A nested request entity, e.g. C{req(19, 7, "CreatableTopic", ...)}.
-    """
-    return make(nested(requestType(apiKey, version), entity), **values)
-
-
-def createTopic(broker, name, partitions=1, version=7, configs=None, rf=1, validateOnly=False,
-                assignments=()):
-    topic = req(
-        19, version, "CreatableTopic",
-        name=name,
-        num_partitions=partitions,
-        replication_factor=rf,
-        assignments=tuple(assignments),
-        configs=tuple(
-            req(19, version, "CreatableTopicConfig", name=k, value=v)
-            for k, v in (configs or {}).items()
-        ),
-    )
-    response = call(admin.CreateTopicsHandler, broker, version, topics=(topic,),
-                    validate_only=validateOnly)
-    [result] = response.topics
-    return result
 
 
 # -- versions ------------------------------------------------------------------------
@@ -569,17 +479,6 @@ def test_delete_records_refused(broker):
 # -- DescribeConfigs -----------------------------------------------------------------
 
 
-def describe(broker, resources, version=4, synonyms=False, documentation=False):
-    Resource = nested(requestType(32, version), "DescribeConfigsResource")
-    return call(
-        admin_configs.DescribeConfigsHandler, broker, version,
-        resources=tuple(
-            Resource(resource_type=t, resource_name=n, configuration_keys=keys)
-            for t, n, keys in resources),
-        include_synonyms=synonyms, include_documentation=documentation,
-    ).results
-
-
 @pytest.mark.parametrize("version", range(1, 5))
 def test_describe_topic_configs(broker, version):
     createTopic(broker, "t", configs={"retention.ms": "5000", "cleanup.policy": "compact,delete"})
@@ -667,22 +566,6 @@ def test_describe_broker_names(broker):
 
 
 # -- IncrementalAlterConfigs / AlterConfigs -----------------------------------------------------
-
-
-def alter(broker, resources, version=1, validateOnly=False):
-    Resource = nested(requestType(44, version), "AlterConfigsResource")
-    Config = nested(requestType(44, version), "AlterableConfig")
-    return call(
-        admin_configs.IncrementalAlterConfigsHandler, broker, version,
-        resources=tuple(
-            Resource(resource_type=t, resource_name=n, configs=tuple(
-                Config(name=k, config_operation=op, value=v) for k, op, v in changes))
-            for t, n, changes in resources),
-        validate_only=validateOnly,
-    ).responses
-
-
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 @pytest.mark.parametrize("version", [0, 1])
@@ -829,3 +712,50 @@ def test_broker_partition_limit():
     assert grow(small, "a", 6).error_code == ErrorCode.policy_violation
     assert grow(small, "a", 5).error_code == ErrorCode.none
     assert set(small.logManager.topics()) == {"a"}
+
+
+# -- Metadata, answered from its cache ---------------------------------------------
+
+
+def metadata(broker, handler, names, version=12):
+    from kio.serial import entity_reader
+
+    from kafkatwist.protocol.apis import METADATA
+    from kafkatwist.protocol.entities import make
+    from tests.unit.adminhelpers import FakeContext, roundTrip
+
+    topics = None if names is None else tuple(
+        req(METADATA, version, "MetadataRequestTopic", name=n, topic_id=None) for n in names
+    )
+    request = roundTrip(make(
+        requestType(METADATA, version), topics=topics, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    ))
+    answer = handler.handleOnNetworkThread(FakeContext(METADATA, version), request)
+    decoded, _ = entity_reader(responseType(METADATA, version))(memoryview(b"".join(answer.chunks)), 0)
+    return {t.name: (t.error_code, len(t.partitions)) for t in decoded.topics}
+
+
+def test_metadata_answers_follow_topic_changes():
+    """
+    A standalone broker's Metadata answers are encoded once and kept: each
+    creation, growth and deletion of a topic is seen by the next answer.
+    """
+    from kafkatwist.plugins.metadata import MetadataHandler
+
+    broker = makeBroker()
+    handler = MetadataHandler(broker)
+    unknown = ErrorCode.unknown_topic_or_partition
+    for _ in range(2):
+        assert metadata(broker, handler, ["t"]) == {"t": (unknown, 0)}
+        assert metadata(broker, handler, None) == {}
+    createTopic(broker, "t", partitions=1)
+    for _ in range(2):
+        assert metadata(broker, handler, ["t"]) == {"t": (ErrorCode.none, 1)}
+        assert metadata(broker, handler, None) == {"t": (ErrorCode.none, 1)}
+    assert grow(broker, "t", 3).error_code == ErrorCode.none
+    assert metadata(broker, handler, ["t"]) == {"t": (ErrorCode.none, 3)}
+    assert metadata(broker, handler, None) == {"t": (ErrorCode.none, 3)}
+    deleteByName(broker, ["t"])
+    assert metadata(broker, handler, ["t"]) == {"t": (unknown, 0)}
+    assert metadata(broker, handler, None) == {}

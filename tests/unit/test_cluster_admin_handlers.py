@@ -21,7 +21,7 @@ from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.entities import make
 from kafkatwist.util.purgatory import Purgatory
 from kafkatwist.replication.records import DelayedDeleteRecords, Trimming
-from tests.unit.test_admin_handlers import FakeContext, call, makeBroker, req, roundTrip
+from tests.unit.adminhelpers import FakeContext, call, makeBroker, req, roundTrip
 
 
 class Pending:

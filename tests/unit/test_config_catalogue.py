@@ -14,7 +14,7 @@ from kafkatwist.config import DYNAMIC_HERE, KEYS, RESTART_ONLY, BrokerConfig, Co
 from kafkatwist.config.catalogue import BROKER_CONFIGS
 from kafkatwist.config.dynamic import DYNAMIC_CONFIG_FILE
 from kafkatwist.errors import ErrorCode
-from tests.unit.test_admin_handlers import DELETE, SET, alter, describe, makeBroker
+from tests.unit.adminhelpers import DELETE, SET, alter, describe, makeBroker
 
 BROKER, NODE = 4, "1"
 

@@ -17,7 +17,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins import admin_configs
 from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.entities import nested
-from tests.unit.test_admin_handlers import (
+from tests.unit.adminhelpers import (
     APPEND,
     DELETE,
     SET,

@@ -22,7 +22,7 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.legacy_records import readMessageSet
 from kafkatwist.protocol.records import Record, buildBatch
 from tests.unit.fakes import handleLikeThePool
-from tests.unit.test_fetch_wait import Context, fetchServices
+from tests.unit.fetchhelpers import Context, fetchServices
 
 E = ErrorCode
 T0 = 1_700_000_000_000

@@ -24,7 +24,7 @@ from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.fetch import PartitionData
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 from tests.unit.fakes import handleLikeThePool
-from tests.unit.test_fetch_wait import Context, fetchServices
+from tests.unit.fetchhelpers import Context, fetchServices
 
 T0 = 1_700_000_000_000
 

@@ -7,27 +7,17 @@ import datetime
 from kio.serial import entity_reader
 from twisted.internet.task import Clock
 
-from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.plugins.fetch import FetchHandler
 from kafkatwist.protocol.apis import requestType, responseType
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.records import Record, buildBatch, decodeBatches
 from kafkatwist.util.purgatory import Purgatory
-from tests.unit.fakes import RespondsLater, handleLikeThePool
-from tests.fakeservices import FakeServices
-
-VERSION = 12
-
-
-def fetchServices(maxIdleMs=600_000):
-    return FakeServices({"connections.max.idle.ms": maxIdleMs})
-
-
-class Context(RespondsLater):
-    apiVersion = VERSION
-
-    def __init__(self, clock):
-        self.clock = ThreadSafeClock(clock)
+from tests.unit.fakes import handleLikeThePool
+from tests.unit.fetchhelpers import (
+    VERSION,
+    Context,
+    fetchServices,
+)
 
 
 def fetchRequest(offset, minBytes, maxWaitMs=500, isolationLevel=0):

@@ -9,7 +9,7 @@ import pytest
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins.metadata import MetadataHandler
-from tests.unit.test_admin_handlers import call, makeBroker, req
+from tests.unit.adminhelpers import call, makeBroker, req
 
 
 @pytest.mark.parametrize("version", [10, 11])

@@ -16,7 +16,7 @@ from kafkatwist.protocol.apis import responseType
 from kafkatwist.protocol.codec import decodeRequest, encodeBody
 from kafkatwist.protocol.records import Record, buildBatch
 
-from .test_admin_handlers import call, makeBroker, req
+from tests.unit.adminhelpers import call, makeBroker, req
 
 E = ErrorCode
 NOW = 1_700_000_000_000

@@ -18,10 +18,10 @@ from kafkatwist.protocol.entities import nested
 from kafkatwist.security.acl import AclBinding, AclOperation as Op, AclPermissionType as Perm
 from kafkatwist.security.acl import PatternType as P, ResourceType as R
 
-from .test_admin_handlers import call, createTopic, makeBroker, req
-from .test_security_handlers import admin as adminContext
-from .test_security_handlers import aclBroker
-from .test_security_handlers import call as securityCall
+from tests.unit.adminhelpers import call, createTopic, makeBroker, req
+from tests.unit.securityhelpers import aclBroker
+from tests.unit.securityhelpers import admin as adminContext
+from tests.unit.securityhelpers import call as securityCall
 
 E = ErrorCode
 

@@ -7,20 +7,15 @@ SCRAM credential APIs over the credential store.
 
 from __future__ import annotations
 
-import io
 import os
-from dataclasses import dataclass, field
 
 import pytest
-from kio.serial import entity_reader, entity_writer
-from twisted.internet.defer import Deferred
-from twisted.internet.task import Clock
 
 from kafkatwist.errors import ErrorCode
 from kafkatwist.plugins import acls, sasl, scram_credentials
-from kafkatwist.protocol.apis import knownVersions, requestType, responseType
+from kafkatwist.protocol.apis import knownVersions, responseType
 from kafkatwist.protocol.codec import decodeRequest
-from kafkatwist.protocol.entities import durationMs, make, nested
+from kafkatwist.protocol.entities import durationMs, make
 from kafkatwist.protocol.header import parseRequestHeader
 from kafkatwist.server.registry import HandlerRegistry, discoverPlugins
 from kafkatwist.security.acl import (
@@ -35,73 +30,14 @@ from kafkatwist.security.authorizer import StandardAuthorizer
 from kafkatwist.security.credentials import CredentialStore
 from kafkatwist.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, makeCredential, saltedPassword
 from kafkatwist.security.session import SaslSession, rawTokenRequestFrame, rawTokenResponse
-from tests.fakeservices import FakeServices
-
-DELAY_MS = 100
-
-
-class FakePending:
-    def __init__(self):
-        self.deferred = Deferred()
-
-    def complete(self, result):
-        self.deferred.callback(result)
-
-
-@dataclass
-class Ctx:
-    apiKey: int
-    apiVersion: int
-    sasl: object = None
-    principal: str = "User:ANONYMOUS"
-    clientAddress: tuple = ("127.0.0.1", 50000)
-    listenerName: str = "SASL_PLAINTEXT"
-    clientId: str = "test"
-    correlationId: int = 1
-    clock: Clock = field(default_factory=Clock)
-
-    def respondLater(self):
-        return FakePending()
-
-
-def securityServices(**overrides):
-    """
-    The shared fake services, with the failed-authentication delay these
-    tests drive on the context's clock.
-    """
-    return FakeServices({"connection.failed.authentication.delay.ms": DELAY_MS}, **overrides)
-
-
-def roundTrip(entity):
-    buffer = io.BytesIO()
-    entity_writer(type(entity))(buffer, entity)
-    decoded, _ = entity_reader(type(entity))(memoryview(buffer.getvalue()), 0)
-    return decoded
-
-
-def call(handlerClass, broker, version, context=None, **values):
-    """
-    Encode a request of C{version}, handle it, and decode the answer; a
-    delayed answer is fired by advancing the context's clock.
-    """
-    handler = handlerClass(broker)
-    assert handler.minVersion <= version <= handler.maxVersion
-    request = roundTrip(make(requestType(handler.apiKey, version), **values))
-    context = context or Ctx(handler.apiKey, version)
-    context.apiKey, context.apiVersion = handler.apiKey, version
-    response = handler.handle(context, request)
-    if isinstance(response, Deferred):
-        fired = []
-        response.addCallback(fired.append)
-        assert not fired
-        context.clock.advance(DELAY_MS / 1000.0)
-        [response] = fired
-    assert type(response) is responseType(handler.apiKey, version)
-    return roundTrip(response)
-
-
-def req(apiKey, version, entity, /, **values):
-    return make(nested(requestType(apiKey, version), entity), **values)
+from tests.unit.securityhelpers import (
+    Ctx,
+    aclBroker,
+    admin,
+    call,
+    securityServices,
+)
+from tests.unit.adminhelpers import req
 
 
 @pytest.mark.parametrize(
@@ -309,22 +245,11 @@ def test_raw_tokens_after_handshake_v0(store):
 # -- ACLs ----------------------------------------------------------------------------
 
 
-ADMIN = "User:admin"
-
-
-def aclBroker(**kw):
-    return securityServices(authorizer=StandardAuthorizer(None, superUsers={ADMIN}, **kw))
-
-
 def creation(version, name, rtype=R.TOPIC, pattern=P.LITERAL, principal="User:alice", host="*",
              op=Op.READ, perm=Perm.ALLOW):
     return req(30, version, "AclCreation", resource_type=rtype, resource_name=name,
                resource_pattern_type=pattern, principal=principal, host=host,
                operation=op, permission_type=perm)
-
-
-def admin(apiKey, version):
-    return Ctx(apiKey, version, principal=ADMIN)
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from twisted.logger import Logger
 
 from kafkatwist.coordinator.effects import Append, CancelTimer, Respond, SetTimer
+from kafkatwist.coordinator.runtime import machineEntry
 from kafkatwist.coordinator.transaction.effects import WriteMarkers
 from kafkatwist.coordinator.transaction.formats import (
     TxnLogValue,
@@ -150,22 +151,8 @@ class TxnListing:
     state: str
 
 
-def _entry(method):
-    """
-    An entry point: set the time, collect and return the effects.
-    """
-
-    @functools.wraps(method)
-    def run(self, nowMs: int, *args, **kw):
-        self.nowMs = nowMs
-        self._fx = fx = []
-        try:
-            method(self, *args, **kw)
-        finally:
-            self._fx = None
-        return fx
-
-    return run
+#: an entry point: set the time, collect and return the effects
+_entry = machineEntry()
 
 
 class TransactionCoordinator:
