@@ -526,10 +526,12 @@ class ReplicaManager:
 
     def _topicIdOf(self, topic: str):
         """
-        The topic id of a topic this broker has a log of (C{None}: not
-        known), from a table of them read again only for a name it lacks
-        (and emptied when a partition gets a new log: a topic created
-        again has a new id).  Any thread.
+        The topic id of a topic this broker has a log of, from a table of
+        them read again only for a name it lacks (and emptied when a
+        partition gets a new log: a topic created again has a new id);
+        C{None} when not known or, in a cluster, not the id the cluster
+        has (an internal topic this broker created itself): the leader
+        would not know it.  Any thread.
         """
         ids = self._topicIds
         topicId = ids.get(topic)
@@ -538,6 +540,9 @@ class ReplicaManager:
             ids = {name: info.topicId for name, info in topics().items()} if topics is not None else {}
             self._topicIds = ids
             topicId = ids.get(topic)
+        clusterTopicId = getattr(self.directory, "topicId", None)
+        if topicId is not None and clusterTopicId is not None and clusterTopicId(topic) != topicId:
+            return None
         return topicId
 
     def _removeFetcher(self, key) -> None:
