@@ -38,19 +38,27 @@ run: install
 MYPY_PATHS ?= kafkatwist/protocol kafkatwist/interfaces.py
 # the services object and the seams of issue 24 (the services engineer's)
 MYPY_PATHS += kafkatwist/server/broker.py kafkatwist/replication/appends.py kafkatwist/plugins/clusterwrites.py
+# the record walker's and the coordinator record codec's users (issue 24)
+MYPY_PATHS += kafkatwist/log/compaction.py kafkatwist/log/cleaning.py
+MYPY_PATHS += kafkatwist/coordinator/formats.py kafkatwist/coordinator/consumer_group_records.py
+MYPY_PATHS += kafkatwist/coordinator/recordschemas.py kafkatwist/coordinator/runtime.py kafkatwist/coordinator/transaction/formats.py
 .PHONY: lint
 lint: install
 	$(BIN)/lint-imports
 	$(BIN)/ruff check kafkatwist tests bench spark plugins_examples twisted
 	$(BIN)/mypy $(MYPY_PATHS)
 
+# Everything, on TEST_WORKERS workers (the tests mostly wait on brokers, ZooKeeper and
+# Spark, so three pay on two cores); a test file's tests stay on one worker, and the
+# longest files start first (tests/scheduling.py). TEST_WORKERS=0: one test at a time.
+TEST_WORKERS ?= 3
 test: install lint
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p tests.scheduling -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The edit loop (about 3 minutes): units and single-broker integration on two
 # workers (a module's tests stay on one); no ZooKeeper, Spark or fuzz run, no
-# test marked slow.  `make test` runs everything, one test at a time.
+# test marked slow.  `make test` runs everything.
 FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/console tests/testing
 FAST_ARGS ?= -n 2 --dist loadfile
 test-fast: install

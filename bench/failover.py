@@ -8,7 +8,7 @@ session), on a quiet machine and with CPU-bound processes beside the cluster.
 
 A standalone ZooKeeper (Debian's package, L{kafkatwist.cluster.zkserver},
 without fsync as the tests run it unless C{--zk-fsync}) on a free loopback
-port and three brokers (L{tests.cluster.test_brokers.Cluster}, the cluster
+port and three brokers (L{tests.cluster.helpers.ClusterUnderTest}, the cluster
 tests' own, with C{zookeeper.session.timeout.ms} from C{--session-ms}),
 everything under a temporary directory, stopped afterwards.  One topic of
 one partition, replication factor 3, min.insync.replicas=2; an idempotent
@@ -49,8 +49,7 @@ import time
 
 from bench.cluster import _producer, _send, createTopic, loadAverage
 from kafkatwist.testing import ZooKeeper, waitUntil
-from tests.cluster.helpers import REPLICATION, ClusterUnderTest, partitions
-from tests.cluster.test_failover import agreedLeader, startHogs, stopHogs
+from tests.cluster.helpers import REPLICATION, ClusterUnderTest, agreedLeader, partitions, startHogs, stopHogs
 
 BROKERS = (1, 2, 3)
 TOPIC = "fo"

@@ -385,6 +385,13 @@ class BrokerService(service.Service):
             # Here, not in prepare(): kazoo's threads must be started in the
             # process that serves (twistd daemonizes in between).
             startCluster(self.cluster, self.broker)
+        # Everything built so far lives as long as the broker: keep it out of
+        # the collector's way, so a full collection does not walk it (a
+        # multi-millisecond pause in the request path otherwise).  Before the
+        # ports are bound: a client that connects at once must not wait
+        # behind the start-up collection.
+        gc.collect()
+        gc.freeze()
         self.server.start()
         ports = self.server.boundPorts()
         for listener in self.config.listeners:
@@ -412,10 +419,8 @@ class BrokerService(service.Service):
         if self.broker.logCleaner is not None:
             self.broker.logCleaner.start()
         self._announceMetricsListener()
-        # Everything built so far lives as long as the broker: keep it out of
-        # the collector's way, so a full collection does not walk it (a
-        # multi-millisecond pause in the request path otherwise).
-        gc.collect()
+        # What the start-up built since (threads, ports, tasks) joins it; a
+        # freeze without a collection moves lists, it does not walk objects.
         gc.freeze()
         # twistd starts services before the reactor installs its SIGINT and
         # SIGTERM handlers; "started" is the line supervisors and tests wait

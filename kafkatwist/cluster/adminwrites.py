@@ -74,8 +74,8 @@ class AdminWrites:
         # controller tells a member that registered again since, even if
         # this write lands after that registration.
         memberEpochs = dict(current.isrBrokerEpochs) if current is not None else {}
-        memberEpochs.update((b, (brokerEpochs or {})[b]) for b in added)
-        isrBrokerEpochs = tuple(sorted((b, e) for b, e in memberEpochs.items() if b in newIsr))
+        memberEpochs.update((b, (brokerEpochs or {}).get(b, -1)) for b in added)
+        isrBrokerEpochs = tuple(sorted((b, e) for b, e in memberEpochs.items() if b in newIsr and e >= 0))
         state = Z.PartitionState(leaderId, leaderEpoch, newIsr, controllerEpoch,
                                  leaderBrokerEpoch=leaderBrokerEpoch, isrBrokerEpochs=isrBrokerEpochs)
         try:
@@ -105,10 +105,10 @@ class AdminWrites:
 
     def _staleRegistrations(self, added, brokerEpochs: dict) -> list[int]:
         """
-        The replicas to be added whose broker epoch is not known or is not
-        their current registration's (KIP-903): what the leader knows of
-        them was fetched by a broker that restarted since -- it may have
-        lost its log's tail -- or by one that did not say.  The registration
+        The replicas to be added whose broker epoch is not their current
+        registration's (KIP-903): what the leader knows of them was fetched
+        by a broker that restarted since -- it may have lost its log's
+        tail.  One whose epoch is not known (-1) is not checked.  The registration
         is read from ZooKeeper itself: this broker's image of it may be
         behind.
         """
@@ -116,7 +116,8 @@ class AdminWrites:
         for b in sorted(added):
             epoch = brokerEpochs.get(b, -1)
             if epoch < 0:
-                stale.append(b)
+                # Not said (a fetch by name, Fetch v11): accepted, as Kafka
+                # accepts -1 from brokers that do not send it.
                 continue
             stat = self.zk.exists(Z.brokerPath(b))
             if stat is None or stat.czxid != epoch:

@@ -346,6 +346,14 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         """
         return self.image.brokerEpochs.get(brokerId, -1)
 
+    def topicId(self, name: str):
+        """
+        The topic's id as the cluster has it (C{None}: not known).  Any
+        thread.
+        """
+        assignment = self.image.topics.get(name)
+        return assignment.topicId if assignment is not None else None
+
     def currentBrokerEpoch(self) -> int:
         """
         This broker's own broker epoch (its registration's czxid; -1 before

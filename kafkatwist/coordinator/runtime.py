@@ -276,7 +276,8 @@ def machineEntry(publish: bool = False) -> Callable[[Callable], Callable]:
         @functools.wraps(method)
         def run(self, nowMs: int, *args, **kw):
             self.nowMs = nowMs
-            self._fx = fx = []
+            fx: list = []
+            self._fx = fx
             try:
                 method(self, *args, **kw)
             finally:

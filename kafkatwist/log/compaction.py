@@ -390,9 +390,9 @@ class BatchFilter:
                 return self._empty(header, lastOffset)
             else:
                 data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
-                kept = self._denseLive(header, original, data)
-                if kept is not None:
-                    return kept
+                dense = self._denseLive(header, original, data)
+                if dense is not None:
+                    return dense
         if data is None:
             data = batchPayload(view, position, size, attributes, self.maxDecompressedBytes)
         records = recordsOf(data, count, lastOffsetDelta)
@@ -457,6 +457,7 @@ class BatchFilter:
             return _DROPPED
         if horizon is not None:
             return Retained(original, count, maxTimestamp, horizon)
+        assert records is not None  # count is not 0
         return self._rewrite(header, data, records, self.nowMs + self.deleteRetentionMs)
 
     def _denseLive(self, header: tuple, original, data) -> Retained | None:

@@ -14,6 +14,7 @@ from kafkatwist.cluster.answers import autoCreate, brokerEndpoints, clusterParti
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
+from kafkatwist.protocol.codec import EncodedResponse, encodeBody
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize, authorizedOperations, clusterOperations, filterAuthorized
@@ -36,7 +37,16 @@ class MetadataHandler(Handler):
     minVersion = 0
     maxVersion = 12
 
+    #: cached answers kept at most (each a few hundred bytes)
+    CACHE_SIZE = 256
+
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        #: request shape -> (what the answer was computed from, its body)
+        self._cache: dict = {}
+
     def handle(self, context, request):
+        # The entity: a drop-in wrapping this handler may change it.
         return self._answer(context, request, True)
 
     def handleOnNetworkThread(self, context, request):
@@ -48,9 +58,74 @@ class MetadataHandler(Handler):
         thread answers then.
         """
         try:
-            return self._answer(context, request, False)
+            return self._cachedAnswer(context, request)
         except _WouldCreate:
             return None
+
+    def _cachedAnswer(self, context, request):
+        """
+        (On the Processor's thread, so only when this handler is not wrapped
+        by a drop-in, which may change the entity L{handle} returns.)  A
+        standalone broker without an authorizer answers the same request
+        from the same topics, listener and leader epochs with the same
+        bytes: those are encoded once and kept (building and encoding the
+        entities cost a Metadata request four times what the network did).
+        Anything else -- a cluster, an authorizer, a throttled response --
+        is computed every time.
+        """
+        broker = self.broker
+        cluster = broker.cluster
+        if (
+            broker.authorizer is not None
+            or (cluster is not None and cluster.image is not None)
+            or getattr(context, "throttleMs", 0) > 0
+        ):
+            return self._answer(context, request, False)
+        requested = request.topics
+        key = (
+            context.apiVersion,
+            context.listenerName,
+            None if requested is None else tuple((t.name, getattr(t, "topic_id", None)) for t in requested),
+            getattr(request, "allow_auto_topic_creation", True),
+            getattr(request, "include_topic_authorized_operations", False),
+            getattr(request, "include_cluster_authorized_operations", False),
+        )
+        source = self._source(context, requested)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == source:
+            return cached[1]
+        answer = EncodedResponse([encodeBody(self._answer(context, request, False))])
+        if self._source(context, requested) == source:
+            # (Not an answer that auto-created a topic: the same sources
+            # later, the topic deleted again, would not have it.)
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = (source, answer)
+        return answer
+
+    def _source(self, context, requested) -> tuple:
+        """
+        What a standalone broker's answer is computed from: its topics, the
+        listener's endpoint, the leader epochs of the partitions answered.
+        """
+        broker = self.broker
+        logManager = broker.logManager
+        known = logManager.topics() if logManager is not None else {}
+        named = known if requested is None else [t.name for t in requested]
+        return (
+            known,
+            broker.advertisedListenerFor(context.listenerName),
+            broker.config["broker.rack"],
+            broker.config["auto.create.topics.enable"],
+            broker.nodeId,
+            broker.clusterId,
+            tuple(
+                _leaderEpoch(logManager, name, index)
+                for name in named
+                if name in known
+                for index in range(known[name].numPartitions)
+            ),
+        )
 
     def _answer(self, context, request, mayCreate: bool):
         version = context.apiVersion

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from kafkatwist.protocol.header import MalformedHeader, readUnsignedVarint
 
 __all__ = ["Schema", "SchemaError", "inVersions"]
 
@@ -111,7 +113,7 @@ class _Struct:
     fields by tag, whether the version is flexible.
     """
 
-    __slots__ = ("fields", "flexible", "names", "runs", "tagged")
+    __slots__ = ("fields", "flexible", "names", "runs", "tagged", "writers")
 
     def __init__(self, flexible: bool) -> None:
         self.flexible = flexible
@@ -119,6 +121,8 @@ class _Struct:
         #: the fields in order, each run of fixed-size fields merged into
         #: one L{_Run} (one C{pack}/C{unpack_from} for them all)
         self.runs: list[_Field | _Run] = []
+        #: one C{writer(out, values.get)} per run, in order
+        self.writers: list[Callable[[list[bytes], Callable], None]] = []
         self.tagged: dict[int, _Field] = {}
         #: every field name of the schema with its default, for fields
         #: absent from this version
@@ -213,6 +217,7 @@ class Schema:
             elif inVersions(f.get("versions"), version):
                 out.fields.append(field)
         out.runs = _runs(out.fields)
+        out.writers = [_writer(run, flexible) for run in out.runs]
         return out
 
     def _kind(self, f, version: int, flexible: bool) -> tuple[str, str | None, _Struct | None]:
@@ -301,15 +306,42 @@ class Schema:
             raise error(f"{self.name} v{version}: {e}") from None
 
 
+def _writer(run: _Field | _Run, flexible: bool) -> Callable[[list[bytes], Callable], None]:
+    """
+    The writer of one run of fields: what L{_writeStruct} calls, with the
+    kind's dispatch done once here rather than per value.
+    """
+    if isinstance(run, _Run):
+        pack = run.struct.pack
+        if len(run.names) == 1:
+            name, default = run.names[0], run.defaults[0]
+            return lambda out, get: out.append(pack(get(name, default)))
+        pairs = tuple(zip(run.names, run.defaults))
+        return lambda out, get: out.append(pack(*[get(n, d) for n, d in pairs]))
+    field = run
+    name, default = field.name, field.default
+    if field.kind == "string" and not flexible:
+
+        def writeString(out: list[bytes], get: Callable) -> None:
+            value = get(name, default)
+            if value is None:
+                out.append(b"\xff\xff")
+                return
+            data = value.encode("utf-8")
+            if len(data) > 0x7FFF:
+                raise SchemaError(f"string of {len(data)} bytes is longer than a schema's 32767")
+            out.append(_INT16.pack(len(data)))
+            out.append(data)
+
+        return writeString
+    return lambda out, get: _writeField(out, field, get(name, default), flexible)
+
+
 def _writeStruct(out: list[bytes], compiled: _Struct, values: Mapping[str, Any]) -> None:
-    flexible = compiled.flexible
     get = values.get
-    for run in compiled.runs:
-        if isinstance(run, _Run):
-            out.append(run.struct.pack(*[get(n, d) for n, d in zip(run.names, run.defaults)]))
-        else:
-            _writeField(out, run, get(run.name, run.default), flexible)
-    if flexible:
+    for write in compiled.writers:
+        write(out, get)
+    if compiled.flexible:
         tags = []
         for tag in sorted(compiled.tagged):
             field = compiled.tagged[tag]
@@ -392,18 +424,13 @@ class _Short(Exception):
 
 
 def _readUvarint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise _Short(f"truncated varint at {pos}")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise _Short("varint longer than 5 bytes")
+    try:
+        value, pos = readUnsignedVarint(data, pos)
+    except MalformedHeader as e:
+        raise _Short(f"{e} at {pos}") from None
+    if pos > end:
+        raise _Short(f"varint runs past the end ({end})")
+    return value, pos
 
 
 def _length(data: memoryview, pos: int, end: int, flexible: bool, classic: struct.Struct) -> tuple[int, int]:
@@ -499,21 +526,26 @@ def _readField(data: memoryview, pos: int, end: int, field: _Field, flexible: bo
     return items, pos
 
 
-def _readString(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[str | None, int]:
-    n, pos = _length(data, pos, end, flexible, _INT16)
+def _readSized(
+    data: memoryview, pos: int, end: int, flexible: bool, classic: struct.Struct, what: str
+) -> tuple[memoryview | None, int]:
+    """
+    A string's or bytes' contents (C{None} for null).
+    """
+    n, pos = _length(data, pos, end, flexible, classic)
     if n < 0:
         if n == -1:
             return None, pos
-        raise _Short(f"string length {n}")
-    stop = _take(pos, n, end, "string")
-    return str(data[pos:stop], "utf-8"), stop
+        raise _Short(f"{what} length {n}")
+    stop = _take(pos, n, end, what)
+    return data[pos:stop], stop
+
+
+def _readString(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[str | None, int]:
+    raw, pos = _readSized(data, pos, end, flexible, _INT16, "string")
+    return (None if raw is None else str(raw, "utf-8")), pos
 
 
 def _readBytes(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[bytes | None, int]:
-    n, pos = _length(data, pos, end, flexible, _INT32)
-    if n < 0:
-        if n == -1:
-            return None, pos
-        raise _Short(f"bytes length {n}")
-    stop = _take(pos, n, end, "bytes")
-    return bytes(data[pos:stop]), stop
+    raw, pos = _readSized(data, pos, end, flexible, _INT32, "bytes")
+    return (None if raw is None else bytes(raw)), pos

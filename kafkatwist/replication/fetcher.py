@@ -13,7 +13,8 @@ A follower with no epochs at all truncates to its high watermark.  Then it
 fetches from its log end -- in a cluster Fetch v15, whose C{replica_state}
 names this broker and its broker epoch (KIP-903: a leader never counts
 what an earlier registration of this broker fetched), topics by id;
-without one v11, topics by name; C{current_leader_epoch} either way --
+without one, and for a topic whose local id is not the cluster's (the
+internal topics each broker creates itself), v11, topics by name; C{current_leader_epoch} either way --
 appends what comes as it is -- the leader's offsets and epochs, CRCs
 checked -- and takes the leader's high watermark (bounded by
 its own log end) and log start offset.
@@ -361,13 +362,15 @@ class ReplicaFetcher:
 
     def _fetch(self, connection, states: list) -> None:
         brokerEpoch = self.brokerEpoch()
-        version = FETCH_VERSION if brokerEpoch >= 0 else NAMED_FETCH_VERSION
-        cls = requestType(FETCH, version)
-        Topic = nested(cls, "FetchTopic")
-        Partition = nested(cls, "FetchPartition")
-        byTopic: dict = {}
-        topicIds: dict = {}
-        topicIdOf = self.topicIdOf if version >= 13 else (lambda topic: topic)
+        # (version, broker epoch, topic key of a state) per kind of fetch:
+        # in a cluster, topics whose id this broker shares with the cluster
+        # go by id in Fetch v15 with the broker epoch (KIP-903); the others
+        # (no cluster, or a local id not the cluster's: the internal topics
+        # each broker created itself) by name in v11.
+        kinds = [(NAMED_FETCH_VERSION, -1, lambda state: state.key[0])]
+        if brokerEpoch >= 0:
+            kinds.insert(0, (FETCH_VERSION, brokerEpoch, lambda state: self.topicIdOf(state.key[0])))
+        requests = []
         # Under the append lock, and only partitions still ours: once a
         # removal returned, no request tells this leader a log end that
         # another leader's data made (the old leader would count it as
@@ -377,33 +380,42 @@ class ReplicaFetcher:
             for state in states:
                 if self._stillOurs(state):
                     (held if self._throttled(state) else kept).append(state)
-            states = []
-            for state in kept:
-                topicId = topicIds.get(state.key[0])
-                if topicId is None:
-                    topicId = topicIds[state.key[0]] = topicIdOf(state.key[0])
-                if topicId is None:
-                    # No log of the topic any more: the controller's next
-                    # word removes it.
-                    state.delayedUntil = self._now() + self.backoff
-                    continue
-                states.append(state)
-                byTopic.setdefault(topicId, []).append(
-                    make(
-                        Partition,
-                        partition=state.key[1],
-                        current_leader_epoch=state.leaderEpoch,
-                        fetch_offset=state.log.logEndOffset,
-                        log_start_offset=state.log.logStartOffset,
-                        partition_max_bytes=self.maxBytes,
+            for version, epoch, keyOf in kinds:
+                Partition = nested(requestType(FETCH, version), "FetchPartition")
+                byTopic: dict = {}
+                keyed = {}
+                rest = []
+                for state in kept:
+                    topicKey = keyOf(state)
+                    if topicKey is None:
+                        rest.append(state)
+                        continue
+                    keyed[(topicKey, state.key[1])] = state
+                    byTopic.setdefault(topicKey, []).append(
+                        make(
+                            Partition,
+                            partition=state.key[1],
+                            current_leader_epoch=state.leaderEpoch,
+                            fetch_offset=state.log.logEndOffset,
+                            log_start_offset=state.log.logStartOffset,
+                            partition_max_bytes=self.maxBytes,
+                        )
                     )
-                )
-        if not states:
+                kept = rest
+                if byTopic:
+                    requests.append((version, epoch, byTopic, keyed))
+        if not requests:
             if held:
                 # Only throttled partitions: back off, as Kafka's fetcher
                 # does with nothing to fetch.
                 self._sleep(self.backoff)
             return
+        for version, epoch, byTopic, keyed in requests:
+            self._fetchAs(connection, version, epoch, byTopic, keyed)
+
+    def _fetchAs(self, connection, version: int, brokerEpoch: int, byTopic: dict, states: dict) -> None:
+        cls = requestType(FETCH, version)
+        Topic = nested(cls, "FetchTopic")
         topicField = "topic_id" if version >= 13 else "topic"
         replica = {"replica_id": self.brokerId}
         if version >= 15:
@@ -427,7 +439,6 @@ class ReplicaFetcher:
         response = connection.request(
             FETCH, version, request, timeout=self.socketTimeout + self.maxWaitMs / 1000.0
         )
-        states = {(topicIds[state.key[0]], state.key[1]): state for state in states}
         for topic in response.responses:
             for p in topic.partitions:
                 state = states.get((getattr(topic, topicField), p.partition_index))

@@ -141,6 +141,8 @@ class ReplicaManager:
         self.directory = directory if directory is not None else StaticDirectory()
         self.fetcherFactory = fetcherFactory or ReplicaFetcher
         self.nowMs = nowMs
+        #: topic name -> id, for the fetchers (L{_topicIdOf})
+        self._topicIds: dict = {}
         #: this broker's broker epoch (its registration's czxid; -1 without
         #: a cluster), which its follower fetches carry (KIP-903); set by
         #: the cluster layer
@@ -410,6 +412,8 @@ class ReplicaManager:
             )
             return None
         if p is None or p.log is not partitionLog:
+            if p is not None:
+                self._topicIds = {}  # a topic created again: its id is new
             p = PartitionReplicas(topic, partition, partitionLog, self.brokerId)
             self._partitions[key] = p
             self._initHighWatermark(p)
@@ -522,12 +526,24 @@ class ReplicaManager:
 
     def _topicIdOf(self, topic: str):
         """
-        The topic id of a topic this broker has a log of (C{None}: not
-        known).  Any thread.
+        The topic id of a topic this broker has a log of, from a table of
+        them read again only for a name it lacks (and emptied when a
+        partition gets a new log: a topic created again has a new id);
+        C{None} when not known or, in a cluster, not the id the cluster
+        has (an internal topic this broker created itself): the leader
+        would not know it.  Any thread.
         """
-        topics = getattr(self.logManager, "topics", None)
-        info = topics().get(topic) if topics is not None else None
-        return info.topicId if info is not None else None
+        ids = self._topicIds
+        topicId = ids.get(topic)
+        if topicId is None:
+            topics = getattr(self.logManager, "topics", None)
+            ids = {name: info.topicId for name, info in topics().items()} if topics is not None else {}
+            self._topicIds = ids
+            topicId = ids.get(topic)
+        clusterTopicId = getattr(self.directory, "topicId", None)
+        if topicId is not None and clusterTopicId is not None and clusterTopicId(topic) != topicId:
+            return None
+        return topicId
 
     def _removeFetcher(self, key) -> None:
         for (leaderId, index), fetcher in list(self._fetchers.items()):

@@ -1,10 +1,14 @@
 """
 What the cluster tests share: three brokers on the session's ZooKeeper
-(L{kafkatwist.testing.Cluster}) with the settings these tests expect, and
-reading a topic's partitions as clients see them.
+(L{kafkatwist.testing.Cluster}) with the settings these tests expect,
+reading a topic's partitions as clients see them, and CPU-bound processes
+to run beside them (the fail-over soak and bench/failover.py).
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from kafkatwist.testing import Cluster, waitUntil
 
@@ -84,3 +88,33 @@ def startThree(cluster, **overrides):
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     return admin
+
+
+def startHogs(count: int) -> list[subprocess.Popen]:
+    """
+    C{count} CPU-bound processes beside the cluster (the load under which
+    issue 30's fail-over once did not come); L{stopHogs} ends them.
+    """
+    return [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+
+
+def stopHogs(hogs: list[subprocess.Popen]) -> None:
+    for hog in hogs:
+        hog.kill()
+    for hog in hogs:
+        hog.wait()
+
+
+def agreedLeader(cluster, topic: str, brokers=(1, 2, 3)) -> int:
+    """
+    The leader of C{topic}'s partition 0 once every broker's metadata names
+    the same one: a broker just back from a pause may still name the one
+    it knew (the fault would then hit a follower).
+    """
+    admins = [cluster.admin(i) for i in brokers]
+
+    def agreed():
+        leaders = {partitions(admin, topic)[0][0] for admin in admins}
+        return leaders.pop() if len(leaders) == 1 and leaders <= set(brokers) else None
+
+    return waitUntil(agreed, timeout=120, what=f"the brokers agreeing on {topic}-0's leader")

@@ -10,15 +10,21 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from kafkatwist.testing import waitUntil
-from tests.cluster.helpers import REPLICATION, SESSION_MS, ClusterUnderTest, partitions
+from tests.cluster.helpers import (
+    REPLICATION,
+    SESSION_MS,
+    ClusterUnderTest,
+    agreedLeader,
+    partitions,
+    startHogs,
+    stopHogs,
+)
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -272,36 +278,6 @@ def test_caught_up_waits_for_the_producer():
     assert not caughtUp(True, acked, seen)
     seen.add(b"00018488")
     assert caughtUp(True, acked, seen)
-
-
-def startHogs(count: int) -> list[subprocess.Popen]:
-    """
-    C{count} CPU-bound processes beside the cluster (the load under which
-    issue 30's fail-over once did not come); L{stopHogs} ends them.
-    """
-    return [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
-
-
-def stopHogs(hogs: list[subprocess.Popen]) -> None:
-    for hog in hogs:
-        hog.kill()
-    for hog in hogs:
-        hog.wait()
-
-
-def agreedLeader(cluster, topic: str, brokers=(1, 2, 3)) -> int:
-    """
-    The leader of C{topic}'s partition 0 once every broker's metadata names
-    the same one: a broker just back from a pause may still name the one
-    it knew (the fault would then hit a follower).
-    """
-    admins = [cluster.admin(i) for i in brokers]
-
-    def agreed():
-        leaders = {partitions(admin, topic)[0][0] for admin in admins}
-        return leaders.pop() if len(leaders) == 1 and leaders <= set(brokers) else None
-
-    return waitUntil(agreed, timeout=120, what=f"the brokers agreeing on {topic}-0's leader")
 
 
 def say(request, line: str) -> None:

@@ -205,9 +205,13 @@ def test_the_isr_write_refuses_a_replica_of_another_registration():
     assert Writes({1: 0x10, 2: NEW}, {2: NEW}).expand({2: OLD}) == ErrorCode.ineligible_replica
 
 
-def test_the_isr_write_refuses_a_replica_whose_epoch_is_not_known():
-    assert Writes({1: 0x10, 2: NEW}, {2: NEW}).expand({}) == ErrorCode.ineligible_replica
-    assert Writes({1: 0x10, 2: NEW}, {2: NEW}).expand({2: -1}) == ErrorCode.ineligible_replica
+def test_the_isr_write_accepts_a_replica_whose_epoch_is_not_said():
+    # As Kafka accepts -1 (a fetch by name, v11: an internal topic whose
+    # local id is not the cluster's); nothing recorded for it.
+    writes = Writes({1: 0x10, 2: NEW}, {2: NEW})
+    assert writes.expand({}) == 6
+    assert "isr_broker_epochs" not in writes.zk.sets[-1][1]
+    assert Writes({1: 0x10, 2: NEW}, {2: NEW}).expand({2: -1}) == 6
 
 
 def test_the_isr_write_reads_the_registration_again():
@@ -280,3 +284,27 @@ def test_isr_broker_epochs_read_safely():
     assert _state(isr_broker_epochs={"2": 5, "x": 6, "3": None, "4": True, "5": -1}).isrBrokerEpochs == ((2, 5),)
     encoded = Z.encodeState(Z.PartitionState(2, 3, (2, 3), 1, isrBrokerEpochs=((3, 9),)))
     assert Z.decodeState("t", 0, encoded, 1).isrBrokerEpochs == ((3, 9),)
+
+
+def test_follower_fetches_name_each_topic_by_its_current_id():
+    leader = Leader()
+    manager, logManager = leader.manager, leader.manager.logManager
+    first = logManager.topics()["t"].topicId
+    assert manager._topicIdOf("t") == first
+    assert manager._topicIdOf("nothing") is None
+    # The topic deleted and created again: a new log, a new id.
+    logManager.deleteTopic("t")
+    logManager.createTopic("t", 1, {})
+    manager.becomeFollower("t", 0, 2, 4, [1, 2], 9)
+    leader.clock.advance(0)
+    assert manager._topicIdOf("t") == logManager.topics()["t"].topicId != first
+
+
+def test_a_topic_whose_local_id_is_not_the_clusters_is_fetched_by_name():
+    leader = Leader()
+    manager = leader.manager
+    local = manager.logManager.topics()["t"].topicId
+    leader.directory.topicId = lambda name: local
+    assert manager._topicIdOf("t") == local
+    leader.directory.topicId = lambda name: None  # (each broker's own internal topic)
+    assert manager._topicIdOf("t") is None

@@ -712,3 +712,50 @@ def test_broker_partition_limit():
     assert grow(small, "a", 6).error_code == ErrorCode.policy_violation
     assert grow(small, "a", 5).error_code == ErrorCode.none
     assert set(small.logManager.topics()) == {"a"}
+
+
+# -- Metadata, answered from its cache ---------------------------------------------
+
+
+def metadata(broker, handler, names, version=12):
+    from kio.serial import entity_reader
+
+    from kafkatwist.protocol.apis import METADATA
+    from kafkatwist.protocol.entities import make
+    from tests.unit.adminhelpers import FakeContext, roundTrip
+
+    topics = None if names is None else tuple(
+        req(METADATA, version, "MetadataRequestTopic", name=n, topic_id=None) for n in names
+    )
+    request = roundTrip(make(
+        requestType(METADATA, version), topics=topics, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    ))
+    answer = handler.handleOnNetworkThread(FakeContext(METADATA, version), request)
+    decoded, _ = entity_reader(responseType(METADATA, version))(memoryview(b"".join(answer.chunks)), 0)
+    return {t.name: (t.error_code, len(t.partitions)) for t in decoded.topics}
+
+
+def test_metadata_answers_follow_topic_changes():
+    """
+    A standalone broker's Metadata answers are encoded once and kept: each
+    creation, growth and deletion of a topic is seen by the next answer.
+    """
+    from kafkatwist.plugins.metadata import MetadataHandler
+
+    broker = makeBroker()
+    handler = MetadataHandler(broker)
+    unknown = ErrorCode.unknown_topic_or_partition
+    for _ in range(2):
+        assert metadata(broker, handler, ["t"]) == {"t": (unknown, 0)}
+        assert metadata(broker, handler, None) == {}
+    createTopic(broker, "t", partitions=1)
+    for _ in range(2):
+        assert metadata(broker, handler, ["t"]) == {"t": (ErrorCode.none, 1)}
+        assert metadata(broker, handler, None) == {"t": (ErrorCode.none, 1)}
+    assert grow(broker, "t", 3).error_code == ErrorCode.none
+    assert metadata(broker, handler, ["t"]) == {"t": (ErrorCode.none, 3)}
+    assert metadata(broker, handler, None) == {"t": (ErrorCode.none, 3)}
+    deleteByName(broker, ["t"])
+    assert metadata(broker, handler, ["t"]) == {"t": (unknown, 0)}
+    assert metadata(broker, handler, None) == {}
