@@ -13,7 +13,12 @@ SparkSession:
 - C{groupBy}: decode a field of the JSON value and count per value of it.
 
 Each job runs once to warm up (JVM, Python workers), then C{--runs} times;
-the table shows the best run.  The whole benchmark stops at
+the table shows the best run, and the CPU seconds each part spent in it:
+the broker, Spark's Python workers (fetching and decoding), and the JVM
+(taking the Arrow batches in, and the job itself).  A third source,
+C{arrow-only}, is a Python data source that hands Spark the same number of
+ready-made Arrow batches of the Kafka schema: what any Python data source
+costs Spark, the floor under C{kafkatwist}.  The whole benchmark stops at
 C{--max-seconds}.  Needs Java 17.
 """
 
@@ -33,6 +38,116 @@ for _path in (ROOT, SPARK_DIR):
         sys.path.insert(0, _path)
 
 KINDS = 16
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """
+    Every process: pid -> (parent pid, command name, CPU seconds so far,
+    its exited children's included).
+    """
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        command = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # utime, stime and the reaped children's (Python workers come and go)
+        out[int(name)] = (int(fields[1]), command, sum(map(int, fields[11:15])) / _TICKS)
+    return out
+
+
+def cpuByPart(brokerPid: int) -> dict[str, float]:
+    """
+    CPU seconds used so far by the broker, the Spark JVM (this process's
+    java child) and Spark's Python workers (the JVM's python descendants).
+    """
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+
+    def tree(root):
+        todo, seen = [root], []
+        while todo:
+            pid = todo.pop()
+            seen.append(pid)
+            todo.extend(children.get(pid, ()))
+        return seen
+
+    parts = {"broker": 0.0, "python": 0.0, "jvm": 0.0}
+    for pid in tree(brokerPid):
+        parts["broker"] += table[pid][2] if pid in table else 0.0
+    for child in children.get(os.getpid(), ()):
+        if table[child][1] != "java":
+            continue
+        for pid in tree(child):
+            part = "jvm" if table[pid][1] == "java" else "python"
+            parts[part] += table[pid][2]
+    return parts
+
+
+def arrowOnlySource():
+    """
+    A Python data source (C{format("arrowonly")}) of C{records} rows of the
+    Kafka schema in ready-made Arrow batches of 30,000, over C{partitions}
+    partitions: Spark's cost of any Python data source.
+    """
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from kafkatwist_spark import kafkaSchema
+
+    class Reader(DataSourceReader):
+        def __init__(self, records: int, partitions: int, size: int) -> None:
+            self.records, self.parts, self.size = records, partitions, size
+
+        def partitions(self):
+            return [InputPartition(i) for i in range(self.parts)]
+
+        def read(self, partition):
+            import pyarrow as pa
+
+            from kafkatwist_spark.columnar import kafkaArrowSchema
+
+            n = 30_000
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([value(i, self.size) for i in range(n)], pa.binary()),
+                    pa.array(["ingest"] * n),
+                    pa.array([partition.value] * n, pa.int32()),
+                    pa.array(range(n), pa.int64()),
+                    pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(
+                        pa.timestamp("us", tz="UTC")
+                    ),
+                    pa.array([0] * n, pa.int32()),
+                ],
+                schema=kafkaArrowSchema(False),
+            )
+            left = self.records // self.parts + (partition.value < self.records % self.parts)
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls):
+            return "arrowonly"
+
+        def schema(self):
+            return kafkaSchema(False)
+
+        def reader(self, schema):
+            return Reader(int(self.options["records"]), int(self.options["partitions"]),
+                          int(self.options["size"]))
+
+    return Source
 
 
 def value(i: int, size: int) -> bytes:
@@ -91,6 +206,7 @@ def session(cores: int, scratch: str):
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(arrowOnlySource())
     return spark
 
 
@@ -156,6 +272,9 @@ def main(argv=None) -> int:
              .option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", topic).load()),
             ("parquet", lambda: spark.read.parquet(parquetPath)),
+            ("arrow-only", lambda: spark.read.format("arrowonly")
+             .option("records", str(args.records)).option("partitions", str(args.partitions))
+             .option("size", str(args.value_bytes)).load()),
         ]
 
         results = []
@@ -170,23 +289,27 @@ def main(argv=None) -> int:
                 for _ in range(args.runs):
                     if time.monotonic() > deadline:
                         break
+                    before = cpuByPart(broker.process.pid)
                     t = time.perf_counter()
                     job(load())
                     elapsed = time.perf_counter() - t
-                    best = elapsed if best is None else min(best, elapsed)
+                    after = cpuByPart(broker.process.pid)
+                    if best is None or elapsed < best[0]:
+                        best = (elapsed, {k: after[k] - before[k] for k in after})
                 if best is not None:
-                    results.append((jobName, sourceName, best))
-                    print(f"  {jobName:8s} {sourceName:11s} {best:7.2f}s", flush=True)
+                    results.append((jobName, sourceName) + best)
+                    print(f"  {jobName:8s} {sourceName:11s} {best[0]:7.2f}s", flush=True)
 
         print()
         print(f"Spark ingest: {args.records:,} records x {args.value_bytes} B, "
               f"{args.partitions} partitions, local[{args.cores}], best of {args.runs}")
-        print(f"{'job':<9}{'source':<12}{'seconds':>9}{'rows/s':>14}{'vs parquet':>12}")
-        baseline = {job: s for job, source, s in results if source == "parquet"}
-        for jobName, sourceName, best in results:
+        print(f"{'job':<9}{'source':<12}{'seconds':>9}{'rows/s':>14}{'vs parquet':>12}"
+              f"   CPU s: broker  python  jvm")
+        baseline = {job: s for job, source, s, _ in results if source == "parquet"}
+        for jobName, sourceName, best, cpu in results:
             ratio = best / baseline[jobName] if jobName in baseline else float("nan")
             print(f"{jobName:<9}{sourceName:<12}{best:>9.2f}{args.records / best:>14,.0f}"
-                  f"{ratio:>11.1f}x")
+                  f"{ratio:>11.2f}x{cpu['broker']:>15.2f}{cpu['python']:>8.2f}{cpu['jvm']:>5.2f}")
         if time.monotonic() > deadline:
             print(f"(stopped at --max-seconds {args.max_seconds:.0f}; some runs skipped)")
         return 0

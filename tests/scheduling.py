@@ -3,7 +3,9 @@ How C{make test} spreads the suite over pytest-xdist's workers (loaded with
 C{-p tests.scheduling}; it takes effect with C{--dist loadfile}):
 
 - a test file's tests run on one worker, in their order (a module-scoped
-  cluster or broker starts once), as with C{--dist loadfile};
+  cluster or broker starts once), as with C{--dist loadfile}; the Spark
+  files share one worker (one SparkSession for them all: three JVMs at
+  once, one per worker, starve a two-core machine);
 - the longest units start first (C{tests/durations.json}: seconds per file
   as a whole run measured them; a file not listed counts a second a test),
   so the run does not end waiting for one long file started last;
@@ -25,15 +27,21 @@ from collections import OrderedDict, defaultdict
 import pytest
 
 DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")
+#: units of several files: every file under the prefix runs on one worker
+GROUPS = ("tests/spark/",)
 #: the estimate for a test of a file the table does not list
 DEFAULT_SECONDS = 1.0
 
 
 def unitOf(nodeid: str) -> str:
     """
-    The unit a test belongs to: its file.
+    The unit a test belongs to: its file, or the group of files it is in.
     """
-    return nodeid.split("::", 1)[0]
+    path = nodeid.split("::", 1)[0]
+    for prefix in GROUPS:
+        if path.startswith(prefix):
+            return prefix.rstrip("/")
+    return path
 
 
 def loadDurations(path: str = DURATIONS) -> dict[str, float]:
@@ -69,8 +77,8 @@ def longestFirst(config, log):
             return unitOf(nodeid)
 
         def estimate(self, unit: str, nodeids) -> float:
-            known = self.durations.get(unit)
-            return known if known is not None else DEFAULT_SECONDS * len(nodeids)
+            known = [seconds for path, seconds in self.durations.items() if unitOf(path) == unit]
+            return sum(known) if known else DEFAULT_SECONDS * len(nodeids)
 
         def _assign_work_unit(self, node) -> None:
             if not self.ordered:

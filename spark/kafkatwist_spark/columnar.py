@@ -3,13 +3,19 @@ Kafka record batches straight into Arrow columns.
 
 A Spark task reads hundreds of thousands of records; decoding each into a
 Python object and converting those back into Arrow would dominate the read.
-Instead, only the one step that is inherently sequential runs in Python: a
-tight loop that finds where each record starts (each record's length prefix
-says where the next one is).  Everything else -- the timestamp and offset
-deltas, key and value lengths, the header count -- is decoded for all
-records of a fetch at once with Arrow compute kernels, treating the
-decompressed record bytes as one C{uint8} array and walking a vector of
+Instead the record bytes of a whole fetch are one C{uint8} array, and every
+field is decoded for all records at once with numpy, walking a vector of
 positions through the fields one varint at a time.
+
+Only one step is sequential: finding where each record starts (each
+record's length prefix says where the next one is).  Producers mostly write
+batches of records of equal length, or of a few runs of equal lengths (the
+offset delta's varint grows by a byte at record 64), so that step is
+guessed a run at a time and checked vectorized: from a record of length
+C{L}, the next records are guessed to start every C{L} bytes, and the guess
+holds up to the first of them whose length prefix is not C{L}'s.  A batch
+whose runs are short (records of varied lengths) is walked by a tight
+Python loop instead.
 
 Keys and values are never copied into Python objects either.  A record's
 key is the byte range C{[start, end)} of the buffer, and the ranges of
@@ -29,8 +35,7 @@ and decompression) by the tests.
 
 from __future__ import annotations
 
-from array import array
-
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -51,15 +56,15 @@ from kafkatwist.protocol.records import (
 __all__ = ["ArrowRecordDecoder", "DecodedFetch", "kafkaArrowSchema"]
 
 
-_U64_7F = pa.scalar(0x7F, pa.uint64())
-_U64_ONE = pa.scalar(1, pa.uint64())
-_U8_80 = pa.scalar(0x80, pa.uint8())
-_I64_ZERO = pa.scalar(0, pa.int64())
-_I64_ONE = pa.scalar(1, pa.int64())
-_I64_MINUS_ONE = pa.scalar(-1, pa.int64())
-_I64_TWO = pa.scalar(2, pa.int64())
-_I64_THOUSAND = pa.scalar(1000, pa.int64())
 _INT32_MAX = (1 << 31) - 1
+
+#: a batch with fewer records than this is walked by the loop: guessing
+#: its runs costs more than walking it
+_MIN_GUESSED_BATCH = 16
+#: a guessed run shorter than this, or more than this many runs in a batch,
+#: and the rest of the batch is walked by the loop (records of varied lengths)
+_MIN_RUN = 16
+_MAX_RUNS = 8
 
 
 def kafkaArrowSchema(includeHeaders: bool) -> pa.Schema:
@@ -83,27 +88,7 @@ def kafkaArrowSchema(includeHeaders: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-_arange = pa.array([], pa.int64())
-
-
-def _range(n: int) -> pa.Array:
-    """
-    C{0 .. n-1} as an int64 array: a zero-copy slice of a cached one, since
-    building it from Python ints costs more than the decode it serves.
-    """
-    global _arange
-    if len(_arange) < n:
-        size = max(n, 2 * len(_arange), 1 << 16)
-        numbers = array("q", range(size))
-        _arange = pa.Array.from_buffers(pa.int64(), size, [None, pa.py_buffer(numbers)])
-    return _arange.slice(0, n)
-
-
-def _int64(values: array) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-
-
-def _recordPositions(data: bytes, pos: int, count: int, append) -> int:
+def _walk(data, pos: int, count: int, append) -> int:
     """
     Append where each of C{count} records starting at C{pos} in C{data}
     begins (at its length prefix), and return the position after the last.
@@ -131,66 +116,116 @@ def _recordPositions(data: bytes, pos: int, count: int, append) -> int:
     return pos
 
 
-def _varints(u8: pa.Array, pos: pa.Array, last: pa.Scalar) -> tuple[pa.Array, pa.Array]:
+def _recordPositions(data, u8: np.ndarray, pos: int, end: int, count: int, out: list) -> int:
+    """
+    Append to C{out} arrays of where each of C{count} records starting at
+    C{pos} begins (at its length prefix); return the position after the
+    last.  The records should end at C{end}.
+
+    Runs of records of one length are guessed and checked vectorized (see
+    the module's docstring); what the guesses do not cover is walked by
+    L{_walk}.
+    """
+    if count < _MIN_GUESSED_BATCH:
+        walked: list[int] = []
+        pos = _walk(data, pos, count, walked.append)
+        out.append(np.array(walked, np.int64))
+        return pos
+    runs = 0
+    while count:
+        try:
+            v, after = readVarint(data, pos)
+        except CorruptRecordError:
+            raise CorruptRecordError("record runs past the end of its batch") from None
+        prefix = after - pos
+        stride = prefix + (v >> 1)
+        if v & 1 or stride > end - pos or runs >= _MAX_RUNS:
+            # a negative length or one past the batch (the loop and the
+            # checks catch those), or records of varied lengths
+            break
+        runs += 1
+        guess = np.arange(pos, pos + stride * count, stride, dtype=np.int64)
+        # A record starts at guess[i + 1] if one starts at guess[i] and its
+        # length prefix is the same bytes as the first one's.
+        same = np.ones(count, np.bool_)
+        for k in range(prefix):
+            same &= u8.take(guess + k, mode="clip") == data[pos + k]
+        same &= guess + stride <= end
+        if same.all():
+            run = count
+        else:
+            run = int(same.argmin())
+        out.append(guess[:run] if run < count else guess)
+        # the record after the last of the run starts right after it
+        pos += stride * run
+        count -= run
+        if count and run < _MIN_RUN:
+            break
+    if count:
+        walked = []
+        pos = _walk(data, pos, count, walked.append)
+        out.append(np.array(walked, np.int64))
+    return pos
+
+
+def _varints(u8: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     Decode one zigzag varint at each position of C{pos} in C{u8}.
 
-    @param last: the buffer's last index; reads past a varint's end are
-        clamped to it (their bytes are masked out anyway).
+    Reads past the buffer's end are clamped to its last byte: what is read
+    there is garbage, and the callers' checks that fields end within their
+    record refuse it.
+
     @return: (values as int64, positions just after each varint).
     """
-    first = pc.take(u8, pos)
-    value = pc.bit_wise_and(first.cast(pa.uint64()), _U64_7F)
-    more = pc.greater_equal(first, _U8_80)
-    if pc.any(more).as_py():
-        length = pa.repeat(_I64_ONE, len(pos))
-        cursor = pos
+    first = u8.take(pos, mode="clip")
+    more = first >= 0x80
+    if not more.any():
+        value = first.astype(np.int64)
+        after = pos + 1
+    else:
+        value = (first & 0x7F).astype(np.uint64)
+        length = np.ones(len(pos), np.int64)
         shift = 7
-        while pc.any(more).as_py():
+        while more.any():
             if shift > 63:
                 raise CorruptRecordError("varint longer than 10 bytes")
-            cursor = pc.min_element_wise(pc.add(cursor, _I64_ONE), last)
-            byte = pc.take(u8, cursor)
-            bits = pc.shift_left(
-                pc.bit_wise_and(byte.cast(pa.uint64()), _U64_7F), pa.scalar(shift, pa.uint64())
-            )
-            value = pc.if_else(more, pc.bit_wise_or(value, bits), value)
-            length = pc.add(length, more.cast(pa.int64()))
-            more = pc.and_(more, pc.greater_equal(byte, _U8_80))
+            byte = u8.take(pos + length, mode="clip")
+            value |= np.where(more, (byte & 0x7F).astype(np.uint64) << np.uint64(shift), 0)
+            length += more
+            more &= byte >= 0x80
             shift += 7
-        after = pc.add(pos, length)
-    else:
-        after = pc.add(pos, _I64_ONE)
-    # zigzag: even n -> n/2, odd n -> -(n+1)/2 == ~(n >> 1)
-    half = pc.shift_right(value, _U64_ONE).cast(pa.int64())
-    negative = pc.equal(pc.bit_wise_and(value, _U64_ONE), _U64_ONE)
-    return pc.if_else(negative, pc.bit_wise_not(half), half), after
+        after = pos + length
+        value = value.view(np.int64)
+    # zigzag: n -> (n >>> 1) ^ -(n & 1)
+    return ((value >> 1) & 0x7FFF_FFFF_FFFF_FFFF) ^ -(value & 1), after
+
+
+def _validity(null: np.ndarray) -> pa.Buffer:
+    return pa.py_buffer(np.packbits(~null, bitorder="little"))
 
 
 def _binaryColumn(
-    data: pa.Buffer, starts: pa.Array, lengths: pa.Array, null: pa.Array | None
+    buffer: pa.Buffer, starts: np.ndarray, lengths: np.ndarray, null: np.ndarray
 ) -> pa.Array:
     """
-    The byte ranges C{[start, start + length)} of C{data} as a binary
+    The byte ranges C{[start, start + length)} of C{buffer} as a binary
     column, null where C{null} says so (where C{length} is -1).
     """
     n = len(starts)
-    if null is not None and pc.all(null).as_py():
+    nulls = int(np.count_nonzero(null))
+    if nulls == n:
         return pa.nulls(n, pa.binary())
-    size = pc.max_element_wise(lengths, _I64_ZERO)
-    ends = pc.add(starts, size)
-    indices = _range(2 * n)
-    # position i of the interleaving takes starts[i/2] (even i) or
-    # ends[i/2] (odd i), i.e. element (i >> 1) + (i & 1) * n of starts+ends
-    pick = pc.add(
-        pc.shift_right(indices, _I64_ONE),
-        pc.multiply(pc.bit_wise_and(indices, _I64_ONE), pa.scalar(n, pa.int64())),
-    )
-    bounds = pc.take(pa.concat_arrays([starts, ends]), pick).cast(pa.int32())
-    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, bounds.buffers()[1], data])
-    column = pc.take(spans, pc.multiply(_range(n), _I64_TWO))
-    if null is not None and pc.any(null).as_py():
-        column = pc.if_else(null, pa.scalar(None, pa.binary()), column)
+    bounds = np.empty(2 * n, np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = starts + np.maximum(lengths, 0)
+    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), buffer])
+    column = pc.take(spans, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    if nulls:
+        _, offsets, data = column.buffers()
+        column = pa.Array.from_buffers(
+            pa.binary(), n, [_validity(null), offsets, data], null_count=nulls
+        )
     return column
 
 
@@ -246,12 +281,15 @@ class ArrowRecordDecoder:
         """
         skip = _AbortedFilter(aborted) if aborted is not None else None
         view = memoryview(raw)
-        chunks: list[bytes] = []
+        # (start, end) of each kept batch's records in raw, or its
+        # decompressed records
+        spans: list[tuple[int, int]] = []
+        decompressed: list[bytes | None] = []
         counts: list[int] = []
-        baseOffsets = array("q")
-        baseTimestamps = array("q")
-        deltaFactors = array("q")
-        timestampTypes = array("i")
+        baseOffsets: list[int] = []
+        baseTimestamps: list[int] = []
+        logAppendTime: list[bool] = []
+        compressed = False
         nextOffset = fromOffset
         pos = 0
         for batch in decodeBatches(view, checkCrc=self.checkCrc, decodeRecords=False):
@@ -266,163 +304,173 @@ class ArrowRecordDecoder:
                 continue
             if batch.isControl or batch.lastOffset < fromOffset or not batch.recordCount:
                 continue
-            payload = view[start + BATCH_HEADER_SIZE : pos]
             codec = batch.attributes & _COMPRESSION_MASK
-            chunks.append(decompress(codec, payload) if codec else payload)
-            count = batch.recordCount
-            counts.append(count)
-            baseOffsets.extend(array("q", [batch.baseOffset]) * count)
+            if codec:
+                compressed = True
+                decompressed.append(decompress(codec, view[start + BATCH_HEADER_SIZE : pos]))
+            else:
+                decompressed.append(None)
+            spans.append((start + BATCH_HEADER_SIZE, pos))
+            counts.append(batch.recordCount)
+            baseOffsets.append(batch.baseOffset)
             if batch.attributes & _LOG_APPEND_TIME:
                 # Every record of a log-append-time batch carries the
                 # broker's time, which it stores as the batch maxTimestamp.
-                baseTimestamps.extend(array("q", [batch.maxTimestamp]) * count)
-                deltaFactors.extend(array("q", [0]) * count)
-                timestampTypes.extend(array("i", [1]) * count)
+                baseTimestamps.append(batch.maxTimestamp)
+                logAppendTime.append(True)
             else:
-                baseTimestamps.extend(array("q", [batch.baseTimestamp]) * count)
-                deltaFactors.extend(array("q", [1]) * count)
-                timestampTypes.extend(array("i", [0]) * count)
-        if not chunks:
+                baseTimestamps.append(batch.baseTimestamp)
+                logAppendTime.append(False)
+        if not spans:
             return DecodedFetch(None, nextOffset, -1)
-        # One buffer for the whole fetch: the record loop and the kernels
-        # then work on absolute positions, without a base per batch.
-        data = b"".join(chunks) if len(chunks) > 1 else bytes(chunks[0])
-        positions = array("q")
-        append = positions.append
-        pos = 0
-        for chunk, count in zip(chunks, counts):
-            end = pos + len(chunk)
-            pos = _recordPositions(data, pos, count, append)
-            if pos != end:
+        if compressed:
+            # One buffer for the whole fetch: the record walk and the
+            # kernels then work on absolute positions, without a base per
+            # batch.
+            parts = [
+                chunk if chunk is not None else view[s:e]
+                for chunk, (s, e) in zip(decompressed, spans)
+            ]
+            data = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+            bounds = []
+            at = 0
+            for part in parts:
+                bounds.append((at, at + len(part)))
+                at += len(part)
+        else:
+            # Uncompressed records are read where they are, in the fetch.
+            data = raw if isinstance(raw, bytes) else bytes(raw)
+            bounds = spans
+        u8 = np.frombuffer(data, np.uint8)
+        positions: list[np.ndarray] = []
+        for (start, end), count in zip(bounds, counts):
+            if _recordPositions(data, u8, start, end, count, positions) != end:
                 raise CorruptRecordError(
-                    f"a batch's {count} records do not fill its {len(chunk)} bytes"
+                    f"a batch's {count} records do not fill its {end - start} bytes"
                 )
-        return self._columns(
-            data, positions, baseOffsets, baseTimestamps, deltaFactors, timestampTypes,
-            fromOffset, untilOffset, nextOffset,
+        starts = np.concatenate(positions) if len(positions) > 1 else positions[0]
+        # a record ends where the next one's length prefix starts (the last
+        # at the end of its batch)
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        batchEnds = np.cumsum(counts) - 1
+        ends[batchEnds] = [end for _, end in bounds]
+        counts_ = np.array(counts, np.int64)
+        perRecord = (
+            np.repeat(np.array(baseOffsets, np.int64), counts_),
+            np.repeat(np.array(baseTimestamps, np.int64), counts_),
+            np.repeat(np.array(logAppendTime, np.bool_), counts_),
         )
+        return self._columns(data, u8, starts, ends, perRecord, fromOffset, untilOffset,
+                             nextOffset)
 
     def _columns(
-        self, data, positions, baseOffsets, baseTimestamps, deltaFactors, timestampTypes,
-        fromOffset, untilOffset, nextOffset,
+        self, data, u8, starts, ends, perRecord, fromOffset, untilOffset, nextOffset
     ) -> DecodedFetch:
-        n = len(positions)
         if len(data) > _INT32_MAX:
             # Binary offsets are 32-bit; a fetch is bounded far below this.
             raise CorruptRecordError(f"fetch of {len(data)} bytes is too large to decode at once")
-        buffer = pa.py_buffer(data)
-        u8 = pa.Array.from_buffers(pa.uint8(), len(data), [None, buffer])
-        last = pa.scalar(len(data) - 1, pa.int64())
-        lengthPositions = _int64(positions)
-        # a record ends where the next one's length prefix starts
-        recordEnds = pa.concat_arrays(
-            [lengthPositions.slice(1), pa.array([len(data)], pa.int64())]
-        )
-
-        try:
-            lengths, pos = _varints(u8, lengthPositions, last)
-            if not pc.all(pc.equal(pc.add(pos, lengths), recordEnds)).as_py():
-                raise CorruptRecordError("record lengths do not add up")
-            pos = pc.add(pos, _I64_ONE)  # skip the record attributes byte
-            timestampDeltas, pos = _varints(u8, pos, last)
-            offsetDeltas, pos = _varints(u8, pos, last)
-            keyLengths, keyStarts = _varints(u8, pos, last)
-            pos = pc.add(keyStarts, pc.max_element_wise(keyLengths, _I64_ZERO))
-            valueLengths, valueStarts = _varints(u8, pos, last)
-            pos = pc.add(valueStarts, pc.max_element_wise(valueLengths, _I64_ZERO))
-            headerCounts, pos = _varints(u8, pos, last)
-        except pa.ArrowIndexError:
-            # a length ran a field past the end of the buffer
-            raise CorruptRecordError("record fields run past the end of the batch") from None
+        size = len(data)
+        lengths, pos = _varints(u8, starts)
+        if not np.array_equal(pos + lengths, ends):
+            raise CorruptRecordError("record lengths do not add up")
+        pos += 1  # skip the record attributes byte
+        timestampDeltas, pos = _varints(u8, pos)
+        offsetDeltas, pos = _varints(u8, pos)
+        keyLengths, keyStarts = _varints(u8, pos)
+        # Lengths are checked before they move a position on, so that
+        # positions stay within a few buffer sizes (no overflow).
+        if (keyLengths < -1).any():
+            raise CorruptRecordError("negative key length")
+        if (keyLengths > size).any():
+            raise CorruptRecordError("record fields overrun the record")
+        pos = keyStarts + np.maximum(keyLengths, 0)
+        valueLengths, valueStarts = _varints(u8, pos)
+        if (valueLengths < -1).any():
+            raise CorruptRecordError("negative value length")
+        if (valueLengths > size).any():
+            raise CorruptRecordError("record fields overrun the record")
+        pos = valueStarts + np.maximum(valueLengths, 0)
+        headerCounts, pos = _varints(u8, pos)
 
         # The record framing and the fields must agree; nothing is built
         # over the buffer until they do (a bad offset would read out of it).
-        if pc.any(pc.less(keyLengths, _I64_MINUS_ONE)).as_py():
-            raise CorruptRecordError("negative key length")
-        if pc.any(pc.less(valueLengths, _I64_MINUS_ONE)).as_py():
-            raise CorruptRecordError("negative value length")
-        if pc.any(pc.less(headerCounts, _I64_ZERO)).as_py():
+        if (headerCounts < 0).any():
             raise CorruptRecordError("negative header count")
-        if not pc.all(pc.less_equal(pos, recordEnds)).as_py():
+        if (pos > ends).any():
             raise CorruptRecordError("record fields overrun the record")
-        noHeaders = pc.equal(headerCounts, _I64_ZERO)
-        if not pc.all(pc.or_(pc.invert(noHeaders), pc.equal(pos, recordEnds))).as_py():
+        noHeaders = headerCounts == 0
+        if not (pos == ends)[noHeaders].all():
             raise CorruptRecordError("bytes left over after a record's fields")
 
-        offsets = pc.add(_int64(baseOffsets), offsetDeltas)
-        timestampsMs = pc.add(
-            _int64(baseTimestamps), pc.multiply(timestampDeltas, _int64(deltaFactors))
-        )
-        columns = [
-            _binaryColumn(buffer, keyStarts, keyLengths, pc.equal(keyLengths, _I64_MINUS_ONE)),
-            _binaryColumn(
-                buffer, valueStarts, valueLengths, pc.equal(valueLengths, _I64_MINUS_ONE)
-            ),
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-            offsets,
-            pc.multiply(timestampsMs, _I64_THOUSAND).cast(pa.timestamp("us", tz="UTC")),
-            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(timestampTypes)]),
-        ]
-        if self.includeHeaders:
-            columns.append(self._headers(data, noHeaders, pos, headerCounts, recordEnds))
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        baseOffsets, baseTimestamps, logAppendTime = perRecord
+        offsets = baseOffsets + offsetDeltas
+        timestampsMs = np.where(logAppendTime, baseTimestamps, baseTimestamps + timestampDeltas)
 
-        inRange = pc.and_(
-            pc.greater_equal(offsets, pa.scalar(fromOffset, pa.int64())),
-            pc.less(offsets, pa.scalar(untilOffset, pa.int64())),
-        )
-        kept = pc.sum(inRange.cast(pa.int64())).as_py() or 0
+        inRange = (offsets >= fromOffset) & (offsets < untilOffset)
+        kept = int(np.count_nonzero(inRange))
         if kept == 0:
             return DecodedFetch(None, nextOffset, -1)
-        if kept != n:
-            batch = batch.filter(inRange)
-        return DecodedFetch(batch, nextOffset, batch.column(4)[-1].as_py())
+        if kept != len(offsets):
+            # only at a range's ends: select the records before building
+            offsets = offsets[inRange]
+            timestampsMs = timestampsMs[inRange]
+            logAppendTime = logAppendTime[inRange]
+            keyStarts, keyLengths = keyStarts[inRange], keyLengths[inRange]
+            valueStarts, valueLengths = valueStarts[inRange], valueLengths[inRange]
+            noHeaders, pos, headerCounts = noHeaders[inRange], pos[inRange], headerCounts[inRange]
+            ends = ends[inRange]
+        n = kept
+        buffer = pa.py_buffer(data)
+        columns = [
+            _binaryColumn(buffer, keyStarts, keyLengths, keyLengths == -1),
+            _binaryColumn(buffer, valueStarts, valueLengths, valueLengths == -1),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(offsets),
+            pa.array(timestampsMs * 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(logAppendTime.astype(np.int32)),
+        ]
+        if self.includeHeaders:
+            columns.append(self._headers(data, noHeaders, pos, headerCounts, ends))
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        return DecodedFetch(batch, nextOffset, int(offsets[-1]))
 
     def _headers(self, data, noHeaders, pos, headerCounts, recordEnds) -> pa.Array:
         n = len(noHeaders)
         listType = self.schema.field("headers").type
         structType = listType.value_type
-        if pc.all(noHeaders).as_py():
+        withHeaders = np.flatnonzero(~noHeaders)
+        if not len(withHeaders):
             return pa.ListArray.from_arrays(
-                pa.repeat(pa.scalar(0, pa.int32()), n + 1),
-                pa.array([], structType),
-                type=listType,
+                pa.array(np.zeros(n + 1, np.int32)), pa.array([], structType), type=listType
             )
-        withHeaders = pc.indices_nonzero(pc.invert(noHeaders)).to_pylist()
-        positions = pos.to_pylist()
-        counts = headerCounts.to_pylist()
-        ends = recordEnds.to_pylist()
-        perRecord: dict[int, list] = {}
-        try:
-            for i in withHeaders:
-                headers, after = decodeHeaders(data, positions[i], counts[i])
-                if after != ends[i]:
-                    raise CorruptRecordError(f"record headers end at {after}, not {ends[i]}")
-                perRecord[i] = headers
-        except IndexError:
-            raise CorruptRecordError("record headers run past the record") from None
-        listOffsets = array("i", [0])
         keys: list[str] = []
         values: list[bytes | None] = []
-        total = 0
-        for i in range(n):
-            headers = perRecord.get(i)
-            if headers:
+        sizes = np.zeros(n, np.int32)
+        try:
+            for i, at, count, end in zip(
+                withHeaders.tolist(),
+                pos[withHeaders].tolist(),
+                headerCounts[withHeaders].tolist(),
+                recordEnds[withHeaders].tolist(),
+            ):
+                headers, after = decodeHeaders(data, at, count)
+                if after != end:
+                    raise CorruptRecordError(f"record headers end at {after}, not {end}")
                 for k, v in headers:
                     keys.append(k)
                     values.append(v)
-                total += len(headers)
-            listOffsets.append(total)
+                sizes[i] = len(headers)
+        except IndexError:
+            raise CorruptRecordError("record headers run past the record") from None
+        listOffsets = np.zeros(n + 1, np.int32)
+        np.cumsum(sizes, out=listOffsets[1:])
         flat = pa.StructArray.from_arrays(
             [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
             fields=list(structType),
         )
-        return pa.ListArray.from_arrays(
-            pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(listOffsets)]),
-            flat,
-            type=listType,
-        )
+        return pa.ListArray.from_arrays(pa.array(listOffsets), flat, type=listType)
 
 
 class _AbortedFilter:

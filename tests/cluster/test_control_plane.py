@@ -185,7 +185,9 @@ def test_unclean_election(cluster):
     b = cluster(2)
     waitUntil(lambda: a.image.live() == {1, 2})
     _, error = call(a.service.createTopic, "u", {0: (2, 1)}, {})
-    waitUntil(lambda: a.image.leader("u", 0) == 2)
+    # Broker 2 writes the ISR below as its leader: once it has read the state
+    # (a leader's write names what it read).
+    waitUntil(lambda: a.image.leader("u", 0) == 2 and b.image.leader("u", 0) == 2)
     # Broker 1 drops out of the ISR (as its leader would write it).
     state = a.image.states[("u", 0)]
     newVersion, error = call(b.service.alterIsr, "u", 0, 2, state.leaderEpoch, (2,), state.zkVersion)

@@ -16,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from kafkatwist.testing import waitUntil
-from tests.cluster.helpers import createPlaced, partitions, startThree
+from tests.cluster.helpers import createPlaced, partitions
 from tests.integration.helpers import rawIncremental
 
 pytest.importorskip("kafka")
@@ -77,7 +77,7 @@ def sizes(cluster, size):
 
 
 def test_cluster_default_and_per_broker_configs_through_one_broker(cluster):  # noqa: F811
-    startThree(cluster)
+    cluster.startAll()
     admin = cluster.admin(1)
     # Partition p on broker p + 1 only.
     createPlaced(cluster, TOPIC, {0: [1], 1: [2], 2: [3]})
@@ -131,7 +131,7 @@ def test_cluster_default_and_per_broker_configs_through_one_broker(cluster):  # 
 
 
 def test_damaged_znode_is_skipped_and_passwords_refused(cluster):  # noqa: F811
-    startThree(cluster)
+    cluster.startAll()
     createPlaced(cluster, TOPIC, {0: [1], 1: [2], 2: [3]})
     waitUntil(lambda: sizes(cluster, 5000) == [True] * 3, what="the topic serves everywhere")
     setDefault(cluster, 1, message_max_bytes="3000")
@@ -178,7 +178,7 @@ def test_controller_follows_the_dynamic_unclean_election_default(cluster):  # no
     left without a live ISR member gets the live replica outside the ISR
     once the default is set, through any broker.
     """
-    startThree(cluster)
+    cluster.startAll()
     createPlaced(cluster, "w", {0: [1, 2]})
     cluster.brokers[2].kill()
     waitUntil(lambda: partitions(cluster.admin(1, 3), "w")[0][2] == (1,), what="ISR {1}")

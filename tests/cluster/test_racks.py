@@ -73,7 +73,8 @@ def records(partition) -> int:
 
 def test_fetch_from_the_closest_replica(cluster):
     for i in (1, 2, 3):
-        cluster.startBroker(i, **{"broker.rack": f"RACK{i}", "replica.selector.class": RACK_AWARE})
+        cluster.broker(i, **{"broker.rack": f"RACK{i}", "replica.selector.class": RACK_AWARE})
+    cluster.start()
     admin = cluster.admin()
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
 
@@ -153,7 +154,8 @@ def test_fetch_from_the_closest_replica(cluster):
 def test_rack_aware_topic_creation(cluster):
     racks = {1: "a", 2: "a", 3: "b"}
     for i, rack in racks.items():
-        cluster.startBroker(i, **{"broker.rack": rack})
+        cluster.broker(i, **{"broker.rack": rack})
+    cluster.start()
     admin = cluster.admin()
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     admin.create_topics([NewTopic("placed", 6, 2)])["placed"].result(timeout=30)

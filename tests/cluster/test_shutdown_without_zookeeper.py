@@ -37,11 +37,10 @@ BOUND = SHUTDOWN_TIMEOUT_MS / 1000 + 8.0
 def test_sigterm_while_zookeeper_goes_away_exits_in_bounded_time(ownZooKeeper, tmp_path, zookeeperAfter):
     cluster = ClusterUnderTest(ownZooKeeper, tmp_path / "brokers", "gone")
     try:
-        for i in (1, 2, 3):
-            # Kafka's controlled shutdown defaults (the test cluster's are shorter).
-            cluster.startBroker(i, **{"log.cleaner.enable": "false", "controlled.shutdown.max.retries": "3",
-                                "controlled.shutdown.retry.backoff.ms": "5000",
-                                "broker.shutdown.timeout.ms": str(SHUTDOWN_TIMEOUT_MS)})
+        # Kafka's controlled shutdown defaults (the test cluster's are shorter).
+        cluster.startAll(**{"log.cleaner.enable": "false", "controlled.shutdown.max.retries": "3",
+                            "controlled.shutdown.retry.backoff.ms": "5000",
+                            "broker.shutdown.timeout.ms": str(SHUTDOWN_TIMEOUT_MS)})
         admin = cluster.admin(1, 2, 3)
         waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
         admin.create_topics([NewTopic("s", num_partitions=3, replication_factor=3)],

@@ -107,8 +107,9 @@ def test_produce_and_fetch_answer_while_zookeeper_is_stopped(ownZooKeeper, pausa
     # broker under test, so an admin request waiting on ZooKeeper would hold
     # every other request.
     for i in (1, 2, 3):
-        cluster.startBroker(i, **{"zookeeper.session.timeout.ms": "30000",
-                            **({"num.io.threads": "1"} if i == 1 else {})})
+        cluster.broker(i, **{"zookeeper.session.timeout.ms": "30000",
+                             **({"num.io.threads": "1"} if i == 1 else {})})
+    cluster.start()
     admin = cluster.admin(1, 2, 3)
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     for topic in ("busy", "doomed", "growing"):

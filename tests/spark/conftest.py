@@ -19,6 +19,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SPARK_DIR = os.path.join(ROOT, "spark")
 
 
+#: the hang bound of a Spark test (the suite's is 300 s): the first one a
+#: process runs also starts its SparkSession (a JVM), which took 200 s of a
+#: test's 300 on a 2-core machine with a load average of 30
+SPARK_TIMEOUT = 600
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if str(item.path).startswith(HERE + os.sep) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT))
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """
@@ -49,6 +62,10 @@ def spark(tmp_path_factory):
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
+        # A test JVM lives minutes on small data: the client compiler only
+        # and one GC thread (about half the JVM's CPU for a start and a few
+        # small jobs, measured on 2 cores).
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")

@@ -111,7 +111,7 @@ def test_stream_over_compacted_topic(spark, compacted, tmp_path):
         .option("kafka.bootstrap.servers", broker.bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "45")
+        .option("maxOffsetsPerTrigger", "90")
         .load()
         .select("offset")
         .writeStream.format("parquet")
