@@ -56,11 +56,12 @@ test: install lint
 	@java -version >/dev/null 2>&1 || echo "NOTE: java not found: Spark tests will be skipped (PySpark needs Java 17)."
 	$(BIN)/python -m pytest -p tests.scheduling -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The edit loop (about 3 minutes): units and single-broker integration on two
-# workers (a module's tests stay on one); no ZooKeeper, Spark or fuzz run, no
-# test marked slow.  `make test` runs everything.
+# The edit loop (about 3 minutes): units and single-broker integration on three
+# workers as `make test` (a module's tests stay on one, the longest files start
+# first); no ZooKeeper, Spark or fuzz run, no test marked slow.  `make test` runs
+# everything.
 FAST_TESTS ?= tests/unit tests/log tests/coordinator tests/client tests/integration tests/console tests/testing
-FAST_ARGS ?= -n 2 --dist loadfile
+FAST_ARGS ?= -p tests.scheduling -n 3 --dist loadfile
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(FAST_ARGS) $(FAST_TESTS) $(PYTEST_ARGS)
 

@@ -50,6 +50,7 @@ from kafkatwist.cluster.produceridblocks import ProducerIdBlocks
 from kafkatwist.cluster.zkreads import ZooKeeperReads
 from kafkatwist.cluster.image import ClusterImage
 from kafkatwist.util.owner import OwnerThread
+from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.cluster.placement import assignReplicasToBrokers
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IAlterIsr, IBrokerDirectory
@@ -345,6 +346,11 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         read it (-1: not registered).  Any thread.
         """
         return self.image.brokerEpochs.get(brokerId, -1)
+
+    #: the topics each broker creates itself, with an id of its own (the
+    #: internal topics): followers fetch them by the cluster's id, which
+    #: their leader resolves for a replica's fetch
+    locallyCreatedTopics = INTERNAL_TOPICS
 
     def topicId(self, name: str):
         """

@@ -27,7 +27,8 @@ Threads: L{DynamicBrokerConfig.alter} runs on request handler threads,
 serialised by a lock; the reconfigurables it calls do their work there or
 hand it to the thread that owns the state.  A change read from ZooKeeper
 is handed by the cluster owner thread to L{DynamicBrokerConfig.handOff}
-(the reactor's thread pool), which applies the latest one under the same
+(the reactor's thread pool) in the order handed -- after a layer this broker
+wrote, whose write was answered first -- and applies the latest one under the same
 lock: the owner never waits for the lock, which an alter holds while it
 waits for the owner to write ZooKeeper.  L{DynamicBrokerConfig.current} is
 an immutable L{BrokerConfig} replaced whole: read it from any thread.
@@ -124,6 +125,12 @@ class DynamicBrokerConfig:
         #: runs C{f()} off the caller's thread (in a cluster: the reactor's
         #: thread pool)
         self.handOff: Callable[[Callable[[], None]], None] = lambda f: f()
+        #: what L{_inOrder} was given and has not run yet; the hand-off
+        #: running it (one at a time) and its thread
+        self._handed: deque = deque()
+        self._handedLock = threading.Lock()
+        self._handedRun = threading.Lock()
+        self._handedRunner: int | None = None
         #: the latest layers read from ZooKeeper, not yet applied
         self._latest: tuple[dict[str, str], dict[str, str]] | None = None
         self._latestLock = threading.Lock()
@@ -227,7 +234,41 @@ class DynamicBrokerConfig:
         """
         with self._latestLock:
             self._latest = (dict(default), dict(broker))
-        self.handOff(self._applyLatest)
+        self._inOrder(self._applyLatest)
+
+    def _inOrder(self, work: Callable[[], None]) -> None:
+        """
+        Run C{work} through L{handOff} after everything given here before:
+        a pool runs what it is given in any order, and a layer this broker
+        wrote, applied after a newer change read from ZooKeeper, would
+        undo that change.
+        """
+        with self._handedLock:
+            self._handed.append(work)
+        self.handOff(self._runHanded)
+
+    def _runHanded(self) -> None:
+        """
+        Run what L{_inOrder} was given, first given first, until none is
+        left (a later hand-off then finds nothing to do).
+        """
+        me = threading.get_ident()
+        if self._handedRunner == me:
+            return  # (handed from the work this thread runs: run after it)
+        with self._handedRun:
+            self._handedRunner = me
+            try:
+                while True:
+                    with self._handedLock:
+                        if not self._handed:
+                            return
+                        work = self._handed.popleft()
+                    try:
+                        work()
+                    except Exception:
+                        log.failure("Applying dynamic broker configs failed")
+            finally:
+                self._handedRunner = None
 
     def _applyLatest(self) -> None:
         with self._lock:
@@ -364,7 +405,11 @@ class DynamicBrokerConfig:
                 if raising:
                     self._nextRemote()
                     raise
-                onStored(_asKafkaError(e))
+                try:
+                    onStored(_asKafkaError(e))
+                except Exception:
+                    # (Its failure must not keep the later alters waiting.)
+                    log.failure("Answering a dynamic broker config change failed")
                 continue
             break
         calling = threading.get_ident()
@@ -391,7 +436,7 @@ class DynamicBrokerConfig:
             if threading.get_ident() == calling:
                 applied(error)
             else:
-                self.handOff(lambda: applied(error))
+                self._inOrder(lambda: applied(error))
 
         remote = self.remote
         assert remote is not None

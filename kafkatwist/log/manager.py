@@ -209,6 +209,8 @@ class LogManager(BaseLogManager):
                 _refuseWithoutMetadata(name, partitions, copies)
         for name, partitions in sorted(found.items()):
             self._loadTopic(name, partitions, metadata.get(name, []), copies, state, now)
+        with self._lock:
+            self._publish()
         for logDir in self.logDirs:
             marker = os.path.join(logDir, CLEAN_SHUTDOWN)
             if os.path.exists(marker):

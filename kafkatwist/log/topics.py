@@ -115,6 +115,12 @@ class BaseLogManager:
         self.clock = clock or _wallClockMs
         self._lock = threading.RLock()
         self._topics: dict[str, TopicState] = {}
+        #: name -> TopicInfo of every topic: a table never changed once
+        #: published, replaced whole (L{_publish}, under C{_lock}) after
+        #: each change of C{_topics}; read without the lock (L{topics}), so
+        #: a Metadata answer on a Processor's thread never waits behind a
+        #: topic creation's disk work
+        self._published: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], Any] = {}
         #: topic id -> name, as of its last rebuild (see L{topicName})
         self._namesById: dict[uuid.UUID, str] = {}
@@ -125,8 +131,19 @@ class BaseLogManager:
     # -- queries ---------------------------------------------------------------
 
     def topics(self) -> dict[str, TopicInfo]:
-        with self._lock:
-            return {name: topic.info() for name, topic in self._topics.items()}
+        """
+        See L{ILogManager.topics}: the last published table (a copy of
+        it), without taking the lock a topic operation holds across its
+        disk work.  Any thread.
+        """
+        return dict(self._published)
+
+    def _publish(self) -> None:
+        """
+        Publish the topic table again after a change of C{_topics} or of a
+        topic's partition count or overrides.  Under C{_lock}.
+        """
+        self._published = {name: topic.info() for name, topic in self._topics.items()}
 
     def topicName(self, topicId: uuid.UUID | None) -> str | None:
         """
@@ -140,8 +157,7 @@ class BaseLogManager:
             topic = self._topics.get(name)
             if topic is not None and topic.topicId == topicId:
                 return name
-        with self._lock:
-            self._namesById = names = {t.topicId: n for n, t in self._topics.items()}
+        self._namesById = names = {t.topicId: n for n, t in self._published.items()}
         return names.get(topicId)
 
     def getLog(self, topic: str, partition: int):
@@ -215,6 +231,7 @@ class BaseLogManager:
                     log.isLeader = False
                 self._logs[(name, log.partition)] = log
             self._topics[name] = topic
+            self._publish()
         _log.info(
             "Created topic {topic} ({topicId}) with {partitions} partitions, configs {configs}",
             topic=name, topicId=str(topic.topicId), partitions=numPartitions, configs=overrides,
@@ -225,6 +242,7 @@ class BaseLogManager:
         with self._lock:
             topic = self._topic(name)
             del self._topics[name]
+            self._publish()
             logs = [
                 self._logs.pop((name, p))
                 for p in range(topic.numPartitions)
@@ -255,6 +273,7 @@ class BaseLogManager:
                     log.isLeader = False
                 self._logs[(name, log.partition)] = log
             topic.numPartitions, topic.epoch = totalCount, grown.epoch
+            self._publish()
             self._persistTopic(topic)
         _log.info("Topic {topic} now has {partitions} partitions", topic=name, partitions=totalCount)
         return topic.info()
@@ -273,6 +292,7 @@ class BaseLogManager:
                 return TopicInfo(name, topic.topicId, topic.numPartitions, overrides)
             topic.overrides, topic.config = overrides, config
             topic.epoch += 1
+            self._publish()
             for partition in range(topic.numPartitions):
                 log = self._logs.get((name, partition))
                 if log is not None:

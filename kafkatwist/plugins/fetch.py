@@ -248,6 +248,28 @@ class FetchHandler(Handler):
         if fetched:
             replicaManager.recordFollowerFetch(replicaId, fetched, _replicaEpoch(request, version))
 
+    def _clusterInternal(self):
+        """
+        For a replica's fetch in a cluster: C{f(topic id)}, the internal
+        topic whose id the cluster has is that id (C{None}: none).  Each
+        broker creates the internal topics itself, with an id of its own;
+        its followers fetch them by the cluster's id, as every topic.
+        """
+        replicaManager = self.broker.replicaManager
+        directory = getattr(replicaManager, "directory", None)
+        clusterTopicId = getattr(directory, "topicId", None)
+        if clusterTopicId is None:
+            return None
+        names = getattr(directory, "locallyCreatedTopics", ())
+
+        def internalTopic(topicId):
+            for name in names:
+                if clusterTopicId(name) == topicId:
+                    return name
+            return None
+
+        return internalTopic
+
     @staticmethod
     def _encode(version, plan, topics):
         if version <= LEGACY_MAX_VERSION:
@@ -276,6 +298,7 @@ class FetchHandler(Handler):
             and getattr(replicaManager, "replicaSelector", None) is not None
         )
         nowMs = _nowMs(context.clock) if selecting else 0
+        clusterInternal = self._clusterInternal() if replicaId >= 0 and version >= TOPIC_IDS_FROM else None
         plan = []
         previous = _NO_TOPIC
         for topicKey, partition, offset, partitionMaxBytes, epoch in entries:
@@ -284,7 +307,9 @@ class FetchHandler(Handler):
                 if version >= TOPIC_IDS_FROM:
                     # librdkafka's Fetch (v16): one look-up per topic, not
                     # a copy of the topic table per request.
-                    name = logManager.topicName(topicKey)
+                    name = clusterInternal(topicKey) if clusterInternal is not None else None
+                    if name is None:
+                        name = logManager.topicName(topicKey)
                     missing = ErrorCode.unknown_topic_id
                 else:
                     name = topicKey

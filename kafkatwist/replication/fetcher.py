@@ -13,8 +13,10 @@ A follower with no epochs at all truncates to its high watermark.  Then it
 fetches from its log end -- in a cluster Fetch v15, whose C{replica_state}
 names this broker and its broker epoch (KIP-903: a leader never counts
 what an earlier registration of this broker fetched), topics by id;
-without one, and for a topic whose local id is not the cluster's (the
-internal topics each broker creates itself), v11, topics by name; C{current_leader_epoch} either way --
+every topic by the cluster's id (the internal topics each broker creates
+itself with an id of its own too: their leader resolves the cluster's id for
+a replica's fetch), one request a round; without one v11, topics by name;
+C{current_leader_epoch} either way --
 appends what comes as it is -- the leader's offsets and epochs, CRCs
 checked -- and takes the leader's high watermark (bounded by
 its own log end) and log start offset.
@@ -362,56 +364,63 @@ class ReplicaFetcher:
 
     def _fetch(self, connection, states: list) -> None:
         brokerEpoch = self.brokerEpoch()
-        # (version, broker epoch, topic key of a state) per kind of fetch:
-        # in a cluster, topics whose id this broker shares with the cluster
-        # go by id in Fetch v15 with the broker epoch (KIP-903); the others
-        # (no cluster, or a local id not the cluster's: the internal topics
-        # each broker created itself) by name in v11.
-        kinds = [(NAMED_FETCH_VERSION, -1, lambda state: state.key[0])]
+        # One request a round, as Kafka's fetcher sends: in a cluster Fetch
+        # v15 with the broker epoch (KIP-903), every topic by the cluster's
+        # id (an internal topic too: its leader resolves the cluster's id
+        # for a replica's fetch); without one v11, topics by name.
         if brokerEpoch >= 0:
-            kinds.insert(0, (FETCH_VERSION, brokerEpoch, lambda state: self.topicIdOf(state.key[0])))
-        requests = []
+            version = FETCH_VERSION
+            topicIds: dict = {}
+
+            def keyOf(state):
+                topic = state.key[0]
+                if topic not in topicIds:
+                    topicIds[topic] = self.topicIdOf(topic)
+                return topicIds[topic]
+        else:
+            version = NAMED_FETCH_VERSION
+
+            def keyOf(state):
+                return state.key[0]
+        Partition = nested(requestType(FETCH, version), "FetchPartition")
+        byTopic: dict = {}
+        keyed = {}
         # Under the append lock, and only partitions still ours: once a
         # removal returned, no request tells this leader a log end that
         # another leader's data made (the old leader would count it as
         # replicated and acknowledge what this replica does not hold).
         with self._appendLock:
-            kept, held = [], []
+            held = False
             for state in states:
-                if self._stillOurs(state):
-                    (held if self._throttled(state) else kept).append(state)
-            for version, epoch, keyOf in kinds:
-                Partition = nested(requestType(FETCH, version), "FetchPartition")
-                byTopic: dict = {}
-                keyed = {}
-                rest = []
-                for state in kept:
-                    topicKey = keyOf(state)
-                    if topicKey is None:
-                        rest.append(state)
-                        continue
-                    keyed[(topicKey, state.key[1])] = state
-                    byTopic.setdefault(topicKey, []).append(
-                        make(
-                            Partition,
-                            partition=state.key[1],
-                            current_leader_epoch=state.leaderEpoch,
-                            fetch_offset=state.log.logEndOffset,
-                            log_start_offset=state.log.logStartOffset,
-                            partition_max_bytes=self.maxBytes,
-                        )
+                if not self._stillOurs(state):
+                    continue
+                if self._throttled(state):
+                    held = True
+                    continue
+                topicKey = keyOf(state)
+                if topicKey is None:
+                    # No log of the topic any more, or not the cluster's
+                    # id: the controller's next word settles it.
+                    state.delayedUntil = self._now() + self.backoff
+                    continue
+                keyed[(topicKey, state.key[1])] = state
+                byTopic.setdefault(topicKey, []).append(
+                    make(
+                        Partition,
+                        partition=state.key[1],
+                        current_leader_epoch=state.leaderEpoch,
+                        fetch_offset=state.log.logEndOffset,
+                        log_start_offset=state.log.logStartOffset,
+                        partition_max_bytes=self.maxBytes,
                     )
-                kept = rest
-                if byTopic:
-                    requests.append((version, epoch, byTopic, keyed))
-        if not requests:
+                )
+        if not byTopic:
             if held:
                 # Only throttled partitions: back off, as Kafka's fetcher
                 # does with nothing to fetch.
                 self._sleep(self.backoff)
             return
-        for version, epoch, byTopic, keyed in requests:
-            self._fetchAs(connection, version, epoch, byTopic, keyed)
+        self._fetchAs(connection, version, brokerEpoch if version >= 15 else -1, byTopic, keyed)
 
     def _fetchAs(self, connection, version: int, brokerEpoch: int, byTopic: dict, states: dict) -> None:
         cls = requestType(FETCH, version)

@@ -530,8 +530,11 @@ class ReplicaManager:
         them read again only for a name it lacks (and emptied when a
         partition gets a new log: a topic created again has a new id);
         C{None} when not known or, in a cluster, not the id the cluster
-        has (an internal topic this broker created itself): the leader
-        would not know it.  Any thread.
+        has (the leader would not know it) -- except for an internal topic,
+        which each broker creates itself with an id of its own: that one
+        goes by the cluster's id, which its leader resolves for a replica's
+        fetch (so every topic is fetched by id, in one request, with the
+        broker epoch).  Any thread.
         """
         ids = self._topicIds
         topicId = ids.get(topic)
@@ -541,8 +544,11 @@ class ReplicaManager:
             self._topicIds = ids
             topicId = ids.get(topic)
         clusterTopicId = getattr(self.directory, "topicId", None)
-        if topicId is not None and clusterTopicId is not None and clusterTopicId(topic) != topicId:
-            return None
+        if topicId is not None and clusterTopicId is not None:
+            clusterId = clusterTopicId(topic)
+            if clusterId != topicId:
+                ownIds = getattr(self.directory, "locallyCreatedTopics", ())
+                return clusterId if topic in ownIds else None
         return topicId
 
     def _removeFetcher(self, key) -> None:

@@ -464,6 +464,17 @@ class CommitLog:
             replicationFactor=max(1, min(3, brokers)),
             ignoreExisting=True,
         )
+        # Just created, the topic reaches the other brokers' metadata a
+        # moment later (UNKNOWN_TOPIC_OR_PARTITION meanwhile, retriable in
+        # Kafka): wait for a leader, within the client's timeout.
+        deadline = time.monotonic() + self.client.timeout
+        while True:
+            found = self.client.metadata([self.topic]).topics.get(self.topic)
+            if found is not None and found.error == ErrorCode.none and found.partitions.get(0, -1) >= 0:
+                return
+            if time.monotonic() >= deadline:
+                return  # the reads that follow fail with the broker's error
+            time.sleep(0.1)
 
     def latest(self) -> dict | None:
         """

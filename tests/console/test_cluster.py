@@ -12,9 +12,10 @@ import pytest
 
 from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import ClusterUnderTest
-from tests.console.conftest import consolePort
+from tests.console.helpers import consolePort
 
-pytestmark = pytest.mark.integration
+# Three brokers and ZooKeeper: make test runs them, make test-fast does not.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def get(url):

@@ -13,7 +13,7 @@ import pytest
 
 from kafkatwist.security.format import formatDirectory
 from kafkatwist.testing import Broker
-from tests.console.conftest import consolePort
+from tests.console.helpers import consolePort
 from tests.console.formclient import FormClient, flash
 
 pytestmark = pytest.mark.integration

@@ -284,35 +284,42 @@ def test_consumer_offsets_compacted_and_loaded(tmp_path):
         },
     )
     broker = Broker(str(tmp_path / "b"), overrides).start()
-    with KafkaWireClient(broker.bootstrap) as client:
-        client.createTopics({"anything": 3})
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "committer"})
-    for i in range(1500):
-        consumer.commit(offsets=[TopicPartition("anything", i % 3, i)], asynchronous=False)
-    consumer.close()
-    waitCleaned(broker, "__consumer_offsets")
-    text = scrape(broker)
-    assert metric(text, "kafka_log_logcleaner_bytes_read_total") > 0
-    assert metric(text, "kafka_log_logcleaner_dead_thread_count") == 0
-    assert 0 <= metric(text, "kafka_log_logcleanermanager_max_dirty_percent") <= 100
-    assert metric(text, "kafka_log_logcleanermanager_time_since_last_run_ms") >= 0
-    for name in ("max_buffer_utilization_percent", "cleaner_recopy_percent", "max_clean_time_secs",
-                 "max_compaction_delay_secs"):
-        metric(text, f"kafka_log_logcleaner_{name}")
-    directory = os.path.join(broker.overrides["log.dir"], "__consumer_offsets-0")
+    try:
+        with KafkaWireClient(broker.bootstrap) as client:
+            client.createTopics({"anything": 3})
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "committer"})
+        for i in range(1500):
+            consumer.commit(offsets=[TopicPartition("anything", i % 3, i)], asynchronous=False)
+        consumer.close()
+        waitCleaned(broker, "__consumer_offsets")
+        text = scrape(broker)
+        assert metric(text, "kafka_log_logcleaner_bytes_read_total") > 0
+        assert metric(text, "kafka_log_logcleaner_dead_thread_count") == 0
+        assert 0 <= metric(text, "kafka_log_logcleanermanager_max_dirty_percent") <= 100
+        assert metric(text, "kafka_log_logcleanermanager_time_since_last_run_ms") >= 0
+        for name in ("max_buffer_utilization_percent", "cleaner_recopy_percent", "max_clean_time_secs",
+                     "max_compaction_delay_secs"):
+            metric(text, f"kafka_log_logcleaner_{name}")
+        directory = os.path.join(broker.overrides["log.dir"], "__consumer_offsets-0")
 
-    def size():
-        return sum(
-            os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory) if n.endswith(".log")
-        )
+        def size():
+            total = 0
+            for n in os.listdir(directory):
+                if n.endswith(".log"):
+                    try:
+                        total += os.path.getsize(os.path.join(directory, n))
+                    except FileNotFoundError:
+                        pass  # the cleaner deleted it after it was listed: it is not left
+            return total
 
-    # Segments roll every 16 KiB, and the cleaner keeps up: what is left is
-    # the active segment and the three latest commits.
-    deadline = time.monotonic() + 30
-    while size() > 2 * 16384 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert size() <= 2 * 16384
-    broker.stop()
+        # Segments roll every 16 KiB, and the cleaner keeps up: what is left is
+        # the active segment and the three latest commits.
+        deadline = time.monotonic() + 30
+        while size() > 2 * 16384 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert size() <= 2 * 16384
+    finally:
+        broker.stop()
     again = Broker(broker.directory, dict(broker.overrides, listeners="PLAINTEXT://127.0.0.1:0"))
     again.logPath += ".2"
     again.start()

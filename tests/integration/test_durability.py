@@ -15,6 +15,7 @@ import time
 import pytest
 
 from kafkatwist.testing import Broker
+from kafkatwist.testing.broker import TEST_DEFAULTS
 from tests.integration.helpers import (
     confluentConsume,
     confluentProduce,
@@ -36,7 +37,7 @@ def segmentFiles(broker: Broker, topic: str, partition: int = 0) -> list[str]:
 
 
 def test_clean_restart_keeps_everything(tmp_path):
-    broker = Broker(str(tmp_path / "b"), {"num.partitions": "3"}).start()
+    broker = Broker(str(tmp_path / "b"), {**TEST_DEFAULTS, "num.partitions": "3"}).start()
     confluentProduce(broker.bootstrap, "kept", 30_000, "lz4")
     before = [confluentConsume(broker.bootstrap, "kept", 1, partition=p) for p in range(3)]
     status, _ = broker.stop()
@@ -80,7 +81,8 @@ def test_kill9_with_fsync_before_ack_loses_nothing_acknowledged(tmp_path):
     from confluent_kafka import Producer
 
     broker = Broker(
-        str(tmp_path / "b"), {"log.flush.interval.messages": "1", "log.segment.bytes": "200000"}
+        str(tmp_path / "b"),
+        {**TEST_DEFAULTS, "log.flush.interval.messages": "1", "log.segment.bytes": "200000"},
     ).start()
     producer = Producer(
         {
@@ -138,7 +140,7 @@ def test_kill9_with_fsync_before_ack_loses_nothing_acknowledged(tmp_path):
 
 
 def test_corrupt_batch_detected_at_recovery_and_not_served(tmp_path):
-    broker = Broker(str(tmp_path / "b")).start()
+    broker = Broker(str(tmp_path / "b"), TEST_DEFAULTS).start()
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from kafkatwist.testing import Broker, Cluster, waitUntil
+from kafkatwist.testing.broker import TEST_DEFAULTS
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer  # noqa: E402
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.integration]
 
 
 def roundTrip(config: dict, topic: str) -> bytes:
-    # (A group of one: the brokers here wait group.initial.rebalance.delay.ms.)
+    # (A group of one: a broker without TEST_DEFAULTS waits group.initial.rebalance.delay.ms.)
     producer = Producer({**config, "acks": "all"})
     errors = []
     producer.produce(topic, b"hello", on_delivery=lambda e, m: errors.append(e))
@@ -36,7 +37,7 @@ def roundTrip(config: dict, topic: str) -> bytes:
 
 
 def test_broker_with_tls_and_sasl(tmp_path):
-    with Broker(tls=True, sasl={"alice": "alice-secret"}) as broker:
+    with Broker(overrides=TEST_DEFAULTS, tls=True, sasl={"alice": "alice-secret"}) as broker:
         assert broker.protocol == "SASL_SSL"
         assert roundTrip(broker.client_config(), "secure") == b"hello"
         assert roundTrip(broker.client_config(mechanism="SCRAM-SHA-512"), "secure2") == b"hello"
@@ -46,7 +47,7 @@ def test_broker_with_tls_and_sasl(tmp_path):
 
 
 def test_broker_restart_keeps_its_port_and_data(tmp_path):
-    with Broker(str(tmp_path / "b")) as broker:
+    with Broker(str(tmp_path / "b"), TEST_DEFAULTS) as broker:
         bootstrap = broker.bootstrap_servers
         assert roundTrip({"bootstrap.servers": bootstrap}, "kept") == b"hello"
         broker.restart()
