@@ -22,19 +22,16 @@ from __future__ import annotations
 
 import os
 import re
-import struct
-import time
 
 import pytest
 
 from kafkatwist.testing import waitUntil
+from tests.cluster.crashhelpers import CUT, RECORDS, cutActiveSegment, readAll, tracebacks
 from tests.cluster.helpers import ClusterUnderTest, partitions
 
 confluent = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 
-RECORDS = 1000
-CUT = 500
 _TRUNCATING = re.compile(r"(\S+)-(\d+): truncating from (\d+) to (\d+)")
 
 
@@ -45,55 +42,9 @@ def cluster(zookeeper, tmp_path):
     c.stop()
 
 
-def cutActiveSegment(partitionDir: str, offset: int) -> int:
-    """
-    Cut the partition's last (active) segment back to the batch that
-    starts at C{offset}, as a lost page cache leaves it; the index files
-    and checkpoints are left alone.
-
-    @return: the bytes cut off.
-    """
-    logs = sorted(f for f in os.listdir(partitionDir) if f.endswith(".log"))
-    path = os.path.join(partitionDir, logs[-1])
-    with open(path, "rb") as f:
-        data = f.read()
-    position = 0
-    while position + 12 <= len(data):
-        baseOffset, length = struct.unpack_from(">qi", data, position)
-        if baseOffset == offset:
-            break
-        assert baseOffset < offset, f"no batch starts at {offset} in {path}"
-        position += 12 + length
-    else:
-        raise AssertionError(f"no batch starts at {offset} in {path}")
-    os.truncate(path, position)
-    return len(data) - position
-
-
 def truncations(broker, topic: str) -> list[tuple[int, int]]:
     return [(int(end), int(to)) for name, _, end, to in _TRUNCATING.findall(broker.output())
             if name == topic]
-
-
-def tracebacks(broker) -> list[str]:
-    text = broker.output()
-    return [line for line in text.splitlines() if "Traceback" in line or "Unhandled" in line]
-
-
-def readAll(bootstrap: str, topic: str, count: int, timeout: float = 90.0) -> set[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{topic}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    seen: set[bytes] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(seen) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                seen.add(message.value())
-    finally:
-        consumer.close()
-    return seen
 
 
 def crashAndCut(cluster, topic: str, leaderIsController: bool, settings: dict) -> dict:

@@ -23,7 +23,7 @@ from kafkatwist.log import MemoryLogManager
 from kafkatwist.plugins.fetch import FetchHandler
 from kafkatwist.replication.fetcher import FETCH_VERSION, ReplicaFetcher
 from kafkatwist.replication.manager import ReplicaManager, StaticDirectory
-from tests.cluster.test_isr_epochs import CONFIG, NEW, NoFetcher
+from tests.cluster.epochhelpers import CONFIG, NEW, NoFetcher
 
 OFFSETS = "__consumer_offsets"
 

@@ -22,18 +22,10 @@ from kafkatwist.cluster.image import ClusterImage, freeze
 from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.replication.manager import ReplicaManager, StaticDirectory
+from tests.cluster.epochhelpers import CONFIG, NEW, OLD, NoFetcher
 from tests.log.batches import makeBatch
 
 NOW = 1_700_000_000_000
-OLD, NEW = 0x100, 0x200  # broker 2's registrations (czxids) before and after its restart
-
-CONFIG = {
-    "replica.lag.time.max.ms": 10_000,
-    "num.replica.fetchers": 1,
-    "replica.high.watermark.checkpoint.interval.ms": 5000,
-}
-
-
 class Alter:
     """An IAlterIsr that records its calls and answers when told."""
 
@@ -54,26 +46,6 @@ class Directory(StaticDirectory):
 
     def brokerEpoch(self, brokerId):
         return self.epochs.get(brokerId, -1)
-
-
-class NoFetcher:
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def addPartition(self, *args):
-        pass
-
-    def removePartition(self, key):
-        pass
-
-    def partitionCount(self):
-        return 0
-
-    def start(self):
-        pass
-
-    def stop(self, timeout=5.0):
-        pass
 
 
 class Leader:

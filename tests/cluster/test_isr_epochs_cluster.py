@@ -14,7 +14,7 @@ import pytest
 
 from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import ClusterUnderTest, partitions
-from tests.cluster.test_crash_restart import CUT, RECORDS, cutActiveSegment, readAll, tracebacks
+from tests.cluster.crashhelpers import CUT, RECORDS, cutActiveSegment, readAll, tracebacks
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402

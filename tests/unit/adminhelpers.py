@@ -142,3 +142,21 @@ def alter(broker, resources, version=1, validateOnly=False):
 
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def metadata(broker, handler, names, version=12):
+    from kio.serial import entity_reader
+
+    from kafkatwist.protocol.apis import METADATA
+    from kafkatwist.protocol.entities import make
+
+    topics = None if names is None else tuple(
+        req(METADATA, version, "MetadataRequestTopic", name=n, topic_id=None) for n in names
+    )
+    request = roundTrip(make(
+        requestType(METADATA, version), topics=topics, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    ))
+    answer = handler.handleOnNetworkThread(FakeContext(METADATA, version), request)
+    decoded, _ = entity_reader(responseType(METADATA, version))(memoryview(b"".join(answer.chunks)), 0)
+    return {t.name: (t.error_code, len(t.partitions)) for t in decoded.topics}

@@ -32,6 +32,7 @@ from tests.unit.adminhelpers import (
     createTopic,
     describe,
     makeBroker,
+    metadata,
     req,
 )
 
@@ -715,25 +716,6 @@ def test_broker_partition_limit():
 
 
 # -- Metadata, answered from its cache ---------------------------------------------
-
-
-def metadata(broker, handler, names, version=12):
-    from kio.serial import entity_reader
-
-    from kafkatwist.protocol.apis import METADATA
-    from kafkatwist.protocol.entities import make
-    from tests.unit.adminhelpers import FakeContext, roundTrip
-
-    topics = None if names is None else tuple(
-        req(METADATA, version, "MetadataRequestTopic", name=n, topic_id=None) for n in names
-    )
-    request = roundTrip(make(
-        requestType(METADATA, version), topics=topics, allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    ))
-    answer = handler.handleOnNetworkThread(FakeContext(METADATA, version), request)
-    decoded, _ = entity_reader(responseType(METADATA, version))(memoryview(b"".join(answer.chunks)), 0)
-    return {t.name: (t.error_code, len(t.partitions)) for t in decoded.topics}
 
 
 def test_metadata_answers_follow_topic_changes():

@@ -13,7 +13,7 @@ from kafkatwist.errors import ErrorCode
 from kafkatwist.log import MemoryLogManager
 from kafkatwist.log.manager import LogManager
 from tests.unit.adminhelpers import createTopic, makeBroker
-from tests.unit.test_admin_handlers import metadata
+from tests.unit.adminhelpers import metadata
 
 
 def _whileLocked(logManager, work):
