@@ -60,3 +60,28 @@ def readAll(bootstrap: str, topic: str, count: int, timeout: float = 90.0) -> se
     finally:
         consumer.close()
     return seen
+
+
+def startThree(cluster) -> tuple[dict, object]:
+    """
+    Start brokers 1-3 with the settings these tests crash them under (a short
+    replica lag, fast follower fetches and checkpoints, no cleaner, the
+    replication drop-ins) and wait until a client sees all three.
+
+    @return: the settings (for restarts) and an admin client of the three.
+    """
+    from kafkatwist.testing import waitUntil
+    from tests.replication.cluster import DROPIN
+
+    settings = {
+        "replica.lag.time.max.ms": "3000",
+        "replica.fetch.wait.max.ms": "200",
+        "replica.high.watermark.checkpoint.interval.ms": "500",
+        "log.cleaner.enable": "false",
+        "plugin.paths": DROPIN,
+    }
+    for i in (1, 2, 3):
+        cluster.startBroker(i, **settings)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    return settings, admin

@@ -26,7 +26,14 @@ import re
 import pytest
 
 from kafkatwist.testing import waitUntil
-from tests.cluster.crashhelpers import CUT, RECORDS, cutActiveSegment, readAll, tracebacks
+from tests.cluster.crashhelpers import (
+    CUT,
+    RECORDS,
+    cutActiveSegment,
+    readAll,
+    startThree,
+    tracebacks,
+)
 from tests.cluster.helpers import ClusterUnderTest, partitions
 
 confluent = pytest.importorskip("confluent_kafka")
@@ -138,20 +145,9 @@ def crashAndCut(cluster, topic: str, leaderIsController: bool, settings: dict) -
 
 @pytest.mark.parametrize("leaderIsController", [True, False], ids=["leader-is-controller", "leader-not-controller"])
 def test_crashed_leader_restarted_at_once_loses_nothing(cluster, leaderIsController):
-    from tests.replication.cluster import DROPIN
 
     attempts = int(os.environ.get("KAFKATWIST_CRASH_ATTEMPTS", "2"))
-    settings = {
-        "replica.lag.time.max.ms": "3000",
-        "replica.fetch.wait.max.ms": "200",
-        "replica.high.watermark.checkpoint.interval.ms": "500",
-        "log.cleaner.enable": "false",
-        "plugin.paths": DROPIN,
-    }
-    for i in (1, 2, 3):
-        cluster.startBroker(i, **settings)
-    admin = cluster.admin(1, 2, 3)
-    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    settings, admin = startThree(cluster)
     # An idle topic with many partitions keeps the controller busy after a
     # broker change, which widens the window the issue describes.
     idle = int(os.environ.get("KAFKATWIST_CRASH_IDLE_PARTITIONS", "60"))

@@ -14,7 +14,14 @@ import pytest
 
 from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import ClusterUnderTest, partitions
-from tests.cluster.crashhelpers import CUT, RECORDS, cutActiveSegment, readAll, tracebacks
+from tests.cluster.crashhelpers import (
+    CUT,
+    RECORDS,
+    cutActiveSegment,
+    readAll,
+    startThree,
+    tracebacks,
+)
 
 confluent = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
@@ -33,19 +40,9 @@ def test_a_follower_restarted_with_a_cut_log_rejoins_only_caught_up(cluster):
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic as PlainNewTopic
 
-    from tests.replication.cluster import DROPIN, StaticCluster
+    from tests.replication.cluster import StaticCluster
 
-    settings = {
-        "replica.lag.time.max.ms": "3000",
-        "replica.fetch.wait.max.ms": "200",
-        "replica.high.watermark.checkpoint.interval.ms": "500",
-        "log.cleaner.enable": "false",
-        "plugin.paths": DROPIN,
-    }
-    for i in (1, 2, 3):
-        cluster.startBroker(i, **settings)
-    admin = cluster.admin(1, 2, 3)
-    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    settings, admin = startThree(cluster)
     probe = StaticCluster.__new__(StaticCluster)
     probe.brokers = cluster.brokers
     client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(1, 2, 3))
