@@ -39,6 +39,7 @@ import time
 import uuid
 
 from bench.brokers import startBroker
+from bench.throughput import benchConsumer
 from bench.throughput import confluentProduce, createTopic
 
 
@@ -46,18 +47,7 @@ def leanConsume(bootstrap: str, topic: str, records: int, partitions: int) -> No
     """
     Read C{records} from offset 0 of every partition, counting only.
     """
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-" + uuid.uuid4().hex,
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-            "queued.max.messages.kbytes": 262144,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer = benchConsumer(bootstrap, topic, partitions)
     seen = 0
     deadline = time.monotonic() + 300
     try:

@@ -94,7 +94,11 @@ def confluentProduce(bootstrap: str, topic: str, records: int, partitions: int) 
         raise RuntimeError(f"{remaining} records were not delivered")
 
 
-def confluentConsume(bootstrap: str, topic: str, records: int, partitions: int) -> None:
+def benchConsumer(bootstrap: str, topic: str, partitions: int):
+    """
+    A confluent-kafka consumer of a group of its own, assigned offset 0 of
+    every partition, with the fetch settings the consume benchmarks share.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -107,6 +111,11 @@ def confluentConsume(bootstrap: str, topic: str, records: int, partitions: int) 
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    return consumer
+
+
+def confluentConsume(bootstrap: str, topic: str, records: int, partitions: int) -> None:
+    consumer = benchConsumer(bootstrap, topic, partitions)
     seen = 0
     deadline = time.monotonic() + 300
     while seen < records and time.monotonic() < deadline:
