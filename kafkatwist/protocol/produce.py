@@ -329,3 +329,104 @@ def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
     out.append(0)
     body = bytes(out)
     return EncodedResponse([body], len(body))
+
+
+# -- the commonest request, read and answered in one piece --------------------
+
+#: where a record batch's magic byte and its attributes' low byte are
+_MAGIC_AT = 16
+_ATTRIBUTES_LOW_AT = 22
+_TRANSACTIONAL_BIT = 0x10
+#: the smallest record batch (its header)
+_BATCH_HEADER_SIZE = 61
+
+_SMALL_TAIL = ">BihqqqBBBBiB"
+_smallAnswers: dict = {}
+
+
+def readSmallProduce(version: int, frame, offset: int):
+    """
+    Recognise the commonest Produce request: v9+, a null transactional id,
+    one topic (a name below 127 bytes) of one partition whose record set
+    (below 16 KiB... or any size of a two-byte compact length) begins with
+    a record batch (magic 2) that is not transactional, and no tagged
+    fields -- the whole frame, nothing after it.
+
+    @param frame: the request frame (C{bytes}, after the size prefix).
+    @param offset: where the body starts.
+    @return: C{(acks, topic, partition, start, end)} (the records are
+        C{frame[start:end]}), or C{None} for any other request, malformed
+        ones included (the general decoder says what is wrong with those).
+    """
+    if version < FLEXIBLE_FROM:
+        return None
+    size = len(frame)
+    # null transactional id, acks, timeout, one topic, a name of one byte
+    # at least, one partition, a record set of one batch header at least
+    if size - offset < 10 + 1 + 5 + 2 + _BATCH_HEADER_SIZE + 3 or frame[offset] != 0 or frame[offset + 7] != 2:
+        return None
+    (acks,) = _I16.unpack_from(frame, offset + 1)
+    n = frame[offset + 8] - 1
+    if n < 1 or n > 126:
+        return None
+    at = offset + 9 + n
+    try:
+        name = str(frame[offset + 9 : at], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if frame[at] != 2:
+        return None
+    (index,) = _I32.unpack_from(frame, at + 1)
+    at += 5
+    b = frame[at]
+    if b < 0x80:
+        n = b - 1
+        at += 1
+    else:
+        b2 = frame[at + 1]
+        if b2 >= 0x80:
+            return None
+        n = ((b & 0x7F) | (b2 << 7)) - 1
+        at += 2
+    end = at + n
+    if (
+        n < _BATCH_HEADER_SIZE
+        or end + 3 != size
+        or frame[end] != 0
+        or frame[end + 1] != 0
+        or frame[end + 2] != 0
+        or frame[at + _MAGIC_AT] != 2
+        or frame[at + _ATTRIBUTES_LOW_AT] & _TRANSACTIONAL_BIT
+    ):
+        return None
+    return acks, name, index, at, end
+
+
+def encodeSmallProduceAnswer(
+    correlationId: int, topic: str, partition: int, baseOffset: int, logAppendTime: int,
+    logStartOffset: int, throttleMs: int,
+) -> list:
+    """
+    The whole response frame (size prefix, header v1, body) of a v9+
+    Produce of one partition answered without error: what
+    L{encodeProduceResponse} and the response header give, packed at once
+    from a layout kept per topic name.
+
+    @return: the chunks to write (one).
+    """
+    layout = _smallAnswers.get(topic)
+    if layout is None:
+        raw = topic.encode("utf-8")
+        if len(raw) > 126:
+            raise ValueError("topic name too long for the one-byte layout")
+        shape = struct.Struct(f">iiBBB{len(raw)}s" + _SMALL_TAIL[1:])
+        layout = (shape.pack, shape.size - 4, len(raw) + 1, raw)
+        if len(_smallAnswers) < 10_000:
+            _smallAnswers[topic] = layout
+    pack, size, n, raw = layout
+    return [
+        pack(
+            size, correlationId, 0, 2, n, raw, 2, partition, 0, baseOffset, logAppendTime,
+            logStartOffset, 1, 0, 0, 0, throttleMs, 0,
+        )
+    ]
