@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from time import monotonic as _monotonic
 
 from twisted.internet import defer
 from twisted.internet.protocol import Factory
@@ -311,15 +312,19 @@ class Processor:
 
     def _flush(self) -> None:
         self._flushScheduled = False
-        if self._blocked:
-            batch = self._blocked + self._pending
+        blocked = self._blocked
+        if blocked:
+            batch = blocked + self._pending
         else:
             batch = self._pending
         self._pending = []
         if not batch:
             return
         accepted = self.server.channel.sendRequests(batch, self)
-        self._blocked = batch[accepted:] if accepted < len(batch) else []
+        if accepted < len(batch):
+            self._blocked = batch[accepted:]
+        elif blocked:
+            self._blocked = []
 
     def channelHasRoom(self) -> None:
         self.callInThread(self._flush)
@@ -344,7 +349,7 @@ class Processor:
 
     def responseSent(self, connection, request, pickedUpAt: float) -> None:
         if request is not None:
-            sentAt = time.monotonic()
+            sentAt = _monotonic()
             self.stats.record(request, pickedUpAt, sentAt)
             if self.requestLog:
                 log.debug(

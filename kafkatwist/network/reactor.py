@@ -90,8 +90,16 @@ class ProcessorReactor(EPollReactor):
                 log.failure("Unexpected error in a Processor's main loop")
 
     def _loop(self) -> None:
+        # One iteration: Twisted's timed and thread calls when any are due or
+        # queued, then doPoll's work, inline (the hooks are read once: a
+        # Processor sets them before it runs).
         seconds = self.seconds
-        doPoll = self.doPoll
+        selectables = self._selectables
+        poll = self._poller.poll
+        beforeWait = self.beforeWait
+        afterEvents = self.afterEvents
+        dispatch = self._dispatchReady
+        idleClock = self.idleClock
         while self._started:
             pending = self._pendingTimedCalls
             if (
@@ -114,7 +122,56 @@ class ProcessorReactor(EPollReactor):
                     timeout = _LONGEST_WAIT
             else:
                 timeout = -1
-            doPoll(timeout)
+            beforeWait()
+            if idleClock is None:
+                events = poll(timeout, len(selectables))
+            else:
+                before = monotonic()
+                events = poll(timeout, len(selectables))
+                idleClock.idle += monotonic() - before
+            if len(events) == 1:
+                [(fd, event)] = events
+                selectable = selectables.get(fd)
+                if selectable is not None:
+                    if event == EPOLLIN:
+                        # (_dispatchReady's commonest case, inline)
+                        try:
+                            why = selectable.doRead()
+                        except Exception:
+                            why = sys.exc_info()[1]
+                            log.failure("Error reading from {selectable}", Failure(), selectable=selectable)
+                        if why:
+                            self._disconnectSelectable(selectable, why, True)
+                    else:
+                        dispatch(selectable, fd, event)
+            elif events:
+                for fd, event in events:
+                    selectable = selectables.get(fd)
+                    if selectable is not None:
+                        dispatch(selectable, fd, event)
+            afterEvents()
+
+    def _dispatchReady(self, selectable, fd: int, event: int) -> None:
+        if event == EPOLLIN:
+            # Only readable (the common case): what _doReadOrWrite does
+            # for it, without its checks for the other cases.
+            try:
+                why = selectable.doRead()
+            except Exception:
+                why = sys.exc_info()[1]
+                log.failure("Error reading from {selectable}", Failure(), selectable=selectable)
+            if why:
+                try:
+                    self._disconnectSelectable(selectable, why, True)
+                except Exception:
+                    log.failure("Error disconnecting {selectable}", selectable=selectable)
+            return
+        try:
+            self._doReadOrWrite(selectable, fd, event)
+        except Exception:
+            # _doReadOrWrite already turns a failing doRead/doWrite into
+            # connectionLost; this is what escapes even that.
+            log.failure("Error handling an event on {selectable}", selectable=selectable)
 
     def doPoll(self, timeout):
         self.beforeWait()
@@ -133,30 +190,11 @@ class ProcessorReactor(EPollReactor):
             if err.errno == errno.EINTR:
                 return
             raise
+        dispatch = self._dispatchReady
         for fd, event in events:
             selectable = selectables.get(fd)
-            if selectable is None:
-                continue
-            if event == EPOLLIN:
-                # Only readable (the common case): what _doReadOrWrite does
-                # for it, without its checks for the other cases.
-                try:
-                    why = selectable.doRead()
-                except Exception:
-                    why = sys.exc_info()[1]
-                    log.failure("Error reading from {selectable}", Failure(), selectable=selectable)
-                if why:
-                    try:
-                        self._disconnectSelectable(selectable, why, True)
-                    except Exception:
-                        log.failure("Error disconnecting {selectable}", selectable=selectable)
-                continue
-            try:
-                self._doReadOrWrite(selectable, fd, event)
-            except Exception:
-                # _doReadOrWrite already turns a failing doRead/doWrite into
-                # connectionLost; this is what escapes even that.
-                log.failure("Error handling an event on {selectable}", selectable=selectable)
+            if selectable is not None:
+                dispatch(selectable, fd, event)
         self.afterEvents()
 
     doIteration = doPoll

@@ -341,18 +341,24 @@ _TRANSACTIONAL_BIT = 0x10
 _BATCH_HEADER_SIZE = 61
 
 _SMALL_TAIL = ">BihqqqBBBBiB"
+#: null transactional id, acks, timeout, topic count, topic name length
+_SMALL_HEAD = struct.Struct(">BhiBB")
+#: partition count, index, the first byte of the record set's length
+_SMALL_PARTITION = struct.Struct(">BiB")
+#: the partition's, the topic's and the request's (empty) tagged fields
+_NO_TAGS = b"\x00\x00\x00"
 _smallAnswers: dict = {}
 
 
 def readSmallProduce(version: int, frame, offset: int):
     """
     Recognise the commonest Produce request: v9+, a null transactional id,
-    one topic (a name below 127 bytes) of one partition whose record set
-    (below 16 KiB... or any size of a two-byte compact length) begins with
-    a record batch (magic 2) that is not transactional, and no tagged
-    fields -- the whole frame, nothing after it.
+    one topic (a name of 1-126 bytes) of one partition whose record set
+    (of a one- or two-byte compact length: below 16 KiB) begins with a
+    record batch (magic 2) that is not transactional, and no tagged fields
+    -- the whole frame, nothing after it.
 
-    @param frame: the request frame (C{bytes}, after the size prefix).
+    @param frame: the request frame (after the size prefix).
     @param offset: where the body starts.
     @return: C{(acks, topic, partition, start, end)} (the records are
         C{frame[start:end]}), or C{None} for any other request, malformed
@@ -361,43 +367,34 @@ def readSmallProduce(version: int, frame, offset: int):
     if version < FLEXIBLE_FROM:
         return None
     size = len(frame)
-    # null transactional id, acks, timeout, one topic, a name of one byte
-    # at least, one partition, a record set of one batch header at least
-    if size - offset < 10 + 1 + 5 + 2 + _BATCH_HEADER_SIZE + 3 or frame[offset] != 0 or frame[offset + 7] != 2:
-        return None
-    (acks,) = _I16.unpack_from(frame, offset + 1)
-    n = frame[offset + 8] - 1
-    if n < 1 or n > 126:
-        return None
-    at = offset + 9 + n
     try:
-        name = str(frame[offset + 9 : at], "utf-8")
-    except UnicodeDecodeError:
-        return None
-    if frame[at] != 2:
-        return None
-    (index,) = _I32.unpack_from(frame, at + 1)
-    at += 5
-    b = frame[at]
-    if b < 0x80:
-        n = b - 1
-        at += 1
-    else:
-        b2 = frame[at + 1]
-        if b2 >= 0x80:
+        transactionalId, acks, _, topics, n = _SMALL_HEAD.unpack_from(frame, offset)
+        if transactionalId or topics != 2 or n < 2 or n > 127:
             return None
-        n = ((b & 0x7F) | (b2 << 7)) - 1
-        at += 2
-    end = at + n
-    if (
-        n < _BATCH_HEADER_SIZE
-        or end + 3 != size
-        or frame[end] != 0
-        or frame[end + 1] != 0
-        or frame[end + 2] != 0
-        or frame[at + _MAGIC_AT] != 2
-        or frame[at + _ATTRIBUTES_LOW_AT] & _TRANSACTIONAL_BIT
-    ):
+        at = offset + 8 + n
+        name = str(frame[offset + 9 : at], "utf-8")
+        partitions, index, b = _SMALL_PARTITION.unpack_from(frame, at)
+        if partitions != 2:
+            return None
+        at += 6
+        if b < 0x80:
+            n = b - 1
+        else:
+            b2 = frame[at]
+            if b2 >= 0x80:
+                return None
+            n = ((b & 0x7F) | (b2 << 7)) - 1
+            at += 1
+        end = at + n
+        if (
+            n < _BATCH_HEADER_SIZE
+            or end + 3 != size
+            or frame[end:] != _NO_TAGS
+            or frame[at + _MAGIC_AT] != 2
+            or frame[at + _ATTRIBUTES_LOW_AT] & _TRANSACTIONAL_BIT
+        ):
+            return None
+    except (struct.error, IndexError, UnicodeDecodeError):
         return None
     return acks, name, index, at, end
 
