@@ -174,7 +174,15 @@ class HandlerPool:
                 if answerFrame is not None and (quotas is None or not quotas.active(REQUEST_PERCENTAGE)):
                     # (with a request_percentage quota, the general path
                     # counts the handler's time)
-                    chunks = answerFrame(request.context, request.frame, header.bodyOffset)
+                    try:
+                        chunks = answerFrame(request.context, request.frame, header.bodyOffset)
+                    except Exception:
+                        # Answered as the general path answers a handler
+                        # that raised: the error response needs the body.
+                        failure = Failure()
+                        body = self._decodeQuietly(handler, request)
+                        self._abandon(request)
+                        return self._done(request, self._failed(failure, request, body))
                     if chunks is not NotImplemented:
                         # (_done, inline)
                         memory, request.memory = request.memory, 0
@@ -256,6 +264,21 @@ class HandlerPool:
             request.processor.memoryPool.release(memory)
         request.completedAt = time.monotonic()
         return response
+
+    @staticmethod
+    def _decodeQuietly(handler, request: Request):
+        """
+        The request's body decoded as the general path decodes it, or
+        C{None} if it does not decode.
+        """
+        header = request.header
+        try:
+            decode = getattr(handler, "decodeRequest", None)
+            if decode is not None:
+                return decode(header.apiVersion, request.frame, header.bodyOffset)
+            return decodeRequest(header.apiKey, header.apiVersion, request.frame, header.bodyOffset)
+        except Exception:
+            return None
 
     def _frameAnswerer(self, handler):
         """

@@ -215,3 +215,33 @@ def test_the_header_parse_reads_inline_what_it_read_before():
     header = parseRequestHeader(frame)
     assert (header.apiKey, header.apiVersion, header.correlationId, header.clientId) == (PRODUCE, 9, 5, "client")
     assert frame[header.bodyOffset] == 0  # the null transactional id
+
+
+def test_an_append_that_raises_is_answered_as_the_general_path_answers_it():
+    # UNKNOWN_SERVER_ERROR for the partition, the connection kept.
+    frame = encodeRequestFrame(PRODUCE, 9, 5, "c", produceRequest(9, [("orders", [(0, batch())])]))
+    answers = []
+    for wrap in (False, True):
+        broker = brokerWith(wrap=wrap)
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("the disk went away")
+
+        broker.replicaManager.appendRecords = broken
+        response = handled(broker, frame)
+        assert not response.close
+        answers.append(b"".join(response.chunks))
+    assert answers[0] == answers[1]
+    assert int.from_bytes(answers[0][22:24], "big", signed=True) == ErrorCode.unknown_server_error
+
+
+def test_damaged_frames_are_answered_or_refused_never_raised():
+    good = encodeRequestFrame(PRODUCE, 9, 5, "c", produceRequest(9, [("orders", [(0, batch())])]))
+    broker = brokerWith()
+    headerEnd = 4 + 10 + 1 + 1  # size, fixed header, client id "c", tagged fields
+    for position in range(headerEnd, len(good)):
+        for value in (0x00, 0x01, 0x7F, 0x80, 0xFF):
+            frame = bytearray(good)
+            frame[position] = value
+            response = handled(broker, bytes(frame))
+            assert response.close or response.chunks is None or response.chunks
