@@ -310,13 +310,13 @@ class KafkaConnection(Protocol):
         if self._closing:
             return
         self.lastActive = self._seconds()
+        # (With the buffer empty no frame size is pending and no frame waits
+        # for memory: both keep bytes in the buffer.)
         if (
             not self._buffer
             and not self._inflight
-            and self._frameSize < 0
             and self.sasl is None
             and not self._muted
-            and not self._waitingForMemory
             and self._throttleCall is None
             and len(data) > 4
         ):

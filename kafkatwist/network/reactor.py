@@ -92,7 +92,9 @@ class ProcessorReactor(EPollReactor):
     def _loop(self) -> None:
         # One iteration: Twisted's timed and thread calls when any are due or
         # queued, then doPoll's work, inline (the hooks are read once: a
-        # Processor sets them before it runs).
+        # Processor sets them before it runs).  beforeWait runs after the
+        # timed and thread calls, when they ran: afterEvents has just run
+        # otherwise, and nothing else happened since.
         seconds = self.seconds
         selectables = self._selectables
         poll = self._poller.poll
@@ -112,6 +114,9 @@ class ProcessorReactor(EPollReactor):
                 if self._newTimedCalls:
                     self._insertNewDelayedCalls()
                 pending = self._pendingTimedCalls
+                # Work queued by timers and Twisted's thread calls: the
+                # only work between afterEvents and the wait.
+                beforeWait()
             if not self.running:
                 timeout = 0.0
             elif pending:
@@ -122,7 +127,6 @@ class ProcessorReactor(EPollReactor):
                     timeout = _LONGEST_WAIT
             else:
                 timeout = -1
-            beforeWait()
             if idleClock is None:
                 events = poll(timeout, len(selectables))
             else:
