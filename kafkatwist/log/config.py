@@ -17,7 +17,7 @@ producer sent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafkatwist.config import (
@@ -284,6 +284,33 @@ class LogConfig:
     #: items, or C{*}; L{kafkatwist.replication.quota.throttles})
     leaderThrottledReplicas: tuple[str, ...] = ()
     followerThrottledReplicas: tuple[str, ...] = ()
+    # Derived once from the fields above (not settings): what every append
+    # reads, as plain attributes.
+    #: L{logAppendTime}
+    appendTime: bool = field(init=False, repr=False, compare=False)
+    #: L{rollMs}
+    rollAfterMs: int = field(init=False, repr=False, compare=False)
+    #: whether a client's records are checked one by one whatever their
+    #: batches claim (L{kafkatwist.log.recordchecks}): compacted, or a
+    #: CreateTime topic with a timestamp bound
+    recordChecks: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        appendTime = self.messageTimestampType == "LogAppendTime"
+        object.__setattr__(self, "appendTime", appendTime)
+        object.__setattr__(self, "rollAfterMs", self.rollMs)
+        object.__setattr__(
+            self,
+            "recordChecks",
+            self.compacts
+            or (
+                not appendTime
+                and (
+                    self.messageTimestampBeforeMaxMs < INT64_MAX
+                    or self.messageTimestampAfterMaxMs < INT64_MAX
+                )
+            ),
+        )
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, str], defaults: BrokerLogDefaults) -> LogConfig:

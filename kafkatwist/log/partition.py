@@ -67,6 +67,7 @@ from kafkatwist.log.txnindex import AbortedTxn, TransactionIndex
 from kafkatwist.protocol.batch import (
     CONTROL_BIT,
     HEADER_SIZE,
+    TIMESTAMP_TYPE_BIT,
     AssignedBatch,
     assignOffsets,
     batchError,
@@ -79,6 +80,8 @@ __all__ = ["PartitionLog"]
 log = Logger()
 
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+# NamedTuple construction without its Python-level __new__ (hot path).
+_newTuple = tuple.__new__
 
 
 def _segmentText(segment) -> str:
@@ -252,17 +255,29 @@ class PartitionLog(PartitionReads):
         batches = validateRecordSet(
             data, maxBatchBytes=config.maxMessageBytes, allowControl=not isFromClient
         )
-        markers = None if isFromClient else self._readMarkers(data, batches)
         if isFromClient:
-            checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config, nowMs)
-        if len(data) > config.segmentBytes:
+            markers = None
+            check = config.recordChecks
+            if not check:
+                # A batch claiming LogAppendTime is checked (a bit test each).
+                for batch in batches:
+                    if batch[1][5] & TIMESTAMP_TYPE_BIT:
+                        check = True
+                        break
+            if check:
+                checkClientRecords(data, batches, f"{self.topic}-{self.partition}", config, nowMs)
+        else:
+            markers = self._readMarkers(data, batches)
+        size = len(data)
+        if size > config.segmentBytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
-                f"{len(data)} bytes is larger than segment.bytes {config.segmentBytes}",
+                f"{size} bytes is larger than segment.bytes {config.segmentBytes}",
             )
-        logAppendTime = nowMs if config.logAppendTime else None
+        logAppendTime = nowMs if config.appendTime else None
         with self._lock:
-            self._checkOpen()
+            if self._closed:
+                self._checkOpen()
             if not self.isLeader:
                 raise KafkaError(
                     ErrorCode.not_leader_or_follower,
@@ -278,7 +293,7 @@ class PartitionLog(PartitionReads):
                     raise self._storageError("leader-epoch-checkpoint", e) from None
             producers = None
             for _, header in batches:
-                if header.producerId >= 0:
+                if header[9] >= 0:  # a producer id
                     if isFromClient:
                         producers = self.producerState.prepareAppend(
                             batches, firstOffset, logAppendTime, verificationGuard
@@ -298,39 +313,48 @@ class PartitionLog(PartitionReads):
                 leaderEpoch=leaderEpoch,
             )
             last = assigned[-1]
-            maxTimestamp, offsetOfMax = -1, -1
-            for batch in assigned:
-                if batch.maxTimestamp > maxTimestamp:
-                    maxTimestamp, offsetOfMax = batch.maxTimestamp, batch.offsetOfMaxTimestamp
-            segment = self._maybeRoll(len(data), maxTimestamp, last.lastOffset, nowMs)
+            lastOffset = last[3]
+            maxTimestamp, offsetOfMax = last[4], last[5]
+            if len(assigned) > 1:
+                maxTimestamp, offsetOfMax = -1, -1
+                for batch in assigned:
+                    if batch[4] > maxTimestamp:
+                        maxTimestamp, offsetOfMax = batch[4], batch[5]
+            segment = self._maybeRoll(size, maxTimestamp, lastOffset, nowMs)
             segment.append(data, assigned, config.indexIntervalBytes)
             # Before the end is published: a transaction begun here holds
             # the last stable offset back before readers can see its batch.
             completed = self.producerState.commit(producers) if producers else None
             # Publish only now: readers never look past this.
-            self._end = (last.lastOffset + 1, segment, segment.size)
+            self._end = (lastOffset + 1, segment, segment.size)
             if completed:
                 self._completeTxns(completed, segment)
-            numRecords = sum(batch.header.recordsCount for batch in batches)
-            if self._unflushedRecords == 0:
+            # Every batch's count is its offset span (validateRecordSet).
+            numRecords = lastOffset + 1 - firstOffset
+            unflushed = self._unflushedRecords
+            if unflushed == 0:
                 self._dirtySinceMs = nowMs
-            self._unflushedRecords += numRecords
-            if self._unflushedRecords >= config.flushMessages:
+            unflushed = self._unflushedRecords = unflushed + numRecords
+            if unflushed >= config.flushMessages:
                 try:
                     self._flushLocked()
                 except OSError as e:
                     # Written but not durable: the producer retries (an
                     # idempotent one is deduplicated).
                     raise self._storageError("fsync", e) from None
-            return AppendInfo(
-                firstOffset=firstOffset,
-                lastOffset=last.lastOffset,
-                logAppendTime=nowMs if logAppendTime is not None else -1,
-                logStartOffset=self._logStartOffset,
-                maxTimestamp=maxTimestamp,
-                offsetOfMaxTimestamp=offsetOfMax,
-                numRecords=numRecords,
-                validBytes=len(data),
+            return _newTuple(
+                AppendInfo,
+                (
+                    firstOffset,
+                    lastOffset,
+                    -1 if logAppendTime is None else nowMs,
+                    self._logStartOffset,
+                    maxTimestamp,
+                    offsetOfMax,
+                    numRecords,
+                    size,
+                    False,
+                ),
             )
 
     #: whether L{close} flushed everything (a full disk may stop it)
@@ -742,14 +766,25 @@ class PartitionLog(PartitionReads):
 
     def _maybeRoll(self, appendBytes: int, maxTimestamp: int, lastOffset: int, nowMs: int):
         config = self.config
-        segment = self.activeSegment
-        if segment.size > 0 and (
-            segment.size + appendBytes > config.segmentBytes
+        segment = self._view[1][-1]
+        size = segment.size
+        if size == 0:
+            return segment
+        if (
+            size + appendBytes > config.segmentBytes
             or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
             or segment.isFull(config.segmentIndexBytes)
-            or segment.timeWaitedForRoll(nowMs, maxTimestamp)
-            > config.rollMs - self._rollJitter(segment, config)
         ):
+            return self._roll(nowMs)
+        first = segment._rollingBasedTimestamp
+        if first is not None and first >= 0:
+            waited = maxTimestamp - first  # (timeWaitedForRoll, inline)
+        else:
+            waited = segment.timeWaitedForRoll(nowMs, maxTimestamp)
+        rollMs = config.rollAfterMs
+        if config.segmentJitterMs > 0:
+            rollMs -= self._rollJitter(segment, config)
+        if waited > rollMs:
             return self._roll(nowMs)
         return segment
 

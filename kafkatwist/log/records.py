@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["AppendInfo", "ReadInfo", "TopicInfo"]
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """
-    The outcome of one L{IPartitionLog.append}.
+    The outcome of one L{IPartitionLog.append} (a named tuple: immutable,
+    and made by the append path without a Python call).
 
     @ivar firstOffset: offset given to the first record.
     @ivar lastOffset: offset given to the last record.

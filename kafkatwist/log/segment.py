@@ -197,10 +197,12 @@ class Segment:
         return _MAX_TIMESTAMP.unpack_from(data, _MAX_TIMESTAMP_AT)[0]
 
     def isFull(self, maxIndexBytes: int) -> bool:
-        offsetIndex, timeIndex = self.indexes()
+        offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
+        if offsetIndex is None or timeIndex is None or not self.pinned:
+            offsetIndex, timeIndex = self.indexes()
         return (
-            len(offsetIndex) >= maxIndexBytes // OffsetIndex.entrySize
-            or len(timeIndex) >= maxIndexBytes // TimeIndex.entrySize
+            offsetIndex.count >= maxIndexBytes // OffsetIndex.entrySize
+            or timeIndex.count >= maxIndexBytes // TimeIndex.entrySize
         )
 
     def append(self, data, assigned, indexIntervalBytes: int) -> None:
@@ -213,23 +215,29 @@ class Segment:
         """
         start = self.size
         self._write(data, start)
-        offsetIndex, timeIndex = self.indexes()
-        maxTimestamp = self.largestTimestamp
+        maxTimestamp = self._maxTimestamp
+        if maxTimestamp is None:
+            maxTimestamp = self.largestTimestamp
         offsetOfMax = self._offsetOfMaxTimestamp
         since = self._bytesSinceLastIndexEntry
-        if self._rollingBasedTimestamp is None:
-            self._rollingBasedTimestamp = assigned[0].maxTimestamp if start == 0 else None
+        if start == 0 and self._rollingBasedTimestamp is None:
+            self._rollingBasedTimestamp = assigned[0][4]
+        # AssignedBatch fields by position: 0 position, 1 size, 2 base
+        # offset, 4 max timestamp, 5 its offset.
         for batch in assigned:
-            if batch.maxTimestamp > maxTimestamp:
-                maxTimestamp, offsetOfMax = batch.maxTimestamp, batch.offsetOfMaxTimestamp
+            if batch[4] > maxTimestamp:
+                maxTimestamp, offsetOfMax = batch[4], batch[5]
             if since > indexIntervalBytes:
-                offsetIndex.append(batch.baseOffset, start + batch.position)
+                # An entry every index.interval.bytes: the indexes are
+                # loaded (if they were not) only then.
+                offsetIndex, timeIndex = self.indexes()
+                offsetIndex.append(batch[2], start + batch[0])
                 timeIndex.maybeAppend(maxTimestamp, offsetOfMax)
                 since = 0
-            since += batch.size
+            since += batch[1]
         self._bytesSinceLastIndexEntry = since
         self._maxTimestamp, self._offsetOfMaxTimestamp = maxTimestamp, offsetOfMax
-        self.nextOffset = assigned[-1].lastOffset + 1
+        self.nextOffset = assigned[-1][3] + 1
         self.size = start + len(data)
 
     def onBecomeInactive(self) -> None:
@@ -721,11 +729,13 @@ class FileSegment(Segment):
             fd = self.cache.writerFd(self)
         else:
             self._used = True
-        view = memoryview(data)
-        written = 0
         try:
-            while written < len(view):
-                written += os.pwrite(fd, view[written:], position + written)
+            # One pwrite (a short write goes on from where it stopped).
+            written = os.pwrite(fd, data, position)
+            if written < len(data):
+                view = memoryview(data)
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], position + written)
         except OSError as e:
             # Leave no partial batch behind: the next append writes here.
             try:

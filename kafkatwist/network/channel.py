@@ -153,12 +153,18 @@ class RequestChannel:
             once room appears, if not all fitted.
         @return: how many were accepted (a prefix of C{requests}).
         """
+        n = len(requests)
         with self._lock:
-            room = self.capacity - self._count
-            accepted = requests if room >= len(requests) else requests[: max(room, 0)]
-            self._count += len(accepted)
-            if len(accepted) < len(requests) and processor not in self._blockedProcessors:
-                self._blockedProcessors.append(processor)
+            if self.capacity - self._count >= n:
+                # (the usual case: all fit)
+                self._count += n
+                accepted = requests
+            else:
+                room = self.capacity - self._count
+                accepted = requests[: max(room, 0)]
+                self._count += len(accepted)
+                if processor not in self._blockedProcessors:
+                    self._blockedProcessors.append(processor)
         size = self.batchSize
         if len(accepted) <= size:
             if accepted:
@@ -186,19 +192,22 @@ class RequestChannel:
             list on timeout; C{None} once the channel is closed.
         """
         try:
-            batch = self._queue.get(timeout=timeout)
+            batch = self._queue.get(True, timeout)
         except queue.Empty:
             return []
         if batch is None or batch.__class__ is tuple:
             return batch
-        blocked = None
         with self._lock:
             self._count -= len(batch)
-            if self._blockedProcessors:
-                blocked, self._blockedProcessors = self._blockedProcessors, []
-        now = time.monotonic()
-        for request in batch:
-            request.dequeuedAt = now
+            blocked = self._blockedProcessors
+            if blocked:
+                self._blockedProcessors = []
+        if len(batch) == 1:
+            batch[0].dequeuedAt = time.monotonic()
+        else:
+            now = time.monotonic()
+            for request in batch:
+                request.dequeuedAt = now
         if blocked:
             for processor in blocked:
                 processor.channelHasRoom()

@@ -80,6 +80,10 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
+#: baseOffset, batchLength and partitionLeaderEpoch, written together
+_ASSIGN = struct.Struct(">qii")
+# NamedTuple construction without its Python-level __new__ (hot path).
+_newTuple = tuple.__new__
 
 # Field positions inside a batch.
 BASE_OFFSET_AT = 0
@@ -349,33 +353,63 @@ def validateRecordSet(
         INVALID_RECORD (count, records that do not add up to it, empty set,
         control batch from a client), MESSAGE_TOO_LARGE.
     """
-    view = memoryview(buf).cast("B")
-    end = len(view)
+    end = len(buf)
     if end == 0:
         raise KafkaError(ErrorCode.invalid_record, "empty record set")
+    view = memoryview(buf).cast("B")
     # Strided slices of bytes and bytearrays are twice as fast as a view's.
     walked = buf if type(buf) is bytearray or type(buf) is bytes else view
-    limit = decompressionLimit(maxBatchBytes)
+    limit = None
+    unpack = HEADER.unpack_from
     batches = []
     position = 0
+    # Every produce's path: the checks of L{batchError} inline, each read
+    # once; a batch failing any of them is handed to batchError, the one
+    # place that says why.
     while position < end:
-        header, error = batchError(view, position, end - position)
-        if error is not None:
-            raise error
-        assert header is not None  # batchError's contract: no error, a header
-        if maxBatchBytes is not None and header.size > maxBatchBytes:
+        available = end - position
+        if available < HEADER_SIZE or view[position + MAGIC_AT] != 2:
+            raise _refusal(view, position, available)
+        fields = unpack(view, position)
+        size = LOG_OVERHEAD + fields[1]
+        count = fields[12]
+        attributes = fields[5]
+        if (
+            size < HEADER_SIZE
+            or size > available
+            or crc32c(view[position + ATTRIBUTES_AT : position + size]) != fields[4]
+            or count < 1
+            or fields[6] != count - 1
+            or attributes & CODEC_MASK > COMPRESSION_ZSTD
+        ):
+            raise _refusal(view, position, available)
+        header = _newTuple(BatchHeader, fields)
+        if maxBatchBytes is not None and size > maxBatchBytes:
             raise KafkaError(
                 ErrorCode.message_too_large,
-                f"batch of {header.size} bytes exceeds max.message.bytes {maxBatchBytes}",
+                f"batch of {size} bytes exceeds max.message.bytes {maxBatchBytes}",
             )
-        if not allowControl and header.attributes & CONTROL_BIT:
+        if attributes & CONTROL_BIT and not allowControl:
             raise KafkaError(ErrorCode.invalid_record, "clients may not write control batches")
-        error = recordsError(view, position, header, limit, walked)
+        if limit is None and attributes & CODEC_MASK:
+            limit = decompressionLimit(maxBatchBytes)
+        error = recordsError(view, position, header, limit, walked)  # type: ignore[arg-type]
         if error is not None:
             raise error
-        batches.append(ValidBatch(position, header))
-        position += header.size
+        batches.append(_newTuple(ValidBatch, (position, header)))
+        position += size
     return batches
+
+
+def _refusal(view: memoryview, position: int, available: int) -> KafkaError:
+    """
+    Why L{batchError} refuses the batch at C{position} (which a check of
+    L{validateRecordSet} failed).
+    """
+    _, error = batchError(view, position, available)
+    if error is None:  # the checks above and batchError's are the same
+        error = KafkaError(ErrorCode.corrupt_message, f"unsound batch at {position}")
+    return error
 
 
 def recordsError(
@@ -399,8 +433,8 @@ def recordsError(
         else C{None}.
     """
     start = position + HEADER_SIZE
-    end = position + header.size
-    codec = header.attributes & CODEC_MASK
+    end = position + LOG_OVERHEAD + header[1]
+    codec = header[5] & CODEC_MASK
     if codec:
         try:
             data = decompress(codec, view[start:end], limit)
@@ -415,7 +449,7 @@ def recordsError(
         start, end = 0, len(data)
     if type(data) is memoryview:
         data = bytes(data)
-    count = header.recordsCount
+    count = header[12]
     if count * MIN_RECORD_SIZE > end - start:
         return KafkaError(
             ErrorCode.invalid_record,
@@ -423,7 +457,7 @@ def recordsError(
         )
     try:
         lastDelta = skipRecords(data, start, end, count)
-        if lastDelta != header.lastOffsetDelta:
+        if lastDelta != header[6]:
             raise CorruptRecordError(
                 f"last record has offset delta {lastDelta}, the header {header.lastOffsetDelta}"
             )
@@ -470,29 +504,34 @@ def assignOffsets(
         (outside the CRC, like Kafka).
     @return: one L{AssignedBatch} per batch.
     """
-    view = memoryview(buf).cast("B")
-    pack_into_q = _INT64.pack_into
+    assign = _ASSIGN.pack_into
+    view = None
     assigned = []
     nextOffset = baseOffset
     for position, header in batches:
-        pack_into_q(view, position + BASE_OFFSET_AT, nextOffset)
+        batchLength = header[1]
+        lastOffset = nextOffset + header[6]
         if leaderEpoch is not None:
-            _INT32.pack_into(view, position + LEADER_EPOCH_AT, leaderEpoch)
-        size = LOG_OVERHEAD + header.batchLength
-        lastOffset = nextOffset + header.lastOffsetDelta
+            # batchLength rewritten as it is: one call for both fields
+            assign(buf, position, nextOffset, batchLength, leaderEpoch)
+        else:
+            _INT64.pack_into(buf, position + BASE_OFFSET_AT, nextOffset)
+        size = LOG_OVERHEAD + batchLength
         if logAppendTime is not None:
+            if view is None:
+                view = memoryview(buf).cast("B")
             _INT16.pack_into(
                 view, position + ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_BIT
             )
-            pack_into_q(view, position + MAX_TIMESTAMP_AT, logAppendTime)
+            _INT64.pack_into(view, position + MAX_TIMESTAMP_AT, logAppendTime)
             _UINT32.pack_into(
                 view, position + CRC_AT, crc32c(view[position + ATTRIBUTES_AT : position + size])
             )
             maxTimestamp = logAppendTime
         else:
-            maxTimestamp = header.maxTimestamp
+            maxTimestamp = header[8]
         assigned.append(
-            AssignedBatch(position, size, nextOffset, lastOffset, maxTimestamp, lastOffset)
+            _newTuple(AssignedBatch, (position, size, nextOffset, lastOffset, maxTimestamp, lastOffset))
         )
         nextOffset = lastOffset + 1
     return assigned

@@ -248,6 +248,27 @@ def skipRecords(data, pos: int, end: int, count: int) -> int:
         C{end}.
     """
     try:
+        if count == 1:
+            # One record (a one-record produce): its length must reach the end.
+            v = data[pos]
+            if v < 0x80:
+                if v & 1 or v < 12:
+                    raise CorruptRecordError(f"record length {(v >> 1) ^ -(v & 1)}")
+                at = pos + 1
+                stop = at + (v >> 1)
+            elif data[pos + 1] < 0x80:
+                if v & 1:
+                    raise CorruptRecordError("negative record length")
+                at = pos + 2
+                stop = at + (((v & 0x7F) | (data[pos + 1] << 7)) >> 1)
+            else:
+                v, at = readVarint(data, pos)
+                if v & 1:
+                    raise CorruptRecordError("negative record length")
+                stop = at + (v >> 1)
+            if stop != end:
+                raise CorruptRecordError(f"1 records end at {stop - end:+} bytes from their batch's end")
+            return _offsetDelta(data, at)
         last = pos
         declared = count
         # Records walked one by one before runs are looked for again: a batch
@@ -328,14 +349,27 @@ def skipRecords(data, pos: int, end: int, count: int) -> int:
                 window <<= 4
         if pos != end:
             raise CorruptRecordError(f"{declared} records end at {pos - end:+} bytes from their batch's end")
-        # The last record's offset delta: after its length, attributes and
-        # timestamp delta (one- and two-byte varints read inline, as above).
-        at = last + 1 if data[last] < 0x80 else last + 2 if data[last + 1] < 0x80 else readVarint(data, last)[1]
-        at += 1
-        at = at + 1 if data[at] < 0x80 else readVarint(data, at)[1]
-        delta = data[at]
-        if delta >= 0x80:
-            delta, _ = readVarint(data, at)
-        return (delta >> 1) ^ -(delta & 1)
+        # The last record's offset delta, after its length (one- and
+        # two-byte varints read inline, as above).
+        return _offsetDelta(
+            data,
+            last + 1 if data[last] < 0x80 else last + 2 if data[last + 1] < 0x80 else readVarint(data, last)[1],
+        )
     except IndexError:
         raise CorruptRecordError("records run past the end of their batch") from None
+
+
+def _offsetDelta(data, at: int) -> int:
+    """
+    The offset delta of a record whose fields start at C{at} (after its
+    length): past its attributes and timestamp delta (a one-byte varint
+    read inline).
+
+    @raise IndexError: the record runs past C{data}.
+    """
+    at += 1
+    at = at + 1 if data[at] < 0x80 else readVarint(data, at)[1]
+    v = data[at]
+    if v >= 0x80:
+        v, _ = readVarint(data, at)
+    return (v >> 1) ^ -(v & 1)
