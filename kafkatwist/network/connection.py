@@ -327,7 +327,8 @@ class KafkaConnection(Protocol):
             if size + 4 == len(data) and MIN_HEADER_SIZE <= size <= self.owner.maxRequestSize:
                 pool = self.owner.memoryPool
                 capacity = pool.capacity
-                if capacity < 0 or (size <= capacity and pool.tryAllocate(size, self._memoryAvailable)):
+                # (No waiter here: refused, the general way asks again with one.)
+                if capacity < 0 or (size <= capacity and pool.tryAllocate(size)):
                     self._frameReceived(data[4:], size)
                     if self._readingPaused:
                         self._updateReading()
