@@ -33,13 +33,15 @@ from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
 from kafkatwist.plugins.fetchsessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from kafkatwist.protocol.codec import BYTES_TYPES, chunkLength, closeRegions
-from kafkatwist.protocol.entities import durationMs
 from kafkatwist.plugins.fetch_downconvert import LEGACY_MAX_VERSION, encodeDownConverted
 from kafkatwist.protocol.fetch import (
     MAX_VERSION,
     TOPIC_IDS_FROM,
+    FetchRequest,
     PartitionData,
+    decodeFetchRequest,
     encodeFetchResponse,
+    fetchRequestFrom,
 )
 from kafkatwist.util.purgatory import DelayedOperation
 from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
@@ -90,10 +92,11 @@ class FetchHandler(Handler):
     apiKey = FETCH
     minVersion = 0
     maxVersion = MAX_VERSION
-    #: no decoder of its own: the schema's (said here, so that a wrapper
-    #: forwarding unknown attributes answers the request pool's look-up on
-    #: every Fetch without raising AttributeError)
-    decodeRequest = None
+    #: its own decoder (L{kafkatwist.protocol.fetch}): the request's
+    #: partitions straight from the frame, bounds checked as it reads.  A
+    #: request decoded by C{kio} (a wrapper without it, a test) is taken
+    #: as well.
+    decodeRequest = staticmethod(decodeFetchRequest)
 
     def __init__(self, broker, wrapped=None) -> None:
         super().__init__(broker, wrapped)
@@ -111,7 +114,9 @@ class FetchHandler(Handler):
 
     def handle(self, context, request):
         version = context.apiVersion
-        replicaId = getattr(request, "replica_id", -1) if version < 15 else _replicaId(request, version)
+        if request.__class__ is not FetchRequest:
+            request = fetchRequestFrom(version, request)
+        replicaId = request.replica_id
         if replicaId >= 0 and not self.allowed(
             context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
         ):
@@ -122,8 +127,8 @@ class FetchHandler(Handler):
         ):
             return self._sessionFetch(context, request, version, replicaId)
         plan = self._plan(
-            version, _entries(version, request), context, replicaId,
-            (getattr(request, "rack_id", None) or None) if version >= CLIENT_METADATA_FROM else None,
+            version, request.entries, context, replicaId,
+            (request.rack_id or None) if version >= CLIENT_METADATA_FROM else None,
         )
         return self._fetch(context, request, version, plan, replicaId)
 
@@ -133,7 +138,7 @@ class FetchHandler(Handler):
         L{FetchContext} the answer goes to C{pending} through the sessions'
         owner.
         """
-        maxWaitMs = min(max(0, durationMs(request.max_wait)), self.maxWaitMs)
+        maxWaitMs = min(max(0, request.max_wait_ms), self.maxWaitMs)
         minBytes = request.min_bytes
         maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
         readCommitted = request.isolation_level == READ_COMMITTED
@@ -176,19 +181,17 @@ class FetchHandler(Handler):
                     )
                 else:
                     plan = self._plan(
-                        version, session.entries, context, replicaId, _clientRack(request, version)
+                        version, session.entries, context, replicaId,
+                        (request.rack_id or None) if version >= CLIENT_METADATA_FROM else None,
                     )
                     self._fetch(context, request, version, plan, replicaId, session, pending)
             except Exception:
                 pending.complete(Failure())
 
-        if version >= TOPIC_IDS_FROM:
-            forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
-        else:
-            forgotten = [(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions]
+        forgotten = [(topicKey, p) for topicKey, partitions in request.forgotten for p in partitions]
         self.sessions.open(
             _nowMs(context.clock), request.session_id, request.session_epoch,
-            version >= TOPIC_IDS_FROM, replicaId >= 0, _entries(version, request),
+            version >= TOPIC_IDS_FROM, replicaId >= 0, request.entries,
             forgotten, opened,
         )
         return pending.deferred
@@ -227,13 +230,9 @@ class FetchHandler(Handler):
         if replicaManager is None:
             return
         starts = {}
-        key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
-        for t in request.topics:
-            topicKey = getattr(t, key)
-            for p in t.partitions:
-                start = getattr(p, "log_start_offset", -1)
-                if start >= 0:
-                    starts[(topicKey, p.partition)] = start
+        for entry, (_, start) in zip(request.entries, request.extras):
+            if start >= 0:
+                starts[(entry[0], entry[1])] = start
         # Only offsets this log has: one past its end (a replica with
         # another leader's data) is answered OFFSET_OUT_OF_RANGE, and must
         # not count as replicated.
@@ -246,7 +245,7 @@ class FetchHandler(Handler):
                     if log.logStartOffset <= w.offset <= end:
                         fetched.append((w.key, w.offset, end, starts.get((topicKey, w.partition))))
         if fetched:
-            replicaManager.recordFollowerFetch(replicaId, fetched, _replicaEpoch(request, version))
+            replicaManager.recordFollowerFetch(replicaId, fetched, request.replica_epoch)
 
     def _clusterInternal(self):
         """
@@ -281,7 +280,7 @@ class FetchHandler(Handler):
     ) -> list[tuple[object, list[_Wanted]]]:
         """
         @param entries: C{(topic key, partition, fetch offset, max bytes,
-            current leader epoch)} (see L{_entries}); runs of one topic
+            current leader epoch)} (L{FetchRequest.entries}); runs of one topic
             become one topic of the answer.
         @param clientRack: a consumer's C{rack_id} (v11+).
         """
@@ -605,28 +604,6 @@ class DelayedFetch(DelayedOperation):
 _NO_TOPIC = object()
 
 
-def _entries(version, request) -> list[tuple]:
-    """
-    The request's partitions as C{(topic key, partition, fetch offset,
-    partition max bytes, current leader epoch)}: the key is the topic id
-    from v13, the name below; the epoch (KIP-320) is named from v9, -1 if
-    not.
-    """
-    key = "topic_id" if version >= TOPIC_IDS_FROM else "topic"
-    if version >= 9:
-        return [
-            (getattr(t, key), p.partition, p.fetch_offset, p.partition_max_bytes,
-             p.current_leader_epoch)
-            for t in request.topics
-            for p in t.partitions
-        ]
-    return [
-        (getattr(t, key), p.partition, p.fetch_offset, p.partition_max_bytes, NO_EPOCH)
-        for t in request.topics
-        for p in t.partitions
-    ]
-
-
 def _grouped(results) -> list[tuple[object, list[PartitionData]]]:
     """
     C{(topic key, PartitionData)} as the encoder takes them: consecutive
@@ -641,33 +618,6 @@ def _grouped(results) -> list[tuple[object, list[PartitionData]]]:
             topics.append((topicKey, partitions))
         partitions.append(data)
     return topics
-
-
-def _clientRack(request, version: int) -> str | None:
-    """
-    A consumer's rack (v11+ C{rack_id}; empty when it has none).
-    """
-    if version >= CLIENT_METADATA_FROM:
-        return getattr(request, "rack_id", None) or None
-    return None
-
-
-def _replicaId(request, version: int) -> int:
-    """
-    The fetching replica's id (-1: a consumer), where each version puts it.
-    """
-    if version >= 15:
-        state = getattr(request, "replica_state", None)
-        return state.replica_id if state is not None else -1
-    return getattr(request, "replica_id", -1)
-
-
-def _replicaEpoch(request, version: int) -> int:
-    """
-    The fetching replica's broker epoch (v15+, KIP-903; -1: not said).
-    """
-    state = getattr(request, "replica_state", None) if version >= 15 else None
-    return int(state.replica_epoch) if state is not None else -1
 
 
 def _nowMs(clock) -> int:
