@@ -423,12 +423,14 @@ class KafkaConnection(Protocol):
             self.owner.memoryPool.release(memory)
             self.close(f"malformed request header: {e}")
             return
-        versions = self.owner.supportedVersions.get(header.apiKey)
+        owner = self.owner
+        versions = owner.supportedVersions.get(header.apiKey)
         if versions is None:
-            self.owner.memoryPool.release(memory)
+            owner.memoryPool.release(memory)
             self.close(f"no handler for ApiKey {header.apiKey}")
             return
-        if not versions[0] <= header.apiVersion <= versions[1] and header.apiKey != API_VERSIONS:
+        low, high = versions
+        if not low <= header.apiVersion <= high and header.apiKey != API_VERSIONS:
             # Kafka drops the connection; only ApiVersions answers an
             # unsupported version, so that clients can negotiate.
             self.owner.memoryPool.release(memory)
@@ -444,10 +446,7 @@ class KafkaConnection(Protocol):
                 self.close(refusal)
                 return
         self._inflight = True
-        request = Request(
-            self.owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory
-        )
-        self.owner.submit(request)
+        owner.submit(Request(owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory))
 
     def _updateReading(self) -> None:
         pause = (

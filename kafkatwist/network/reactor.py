@@ -104,23 +104,24 @@ class ProcessorReactor(EPollReactor):
         idleClock = self.idleClock
         while self._started:
             pending = self._pendingTimedCalls
-            if (
-                self.threadCallQueue
-                or self._newTimedCalls
-                or self._justStopped
-                or (pending and pending[0].time <= seconds())
-            ):
+            if pending:
+                timeout = pending[0].time - seconds()
+                due = timeout <= 0.0
+            else:
+                due = False
+            if due or self.threadCallQueue or self._newTimedCalls or self._justStopped:
                 self.runUntilCurrent()
                 if self._newTimedCalls:
                     self._insertNewDelayedCalls()
                 pending = self._pendingTimedCalls
+                if pending:
+                    timeout = pending[0].time - seconds()
                 # Work queued by timers and Twisted's thread calls: the
                 # only work between afterEvents and the wait.
                 beforeWait()
             if not self.running:
                 timeout = 0.0
             elif pending:
-                timeout = pending[0].time - seconds()
                 if timeout < 0.0:
                     timeout = 0.0
                 elif timeout > _LONGEST_WAIT:
