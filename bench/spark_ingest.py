@@ -12,13 +12,14 @@ SparkSession:
 - C{count}: C{df.count()};
 - C{groupBy}: decode a field of the JSON value and count per value of it.
 
-Each job runs once to warm up (JVM, Python workers), then C{--runs} times;
-the table shows the best run, and the CPU seconds each part spent in it:
-the broker, Spark's Python workers (fetching and decoding), and the JVM
-(taking the Arrow batches in, and the job itself).  A third source,
-C{arrow-only}, is a Python data source that hands Spark the same number of
-ready-made Arrow batches of the Kafka schema: what any Python data source
-costs Spark, the floor under C{kafkatwist}.  The whole benchmark stops at
+Each job runs C{--warmups} times to warm up (JVM, Python workers), then
+C{--runs} times; the table shows the best run, and the CPU seconds each
+part spent in it: the broker, Spark's Python workers (fetching and
+decoding), the JVM (taking the Arrow batches in, and the job itself) and
+its JIT compiler threads apart.  A third source, C{arrow-only}, is a Python
+data source that hands Spark the same number of ready-made Arrow batches
+of the Kafka schema (built once per worker process): what any Python data
+source costs Spark, the floor under C{kafkatwist}.  The whole benchmark stops at
 C{--max-seconds}.  Needs Java 17.
 """
 
@@ -63,10 +64,35 @@ def _processes() -> dict[int, tuple[int, str, float]]:
     return out
 
 
+def _compilerSeconds(pid: int) -> float:
+    """
+    CPU seconds the JIT compiler threads of process C{pid} have used.
+    """
+    total = 0.0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if not stat[stat.index("(") + 1 : stat.rindex(")")].startswith(("C1 Compiler", "C2 Compiler")):
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total
+
+
 def cpuByPart(brokerPid: int) -> dict[str, float]:
     """
     CPU seconds used so far by the broker, the Spark JVM (this process's
-    java child) and Spark's Python workers (the JVM's python descendants).
+    java child) and Spark's Python workers (the JVM's python descendants),
+    the JVM's JIT compiler threads apart (C{jit}; C{jvm} is the rest): a
+    JVM a few jobs old still compiles at every job, as much CPU as the job
+    itself.
     """
     table = _processes()
     children: dict[int, list[int]] = {}
@@ -81,12 +107,15 @@ def cpuByPart(brokerPid: int) -> dict[str, float]:
             todo.extend(children.get(pid, ()))
         return seen
 
-    parts = {"broker": 0.0, "python": 0.0, "jvm": 0.0}
+    parts = {"broker": 0.0, "python": 0.0, "jvm": 0.0, "jit": 0.0}
     for pid in tree(brokerPid):
         parts["broker"] += table[pid][2] if pid in table else 0.0
     for child in children.get(os.getpid(), ()):
         if table[child][1] != "java":
             continue
+        compiling = _compilerSeconds(child)
+        parts["jit"] += compiling
+        parts["jvm"] -= compiling
         for pid in tree(child):
             part = "jvm" if table[pid][1] == "java" else "python"
             parts[part] += table[pid][2]
@@ -111,25 +140,14 @@ def arrowOnlySource():
             return [InputPartition(i) for i in range(self.parts)]
 
         def read(self, partition):
-            import pyarrow as pa
+            from bench.spark_ingest import readyBatch
+            from kafkatwist_spark.reader import freezeWorkerHeap
 
-            from kafkatwist_spark.columnar import kafkaArrowSchema
+            # what the kafkatwist source does in a worker too
+            freezeWorkerHeap()
 
             n = 30_000
-            batch = pa.RecordBatch.from_arrays(
-                [
-                    pa.nulls(n, pa.binary()),
-                    pa.array([value(i, self.size) for i in range(n)], pa.binary()),
-                    pa.array(["ingest"] * n),
-                    pa.array([partition.value] * n, pa.int32()),
-                    pa.array(range(n), pa.int64()),
-                    pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(
-                        pa.timestamp("us", tz="UTC")
-                    ),
-                    pa.array([0] * n, pa.int32()),
-                ],
-                schema=kafkaArrowSchema(False),
-            )
+            batch = readyBatch(n, self.size, partition.value)
             left = self.records // self.parts + (partition.value < self.records % self.parts)
             while left > 0:
                 yield batch if left >= n else batch.slice(0, left)
@@ -148,6 +166,39 @@ def arrowOnlySource():
                           int(self.options["size"]))
 
     return Source
+
+
+#: the arrow-only source's batches, built once per Python worker process
+_READY: dict = {}
+
+
+def readyBatch(n: int, size: int, partition: int):
+    """
+    A record batch of the Kafka schema holding the first C{n} records'
+    values, their columns built on the first call in a Python worker and
+    kept: the C{arrow-only} source then costs Spark's side alone (building
+    30,000 values in Python was two thirds of its workers' CPU).
+    """
+    import pyarrow as pa
+
+    from kafkatwist_spark.columnar import kafkaArrowSchema
+
+    columns = _READY.get((n, size))
+    if columns is None:
+        columns = _READY[(n, size)] = [
+            pa.nulls(n, pa.binary()),
+            pa.array([value(i, size) for i in range(n)], pa.binary()),
+            pa.array(["ingest"] * n),
+            pa.array(range(n), pa.int64()),
+            pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ]
+    key, values, topic, offsets, timestamps, types = columns
+    return pa.RecordBatch.from_arrays(
+        [key, values, topic, pa.repeat(pa.scalar(partition, pa.int32()), n), offsets,
+         timestamps, types],
+        schema=kafkaArrowSchema(False),
+    )
 
 
 def value(i: int, size: int) -> bytes:
@@ -232,6 +283,8 @@ def main(argv=None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--cores", type=int, default=2, help="local[N] (default 2)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per job (best shown)")
+    parser.add_argument("--warmups", type=int, default=1,
+                        help="untimed runs per job and source first (default 1)")
     parser.add_argument("--max-seconds", type=float, default=600.0,
                         help="stop starting new runs after this long")
     args = parser.parse_args(argv)
@@ -282,9 +335,12 @@ def main(argv=None) -> int:
             for sourceName, load in sources:
                 if time.monotonic() > deadline:
                     break
-                rows = job(load())  # warm-up
-                if rows != args.records:
-                    raise RuntimeError(f"{sourceName} {jobName}: {rows} rows, not {args.records}")
+                for _ in range(max(args.warmups, 1)):
+                    rows = job(load())  # warm-up
+                    if rows != args.records:
+                        raise RuntimeError(
+                            f"{sourceName} {jobName}: {rows} rows, not {args.records}"
+                        )
                 best = None
                 for _ in range(args.runs):
                     if time.monotonic() > deadline:
@@ -302,14 +358,16 @@ def main(argv=None) -> int:
 
         print()
         print(f"Spark ingest: {args.records:,} records x {args.value_bytes} B, "
-              f"{args.partitions} partitions, local[{args.cores}], best of {args.runs}")
+              f"{args.partitions} partitions, local[{args.cores}], best of {args.runs} "
+              f"after {max(args.warmups, 1)} warm-up(s)")
         print(f"{'job':<9}{'source':<12}{'seconds':>9}{'rows/s':>14}{'vs parquet':>12}"
-              f"   CPU s: broker  python  jvm")
+              f"   CPU s: broker  python   jvm   jit")
         baseline = {job: s for job, source, s, _ in results if source == "parquet"}
         for jobName, sourceName, best, cpu in results:
             ratio = best / baseline[jobName] if jobName in baseline else float("nan")
             print(f"{jobName:<9}{sourceName:<12}{best:>9.2f}{args.records / best:>14,.0f}"
-                  f"{ratio:>11.2f}x{cpu['broker']:>15.2f}{cpu['python']:>8.2f}{cpu['jvm']:>5.2f}")
+                  f"{ratio:>11.2f}x{cpu['broker']:>15.2f}{cpu['python']:>8.2f}{cpu['jvm']:>6.2f}"
+                  f"{cpu['jit']:>6.2f}")
         if time.monotonic() > deadline:
             print(f"(stopped at --max-seconds {args.max_seconds:.0f}; some runs skipped)")
         return 0

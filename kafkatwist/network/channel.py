@@ -13,6 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from time import monotonic as _monotonic
 
 from kafkatwist.protocol.header import RequestHeader
 
@@ -48,7 +49,7 @@ class Request:
         self.header = header
         self.frame = frame
         self.memory = memory
-        self.receivedAt = time.monotonic()
+        self.receivedAt = _monotonic()
         self.dequeuedAt = 0.0
         self.completedAt = 0.0
         self.handler = None
@@ -153,12 +154,18 @@ class RequestChannel:
             once room appears, if not all fitted.
         @return: how many were accepted (a prefix of C{requests}).
         """
+        n = len(requests)
         with self._lock:
-            room = self.capacity - self._count
-            accepted = requests if room >= len(requests) else requests[: max(room, 0)]
-            self._count += len(accepted)
-            if len(accepted) < len(requests) and processor not in self._blockedProcessors:
-                self._blockedProcessors.append(processor)
+            if self.capacity - self._count >= n:
+                # (the usual case: all fit)
+                self._count += n
+                accepted = requests
+            else:
+                room = self.capacity - self._count
+                accepted = requests[: max(room, 0)]
+                self._count += len(accepted)
+                if processor not in self._blockedProcessors:
+                    self._blockedProcessors.append(processor)
         size = self.batchSize
         if len(accepted) <= size:
             if accepted:
@@ -186,19 +193,22 @@ class RequestChannel:
             list on timeout; C{None} once the channel is closed.
         """
         try:
-            batch = self._queue.get(timeout=timeout)
+            batch = self._queue.get(True, timeout)
         except queue.Empty:
             return []
         if batch is None or batch.__class__ is tuple:
             return batch
-        blocked = None
         with self._lock:
             self._count -= len(batch)
-            if self._blockedProcessors:
-                blocked, self._blockedProcessors = self._blockedProcessors, []
-        now = time.monotonic()
-        for request in batch:
-            request.dequeuedAt = now
+            blocked = self._blockedProcessors
+            if blocked:
+                self._blockedProcessors = []
+        if len(batch) == 1:
+            batch[0].dequeuedAt = time.monotonic()
+        else:
+            now = time.monotonic()
+            for request in batch:
+                request.dequeuedAt = now
         if blocked:
             for processor in blocked:
                 processor.channelHasRoom()

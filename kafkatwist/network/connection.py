@@ -206,7 +206,10 @@ class KafkaConnection(Protocol):
         self._regionSent = 0
         self._sending = None
         self._pickedUpAt = 0.0
-        self._seconds = owner.clock.seconds
+        clock = owner.clock
+        # A ThreadSafeClock's seconds() only asks its reactor: ask it directly
+        # (twice a request).
+        self._seconds = getattr(getattr(clock, "reactor", None), "seconds", None) or clock.seconds
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -307,6 +310,29 @@ class KafkaConnection(Protocol):
         if self._closing:
             return
         self.lastActive = self._seconds()
+        # (With the buffer empty no frame size is pending and no frame waits
+        # for memory: both keep bytes in the buffer.)
+        if (
+            not self._buffer
+            and not self._inflight
+            and self.sasl is None
+            and not self._muted
+            and self._throttleCall is None
+            and len(data) > 4
+        ):
+            # The commonest read: exactly one whole request, nothing held.
+            # Taken straight from the bytes read, with the checks
+            # _takeFrames makes; anything else goes the general way.
+            (size,) = _SIZE.unpack_from(data, 0)
+            if size + 4 == len(data) and MIN_HEADER_SIZE <= size <= self.owner.maxRequestSize:
+                pool = self.owner.memoryPool
+                capacity = pool.capacity
+                # (No waiter here: refused, the general way asks again with one.)
+                if capacity < 0 or (size <= capacity and pool.tryAllocate(size)):
+                    self._frameReceived(data[4:], size)
+                    if self._readingPaused:
+                        self._updateReading()
+                    return
         self._buffer += data
         if not self._inflight and not self._waitingForMemory:
             self._takeRequests()
@@ -397,12 +423,14 @@ class KafkaConnection(Protocol):
             self.owner.memoryPool.release(memory)
             self.close(f"malformed request header: {e}")
             return
-        versions = self.owner.supportedVersions.get(header.apiKey)
+        owner = self.owner
+        versions = owner.supportedVersions.get(header.apiKey)
         if versions is None:
-            self.owner.memoryPool.release(memory)
+            owner.memoryPool.release(memory)
             self.close(f"no handler for ApiKey {header.apiKey}")
             return
-        if not versions[0] <= header.apiVersion <= versions[1] and header.apiKey != API_VERSIONS:
+        low, high = versions
+        if not low <= header.apiVersion <= high and header.apiKey != API_VERSIONS:
             # Kafka drops the connection; only ApiVersions answers an
             # unsupported version, so that clients can negotiate.
             self.owner.memoryPool.release(memory)
@@ -418,10 +446,7 @@ class KafkaConnection(Protocol):
                 self.close(refusal)
                 return
         self._inflight = True
-        request = Request(
-            self.owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory
-        )
-        self.owner.submit(request)
+        owner.submit(Request(owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory))
 
     def _updateReading(self) -> None:
         pause = (
@@ -491,6 +516,21 @@ class KafkaConnection(Protocol):
         if chunks is None:
             self._responseSent()
             return
+        if len(chunks) == 1 and not self._chunks:
+            # One chunk of bytes (a small answer), nothing queued before it:
+            # written here, the rest (if the socket took only part) queued.
+            chunk = chunks[0]
+            if chunk.__class__ is bytes:
+                written = self.layer.writeChunks(chunks)
+                if written == len(chunk):
+                    self._responseSent()
+                    return
+                if written < 0:
+                    self.transport.abortConnection()
+                    return
+                self._chunks = deque((memoryview(chunk)[written:],) if written else (chunk,))
+                self.layer.whenFlushed(self._send)
+                return
         if self._chunks.__class__ is deque:
             self._chunks.extend(chunks)
         else:
@@ -545,7 +585,11 @@ class KafkaConnection(Protocol):
         self._inflight = False
         request, self._sending = self._sending, None
         self.owner.responseSent(self, request, self._pickedUpAt)
-        throttleMs = getattr(request.context, "throttleMs", 0) if request is not None else 0
+        if request is None:
+            throttleMs = 0
+        else:
+            context = request.context
+            throttleMs = context.throttleMs if context.__class__ is RequestContext else getattr(context, "throttleMs", 0)
         if throttleMs > 0 and not self.closed:
             # A client over its quota: read nothing more from it for that
             # long (Kafka mutes the channel once the response is sent).
@@ -557,7 +601,13 @@ class KafkaConnection(Protocol):
             return
         if self._buffer:
             self._takeRequests()
-        self._updateReading()
+            self._updateReading()
+        elif (
+            self._readingPaused or self._throttleCall is not None or self._muted
+            or self._waitingForMemory or self._writePaused
+        ):
+            # (with none of these, reading goes on as it is)
+            self._updateReading()
 
     def _unthrottle(self) -> None:
         self._throttleCall = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from time import monotonic as _monotonic
 
 from twisted.internet import defer
 from twisted.internet.protocol import Factory
@@ -86,7 +87,14 @@ class Processor:
         # connection's buffer by a call from another thread) before the wait.
         self._flushHooked = isinstance(reactor, ProcessorReactor)
         if self._flushHooked:
-            reactor.beforeWait = reactor.afterEvents = self._flushNew
+            reactor.beforeWait = self._flushNew
+            # Calls from other threads (responses) run after the iteration's
+            # events, woken by the reactor's waker alone: no Twisted
+            # callFromThread queue on either side.
+            reactor.afterEvents = self._afterEvents
+            self._wake = reactor.waker.wakeUp
+        else:
+            self._wake = self._wakeByCallFromThread
         self.clock = ThreadSafeClock(reactor, callInThread=self.callInThread)
         self.memoryPool = server.memoryPool
         self.maxRequestSize = server.maxRequestSize
@@ -113,10 +121,14 @@ class Processor:
             self._factories[listener.name] = factory
         self.stats = RequestStats()
         self.requestLog = bool(getattr(server, "requestLog", False))
-        poller = getattr(reactor, "_poller", None)
-        self.idleClock = IdleClock(poller)
-        if poller is not None:
-            reactor._poller = self.idleClock
+        if self._flushHooked:
+            # The reactor adds its waits to the clock itself.
+            self.idleClock = reactor.idleClock = IdleClock(None)
+        else:
+            poller = getattr(reactor, "_poller", None)
+            self.idleClock = IdleClock(poller)
+            if poller is not None:
+                reactor._poller = self.idleClock
         self._idleSweep = LoopingCall(self._closeIdle)
         self._idleSweep.clock = self.reactor
 
@@ -156,7 +168,19 @@ class Processor:
         self._calls.append((f, args))
         if not self._wakePending:
             self._wakePending = True
-            self.reactor.callFromThread(self._runCalls)
+            self._wake()
+
+    def _wakeByCallFromThread(self) -> None:
+        self.reactor.callFromThread(self._runCalls)
+
+    def _afterEvents(self) -> None:
+        # (a ProcessorReactor's hook) A set _wakePending says calls were
+        # queued; _runCalls clears it before it drains the queue, so a call
+        # queued meanwhile wakes the reactor again.
+        if self._wakePending or self._calls:
+            self._runCalls()
+        if self._pending:
+            self._flush()
 
     def offload(self, f, args, then) -> None:
         """
@@ -288,15 +312,19 @@ class Processor:
 
     def _flush(self) -> None:
         self._flushScheduled = False
-        if self._blocked:
-            batch = self._blocked + self._pending
+        blocked = self._blocked
+        if blocked:
+            batch = blocked + self._pending
         else:
             batch = self._pending
         self._pending = []
         if not batch:
             return
         accepted = self.server.channel.sendRequests(batch, self)
-        self._blocked = batch[accepted:] if accepted < len(batch) else []
+        if accepted < len(batch):
+            self._blocked = batch[accepted:]
+        elif blocked:
+            self._blocked = []
 
     def channelHasRoom(self) -> None:
         self.callInThread(self._flush)
@@ -321,7 +349,7 @@ class Processor:
 
     def responseSent(self, connection, request, pickedUpAt: float) -> None:
         if request is not None:
-            sentAt = time.monotonic()
+            sentAt = _monotonic()
             self.stats.record(request, pickedUpAt, sentAt)
             if self.requestLog:
                 log.debug(

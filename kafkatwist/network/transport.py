@@ -89,7 +89,8 @@ class PlaintextTransportLayer:
             their total means call L{whenFlushed} and try the rest later; -1
             if the connection broke.
         """
-        if self._buffered():
+        t = self.transport
+        if len(t.dataBuffer) - t.offset + t._tempDataLen:  # (_buffered, inline)
             return 0
         try:
             return self._socket.sendmsg(chunks)

@@ -45,9 +45,16 @@ from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.batch import transactionalProducer
+from kafkatwist.protocol.codec import encodeResponseFrame
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
-from kafkatwist.protocol.produce import ProduceRequest, decodeProduceRequest, encodeProduceResponse
+from kafkatwist.protocol.produce import (
+    ProduceRequest,
+    decodeProduceRequest,
+    encodeProduceResponse,
+    encodeSmallProduceAnswer,
+    readSmallProduce,
+)
 from kafkatwist.quota.manager import addThrottle
 from kafkatwist.quota.store import PRODUCER_BYTE_RATE
 from kafkatwist.security.acl import AclOperation, ResourceType
@@ -72,6 +79,68 @@ class ProduceHandler(Handler):
     #: decoded so is answered with the hand-encoded response; a kio entity
     #: (from a wrapping drop-in) with kio's.
     decodeRequest = staticmethod(decodeProduceRequest)
+
+    def answerFrame(self, context, frame, offset):
+        """
+        The commonest Produce, answered straight from its frame (the handler
+        pool calls this before it decodes anything): v9+, no transactional
+        id, one topic of one partition whose records are record batches
+        (magic 2) of a producer outside a transaction, acks 0, 1, or -1 on a
+        partition that is not replicated.  The same checks and the same
+        append as L{handle} (WRITE on the topic, internal topics, the
+        append seam with its record walk and CRC, the bytes counted, the
+        waiting fetches woken, producer_byte_rate), and the same answer,
+        encoded in one piece.
+
+        @return: C{NotImplemented} for any other request (nothing was done:
+            L{handle} answers it); the response chunks (size prefix
+            included); or C{None} for acks=0.
+        """
+        found = readSmallProduce(context.apiVersion, frame, offset)
+        if found is None:
+            return NotImplemented
+        acks, name, index, start, end = found
+        if name in INTERNAL_TOPICS:
+            return NotImplemented
+        broker = self.broker
+        authorizer = broker.authorizer
+        if authorizer is not None and not authorize(authorizer, context, WRITE, TOPIC, name):
+            answer = (index, ErrorCode.topic_authorization_failed, -1, -1, -1, None, ())
+        else:
+            log = broker.logManager.getLog(name, index)
+            if log is None or (acks == -1 and log.replicated()):
+                return NotImplemented
+            try:
+                info = broker.replicaManager.appendRecords(
+                    log, memoryview(frame)[start:end], time.time_ns() // 1_000_000, acks
+                )
+            except KafkaError as e:
+                answer = (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
+            else:
+                if not info.duplicate:
+                    broker.topicBytes.produced(name, info.validBytes, info.numRecords)
+                    purgatory = broker.fetchPurgatory
+                    watching = getattr(purgatory, "watching", None)
+                    if watching is None or watching():
+                        # After the acknowledgement is on its way (as handle).
+                        broker.afterResponse(purgatory.checkAndComplete, (name, index))
+                answer = None
+        quotas = broker.clientQuotas
+        if quotas.active(PRODUCER_BYTE_RATE):
+            throttleMs = addThrottle(context, quotas.produced(context, getattr(context, "size", 0)))
+        else:
+            throttleMs = context.throttleMs
+        if acks == 0:
+            return None
+        if answer is None:
+            return encodeSmallProduceAnswer(
+                context.correlationId, name, index, info.firstOffset, info.logAppendTime,
+                info.logStartOffset, throttleMs,
+            )
+        return encodeResponseFrame(
+            PRODUCE, context.apiVersion, context.correlationId,
+            encodeProduceResponse(context.apiVersion, [(name, [answer])], throttleMs),
+        )
 
     def handle(self, context, request):
         version = context.apiVersion

@@ -68,14 +68,18 @@ def parseRequestHeader(frame) -> RequestHeader:
         if end > len(frame):
             raise MalformedHeader("client id runs past the end of the frame")
         try:
-            clientId = bytes(frame[offset:end]).decode("utf-8")
+            clientId = str(frame[offset:end], "utf-8")
         except UnicodeDecodeError as e:
             raise MalformedHeader("client id is not UTF-8") from e
         offset = end
     # Flexible versions use request header v2 -- ApiVersions included; only
     # its *response* header stays v0.
     if isFlexible(apiKey, apiVersion):
-        offset = skipTaggedFields(frame, offset)
+        if offset < len(frame) and frame[offset] == 0:
+            # (no tagged fields: the usual header, read inline)
+            offset += 1
+        else:
+            offset = skipTaggedFields(frame, offset)
     return RequestHeader(apiKey, apiVersion, correlationId, clientId, offset)
 
 

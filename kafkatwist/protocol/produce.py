@@ -329,3 +329,101 @@ def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
     out.append(0)
     body = bytes(out)
     return EncodedResponse([body], len(body))
+
+
+# -- the commonest request, read and answered in one piece --------------------
+
+#: where a record batch's magic byte and its attributes' low byte are
+_MAGIC_AT = 16
+_ATTRIBUTES_LOW_AT = 22
+_TRANSACTIONAL_BIT = 0x10
+#: the smallest record batch (its header)
+_BATCH_HEADER_SIZE = 61
+
+_SMALL_TAIL = ">BihqqqBBBBiB"
+#: null transactional id, acks, timeout, topic count, topic name length
+_SMALL_HEAD = struct.Struct(">BhiBB")
+#: partition count, index, the first byte of the record set's length
+_SMALL_PARTITION = struct.Struct(">BiB")
+#: the partition's, the topic's and the request's (empty) tagged fields
+_NO_TAGS = b"\x00\x00\x00"
+_smallAnswers: dict = {}
+
+
+def readSmallProduce(version: int, frame, offset: int):
+    """
+    Recognise the commonest Produce request: v9+, a null transactional id,
+    one topic (a name of 1-126 bytes) of one partition whose record set
+    (of a one- or two-byte compact length: below 16 KiB) begins with a
+    record batch (magic 2) that is not transactional, and no tagged fields
+    -- the whole frame, nothing after it.
+
+    @param frame: the request frame (after the size prefix).
+    @param offset: where the body starts.
+    @return: C{(acks, topic, partition, start, end)} (the records are
+        C{frame[start:end]}), or C{None} for any other request, malformed
+        ones included (the general decoder says what is wrong with those).
+    """
+    if version < FLEXIBLE_FROM:
+        return None
+    size = len(frame)
+    try:
+        transactionalId, acks, _, topics, n = _SMALL_HEAD.unpack_from(frame, offset)
+        if transactionalId or topics != 2 or n < 2 or n > 127:
+            return None
+        at = offset + 8 + n
+        name = str(frame[offset + 9 : at], "utf-8")
+        partitions, index, b = _SMALL_PARTITION.unpack_from(frame, at)
+        if partitions != 2:
+            return None
+        at += 6
+        if b < 0x80:
+            n = b - 1
+        else:
+            b2 = frame[at]
+            if b2 >= 0x80:
+                return None
+            n = ((b & 0x7F) | (b2 << 7)) - 1
+            at += 1
+        end = at + n
+        if (
+            n < _BATCH_HEADER_SIZE
+            or end + 3 != size
+            or frame[end:] != _NO_TAGS
+            or frame[at + _MAGIC_AT] != 2
+            or frame[at + _ATTRIBUTES_LOW_AT] & _TRANSACTIONAL_BIT
+        ):
+            return None
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
+    return acks, name, index, at, end
+
+
+def encodeSmallProduceAnswer(
+    correlationId: int, topic: str, partition: int, baseOffset: int, logAppendTime: int,
+    logStartOffset: int, throttleMs: int,
+) -> list:
+    """
+    The whole response frame (size prefix, header v1, body) of a v9+
+    Produce of one partition answered without error: what
+    L{encodeProduceResponse} and the response header give, packed at once
+    from a layout kept per topic name.
+
+    @return: the chunks to write (one).
+    """
+    layout = _smallAnswers.get(topic)
+    if layout is None:
+        raw = topic.encode("utf-8")
+        if len(raw) > 126:
+            raise ValueError("topic name too long for the one-byte layout")
+        shape = struct.Struct(f">iiBBB{len(raw)}s" + _SMALL_TAIL[1:])
+        layout = (shape.pack, shape.size - 4, len(raw) + 1, raw)
+        if len(_smallAnswers) < 10_000:
+            _smallAnswers[topic] = layout
+    pack, size, n, raw = layout
+    return [
+        pack(
+            size, correlationId, 0, 2, n, raw, 2, partition, 0, baseOffset, logAppendTime,
+            logStartOffset, 1, 0, 0, 0, throttleMs, 0,
+        )
+    ]

@@ -158,6 +158,15 @@ class Purgatory:
                 completed += 1
         return completed
 
+    def watching(self) -> bool:
+        """
+        Whether any operation watches any key, read without the lock: what
+        a caller changed before asking is seen by any operation watching
+        after that, as L{tryCompleteElseWatch} looks again once it watches;
+        so a caller that finds nothing watched need not check any key.
+        """
+        return bool(self._watchers)
+
     def watched(self, key) -> int:
         with self._lock:
             return len(self._watchers.get(key, ()))

@@ -233,3 +233,59 @@ def test_next_fetch_offset_from_batch_headers():
     assert _nextFetchOffset(first + second, 12) is None
     assert _nextFetchOffset(first[:30], 1000) is None
     assert _nextFetchOffset(b"", 1000) is None
+
+
+def _fields(key, value, timestampDelta):
+    return [Record(offset=i, timestamp=T0 + timestampDelta(i), key=key(i), value=value(i))
+            for i in range(40)]
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        # the timestamp delta's varint grows by a byte as the value shrinks
+        # by one: one length, two layouts
+        _fields(lambda i: None, lambda i: b"v" * (30 - (i >= 20)), lambda i: 100 * (i >= 20)),
+        # key and value lengths trade a byte
+        _fields(lambda i: b"k" * (3 + i % 2), lambda i: b"v" * (10 - i % 2), lambda i: 0),
+        # a null key where the others have an empty one (both one byte)
+        _fields(lambda i: None if i == 30 else b"", lambda i: b"v" * 9, lambda i: 0),
+        # a negative timestamp delta among positive ones of the same width
+        _fields(lambda i: None, lambda i: b"v" * 5, lambda i: -1 if i == 17 else 1),
+    ],
+    ids=["timestamp-width", "key-value-trade", "null-key", "negative-delta"],
+)
+def test_runs_of_one_length_other_layouts(records):
+    """
+    Records of one length whose fields are laid out differently (varints
+    of other widths, lengths traded between key and value) are decoded as
+    the row decoder decodes them.
+    """
+    for codec in ("none", "zstd"):
+        raw = buildBatch(records, codec)
+        rows, _ = arrowPath(raw, 0, 100)
+        assert rows == rowPath(raw, 0, 100)
+
+
+@pytest.mark.parametrize("field", [1, 2, 3, 4, 5, 6, 10, 17])
+@pytest.mark.parametrize("bit", [0x80, 0x01, 0x02])
+def test_corrupt_field_inside_a_run_of_one_layout(field, bit):
+    """
+    A record of a run whose field bytes are changed (the length prefix
+    untouched, the CRC valid): refused as the row decoder refuses it, or
+    decoded as it decodes it.
+    """
+    records = uniform(100, size=10)
+    raw = bytearray(buildBatch(records))
+    # record 70: 64 records of 17 bytes (prefix, attributes, timestamp
+    # delta, offset delta, key length, value length, value, header count),
+    # then 18 (the offset delta two bytes)
+    raw[61 + 64 * 17 + 6 * 18 + field] ^= bit
+    raw = _resign(raw)
+    try:
+        rows, _ = arrowPath(raw, 0, 100)
+    except CorruptRecordError:
+        with pytest.raises(CorruptRecordError):
+            rowPath(raw, 0, 100)
+    else:
+        assert rows == rowPath(raw, 0, 100)

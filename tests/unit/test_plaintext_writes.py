@@ -90,3 +90,31 @@ def test_one_send_for_header_and_body(monkeypatch):
     finally:
         client.close()
         reactor.removeAll()
+
+
+def test_one_chunk_arrives_whole_through_partial_sends():
+    reactor = ProcessorReactor()
+    owner = FakeOwner()
+    owner.clock = ThreadSafeClock(reactor)
+    client, connection = serve(reactor, owner)
+    try:
+        for correlationId, size in ((1, 100), (2, 3 << 20), (3, 100)):
+            client.sendall(apiVersionsFrame(correlationId))
+            while len(owner.submitted) < correlationId:
+                reactor.doIteration(0.1)
+            expected = bytes(range(256)) * (size // 256)
+            connection.sendResponse(Response(owner.submitted[-1], [expected]))
+            received = bytearray()
+            client.settimeout(0.01)
+            while len(received) < len(expected):
+                reactor.doIteration(0.01)
+                try:
+                    received += client.recv(1 << 20)
+                except socket.timeout:
+                    pass
+            assert bytes(received) == expected
+            reactor.doIteration(0)
+            assert not connection.inflight
+    finally:
+        client.close()
+        reactor.removeAll()

@@ -3,6 +3,8 @@ A Processor on Twisted's fake reactor: idle expiry, response routing,
 channel back-pressure.
 """
 
+import threading
+
 import pytest
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
@@ -10,6 +12,7 @@ from kafkatwist.config import Listener
 from kafkatwist.network.acceptor import ConnectionQuotas
 from kafkatwist.network.channel import MemoryPool, RequestChannel, Response
 from kafkatwist.network.processor import Processor
+from kafkatwist.network.reactor import ProcessorReactor
 from kafkatwist.security.sslprincipal import SslPrincipalBuilder
 from tests.unit.fakes import apiVersionsFrame
 
@@ -235,3 +238,30 @@ def test_handler_without_a_network_thread_answer_goes_to_the_channel():
     response = server.handlerPool.handle(request)
     connection.sendResponse(response)
     assert _correlationIds(transport.value()) == [7]
+
+
+def test_calls_from_other_threads_run_in_the_processor_thread_by_the_waker():
+    reactor = ProcessorReactor()
+    reactor._registerAsIOThread = False
+    processor = Processor(0, FakeServer(), reactor=reactor)
+    assert reactor.idleClock is processor.idleClock
+    ran = []
+    done = threading.Event()
+
+    def call(n):
+        ran.append((n, threading.get_ident()))
+        if n == 99:
+            done.set()
+
+    loop = threading.Thread(target=reactor.run, kwargs={"installSignalHandlers": False})
+    loop.start()
+    try:
+        for n in range(100):
+            processor.callInThread(call, n)
+        assert done.wait(30.0)
+    finally:
+        reactor.callFromThread(reactor.stop)
+        loop.join(30.0)
+    assert [n for n, _ in ran] == list(range(100))
+    assert {thread for _, thread in ran} == {loop.ident}
+    assert not loop.is_alive()

@@ -4,10 +4,16 @@ the Processor's hooks before waiting and after dispatching.
 """
 
 import socket
+import threading
 
 from twisted.internet.protocol import Protocol
 
+from kafkatwist.metrics.stats import IdleClock
 from kafkatwist.network.reactor import ProcessorReactor
+
+#: the most a main-loop test waits before it gives up (never, when the loop
+#: works)
+GIVE_UP = 30.0
 
 
 class Recorder(Protocol):
@@ -75,3 +81,65 @@ def test_a_failing_protocol_loses_its_connection_and_the_loop_goes_on():
     finally:
         peer.close()
         reactor.removeAll()
+
+
+class Stopping(Protocol):
+    def __init__(self, reactor, calls):
+        self.reactor = reactor
+        self.calls = calls
+
+    def dataReceived(self, data):
+        self.calls.append(("data", data))
+        self.reactor.stop()
+
+
+def test_timers_thread_calls_and_reads_run_then_the_loop_stops():
+    reactor = ProcessorReactor()
+    reactor._registerAsIOThread = False
+    reactor.idleClock = IdleClock(None)
+    calls = []
+    peer = adopt(reactor, Stopping(reactor, calls))
+
+    def fromThread():
+        calls.append("thread")
+        peer.sendall(b"hi")
+
+    def timer():
+        calls.append("timer")
+        threading.Thread(target=reactor.callFromThread, args=(fromThread,)).start()
+
+    reactor.callLater(0.01, timer)
+    gaveUp = reactor.callLater(GIVE_UP, reactor.stop)
+    try:
+        reactor.run(installSignalHandlers=False)
+    finally:
+        peer.close()
+    assert gaveUp.active(), "the loop never got there"
+    assert calls == ["timer", "thread", ("data", b"hi")]
+    # It waited in epoll for the timer at least.
+    assert reactor.idleClock.idle > 0.0
+
+
+def test_an_error_escaping_an_iteration_is_logged_and_the_loop_goes_on():
+    reactor = ProcessorReactor()
+    reactor._registerAsIOThread = False
+    failures = []
+
+    def failOnce():
+        failures.append(1)
+        if len(failures) == 1:
+            raise RuntimeError("boom")
+
+    reactor.afterEvents = failOnce
+    gaveUp = reactor.callLater(GIVE_UP, reactor.stop)
+
+    def stopOnceFailed():
+        if len(failures) > 1:
+            reactor.stop()
+        else:
+            reactor.callLater(0.01, stopOnceFailed)
+
+    reactor.callLater(0.01, stopOnceFailed)
+    reactor.run(installSignalHandlers=False)
+    assert gaveUp.active()
+    assert len(failures) > 1

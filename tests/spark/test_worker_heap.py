@@ -1,0 +1,57 @@
+"""
+A Spark task's read freezes its Python worker's heap once (gc.freeze), so
+that the full collection PySpark's daemon runs after every task of a
+reused worker does not walk PySpark's, pyarrow's and the connector's
+module objects again each time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# In a process of its own: freezing the test process's heap would outlive
+# the test.
+SCRIPT = """
+import gc
+from kafkatwist_spark.offsets import OffsetRange
+from kafkatwist_spark.options import parseSourceOptions
+from kafkatwist_spark.reader import KafkaBatchReader, KafkaInputPartition
+
+config = parseSourceOptions(
+    {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, streaming=False
+)
+reader = KafkaBatchReader(config, None)
+assert gc.get_freeze_count() == 0
+# Spark's one empty partition (nothing to read): nothing frozen
+list(reader.read(object()))
+assert gc.get_freeze_count() == 0
+# a range to read: frozen when read() is called, before any fetch (the
+# generator is not started, so no broker is asked)
+reader.read(KafkaInputPartition(OffsetRange("t", 0, 0, 10)))
+frozen = gc.get_freeze_count()
+assert frozen > 10_000, frozen
+# once per process: a second task's read does not freeze its own objects
+garbage = [[] for _ in range(1000)]
+reader.read(KafkaInputPartition(OffsetRange("t", 0, 10, 20)))
+assert gc.get_freeze_count() == frozen
+print("ok")
+"""
+
+
+def test_read_freezes_the_worker_heap_once():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "spark")])
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
