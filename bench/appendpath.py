@@ -92,7 +92,7 @@ def run(args) -> None:
         log = manager.getLog("t", 0)
         append = _seam(args.acks)
         warm = 200
-        batches = _batches(args.appends + warm + 20, args.records, args.idempotent)
+        batches = _batches(max(args.build, args.appends + warm + 10), args.records, args.idempotent)
         # Warm up (first append of an epoch, index loading, handle cache).
         for batch in batches[:warm]:
             append(log, batch, NOW, args.acks)
@@ -100,7 +100,7 @@ def run(args) -> None:
         for batch in batches[warm : warm + 10]:
             counted.append(_count(lambda batch=batch: append(log, batch, NOW, args.acks), args.lines))
         total, byFunction = min(counted, key=lambda c: c[0])
-        rest = batches[warm + 10 :]
+        rest = batches[warm + 10 : warm + 10 + args.appends]
         start = time.perf_counter()
         for batch in rest:
             append(log, batch, NOW, args.acks)
@@ -124,6 +124,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--acks", type=int, default=1)
     parser.add_argument("--appends", type=int, default=20000)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--build", type=int, default=0,
+        help="batches to build beforehand (at least what the run appends): equal in two runs "
+        "whose difference is counted (callgrind)",
+    )
     parser.add_argument("--lines", action="store_true", help="opcodes by line, not by function")
     parser.add_argument("--reference", default=None, help="another tree's root (its kafkatwist/)")
     parser.add_argument("--label", default="this tree")

@@ -140,6 +140,14 @@ class IRequestHandler(Interface):
     Optional: a C{decodeRequest(version, frame, offset)} method replaces the
     generic (kio) decoder for this handler's requests -- the built-in
     Produce uses it to hand record sets on as views of the request frame.
+
+    Optional: an C{answerFrame(context, frame, offset)} method is called
+    first, on a handler thread, before anything is decoded: it answers
+    the commonest shape of a request straight from its frame (the
+    response chunks, size prefix included, or C{None} for no response),
+    or returns C{NotImplemented} having done nothing, and the request goes
+    the general way.  The built-in Produce has one; a handler wrapping
+    another does not inherit it, so it sees every request.
     """
 
     apiKey = Attribute("C{int}: the ApiKey served.")

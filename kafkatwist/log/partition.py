@@ -54,6 +54,7 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IPartitionLog
 from kafkatwist.log.config import LogConfig
 from kafkatwist.log.epochs import LeaderEpochCache
+from kafkatwist.log.index import OffsetIndex, TimeIndex
 from kafkatwist.log.recordchecks import checkClientRecords
 from kafkatwist.log.reads import PartitionReads
 from kafkatwist.log.producerstate import (
@@ -770,10 +771,16 @@ class PartitionLog(PartitionReads):
         size = segment.size
         if size == 0:
             return segment
-        if (
-            size + appendBytes > config.segmentBytes
-            or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET
-            or segment.isFull(config.segmentIndexBytes)
+        if size + appendBytes > config.segmentBytes or lastOffset - segment.baseOffset > _MAX_RELATIVE_OFFSET:
+            return self._roll(nowMs)
+        offsetIndex, timeIndex = segment._offsetIndex, segment._timeIndex
+        if offsetIndex is None or timeIndex is None or not segment.pinned:
+            if segment.isFull(config.segmentIndexBytes):
+                return self._roll(nowMs)
+        elif (
+            # (Segment.isFull, inline)
+            offsetIndex.count >= config.segmentIndexBytes // OffsetIndex.entrySize
+            or timeIndex.count >= config.segmentIndexBytes // TimeIndex.entrySize
         ):
             return self._roll(nowMs)
         first = segment._rollingBasedTimestamp

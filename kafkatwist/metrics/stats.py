@@ -25,6 +25,26 @@ _FIRST = BUCKETS[0]
 _bisect = bisect.bisect_left
 
 
+def _bucket(v: float, b: tuple = BUCKETS) -> int:
+    """
+    C{bisect_left(BUCKETS, v)} for a C{v} above the first bound: the next
+    few bounds compared inline (a float comparison is a few machine
+    instructions in CPython 3.11, a C{bisect} call hundreds), the rest by
+    bisect.
+    """
+    if v <= b[1]:
+        return 1
+    if v <= b[2]:
+        return 2
+    if v <= b[3]:
+        return 3
+    if v <= b[4]:
+        return 4
+    if v <= b[5]:
+        return 5
+    return _bisect(b, v)
+
+
 class _Histogram:
     __slots__ = ("counts", "sum")
 
@@ -66,21 +86,21 @@ class RequestStats:
         # less than the first bound: that bucket is found without bisect.
         queue, local, responseQueue, send, total = histograms
         v = dequeued - received
-        queue.counts[0 if v <= _FIRST else _bisect(BUCKETS, v)] += 1
+        queue.counts[0 if v <= _FIRST else _bucket(v)] += 1
         queue.sum += v
         v = completed - dequeued
-        local.counts[0 if v <= _FIRST else _bisect(BUCKETS, v)] += 1
+        local.counts[0 if v <= _FIRST else _bucket(v)] += 1
         local.sum += v
         v = pickedUpAt - completed
         if v < 0.0:
             v = 0.0
-        responseQueue.counts[0 if v <= _FIRST else _bisect(BUCKETS, v)] += 1
+        responseQueue.counts[0 if v <= _FIRST else _bucket(v)] += 1
         responseQueue.sum += v
         v = sentAt - pickedUpAt
-        send.counts[0 if v <= _FIRST else _bisect(BUCKETS, v)] += 1
+        send.counts[0 if v <= _FIRST else _bucket(v)] += 1
         send.sum += v
         v = sentAt - received
-        total.counts[0 if v <= _FIRST else _bisect(BUCKETS, v)] += 1
+        total.counts[0 if v <= _FIRST else _bucket(v)] += 1
         total.sum += v
 
 

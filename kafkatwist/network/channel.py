@@ -13,6 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from time import monotonic as _monotonic
 
 from kafkatwist.protocol.header import RequestHeader
 
@@ -48,7 +49,7 @@ class Request:
         self.header = header
         self.frame = frame
         self.memory = memory
-        self.receivedAt = time.monotonic()
+        self.receivedAt = _monotonic()
         self.dequeuedAt = 0.0
         self.completedAt = 0.0
         self.handler = None

@@ -310,13 +310,13 @@ class KafkaConnection(Protocol):
         if self._closing:
             return
         self.lastActive = self._seconds()
+        # (With the buffer empty no frame size is pending and no frame waits
+        # for memory: both keep bytes in the buffer.)
         if (
             not self._buffer
             and not self._inflight
-            and self._frameSize < 0
             and self.sasl is None
             and not self._muted
-            and not self._waitingForMemory
             and self._throttleCall is None
             and len(data) > 4
         ):
@@ -327,7 +327,8 @@ class KafkaConnection(Protocol):
             if size + 4 == len(data) and MIN_HEADER_SIZE <= size <= self.owner.maxRequestSize:
                 pool = self.owner.memoryPool
                 capacity = pool.capacity
-                if capacity < 0 or (size <= capacity and pool.tryAllocate(size, self._memoryAvailable)):
+                # (No waiter here: refused, the general way asks again with one.)
+                if capacity < 0 or (size <= capacity and pool.tryAllocate(size)):
                     self._frameReceived(data[4:], size)
                     if self._readingPaused:
                         self._updateReading()
@@ -422,12 +423,14 @@ class KafkaConnection(Protocol):
             self.owner.memoryPool.release(memory)
             self.close(f"malformed request header: {e}")
             return
-        versions = self.owner.supportedVersions.get(header.apiKey)
+        owner = self.owner
+        versions = owner.supportedVersions.get(header.apiKey)
         if versions is None:
-            self.owner.memoryPool.release(memory)
+            owner.memoryPool.release(memory)
             self.close(f"no handler for ApiKey {header.apiKey}")
             return
-        if not versions[0] <= header.apiVersion <= versions[1] and header.apiKey != API_VERSIONS:
+        low, high = versions
+        if not low <= header.apiVersion <= high and header.apiKey != API_VERSIONS:
             # Kafka drops the connection; only ApiVersions answers an
             # unsupported version, so that clients can negotiate.
             self.owner.memoryPool.release(memory)
@@ -443,10 +446,7 @@ class KafkaConnection(Protocol):
                 self.close(refusal)
                 return
         self._inflight = True
-        request = Request(
-            self.owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory
-        )
-        self.owner.submit(request)
+        owner.submit(Request(owner, self, RequestContext(self, header, len(frame) + 4), header, frame, memory))
 
     def _updateReading(self) -> None:
         pause = (
@@ -545,7 +545,9 @@ class KafkaConnection(Protocol):
         while chunks:
             chunk = chunks[0]
             if isinstance(chunk, BYTES_TYPES):
-                run = _bytesRun(chunks)
+                # (a lone bytes chunk -- a Fetch answer's head or tail around
+                # a file region -- without _bytesRun's loop)
+                run = [chunk] if len(chunks) == 1 or not isinstance(chunks[1], BYTES_TYPES) else _bytesRun(chunks)
                 written = layer.writeChunks(run)
                 if written < 0:
                     self._dropChunks()

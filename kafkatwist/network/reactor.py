@@ -92,7 +92,9 @@ class ProcessorReactor(EPollReactor):
     def _loop(self) -> None:
         # One iteration: Twisted's timed and thread calls when any are due or
         # queued, then doPoll's work, inline (the hooks are read once: a
-        # Processor sets them before it runs).
+        # Processor sets them before it runs).  beforeWait runs after the
+        # timed and thread calls, when they ran: afterEvents has just run
+        # otherwise, and nothing else happened since.
         seconds = self.seconds
         selectables = self._selectables
         poll = self._poller.poll
@@ -102,27 +104,30 @@ class ProcessorReactor(EPollReactor):
         idleClock = self.idleClock
         while self._started:
             pending = self._pendingTimedCalls
-            if (
-                self.threadCallQueue
-                or self._newTimedCalls
-                or self._justStopped
-                or (pending and pending[0].time <= seconds())
-            ):
+            if pending:
+                timeout = pending[0].time - seconds()
+                due = timeout <= 0.0
+            else:
+                due = False
+            if due or self.threadCallQueue or self._newTimedCalls or self._justStopped:
                 self.runUntilCurrent()
                 if self._newTimedCalls:
                     self._insertNewDelayedCalls()
                 pending = self._pendingTimedCalls
+                if pending:
+                    timeout = pending[0].time - seconds()
+                # Work queued by timers and Twisted's thread calls: the
+                # only work between afterEvents and the wait.
+                beforeWait()
             if not self.running:
                 timeout = 0.0
             elif pending:
-                timeout = pending[0].time - seconds()
                 if timeout < 0.0:
                     timeout = 0.0
                 elif timeout > _LONGEST_WAIT:
                     timeout = _LONGEST_WAIT
             else:
                 timeout = -1
-            beforeWait()
             if idleClock is None:
                 events = poll(timeout, len(selectables))
             else:

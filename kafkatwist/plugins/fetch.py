@@ -627,14 +627,22 @@ def _nowMs(clock) -> int:
 def _account(broker, plan, topics) -> None:
     fetched = broker.topicBytes.fetched
     for (_, wanted), (_, partitions) in zip(plan, topics):
-        size = sum(p.size for p in partitions)
+        size = 0
+        throttled = False
+        for w, p in zip(wanted, partitions):
+            records = p.records
+            if records:
+                size += chunkLength(records)
+                throttled = throttled or w.throttle is not None
         if size:
             fetched(wanted[0].key[0], size)
-            # What a leader sends for throttled partitions counts against
-            # its replication throttle (to followers in the ISR too).
-            for w, p in zip(wanted, partitions):
-                if w.throttle is not None and p.size:
-                    w.throttle.record(p.size)
+            if throttled:
+                # What a leader sends for throttled partitions counts
+                # against its replication throttle (to followers in the
+                # ISR too).
+                for w, p in zip(wanted, partitions):
+                    if w.throttle is not None and p.size:
+                        w.throttle.record(p.size)
 
 
 def _close(topics) -> None:

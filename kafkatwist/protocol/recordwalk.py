@@ -268,7 +268,14 @@ def skipRecords(data, pos: int, end: int, count: int) -> int:
                 stop = at + (v >> 1)
             if stop != end:
                 raise CorruptRecordError(f"1 records end at {stop - end:+} bytes from their batch's end")
-            return _offsetDelta(data, at)
+            # Its offset delta (L{_offsetDelta}, inline: every one-record
+            # produce's path).
+            at += 1
+            at = at + 1 if data[at] < 0x80 else readVarint(data, at)[1]
+            v = data[at]
+            if v >= 0x80:
+                v, _ = readVarint(data, at)
+            return (v >> 1) ^ -(v & 1)
         last = pos
         declared = count
         # Records walked one by one before runs are looked for again: a batch

@@ -6,6 +6,8 @@ own markers) and the coordinators' log stores append through it; the
 L{kafkatwist.replication.manager.ReplicaManager} offers it to handlers as
 C{broker.replicaManager}.
 
+  - acks: anything but -1, 0 and 1 is refused (INVALID_REQUIRED_ACKS)
+    before the append, for every caller.
   - C{min.insync.replicas}: L{notEnoughReplicas} is the one check.  An
     acks=-1 append from a client, and every marker of WriteTxnMarkers, is
     refused with NOT_ENOUGH_REPLICAS before anything is written while the
@@ -36,6 +38,7 @@ __all__ = [
     "CLIENT",
     "COORDINATOR",
     "MARKERS",
+    "VALID_ACKS",
     "VERIFY_ERRORS",
     "appendMarker",
     "appendToLeader",
@@ -56,6 +59,11 @@ VERIFY_ERRORS = {
     E.coordinator_not_available: E.not_enough_replicas,
     E.not_coordinator: E.not_enough_replicas,
 }
+
+
+#: the acks a producer may ask for (Kafka's C{isValidRequiredAcks}): none,
+#: the leader's, the ISR's
+VALID_ACKS = frozenset((-1, 0, 1))
 
 
 def notEnoughReplicas(partitionLog) -> str | None:
@@ -100,8 +108,10 @@ def appendToLeader(
     """
     Append one partition's records on its leader.
 
-    @param requiredAcks: the request's acks; -1 checks
-        C{min.insync.replicas} first (L{_checkBefore}).
+    @param requiredAcks: the request's acks: -1 checks
+        C{min.insync.replicas} first (L{_checkBefore}); any but -1, 0 and 1
+        (L{VALID_ACKS}) is refused with INVALID_REQUIRED_ACKS before
+        anything else, as Kafka's C{appendRecords} refuses it.
     @param origin: L{CLIENT} (the log checks the records as a client's) or
         L{COORDINATOR} (the broker's own batches).
     @param verificationGuard: the guard a transaction verification gave.
@@ -110,11 +120,16 @@ def appendToLeader(
     @return: the log's L{kafkatwist.log.AppendInfo}.
     @raise KafkaError: the check or the log refused it.
     """
-    if requiredAcks == -1 and origin != COORDINATOR:
-        # (_checkBefore, inline: this is every produce's path)
-        refused = notEnoughReplicas(partitionLog)
-        if refused is not None:
-            raise KafkaError(E.not_enough_replicas, refused)
+    if requiredAcks != 1:
+        if requiredAcks == -1:
+            if origin != COORDINATOR:
+                # (_checkBefore, inline: this is every produce's path)
+                refused = notEnoughReplicas(partitionLog)
+                if refused is not None:
+                    raise KafkaError(E.not_enough_replicas, refused)
+        elif requiredAcks != 0:
+            # Kafka answers it without a message: the client is broken.
+            raise KafkaError(E.invalid_required_acks)
     if convert is not None:
         records = convert(records)
     if verificationGuard is not None:

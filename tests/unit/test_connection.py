@@ -285,3 +285,16 @@ def test_closing_a_throttled_connection_cancels_the_throttle():
     assert owner.clock.reactor.getDelayedCalls()
     connection.connectionLost(None)
     assert not [c for c in owner.clock.reactor.getDelayedCalls() if c.active()]
+
+
+def test_a_refused_allocation_waits_for_memory_once():
+    pool = MemoryPool(60)
+    owner = FakeOwner(pool=pool)
+    connection, _ = connect(owner)
+    while pool.available > 0:
+        pool.tryAllocate(10)
+    connection.dataReceived(apiVersionsFrame(1))
+    assert owner.submitted == []
+    assert len(pool._waiters) == 1
+    pool.release(pool.used)
+    assert [r.header.correlationId for r in owner.submitted] == [1]
