@@ -125,16 +125,16 @@ def cpuByPart(brokerPid: int) -> dict[str, float]:
 def arrowOnlySource():
     """
     A Python data source (C{format("arrowonly")}) of C{records} rows of the
-    Kafka schema in ready-made Arrow batches of 30,000, over C{partitions}
-    partitions: Spark's cost of any Python data source.
+    Kafka schema in ready-made Arrow batches of C{batchRows} (30,000), over
+    C{partitions} partitions: Spark's cost of any Python data source.
     """
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from kafkatwist_spark import kafkaSchema
 
     class Reader(DataSourceReader):
-        def __init__(self, records: int, partitions: int, size: int) -> None:
-            self.records, self.parts, self.size = records, partitions, size
+        def __init__(self, records: int, partitions: int, size: int, rows: int) -> None:
+            self.records, self.parts, self.size, self.rows = records, partitions, size, rows
 
         def partitions(self):
             return [InputPartition(i) for i in range(self.parts)]
@@ -146,7 +146,7 @@ def arrowOnlySource():
             # what the kafkatwist source does in a worker too
             freezeWorkerHeap()
 
-            n = 30_000
+            n = self.rows
             batch = readyBatch(n, self.size, partition.value)
             left = self.records // self.parts + (partition.value < self.records % self.parts)
             while left > 0:
@@ -163,7 +163,7 @@ def arrowOnlySource():
 
         def reader(self, schema):
             return Reader(int(self.options["records"]), int(self.options["partitions"]),
-                          int(self.options["size"]))
+                          int(self.options["size"]), int(self.options.get("batchRows", 30_000)))
 
     return Source
 

@@ -545,7 +545,9 @@ class KafkaConnection(Protocol):
         while chunks:
             chunk = chunks[0]
             if isinstance(chunk, BYTES_TYPES):
-                run = _bytesRun(chunks)
+                # (a lone bytes chunk -- a Fetch answer's head or tail around
+                # a file region -- without _bytesRun's loop)
+                run = [chunk] if len(chunks) == 1 or not isinstance(chunks[1], BYTES_TYPES) else _bytesRun(chunks)
                 written = layer.writeChunks(run)
                 if written < 0:
                     self._dropChunks()

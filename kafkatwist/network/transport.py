@@ -107,7 +107,8 @@ class PlaintextTransportLayer:
         @return: bytes sent; C{None} if the socket is full; 0 at the end of
             the file (the region was truncated); -1 if the connection broke.
         """
-        if self._buffered():
+        t = self.transport
+        if len(t.dataBuffer) - t.offset + t._tempDataLen:  # (_buffered, inline)
             return None
         try:
             return os.sendfile(self._fd, region.fileno(), position, count)

@@ -107,7 +107,8 @@ class ProduceHandler(Handler):
         if authorizer is not None and not authorize(authorizer, context, WRITE, TOPIC, name):
             answer = (index, ErrorCode.topic_authorization_failed, -1, -1, -1, None, ())
         else:
-            log = broker.logManager.getLog(name, index)
+            logManager = broker.logManager
+            log = logManager.getLog(name, index) if logManager is not None else None
             if log is None or (acks == -1 and log.replicated()):
                 return NotImplemented
             try:

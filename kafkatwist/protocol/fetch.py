@@ -413,6 +413,9 @@ def _partitionStruct(version: int) -> struct.Struct:
 _HEADS = [_headStruct(v) for v in range(MAX_VERSION + 1)]
 _PARTITIONS = [_partitionStruct(v) for v in range(MAX_VERSION + 1)]
 _REPLICA_STATE = struct.Struct(">iq")
+_HEAD_V12 = _HEADS[FLEXIBLE_FROM]
+_HEAD_V15 = _HEADS[REPLICA_STATE_FROM]
+_PARTITION_V12 = _PARTITIONS[FLEXIBLE_FROM]
 #: topic ids seen, to the C{uuid.UUID} the handler looks up (building one
 #: is a few microseconds of Python per topic per request)
 _TOPIC_IDS: dict = {}
@@ -428,6 +431,8 @@ def decodeFetchRequest(version: int, frame, offset: int) -> FetchRequest:
     if not 0 <= version <= MAX_VERSION:
         raise MalformedRequest(f"Fetch v{version} is not served")
     try:
+        if version >= FLEXIBLE_FROM:
+            return _decodeFlexible(version, memoryview(frame), offset)
         return _decode(version, memoryview(frame), offset)
     except MalformedRequest:
         raise
@@ -445,6 +450,105 @@ def _topicId(raw: bytes):
             _TOPIC_IDS.clear()
         found = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
     return found
+
+
+def _decodeFlexible(version: int, view: memoryview, offset: int) -> FetchRequest:
+    # v12+, what every current client sends: L{_decode}'s reading with its
+    # version tests settled, and the one-byte compact lengths and empty
+    # tagged fields of the usual request read inline.  Anything else (a
+    # name or count past 126, tagged fields, forgotten topics) goes the
+    # general way from where it is met.
+    end = len(view)
+    byId = version >= TOPIC_IDS_FROM
+    if version >= REPLICA_STATE_FROM:
+        maxWaitMs, minBytes, maxBytes, isolationLevel, sessionId, sessionEpoch = _HEAD_V15.unpack_from(
+            view, offset
+        )
+        offset += 21
+        replicaId = -1
+    else:
+        replicaId, maxWaitMs, minBytes, maxBytes, isolationLevel, sessionId, sessionEpoch = (
+            _HEAD_V12.unpack_from(view, offset)
+        )
+        offset += 25
+    smallestTopic = 18 if byId else 3
+    unpackPartition = _PARTITION_V12.unpack_from
+    b = view[offset]
+    if b < 0x80:
+        count = b - 1
+        offset += 1
+    else:
+        count, offset = readLength(view, offset, True, INT32)
+    if count < 0:
+        raise MalformedRequest("topics is null")
+    if count * smallestTopic > end - offset:
+        raise MalformedRequest(f"{count} topics cannot fit in {end - offset} bytes")
+    entries: list = []
+    extras: list = []
+    runs: list = []
+    for _ in range(count):
+        if byId:
+            if offset + 16 > end:
+                raise MalformedRequest("topic id runs past the end")
+            raw = bytes(view[offset : offset + 16])
+            key = _TOPIC_IDS.get(raw)
+            if key is None:
+                key = _topicId(raw)
+            offset += 16
+        else:
+            b = view[offset]
+            if 0 < b < 0x80:
+                offset += 1
+                n = offset + b - 1
+                if n > end:
+                    raise MalformedRequest("a string runs past the end")
+                key = str(view[offset:n], "utf-8")
+                offset = n
+            else:
+                key, offset = _string(view, offset, True, end)
+                if key is None:
+                    raise MalformedRequest("topic name is null")
+        b = view[offset]
+        if b < 0x80:
+            partitions = b - 1
+            offset += 1
+        else:
+            partitions, offset = readLength(view, offset, True, INT32)
+        if partitions < 0:
+            raise MalformedRequest("partitions is null")
+        if partitions * 33 > end - offset:
+            raise MalformedRequest(f"{partitions} partitions cannot fit in {end - offset} bytes")
+        start = len(entries)
+        for _ in range(partitions):
+            partition, epoch, fetchOffset, lastFetched, logStart, maxPartitionBytes = unpackPartition(
+                view, offset
+            )
+            offset += 32
+            if view[offset] == 0:
+                offset += 1
+            else:
+                offset = skipTaggedFields(view, offset)
+            entries.append((key, partition, fetchOffset, maxPartitionBytes, epoch))
+            extras.append((lastFetched, logStart))
+        if view[offset] == 0:
+            offset += 1
+        else:
+            offset = skipTaggedFields(view, offset)
+        runs.append((key, start, len(entries)))
+    if view[offset] == 1 and view[offset + 1] == 1 and view[offset + 2] == 0:
+        # No forgotten topics, no rack, no tagged fields: a consumer's
+        # request as librdkafka, the Java client and kafka-python send it.
+        if offset + 3 > end:
+            raise MalformedRequest("the request runs past the end of the frame")
+        return FetchRequest(
+            version, replicaId, -1, None, maxWaitMs, minBytes, maxBytes, isolationLevel,
+            sessionId, sessionEpoch, entries, extras, runs, [], "",
+        )
+    forgotten, offset = _forgotten(version, view, offset, end, True, byId, smallestTopic)
+    return _rest(
+        version, view, offset, end, True, replicaId, maxWaitMs, minBytes, maxBytes,
+        isolationLevel, sessionId, sessionEpoch, entries, extras, runs, forgotten,
+    )
 
 
 def _decode(version: int, view: memoryview, offset: int) -> FetchRequest:
@@ -553,50 +657,64 @@ def _decode(version: int, view: memoryview, offset: int) -> FetchRequest:
             else:
                 offset = skipTaggedFields(view, offset)
         runs.append((key, start, len(entries)))
-    # -- forgotten topics (v7+)
+    forgotten, offset = _forgotten(version, view, offset, end, flexible, byId, smallestTopic)
+    return _rest(
+        version, view, offset, end, flexible, replicaId, maxWaitMs, minBytes, maxBytes,
+        isolationLevel, sessionId, sessionEpoch, entries, extras, runs, forgotten,
+    )
+
+
+def _forgotten(version, view, offset, end, flexible, byId, smallestTopic) -> tuple[list, int]:
+    """
+    The forgotten topics (v7+), and the offset after them.
+    """
     forgotten: list = []
-    if version >= 7:
-        if flexible:
-            b = view[offset]
-            if b < 0x80:
-                count = b - 1
-                offset += 1
-            else:
-                count, offset = readLength(view, offset, True, INT32)
+    if version < 7:
+        return forgotten, offset
+    if flexible:
+        count, offset = readLength(view, offset, True, INT32)
+    else:
+        (count,) = INT32.unpack_from(view, offset)
+        offset += 4
+    if count < 0:
+        raise MalformedRequest("forgotten_topics_data is null")
+    if count * smallestTopic > end - offset:
+        raise MalformedRequest(f"{count} forgotten topics cannot fit in {end - offset} bytes")
+    for _ in range(count):
+        if byId:
+            if offset + 16 > end:
+                raise MalformedRequest("topic id runs past the end")
+            key = _topicId(bytes(view[offset : offset + 16]))
+            offset += 16
         else:
-            (count,) = INT32.unpack_from(view, offset)
-            offset += 4
-        if count < 0:
-            raise MalformedRequest("forgotten_topics_data is null")
-        if count * smallestTopic > end - offset:
-            raise MalformedRequest(f"{count} forgotten topics cannot fit in {end - offset} bytes")
-        for _ in range(count):
-            if byId:
-                if offset + 16 > end:
-                    raise MalformedRequest("topic id runs past the end")
-                key = _topicId(bytes(view[offset : offset + 16]))
-                offset += 16
-            else:
-                key, offset = _string(view, offset, flexible, end)
-                if key is None:
-                    raise MalformedRequest("forgotten topic name is null")
-            partitions, offset = readLength(view, offset, flexible, INT32)
-            if partitions < 0:
-                raise MalformedRequest("forgotten partitions is null")
-            if partitions * 4 > end - offset:
-                raise MalformedRequest(f"{partitions} partitions cannot fit in {end - offset} bytes")
-            indexes = struct.unpack_from(f">{partitions}i", view, offset)
-            offset += 4 * partitions
-            if flexible:
-                offset = skipTaggedFields(view, offset)
-            forgotten.append((key, indexes))
-    # -- rack_id (v11+)
+            key, offset = _string(view, offset, flexible, end)
+            if key is None:
+                raise MalformedRequest("forgotten topic name is null")
+        partitions, offset = readLength(view, offset, flexible, INT32)
+        if partitions < 0:
+            raise MalformedRequest("forgotten partitions is null")
+        if partitions * 4 > end - offset:
+            raise MalformedRequest(f"{partitions} partitions cannot fit in {end - offset} bytes")
+        indexes = struct.unpack_from(f">{partitions}i", view, offset)
+        offset += 4 * partitions
+        if flexible:
+            offset = skipTaggedFields(view, offset)
+        forgotten.append((key, indexes))
+    return forgotten, offset
+
+
+def _rest(
+    version, view, offset, end, flexible, replicaId, maxWaitMs, minBytes, maxBytes, isolationLevel,
+    sessionId, sessionEpoch, entries, extras, runs, forgotten,
+) -> FetchRequest:
+    """
+    From rack_id (v11+) to the end: the request's tagged fields (v12+).
+    """
     rackId: str | None = ""
     if version >= 11:
         rackId, offset = _string(view, offset, flexible, end)
         if rackId is None:
             raise MalformedRequest("rack_id is null")
-    # -- the request's tagged fields (v12+)
     clusterId = None
     replicaEpoch = -1
     if flexible:
@@ -650,3 +768,121 @@ def _string(view: memoryview, offset: int, flexible: bool, end: int) -> tuple[st
     if offset + n > end:
         raise MalformedRequest("a string runs past the end")
     return str(view[offset : offset + n], "utf-8"), offset + n
+
+
+# -- the commonest Fetch, straight from its frame -------------------------------
+
+#: v12-v14 up to the topic count: replica_id, max_wait_ms, min_bytes,
+#: max_bytes, isolation_level, session_id, session_epoch, topics
+_SMALL_V12 = struct.Struct(">iiiibiiB")
+#: v15-v16: the same without replica_id (in the request's tagged fields)
+_SMALL_V15 = struct.Struct(">iiibiiB")
+#: after the one partition: its tagged fields, the topic's, no forgotten
+#: topics, an empty rack_id, no tagged fields
+_SMALL_TAIL = b"\x00\x00\x01\x01\x00"
+#: topic key -> the answer's packer and fixed size (L{encodeSmallFetchAnswer})
+_smallAnswers: dict = {}
+
+
+def readSmallFetch(version: int, frame, offset: int):
+    """
+    Recognise the Fetch a consumer sends most (v12-v16): sessionless,
+    read_uncommitted, one topic of one partition, no forgotten topics, no
+    rack, no tagged fields.
+
+    @return: C{(topic key, partition, current leader epoch, fetch offset,
+        partition max bytes, max wait ms, min bytes, max bytes)} -- the key
+        a name, or from v13 a C{uuid.UUID} -- or C{None} for any other
+        request (or one that does not parse: the general decoder says why).
+    """
+    try:
+        if version >= REPLICA_STATE_FROM:
+            maxWaitMs, minBytes, maxBytes, isolation, sessionId, sessionEpoch, topics = (
+                _SMALL_V15.unpack_from(frame, offset)
+            )
+            offset += 22
+        else:
+            replicaId, maxWaitMs, minBytes, maxBytes, isolation, sessionId, sessionEpoch, topics = (
+                _SMALL_V12.unpack_from(frame, offset)
+            )
+            if replicaId != -1:
+                return None
+            offset += 26
+        if topics != 2 or isolation != 0 or sessionId != 0 or sessionEpoch != -1:
+            return None
+        if version >= TOPIC_IDS_FROM:
+            raw = bytes(frame[offset : offset + 16])
+            key = _TOPIC_IDS.get(raw)
+            if key is None:
+                if len(raw) != 16:
+                    return None
+                key = _topicId(raw)
+                if key is None:
+                    return None
+            offset += 16
+        else:
+            n = frame[offset] - 1
+            if not 0 < n < 0x7F:
+                return None
+            offset += 1
+            key = str(frame[offset : offset + n], "utf-8")
+            offset += n
+        if frame[offset] != 2:
+            return None
+        partition, epoch, fetchOffset, _, _, partitionMaxBytes = _PARTITION_V12.unpack_from(
+            frame, offset + 1
+        )
+        offset += 33
+        if offset + 5 != len(frame) or frame[offset : offset + 5] != _SMALL_TAIL:
+            return None
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+    return key, partition, epoch, fetchOffset, partitionMaxBytes, maxWaitMs, minBytes, maxBytes
+
+
+def encodeSmallFetchAnswer(
+    version: int, correlationId: int, topicKey, partition: int, highWatermark: int,
+    lastStableOffset: int, logStartOffset: int, records, size: int,
+) -> list:
+    """
+    The whole response frame (size prefix, header v1, body) of a v12+
+    Fetch of one partition answered without error, throttle or session, as
+    L{encodeFetchResponse} and the response header give it: the fixed part
+    packed at once from a layout kept per topic, then the records (bytes,
+    or a file region left to C{sendfile}).
+
+    @param size: the records' length (not 0).
+    @return: the chunks to write.
+    """
+    layout = _smallAnswers.get(topicKey)
+    if layout is None:
+        if version >= TOPIC_IDS_FROM:
+            shape = struct.Struct(">iiBihiB16sBihqqqBi")
+            key = _ZERO_ID if topicKey is None else topicKey.bytes
+            fixed: tuple = (key,)
+        else:
+            raw = topicKey.encode("utf-8")
+            if len(raw) > 126:
+                raise ValueError("topic name too long for the one-byte layout")
+            shape = struct.Struct(f">iiBihiBB{len(raw)}sBihqqqBi")
+            fixed = (len(raw) + 1, raw)
+        layout = (shape.pack, shape.size + 3 - 4, fixed)
+        if len(_smallAnswers) < 10_000:
+            _smallAnswers[topicKey] = layout
+    pack, fixedSize, fixed = layout
+    n = size + 1
+    if n < 0x80:
+        length = bytes((n,))
+    elif n < 0x4000:
+        length = bytes(((n & 0x7F) | 0x80, n >> 7))
+    else:
+        out = bytearray()
+        writeLength(out, size, True, INT32)
+        length = bytes(out)
+    head = pack(
+        fixedSize + len(length) + size, correlationId, 0, 0, 0, 0, 2, *fixed, 2, partition, 0,
+        highWatermark, lastStableOffset, logStartOffset, 0, -1,
+    ) + length
+    if isinstance(records, (bytes, bytearray)):
+        return [head + records + b"\x00\x00\x00"]
+    return [head, records, b"\x00\x00\x00"]

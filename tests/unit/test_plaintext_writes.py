@@ -12,7 +12,7 @@ from kafkatwist.util.clock import ThreadSafeClock
 from kafkatwist.network.channel import Response
 from kafkatwist.network.reactor import ProcessorReactor
 from kafkatwist.network.transport import PlaintextTransportLayer
-from tests.unit.fakes import FakeOwner, apiVersionsFrame
+from tests.unit.fakes import FakeOwner, FakeRegion, apiVersionsFrame
 
 
 def serve(reactor, owner):
@@ -115,6 +115,38 @@ def test_one_chunk_arrives_whole_through_partial_sends():
             assert bytes(received) == expected
             reactor.doIteration(0)
             assert not connection.inflight
+    finally:
+        client.close()
+        reactor.removeAll()
+
+
+def test_a_region_between_lone_byte_chunks_arrives_in_order_through_partial_sends():
+    # A Fetch answer's shape: its head, the records (sendfile), its tail.
+    reactor = ProcessorReactor()
+    owner = FakeOwner()
+    owner.clock = ThreadSafeClock(reactor)
+    client, connection = serve(reactor, owner)
+    try:
+        client.sendall(apiVersionsFrame(1))
+        while not owner.submitted:
+            reactor.doIteration(0.1)
+        records = bytes(range(256)) * 8192
+        region = FakeRegion(records)
+        chunks = [b"head:" * 1000, region, b":tail"]
+        expected = b"head:" * 1000 + records + b":tail"
+        connection.sendResponse(Response(owner.submitted[0], chunks))
+        received = bytearray()
+        client.settimeout(0.01)
+        while len(received) < len(expected):
+            reactor.doIteration(0.01)
+            try:
+                received += client.recv(1 << 20)
+            except socket.timeout:
+                pass
+        assert bytes(received) == expected
+        reactor.doIteration(0)
+        assert not connection.inflight
+        assert region.closed
     finally:
         client.close()
         reactor.removeAll()

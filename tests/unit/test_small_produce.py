@@ -245,3 +245,14 @@ def test_damaged_frames_are_answered_or_refused_never_raised():
             frame[position] = value
             response = handled(broker, bytes(frame))
             assert response.close or response.chunks is None or response.chunks
+
+
+def test_a_broker_without_logs_answers_as_the_general_path():
+    frame = encodeRequestFrame(PRODUCE, 9, 5, "c", produceRequest(9, [("orders", [(0, batch())])]))
+    answers = []
+    for wrap in (False, True):
+        broker = brokerWith(wrap=wrap)
+        broker.logManager = None
+        answers.append(b"".join(handled(broker, frame).chunks))
+    assert answers[0] == answers[1]
+    assert int.from_bytes(answers[0][22:24], "big", signed=True) == ErrorCode.unknown_topic_or_partition
