@@ -28,6 +28,7 @@ SUITES = {
     "fuzz": ("bench.fuzz", "the fuzzer's results (make fuzz): frames/s, crashes, tracebacks, RSS (issue 11)"),
     "fetch_sessions": ("bench.fetch_sessions", "broker CPU per Fetch for a consumer of 1,000 partitions with and without a fetch session (issue 16)"),
     "transactions": ("bench.transactions", "transactional produce vs idempotent, read_committed fetch CPU vs read_uncommitted (issue 15)"),
+    "appendpath": ("bench.appendpath", "the append path alone: Python opcodes by function and time per append through the append seam into a log on disk, optionally beside another tree (issue 29)"),
     "instructions": ("bench.instructions", "instructions per Produce request under callgrind, a before/after count the load does not blur (issue 12)"),
     "cluster": ("bench.cluster", "three brokers on ZooKeeper: acks=all throughput RF 3 vs 1, produce->ack latency, fail-over time, two brokers vs one on small requests (issue 17)"),
     "failover": ("bench.failover", "fail-over time's median and maximum, kill -9 and pause past the session, with and without CPU-bound processes beside the cluster (issue 30)"),

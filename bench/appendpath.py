@@ -3,7 +3,7 @@ The append path alone (issue 29): Python opcodes and wall time per append
 through the replica manager's append seam (C{appendRecords}, what Produce
 calls) into a partition log on disk, without the network or the handler.
 
-    python -m bench.appendpath [--records 1] [--idempotent] [--acks 1]
+    python -m bench appendpath [--records 1] [--idempotent] [--acks 1]
         [--appends 20000] [--top 25] [--reference PATH]
 
 Counts the Python opcodes every frame executes while one append runs
@@ -12,6 +12,13 @@ C{bench instructions}, but blind to the C work: CRC, the write), by
 function, then times C{--appends} appends (blurred by the machine's load:
 compare trees in one run, alternated).  C{--reference} runs the same on
 another tree (its C{kafkatwist} first on the path) for an A/B.
+
+Instructions per append (the C work included), as RESULTS.md reports
+them: run it twice under callgrind with equal C{--build} and different
+C{--appends} and divide the difference of the totals, e.g.
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/tmp/a.N \
+        python bench/appendpath.py --appends N --build 2800 --top 0     # N = 500, 2500
 
 The batches are those of C{bench instructions}' Produce: C{--records}
 100-byte records, linger-like timestamp deltas; C{--idempotent} gives each

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from twisted.python.failure import Failure
 
+from kafkatwist.config import TLS_PROTOCOLS
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import FETCH
@@ -41,11 +42,14 @@ from kafkatwist.protocol.fetch import (
     PartitionData,
     decodeFetchRequest,
     encodeFetchResponse,
+    encodeSmallFetchAnswer,
     fetchRequestFrom,
+    readSmallFetch,
 )
 from kafkatwist.util.purgatory import DelayedOperation
 from kafkatwist.replication.fencing import NO_EPOCH, checkReplica
 from kafkatwist.replication.state import FOLLOWER
+from kafkatwist.quota.store import CONSUMER_BYTE_RATE
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
@@ -111,6 +115,72 @@ class FetchHandler(Handler):
         # request timeouts are shorter still.
         self.maxWaitMs = broker.config["connections.max.idle.ms"]
         self.sessions = broker.fetchSessions
+
+    def answerFrame(self, context, frame, offset):
+        """
+        The commonest Fetch, answered straight from its frame (the handler
+        pool calls this before it decodes anything): a consumer's v12-v16
+        Fetch without a session, read_uncommitted, of one partition this
+        broker serves from an offset below its high watermark, no rack, on
+        a PLAINTEXT connection of a broker without an authorizer, with no
+        consumer_byte_rate quota or throttle in force.  The same checks
+        (leader epoch, leadership), the same read and bytes counted as
+        L{handle}, and the same answer, encoded in one piece.
+
+        @return: C{NotImplemented} for any other request, or one that would
+            wait for C{min_bytes} or answer an error (nothing was done:
+            L{handle} answers it); else the response chunks (size prefix
+            included).
+        """
+        version = context.apiVersion
+        if version < 12:
+            return NotImplemented
+        found = readSmallFetch(version, frame, offset)
+        if found is None:
+            return NotImplemented
+        broker = self.broker
+        if (
+            broker.authorizer is not None
+            or context.securityProtocol in TLS_PROTOCOLS
+            or getattr(context, "throttleMs", 0) > 0
+        ):
+            return NotImplemented
+        quotas = broker.clientQuotas
+        if quotas is not None and quotas.active(CONSUMER_BYTE_RATE):
+            return NotImplemented
+        topicKey, partition, epoch, fetchOffset, partitionMaxBytes, maxWaitMs, minBytes, maxBytes = found
+        logManager = broker.logManager
+        name = logManager.topicName(topicKey) if version >= TOPIC_IDS_FROM else topicKey
+        log = logManager.getLog(name, partition) if name is not None else None
+        if log is None:
+            return NotImplemented
+        # As _plan for a consumer's fetch (v11+: a follower serves it too).
+        if (epoch != NO_EPOCH or not log.isLeader) and checkReplica(
+            log, epoch, not self._following(name, partition)
+        ) is not None:
+            return NotImplemented
+        if not log.logStartOffset <= fetchOffset < log.highWatermark:
+            return NotImplemented
+        try:
+            info = log.read(
+                fetchOffset, min(partitionMaxBytes, maxBytes if maxBytes > 0 else 0x7FFFFFFF),
+                True, False, False,
+            )
+        except KafkaError:
+            return NotImplemented
+        records = info.records
+        size = chunkLength(records)
+        if not size or (size < minBytes and min(max(0, maxWaitMs), self.maxWaitMs) > 0):
+            # Nothing after all, or too little: handle reads it again (and
+            # waits).
+            if not isinstance(records, BYTES_TYPES):
+                records.close()
+            return NotImplemented
+        broker.topicBytes.fetched(name, size)
+        return encodeSmallFetchAnswer(
+            version, context.correlationId, topicKey, partition, info.highWatermark,
+            info.lastStableOffset, info.logStartOffset, records, size,
+        )
 
     def handle(self, context, request):
         version = context.apiVersion

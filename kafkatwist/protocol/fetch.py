@@ -768,3 +768,121 @@ def _string(view: memoryview, offset: int, flexible: bool, end: int) -> tuple[st
     if offset + n > end:
         raise MalformedRequest("a string runs past the end")
     return str(view[offset : offset + n], "utf-8"), offset + n
+
+
+# -- the commonest Fetch, straight from its frame -------------------------------
+
+#: v12-v14 up to the topic count: replica_id, max_wait_ms, min_bytes,
+#: max_bytes, isolation_level, session_id, session_epoch, topics
+_SMALL_V12 = struct.Struct(">iiiibiiB")
+#: v15-v16: the same without replica_id (in the request's tagged fields)
+_SMALL_V15 = struct.Struct(">iiibiiB")
+#: after the one partition: its tagged fields, the topic's, no forgotten
+#: topics, an empty rack_id, no tagged fields
+_SMALL_TAIL = b"\x00\x00\x01\x01\x00"
+#: topic key -> the answer's packer and fixed size (L{encodeSmallFetchAnswer})
+_smallAnswers: dict = {}
+
+
+def readSmallFetch(version: int, frame, offset: int):
+    """
+    Recognise the Fetch a consumer sends most (v12-v16): sessionless,
+    read_uncommitted, one topic of one partition, no forgotten topics, no
+    rack, no tagged fields.
+
+    @return: C{(topic key, partition, current leader epoch, fetch offset,
+        partition max bytes, max wait ms, min bytes, max bytes)} -- the key
+        a name, or from v13 a C{uuid.UUID} -- or C{None} for any other
+        request (or one that does not parse: the general decoder says why).
+    """
+    try:
+        if version >= REPLICA_STATE_FROM:
+            maxWaitMs, minBytes, maxBytes, isolation, sessionId, sessionEpoch, topics = (
+                _SMALL_V15.unpack_from(frame, offset)
+            )
+            offset += 22
+        else:
+            replicaId, maxWaitMs, minBytes, maxBytes, isolation, sessionId, sessionEpoch, topics = (
+                _SMALL_V12.unpack_from(frame, offset)
+            )
+            if replicaId != -1:
+                return None
+            offset += 26
+        if topics != 2 or isolation != 0 or sessionId != 0 or sessionEpoch != -1:
+            return None
+        if version >= TOPIC_IDS_FROM:
+            raw = bytes(frame[offset : offset + 16])
+            key = _TOPIC_IDS.get(raw)
+            if key is None:
+                if len(raw) != 16:
+                    return None
+                key = _topicId(raw)
+                if key is None:
+                    return None
+            offset += 16
+        else:
+            n = frame[offset] - 1
+            if not 0 < n < 0x7F:
+                return None
+            offset += 1
+            key = str(frame[offset : offset + n], "utf-8")
+            offset += n
+        if frame[offset] != 2:
+            return None
+        partition, epoch, fetchOffset, _, _, partitionMaxBytes = _PARTITION_V12.unpack_from(
+            frame, offset + 1
+        )
+        offset += 33
+        if offset + 5 != len(frame) or frame[offset : offset + 5] != _SMALL_TAIL:
+            return None
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+    return key, partition, epoch, fetchOffset, partitionMaxBytes, maxWaitMs, minBytes, maxBytes
+
+
+def encodeSmallFetchAnswer(
+    version: int, correlationId: int, topicKey, partition: int, highWatermark: int,
+    lastStableOffset: int, logStartOffset: int, records, size: int,
+) -> list:
+    """
+    The whole response frame (size prefix, header v1, body) of a v12+
+    Fetch of one partition answered without error, throttle or session, as
+    L{encodeFetchResponse} and the response header give it: the fixed part
+    packed at once from a layout kept per topic, then the records (bytes,
+    or a file region left to C{sendfile}).
+
+    @param size: the records' length (not 0).
+    @return: the chunks to write.
+    """
+    layout = _smallAnswers.get(topicKey)
+    if layout is None:
+        if version >= TOPIC_IDS_FROM:
+            shape = struct.Struct(">iiBihiB16sBihqqqBi")
+            key = _ZERO_ID if topicKey is None else topicKey.bytes
+            fixed: tuple = (key,)
+        else:
+            raw = topicKey.encode("utf-8")
+            if len(raw) > 126:
+                raise ValueError("topic name too long for the one-byte layout")
+            shape = struct.Struct(f">iiBihiBB{len(raw)}sBihqqqBi")
+            fixed = (len(raw) + 1, raw)
+        layout = (shape.pack, shape.size + 3 - 4, fixed)
+        if len(_smallAnswers) < 10_000:
+            _smallAnswers[topicKey] = layout
+    pack, fixedSize, fixed = layout
+    n = size + 1
+    if n < 0x80:
+        length = bytes((n,))
+    elif n < 0x4000:
+        length = bytes(((n & 0x7F) | 0x80, n >> 7))
+    else:
+        out = bytearray()
+        writeLength(out, size, True, INT32)
+        length = bytes(out)
+    head = pack(
+        fixedSize + len(length) + size, correlationId, 0, 0, 0, 0, 2, *fixed, 2, partition, 0,
+        highWatermark, lastStableOffset, logStartOffset, 0, -1,
+    ) + length
+    if isinstance(records, (bytes, bytearray)):
+        return [head + records + b"\x00\x00\x00"]
+    return [head, records, b"\x00\x00\x00"]
