@@ -41,10 +41,10 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ReadInfo:
+class ReadInfo(NamedTuple):
     """
-    The outcome of one L{IPartitionLog.read}.
+    The outcome of one L{IPartitionLog.read} (a named tuple: immutable,
+    and cheap to make on every Fetch).
 
     @ivar records: an L{IFileRegion} (on-disk log, to be closed once sent) or
         C{bytes} (in-memory log, or nothing to read: C{b""}).

@@ -134,7 +134,9 @@ class Segment:
                 if offsetIndex is None or timeIndex is None:
                     offsetIndex, timeIndex = self._loadIndexes()
                     self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
-        self._touch()
+        if not self.pinned:
+            # (an active segment's descriptor is not in the LRU)
+            self._touch()
         return offsetIndex, timeIndex
 
     def _touch(self) -> None:

@@ -214,27 +214,6 @@ def test_corrupt_length_inside_a_run(record, delta):
         arrowPath(_resign(raw), 0, 100)
 
 
-def test_next_fetch_offset_from_batch_headers():
-    """
-    The offset the reader fetches ahead at: past the last whole batch, from
-    the headers alone; none when the range ends within the fetch, or no
-    batch is whole.
-    """
-    from kafkatwist_spark.reader import _nextFetchOffset
-
-    first = buildBatch(uniform(10), "lz4")
-    second = buildBatch(uniform(5, 10), "none", baseOffset=10)
-    compacted = buildBatch([Record(offset=o, timestamp=T0, value=b"v") for o in (20, 29)],
-                           baseOffset=20, useRecordOffsets=True)
-    assert _nextFetchOffset(first + second, 1000) == 15
-    assert _nextFetchOffset(first + second + compacted[:40], 1000) == 15
-    assert _nextFetchOffset(first + second + compacted, 1000) == 30
-    assert _nextFetchOffset(first + second, 15) is None
-    assert _nextFetchOffset(first + second, 12) is None
-    assert _nextFetchOffset(first[:30], 1000) is None
-    assert _nextFetchOffset(b"", 1000) is None
-
-
 def _fields(key, value, timestampDelta):
     return [Record(offset=i, timestamp=T0 + timestampDelta(i), key=key(i), value=value(i))
             for i in range(40)]
