@@ -121,6 +121,46 @@ class IThreadSafeClock(Interface):
         """
 
 
+class CloseConnection(Exception):
+    """
+    Raised by a handler (from C{handle} or C{answerFrame}, or a pending
+    response completed with it) to close the request's connection without
+    an answer, as Kafka's C{requestChannel.closeConnection}: e.g. a Produce
+    with acks=0 that failed, so the producer notices.  The connection's
+    closing line (info) gives C{str(exception)} as the reason.
+    """
+
+
+def _definedBy(cls: type, name: str):
+    # The class in cls's MRO whose own namespace holds name, or None.
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass
+    return None
+
+
+def frameAnswerer(handler):
+    """
+    The handler's C{answerFrame(context, frame, offset)} if the pool may
+    call it instead of the handler's C{handle}, else C{None}.
+
+    Only when the class that defines C{answerFrame} is the one that
+    defines the C{handle} the handler would run, both found on the class
+    (not through C{__getattr__}, not set on the instance): a subclass that
+    overrides C{handle}, or a wrapper that forwards what it lacks to the
+    handler it wraps, sees every request unless it defines its own
+    C{answerFrame} beside its C{handle}.
+    """
+    cls = type(handler)
+    owner = _definedBy(cls, "answerFrame")
+    if owner is None or owner is not _definedBy(cls, "handle"):
+        return None
+    own = getattr(handler, "__dict__", None)
+    if own and ("answerFrame" in own or "handle" in own):
+        return None
+    return getattr(handler, "answerFrame", None)
+
+
 class IRequestHandler(Interface):
     """
     Answers one ApiKey.  Built-in and drop-in handlers are discovered as
@@ -147,7 +187,14 @@ class IRequestHandler(Interface):
     response chunks, size prefix included, or C{None} for no response),
     or returns C{NotImplemented} having done nothing, and the request goes
     the general way.  The built-in Produce has one; a handler wrapping
-    another does not inherit it, so it sees every request.
+    another does not inherit it, so it sees every request.  It is called
+    only when the class defining it also defines the C{handle} that would
+    run (L{frameAnswerer}): a subclass overriding C{handle}, or a wrapper
+    forwarding attributes with C{__getattr__}, sees every request unless
+    it defines its own C{answerFrame} beside its C{handle}.
+
+    Either method may raise L{CloseConnection} to close the connection
+    without an answer (Produce acks=0 that failed, as Kafka does).
     """
 
     apiKey = Attribute("C{int}: the ApiKey served.")

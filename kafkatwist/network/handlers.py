@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 from kafkatwist.config import TLS_PROTOCOLS
 from kafkatwist.util.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
+from kafkatwist.interfaces import CloseConnection, frameAnswerer
 from kafkatwist.util.purgatory import DelayedActions
 from kafkatwist.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, apiName, responseType
 from kafkatwist.protocol.entities import durationMs
@@ -180,7 +181,8 @@ class HandlerPool:
                         # Answered as the general path answers a handler
                         # that raised: the error response needs the body.
                         failure = Failure()
-                        body = self._decodeQuietly(handler, request)
+                        if failure.type is not CloseConnection:
+                            body = self._decodeQuietly(handler, request)
                         self._abandon(request)
                         return self._done(request, self._failed(failure, request, body))
                     if chunks is not NotImplemented:
@@ -292,9 +294,10 @@ class HandlerPool:
         when the request is of another shape and nothing was done -- it
         then goes the general way, C{decodeRequest} and C{handle}.  A
         drop-in wrapping the handler has no C{answerFrame} (unless it says
-        so), so it sees every request.
+        so), so it sees every request; neither does a subclass overriding
+        C{handle} (L{frameAnswerer}).
         """
-        answerFrame = getattr(handler, "answerFrame", None)
+        answerFrame = frameAnswerer(handler)
         try:
             self._frameAnswerers[handler] = answerFrame
         except TypeError:
@@ -348,8 +351,12 @@ class HandlerPool:
         UNKNOWN_SERVER_ERROR for everything the request named and keep the
         connection; one line says so, the traceback is at debug.  Only a
         request with no error response (undecoded, Produce acks=0) closes
-        its connection.
+        its connection, and one whose handler raised L{CloseConnection}.
         """
+        if failure.check(CloseConnection):
+            # Asked for (acks=0 Produce that failed): the connection's
+            # closing line says why.
+            return Response(request, None, close=True, reason=str(failure.value))
         header = request.header
         api = apiName(header.apiKey)
         error = f"{failure.type.__name__}: {failure.getErrorMessage()}"

@@ -146,7 +146,10 @@ class ProcessorReactor(EPollReactor):
                             why = sys.exc_info()[1]
                             log.failure("Error reading from {selectable}", Failure(), selectable=selectable)
                         if why:
-                            self._disconnectSelectable(selectable, why, True)
+                            try:
+                                self._disconnectSelectable(selectable, why, True)
+                            except Exception:
+                                log.failure("Error disconnecting {selectable}", selectable=selectable)
                     else:
                         dispatch(selectable, fd, event)
             elif events:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.plugins.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import Handler, HandlerPlugin, frameAnswerer
 from kafkatwist.protocol.apis import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
@@ -202,12 +202,32 @@ class FetchQuotaHandler(Handler):
     minVersion = property(lambda self: self.wrapped.minVersion)
     maxVersion = property(lambda self: self.wrapped.maxVersion)
 
+    def __init__(self, broker, wrapped=None) -> None:
+        super().__init__(broker, wrapped)
+        #: the wrapped Fetch's answerFrame, if the pool could call it
+        self._answerWrapped = frameAnswerer(wrapped) if wrapped is not None else None
+
     def __getattr__(self, name):
         # What else the wrapped Fetch offers (its own request decoder, say).
         wrapped = self.__dict__.get("wrapped")
         if wrapped is None:
             raise AttributeError(name)
         return getattr(wrapped, name)
+
+    def answerFrame(self, context, frame, offset):
+        """
+        The wrapped Fetch's C{answerFrame}, while L{handle} would hand its
+        answer on unchanged: no consumer_byte_rate quota active and no
+        throttle on the request.  (Defined here, beside L{handle}: the pool
+        never takes an C{answerFrame} through C{__getattr__}.)
+        """
+        answer = self._answerWrapped
+        if answer is None or getattr(context, "throttleMs", 0) > 0:
+            return NotImplemented
+        quotas = self.broker.clientQuotas
+        if quotas is not None and quotas.active(CONSUMER_BYTE_RATE):
+            return NotImplemented
+        return answer(context, frame, offset)
 
     def handle(self, context, request):
         result = self.wrapped.handle(context, request)

@@ -169,7 +169,7 @@ class FetchHandler(Handler):
         except KafkaError:
             return NotImplemented
         records = info.records
-        size = chunkLength(records)
+        size = len(records) if isinstance(records, BYTES_TYPES) else records.length
         if not size or (size < minBytes and min(max(0, maxWaitMs), self.maxWaitMs) > 0):
             # Nothing after all, or too little: handle reads it again (and
             # waits).

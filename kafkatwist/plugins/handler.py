@@ -22,11 +22,16 @@ from collections.abc import Callable
 from twisted.plugin import IPlugin
 from zope.interface import implementer
 
-from kafkatwist.interfaces import IRequestHandler, IRequestHandlerPlugin
+from kafkatwist.interfaces import CloseConnection, IRequestHandler, IRequestHandlerPlugin, frameAnswerer
 from kafkatwist.security.checks import authorize
+
+__all__ = [
+    "DEFAULT_DROPIN_PRIORITY", "CloseConnection", "Handler", "HandlerPlugin", "answerByDeadline", "frameAnswerer",
+]
 
 #: priority of drop-ins that do not say: above the built-ins (0)
 DEFAULT_DROPIN_PRIORITY = 100
+
 
 
 @implementer(IRequestHandler)

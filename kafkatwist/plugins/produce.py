@@ -41,7 +41,7 @@ from twisted.python.failure import Failure
 
 from kafkatwist.coordinator.reply import Reply
 from kafkatwist.errors import ErrorCode, KafkaError
-from kafkatwist.plugins.handler import Handler, HandlerPlugin
+from kafkatwist.plugins.handler import CloseConnection, Handler, HandlerPlugin
 from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
 from kafkatwist.protocol.batch import transactionalProducer
@@ -56,6 +56,7 @@ from kafkatwist.protocol.produce import (
     readSmallProduce,
 )
 from kafkatwist.quota.manager import addThrottle
+from kafkatwist.replication.appends import VALID_ACKS
 from kafkatwist.quota.store import PRODUCER_BYTE_RATE
 from kafkatwist.security.acl import AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
@@ -100,7 +101,8 @@ class ProduceHandler(Handler):
         if found is None:
             return NotImplemented
         acks, name, index, start, end = found
-        if name in INTERNAL_TOPICS:
+        if name in INTERNAL_TOPICS or acks not in VALID_ACKS:
+            # (acks outside -1/0/1: INVALID_REQUIRED_ACKS, answered by handle)
             return NotImplemented
         broker = self.broker
         authorizer = broker.authorizer
@@ -132,7 +134,9 @@ class ProduceHandler(Handler):
         else:
             throttleMs = context.throttleMs
         if acks == 0:
-            return None
+            if answer is None:
+                return None
+            raise _closeForAcks0(context, [(name, [answer])])
         if answer is None:
             return encodeSmallProduceAnswer(
                 context.correlationId, name, index, info.firstOffset, info.logAppendTime,
@@ -193,7 +197,8 @@ class ProduceHandler(Handler):
                     (data.index, ErrorCode.topic_authorization_failed, -1, -1, -1, None, ())
                     for data in topic.partition_data
                 ]
-            elif name in INTERNAL_TOPICS:
+            elif name in INTERNAL_TOPICS and acks in VALID_ACKS:
+                # (with other acks, INVALID_REQUIRED_ACKS first, as Kafka)
                 # The broker's own state (committed offsets, transactions):
                 # only the broker appends there, as in Kafka.
                 partitions = [
@@ -232,7 +237,14 @@ class ProduceHandler(Handler):
             throttleMs = getattr(context, "throttleMs", 0)
         if acks == 0:
             # Nothing is sent back; the connection unmutes at once (or once
-            # a quota's throttle has passed).
+            # a quota's throttle has passed).  An error closes it, so the
+            # producer notices (Kafka's closeConnection).
+            if any(p[1] for _, partitions in results for p in partitions):
+                if pending is None:
+                    raise _closeForAcks0(context, results)
+                pending.complete(Failure(_closeForAcks0(context, results)))
+            elif pending is not None:
+                pending.complete(None)
             return None
         if waits:
             return self._awaitReplicas(context, request, version, results, waits, pending)
@@ -298,6 +310,10 @@ class ProduceHandler(Handler):
         ):
             refused = dict.fromkeys(everything, E.transactional_id_authorization_failed)
             return self._appendAll(context, request, version, wake, account, refused)
+        if request.acks not in VALID_ACKS:
+            # INVALID_REQUIRED_ACKS before any verification (Kafka's
+            # appendRecords checks the acks first).
+            return self._appendAll(context, request, version, wake, account)
         logManager = broker.logManager
         replicaManager = broker.replicaManager
         verified, unverified = replicaManager.transactionGuards(
@@ -339,12 +355,8 @@ class ProduceHandler(Handler):
                 coordinator, answeredLater, transactionalId, producer, unverified, verified
             )
             return pending.deferred
-        if request.acks == 0:
-            # Nothing to answer: append once verified, wherever that is.
-            replicaManager.verifyTransaction(
-                coordinator, answered, transactionalId, producer, unverified, verified
-            )
-            return None
+        # (acks=0 too: nothing is answered, but a failed append closes the
+        # connection, and Kafka keeps it muted until then)
         reply = Reply(context, answered)
         replicaManager.verifyTransaction(
             coordinator, reply, transactionalId, producer, unverified, verified
@@ -377,6 +389,9 @@ class ProduceHandler(Handler):
             else:
                 info = replicaManager.appendRecords(log, records, nowMs, acks)
         except KafkaError as e:
+            if e.code == ErrorCode.invalid_required_acks:
+                # Kafka's appendRecords refuses before the log is looked at.
+                return (index, e.code, -1, -1, -1, None, ())
             return (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
         if not info.duplicate:
             # A retried batch (idempotent producer) appended nothing: no fetch
@@ -425,6 +440,24 @@ class ProduceHandler(Handler):
             for name, partitions in results
         )
         return make(cls, responses=topics, throttle_time=NO_THROTTLE)
+
+
+def _closeForAcks0(context, results) -> CloseConnection:
+    """
+    What closes the connection of an acks=0 Produce that got errors: the
+    reason (on the connection's closing line, at info) names the client
+    and each failed partition's error, as Kafka's line does.
+    """
+    failed = ", ".join(
+        f"{name}-{partition[0]}: {ErrorCode(partition[1]).name.upper()}"
+        for name, partitions in results
+        for partition in partitions
+        if partition[1]
+    )
+    return CloseConnection(
+        f"error during produce request with correlation id {context.correlationId} from client id "
+        f"{context.clientId} with acks=0; topic and partition to exceptions: {failed}"
+    )
 
 
 def _fromLegacy(version: int, records, config) -> bytes:

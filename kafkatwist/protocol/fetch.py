@@ -782,6 +782,8 @@ _SMALL_V15 = struct.Struct(">iiibiiB")
 _SMALL_TAIL = b"\x00\x00\x01\x01\x00"
 #: topic key -> the answer's packer and fixed size (L{encodeSmallFetchAnswer})
 _smallAnswers: dict = {}
+#: a null aborted_transactions array, preferred_read_replica -1
+_NO_REPLICA = b"\x00\xff\xff\xff\xff"
 
 
 def readSmallFetch(version: int, frame, offset: int):
@@ -856,32 +858,36 @@ def encodeSmallFetchAnswer(
     """
     layout = _smallAnswers.get(topicKey)
     if layout is None:
+        # Everything but the size, correlation id, partition and offsets is
+        # the same in every such answer: header tagged fields, throttle,
+        # error code, session id, one topic, its key, one partition.
         if version >= TOPIC_IDS_FROM:
-            shape = struct.Struct(">iiBihiB16sBihqqqBi")
             key = _ZERO_ID if topicKey is None else topicKey.bytes
-            fixed: tuple = (key,)
         else:
             raw = topicKey.encode("utf-8")
             if len(raw) > 126:
                 raise ValueError("topic name too long for the one-byte layout")
-            shape = struct.Struct(f">iiBihiBB{len(raw)}sBihqqqBi")
-            fixed = (len(raw) + 1, raw)
-        layout = (shape.pack, shape.size + 3 - 4, fixed)
+            key = bytes((len(raw) + 1,)) + raw
+        middle = b"\x00" + bytes(10) + b"\x02" + key + b"\x02"
+        shape = struct.Struct(f">ii{len(middle)}sihqqq")
+        # the answer after its records' length: the null aborted array and
+        # no preferred read replica before it, the tagged fields after
+        layout = (shape.pack, shape.size + 5 + 3 - 4, middle)
         if len(_smallAnswers) < 10_000:
             _smallAnswers[topicKey] = layout
-    pack, fixedSize, fixed = layout
+    pack, fixedSize, middle = layout
     n = size + 1
     if n < 0x80:
-        length = bytes((n,))
+        length = _NO_REPLICA + bytes((n,))
     elif n < 0x4000:
-        length = bytes(((n & 0x7F) | 0x80, n >> 7))
+        length = _NO_REPLICA + bytes(((n & 0x7F) | 0x80, n >> 7))
     else:
-        out = bytearray()
+        out = bytearray(_NO_REPLICA)
         writeLength(out, size, True, INT32)
         length = bytes(out)
     head = pack(
-        fixedSize + len(length) + size, correlationId, 0, 0, 0, 0, 2, *fixed, 2, partition, 0,
-        highWatermark, lastStableOffset, logStartOffset, 0, -1,
+        fixedSize + len(length) - 5 + size, correlationId, middle, partition, 0, highWatermark,
+        lastStableOffset, logStartOffset,
     ) + length
     if isinstance(records, (bytes, bytearray)):
         return [head + records + b"\x00\x00\x00"]

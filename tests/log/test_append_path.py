@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from crc32c import crc32c
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.log import AppendInfo
@@ -177,3 +178,21 @@ def test_index_entries_every_interval_with_indexes_loaded_late(harness):
     assert times == [
         (rebuiltTimes.timestamps[i], rebuiltTimes.relativeOffsets[i]) for i in range(len(times))
     ]
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+@pytest.mark.parametrize("valueSize", [50, 3000])  # record sets under and over 4 KiB
+def test_record_sets_of_every_codec_and_buffer_type(codec, valueSize):
+    # Small record sets are read without memoryviews (their CRC and
+    # compressed payload sliced as copies), large ones through one.
+    records = [Record(value=bytes([i]) * valueSize, timestamp=NOW + i) for i in range(3)]
+    data = buildBatch(records, compression=codec) + buildBatch(records[:1], compression=codec)
+    for buf in (bytes(data), bytearray(data), memoryview(bytes(data))):
+        assert [h.recordsCount for _, h in B.validateRecordSet(buf)] == [3, 1]
+    damaged = bytearray(data)
+    damaged[B.HEADER_SIZE] ^= 0xFF  # the first batch's payload, CRC made to match
+    B.CRC.pack_into(damaged, B.CRC_AT, crc32c(bytes(damaged[B.ATTRIBUTES_AT : len(data) - len(
+        buildBatch(records[:1], compression=codec))])))
+    for buf in (bytes(damaged), bytearray(damaged), memoryview(bytes(damaged))):
+        assert _validated(buf) == _reference(bytes(damaged))
+        assert isinstance(_validated(buf), tuple)  # refused

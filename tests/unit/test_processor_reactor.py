@@ -143,3 +143,42 @@ def test_an_error_escaping_an_iteration_is_logged_and_the_loop_goes_on():
     reactor.run(installSignalHandlers=False)
     assert gaveUp.active()
     assert len(failures) > 1
+
+
+class LosingBadly(Protocol):
+    def connectionLost(self, reason):
+        raise RuntimeError("boom in connectionLost")
+
+
+def test_a_raising_connection_lost_still_ends_the_iteration():
+    """
+    The main loop's inline read of a lone readable socket: a peer's hang-up
+    whose connectionLost raises is logged, and the iteration still runs
+    afterEvents (the requests and calls it hands on) -- as any other
+    dispatch does.
+    """
+    reactor = ProcessorReactor()
+    reactor._registerAsIOThread = False
+    after = []
+    peer = adopt(reactor, LosingBadly())
+    armed = []
+
+    def afterEvents():
+        if armed:
+            after.append(1)
+            reactor.stop()
+
+    def hangUp():
+        armed.append(1)
+        peer.shutdown(socket.SHUT_WR)  # the only event: EPOLLIN, then EOF
+
+    reactor.afterEvents = afterEvents
+    reactor.callLater(0.01, hangUp)
+    gaveUp = reactor.callLater(GIVE_UP, reactor.stop)
+    try:
+        reactor.run(installSignalHandlers=False)
+    finally:
+        peer.close()
+        reactor.removeAll()
+    assert gaveUp.active(), "afterEvents never ran after the hang-up"
+    assert after
