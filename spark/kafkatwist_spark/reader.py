@@ -251,11 +251,13 @@ def freezeWorkerHeap() -> None:
     30-40 ms a task, most of a worker's CPU outside the decode.  Objects
     frozen are still freed when no longer referenced; only reference
     cycles among them (a module's, alive for the process anyway) are no
-    longer looked for.
+    longer looked for -- so garbage cycles (an earlier task's state) are
+    collected first, once, or they would be kept for the worker's life.
     """
     global _frozen
     if not _frozen:
         _frozen = True
+        gc.collect()
         gc.freeze()
 
 

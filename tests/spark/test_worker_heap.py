@@ -55,3 +55,43 @@ def test_read_freezes_the_worker_heap_once():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+# A cycle that is garbage when the first read freezes the heap (the first
+# task's state, say) must still be collected: frozen objects are never
+# looked at for cycles again.
+CYCLE_SCRIPT = """
+import gc
+import weakref
+from kafkatwist_spark.offsets import OffsetRange
+from kafkatwist_spark.options import parseSourceOptions
+from kafkatwist_spark.reader import KafkaBatchReader, KafkaInputPartition
+
+class State:
+    pass
+
+gc.disable()  # no automatic collection may find the cycle first
+config = parseSourceOptions(
+    {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, streaming=False
+)
+reader = KafkaBatchReader(config, None)
+state = State()
+state.self = state
+alive = weakref.ref(state)
+del state
+reader.read(KafkaInputPartition(OffsetRange("t", 0, 0, 10)))
+assert gc.get_freeze_count() > 10_000
+gc.collect()
+assert alive() is None, "a cycle that was garbage at the freeze is kept for the worker's life"
+print("ok")
+"""
+
+
+def test_garbage_cycles_at_the_freeze_are_still_collected():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "spark")])
+    result = subprocess.run(
+        [sys.executable, "-c", CYCLE_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
