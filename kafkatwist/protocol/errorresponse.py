@@ -87,7 +87,11 @@ def _sourceFields(source) -> dict:
         return source
     if dataclasses.is_dataclass(source):
         return {f.name: getattr(source, f.name) for f in dataclasses.fields(source)}
-    names = getattr(type(source), "__slots__", None) or vars(source)
+    # A hand-written request type (Fetch's) names the fields it offers
+    # under kio's names, some of them built on demand: its slots are its
+    # own flat layout, not the request's shape.
+    cls = type(source)
+    names = getattr(cls, "kafkaFields", None) or getattr(cls, "__slots__", None) or vars(source)
     return {name: getattr(source, name, None) for name in names}
 
 

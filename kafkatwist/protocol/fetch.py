@@ -289,6 +289,14 @@ class FetchRequest:
         "forgotten", "rack_id",
     )
 
+    #: the fields under kio's names, in kio's order (what an error answer
+    #: mirrors: L{kafkatwist.protocol.errorresponse})
+    kafkaFields = (
+        "cluster_id", "replica_id", "replica_state", "max_wait", "min_bytes", "max_bytes",
+        "isolation_level", "session_id", "session_epoch", "topics", "forgotten_topics_data",
+        "rack_id",
+    )
+
     def __init__(
         self, version, replicaId, replicaEpoch, clusterId, maxWaitMs, minBytes, maxBytes,
         isolationLevel, sessionId, sessionEpoch, entries, extras, runs, forgotten, rackId,

@@ -1,16 +1,19 @@
 """
 The Fetch response encoder of kafkatwist 2500b21, kept as it was: the
-reference L{tests.unit.test_fetch_codec} compares the hand-tuned one with.
+reference L{tests.unit.test_fetch_codec} compares the hand-tuned one with;
+and L{kioRequest}, a Fetch request built as kio's entity.
 """
-
 
 from __future__ import annotations
 
+import datetime
 import struct
 from dataclasses import dataclass
 from typing import Any
 
+from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import EncodedResponse, chunkLength
+from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.header import INT32, writeLength, writeString
 
 _PARTITION_HEAD = struct.Struct(">ihqq")
@@ -109,3 +112,53 @@ def encodeFetchResponse(
         out += b"\x00"
     chunks.append(bytes(out))
     return EncodedResponse(chunks)
+
+
+def kioRequest(version, topics, forgotten=(), replica=(-1, -1), sessionId=0, sessionEpoch=-1,
+               rack="", clusterId=None, isolation=0, maxWaitMs=500):
+    """
+    @param topics: C{(key, [(partition, epoch, offset, last fetched epoch,
+        log start, max bytes)])}, the key a name below v13, an id from v13.
+    """
+    cls = requestType(1, version)
+    Topic = nested(cls, "FetchTopic")
+    Partition = nested(cls, "FetchPartition")
+    byId = version >= 13
+    fields = {"max_wait": datetime.timedelta(milliseconds=maxWaitMs), "min_bytes": 1}
+    if version >= 15:
+        State = nested(cls, "ReplicaState")
+        fields["replica_state"] = make(State, replica_id=replica[0], replica_epoch=replica[1])
+    else:
+        fields["replica_id"] = replica[0]
+    if version >= 3:
+        fields["max_bytes"] = 52428800
+    if version >= 4:
+        fields["isolation_level"] = isolation
+    if version >= 7:
+        Forgotten = nested(cls, "ForgottenTopic")
+        fields.update(session_id=sessionId, session_epoch=sessionEpoch)
+        fields["forgotten_topics_data"] = tuple(
+            make(Forgotten, **({"topic_id": key} if byId else {"topic": key}), partitions=tuple(ps))
+            for key, ps in forgotten
+        )
+    if version >= 11:
+        fields["rack_id"] = rack
+    if version >= 12:
+        fields["cluster_id"] = clusterId
+
+    def partition(index, epoch, offset, lastFetched, start, maxBytes):
+        values = {"partition": index, "fetch_offset": offset, "partition_max_bytes": maxBytes}
+        if version >= 9:
+            values["current_leader_epoch"] = epoch
+        if version >= 12:
+            values["last_fetched_epoch"] = lastFetched
+        if version >= 5:
+            values["log_start_offset"] = start
+        return make(Partition, **values)
+
+    fields["topics"] = tuple(
+        make(Topic, **({"topic_id": key} if byId else {"topic": key}),
+             partitions=tuple(partition(*p) for p in parts))
+        for key, parts in topics
+    )
+    return make(cls, **fields)
