@@ -317,6 +317,9 @@ KEYS: dict[str, Key] = {
         Key("queued.max.requests", _int(1), "500", "Requests the RequestChannel holds before Processors stop reading."),
         Key("queued.max.request.bytes", _long(-1), "-1", "Bytes of queued requests before reading is muted (-1: unbounded)."),
         Key("socket.request.max.bytes", _int(1), "104857600", "Largest request frame accepted."),
+        Key("fetch.max.bytes", _int(1024), "57671680",
+            "The most one Fetch answers, whatever its max_bytes asks (KIP-541); its first batch "
+            "still goes out whole."),
         Key("socket.send.buffer.bytes", _int(-1), "102400", "SO_SNDBUF (-1: OS default)."),
         Key("socket.receive.buffer.bytes", _int(-1), "102400", "SO_RCVBUF (-1: OS default)."),
         Key("connections.max.idle.ms", _long(1), "600000", "Idle connections are closed after this."),

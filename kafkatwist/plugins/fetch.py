@@ -114,6 +114,9 @@ class FetchHandler(Handler):
         # would otherwise never end it.  Clients never notice: their
         # request timeouts are shorter still.
         self.maxWaitMs = broker.config["connections.max.idle.ms"]
+        #: the most one Fetch answers, whatever its max_bytes asks (Kafka's
+        #: fetch.max.bytes, KIP-541; the first batch still goes out whole)
+        self.fetchMaxBytes = broker.config["fetch.max.bytes"]
         self.sessions = broker.fetchSessions
 
     def answerFrame(self, context, frame, offset):
@@ -161,11 +164,12 @@ class FetchHandler(Handler):
             return NotImplemented
         if not log.logStartOffset <= fetchOffset < log.highWatermark:
             return NotImplemented
+        if maxBytes <= 0 or maxBytes > self.fetchMaxBytes:
+            maxBytes = self.fetchMaxBytes
+        if minBytes > maxBytes:
+            minBytes = maxBytes
         try:
-            info = log.read(
-                fetchOffset, min(partitionMaxBytes, maxBytes if maxBytes > 0 else 0x7FFFFFFF),
-                True, False, False,
-            )
+            info = log.read(fetchOffset, min(partitionMaxBytes, maxBytes), True, False, False)
         except KafkaError:
             return NotImplemented
         records = info.records
@@ -209,8 +213,10 @@ class FetchHandler(Handler):
         owner.
         """
         maxWaitMs = min(max(0, request.max_wait_ms), self.maxWaitMs)
-        minBytes = request.min_bytes
-        maxBytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+        maxBytes = request.max_bytes
+        if maxBytes <= 0 or maxBytes > self.fetchMaxBytes:
+            maxBytes = self.fetchMaxBytes
+        minBytes = min(request.min_bytes, maxBytes)
         readCommitted = request.isolation_level == READ_COMMITTED
         fromFollower = replicaId >= 0
         if fromFollower:
