@@ -539,9 +539,10 @@ class KafkaConnection(Protocol):
             head, region, tail = chunks
             if head.__class__ is bytes and tail.__class__ is bytes and not isinstance(region, BYTES_TYPES):
                 layer = self.layer
-                written = layer.writeChunks((head,))
+                count = region.length
+                # (the head with the records in one segment when there are any)
+                written = layer.writeBefore(head) if count > 0 else layer.writeChunks((head,))
                 if written == len(head):
-                    count = region.length
                     sent = layer.transferFrom(region, region.position(), count) if count > 0 else 0
                     if sent == count:
                         region.close()

@@ -34,6 +34,11 @@ class ScriptedLayer:
             self.out += data[:take]
         return take
 
+    def writeBefore(self, chunk):
+        written = self.writeChunks((chunk,))
+        self.calls[-1] = ("more",) + self.calls[-1][1:]
+        return written
+
     def transferFrom(self, region, position, count):
         self.calls.append(("sendfile", position, count))
         take = self.transfers.pop(0) if self.transfers else "all"
@@ -65,7 +70,7 @@ def answer(layer, records=b"r" * 100):
 def test_whole_answer_leaves_in_three_calls_without_a_queue():
     layer = ScriptedLayer()
     connection, _, region, expected = answer(layer)
-    assert layer.calls == [("write", 15), ("sendfile", 0, 100), ("write", 3)]
+    assert layer.calls == [("more", 15), ("sendfile", 0, 100), ("write", 3)]
     assert bytes(layer.out) == expected
     assert region.closed
     assert not connection.inflight
@@ -116,3 +121,50 @@ def test_a_failure_aborts_the_connection_and_closes_the_region():
             layer.flush()
         assert transport.disconnecting or transport.disconnected or connection.closed, (writes, transfers)
         assert region.closed, (writes, transfers)
+
+
+def test_the_head_goes_with_msg_more_on_a_real_socket():
+    # The kernel puts the head in the records' segment rather than in one
+    # of its own; without records (nothing follows at once) it is pushed.
+    import socket
+
+    from kafkatwist.util.clock import ThreadSafeClock
+    from kafkatwist.network.reactor import ProcessorReactor
+    from tests.unit.test_plaintext_writes import serve
+
+    class Recording:
+        def __init__(self, sock):
+            self.sock = sock
+            self.flags = []
+
+        def send(self, data, flags=0):
+            self.flags.append(flags)
+            return self.sock.send(data, flags)
+
+        def sendmsg(self, chunks):
+            self.flags.append(0)
+            return self.sock.sendmsg(chunks)
+
+    for records, first in ((b"r" * 100, socket.MSG_MORE), (b"", 0)):
+        reactor = ProcessorReactor()
+        owner = FakeOwner()
+        owner.clock = ThreadSafeClock(reactor)
+        client, connection = serve(reactor, owner)
+        try:
+            recording = connection.layer._socket = Recording(connection.layer._socket)
+            client.sendall(apiVersionsFrame(1))
+            while not owner.submitted:
+                reactor.doIteration(0.1)
+            region = FakeRegion(records)
+            connection.sendResponse(Response(owner.submitted[0], [b"head:", region, b":tail"]))
+            assert recording.flags == [first, 0]
+            assert not connection.inflight and region.closed
+            expected = b"head:" + records + b":tail"
+            received = bytearray()
+            client.settimeout(2)
+            while len(received) < len(expected):
+                received += client.recv(1 << 16)
+            assert bytes(received) == expected
+        finally:
+            client.close()
+            reactor.removeAll()
