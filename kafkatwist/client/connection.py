@@ -315,6 +315,13 @@ class BrokerConnection:
             view = view[sent:]
 
     def _recvExactly(self, size: int, deadline: float) -> bytes:
+        return bytes(self._recvInto(size, deadline))
+
+    def _recvInto(self, size: int, deadline: float) -> bytearray:
+        """
+        Read exactly C{size} bytes into a new buffer, and return it (not a
+        copy of it).
+        """
         buf = bytearray(size)
         view = memoryview(buf)
         got = 0
@@ -327,7 +334,7 @@ class BrokerConnection:
             if n == 0:
                 raise EOFError(f"{self.host}:{self.port} closed the connection")
             got += n
-        return bytes(buf)
+        return buf
 
     def _tlsRecvInto(self, view, size: int, deadline: float) -> int:
         from OpenSSL import SSL
@@ -363,6 +370,17 @@ class BrokerConnection:
         @raise KafkaConnectionError: on failure; the connection is closed,
             because a half-read frame leaves the stream out of step.
         """
+        return self._roundTrip(frame, expectResponse, timeout, asView=False)
+
+    def _roundTrip(
+        self, frame: bytes, expectResponse: bool, timeout: float | None, asView: bool
+    ):
+        """
+        L{roundTrip}; with C{asView}, the response frame is a read-only
+        memoryview over the buffer it was received into, not a copy of it:
+        L{request} decodes it at once (the decoder copies out the fields it
+        keeps), which saves copying every response, e.g. a Fetch's megabytes.
+        """
         with self._lock:
             if self._sock is None:
                 self.connect()
@@ -376,7 +394,10 @@ class BrokerConnection:
                     raise KafkaConnectionError(
                         f"{self.host}:{self.port} sent a frame of size {size}"
                     )
-                return self._recvExactly(size, deadline)
+                response = self._recvInto(size, deadline)
+                if asView:
+                    return memoryview(response).toreadonly()
+                return bytes(response)
             except KafkaConnectionError:
                 self.close()
                 raise
@@ -413,7 +434,7 @@ class BrokerConnection:
         with self._lock:
             correlationId = self.nextCorrelationId()
             frame = encodeRequestFrame(apiKey, apiVersion, correlationId, self.clientId, entity)
-            response = self.roundTrip(frame, expectResponse, timeout)
+            response = self._roundTrip(frame, expectResponse, timeout, asView=True)
             if response is None:
                 return None
             try:

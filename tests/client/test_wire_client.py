@@ -218,6 +218,19 @@ def test_fetch_partial_trailing_batch(cluster, broker):
         assert [r.offset for r in result.records] == [4, 5, 6, 7]
 
 
+def test_fetched_records_are_bytes(cluster, broker):
+    """
+    Responses are decoded from the buffer they were received into, not a
+    copy of it; the records handed back are still C{bytes} of their own.
+    """
+    with client(broker) as c:
+        c.produce("t", 1, [Record(timestamp=T0, value=b"v" * 1000)] * 4)
+        raw = c.fetchRaw("t", 1, 0)
+        assert type(raw.records) is bytes
+        assert [b.baseOffset for b in decodeBatches(raw.records)] == [0]
+        assert [r.value for r in c.fetch("t", 1, 0).records] == [b"v" * 1000] * 4
+
+
 def test_fetch_error(cluster, broker):
     """
     Partition errors come back in the result, with the watermarks.
@@ -384,6 +397,7 @@ def test_send_raw(cluster, broker):
     ))
     with client(broker) as c:
         response = c.sendRaw(frame)
+        assert type(response) is bytes
         assert struct.unpack_from(">i", response)[0] == 424242
         correlationId, body = decodeResponseFrame(3, 9, response)
         assert correlationId == 424242

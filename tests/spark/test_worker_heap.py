@@ -31,14 +31,21 @@ config = parseSourceOptions(
 )
 reader = KafkaBatchReader(config, None)
 assert gc.get_freeze_count() == 0
+import kafkatwist_spark.reader as module
+assert not module.allocatorTuned
 # Spark's one empty partition (nothing to read): nothing frozen
 list(reader.read(object()))
 assert gc.get_freeze_count() == 0
+assert not module.allocatorTuned
 # a range to read: frozen when read() is called, before any fetch (the
 # generator is not started, so no broker is asked)
 reader.read(KafkaInputPartition(OffsetRange("t", 0, 0, 10)))
 frozen = gc.get_freeze_count()
 assert frozen > 10_000, frozen
+import kafkatwist_spark.reader as module
+import platform
+# glibc keeps freed memory for the next fetch (see keepWorkerMemory)
+assert module.allocatorTuned == (platform.libc_ver()[0] == "glibc"), platform.libc_ver()
 # once per process: a second task's read does not freeze its own objects
 garbage = [[] for _ in range(1000)]
 reader.read(KafkaInputPartition(OffsetRange("t", 0, 10, 20)))
