@@ -531,6 +531,36 @@ class KafkaConnection(Protocol):
                 self._chunks = deque((memoryview(chunk)[written:],) if written else (chunk,))
                 self.layer.whenFlushed(self._send)
                 return
+        elif len(chunks) == 3 and not self._chunks:
+            # A Fetch answer's shape -- its head, the records' file region,
+            # its tail -- with nothing queued before it: written here, a
+            # call each, without _send's loop and deque; whatever the socket
+            # did not take (or a failure) goes to _send from where it stopped.
+            head, region, tail = chunks
+            if head.__class__ is bytes and tail.__class__ is bytes and not isinstance(region, BYTES_TYPES):
+                layer = self.layer
+                count = region.length
+                # (the head with the records in one segment when there are any)
+                written = layer.writeBefore(head) if count > 0 else layer.writeChunks((head,))
+                if written == len(head):
+                    sent = layer.transferFrom(region, region.position(), count) if count > 0 else 0
+                    if sent == count:
+                        region.close()
+                        written = layer.writeChunks((tail,))
+                        if written == len(tail):
+                            self._responseSent()
+                            return
+                        self._chunks = deque((memoryview(tail)[written:] if written > 0 else tail,))
+                    else:
+                        if sent is not None and sent > 0:
+                            self._regionSent = sent
+                        self._chunks = deque((region, tail))
+                else:
+                    self._chunks = deque(
+                        (memoryview(head)[written:] if written > 0 else head, region, tail)
+                    )
+                self._send()
+                return
         if self._chunks.__class__ is deque:
             self._chunks.extend(chunks)
         else:

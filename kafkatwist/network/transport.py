@@ -31,6 +31,8 @@ log = Logger()
 ANONYMOUS = "User:ANONYMOUS"
 
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+#: (Linux; 0 where the flag does not exist: the head then has its own segment)
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 #: bytes of a file region read (and encrypted) at a time for TLS: a slow TLS
 #: consumer holds about two of these (one being sent, one read ahead), not
@@ -99,6 +101,24 @@ class PlaintextTransportLayer:
                 return 0
             return -1
 
+    def writeBefore(self, chunk) -> int:
+        """
+        L{writeChunks} of one bytes-like C{chunk} that more data (a file
+        region's C{sendfile}) follows at once: sent with C{MSG_MORE}, so
+        that the kernel puts it in the same segment as what follows rather
+        than in a segment of its own (one packet, and one wake-up of the
+        client, fewer per Fetch answer).
+        """
+        t = self.transport
+        if len(t.dataBuffer) - t.offset + t._tempDataLen:  # (_buffered, inline)
+            return 0
+        try:
+            return self._socket.send(chunk, _MSG_MORE)
+        except OSError as e:
+            if e.errno in _WOULD_BLOCK:
+                return 0
+            return -1
+
     def transferFrom(self, region, position: int, count: int) -> int | None:
         """
         C{sendfile} up to C{count} bytes of C{region} from file offset
@@ -161,6 +181,9 @@ class BufferedTransportLayer:
         for chunk in chunks:
             write(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
         return sum(len(chunk) for chunk in chunks)
+
+    def writeBefore(self, chunk) -> int:
+        return self.writeChunks((chunk,))
 
     def transferFrom(self, region, position: int, count: int) -> int | None:
         data = os.pread(region.fileno(), count, position)
