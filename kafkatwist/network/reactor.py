@@ -11,12 +11,13 @@ iteration shaped for a Processor.
     Processor hands the requests framed in an iteration to the
     RequestChannel there, in one batch, without a C{callLater(0)} per
     iteration.
-  - Its waker writes its byte with one C{os.write}: Twisted's goes through
+  - Its waker is an C{eventfd} polled edge-triggered, written with one
+    C{os.eventfd_write} and never read: Twisted's pipe waker goes through
     C{twisted.python.util.untilConcludes}, and C{twisted.python.util} is a
     deprecation proxy whose every attribute lookup is four Python calls --
-    on a handler thread, once per response it hands back.  (C{EINTR} needs
-    no loop: Python retries it itself, PEP 475.)  It drains the pipe with
-    one C{os.read} too.
+    on a handler thread, once per response it hands back -- and costs the
+    Processor a C{read} per wake-up.  (C{EINTR} needs no loop: Python
+    retries it itself, PEP 475.)
   - Its main loop (L{ProcessorReactor.mainLoop}) runs Twisted's timed and
     thread calls (C{runUntilCurrent}) only when some are due or queued,
     computes the wait from the first timer inline, and dispatches a socket
@@ -34,7 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from select import EPOLLIN
+from select import EPOLLET, EPOLLIN
 from time import monotonic
 
 from twisted.internet._signals import _UnixWaker
@@ -53,22 +54,47 @@ def _nothing() -> None:
 
 
 class ProcessorWaker(_UnixWaker):
+    """
+    An C{eventfd} (one descriptor, not a pipe's two), which the reactor
+    polls edge-triggered (L{ProcessorReactor.installWaker}): every write
+    reports it once, and it is never read -- no C{read} per wake-up on the
+    Processor.  Its counter cannot fill up (2**64 - 2 wake-ups).
+    """
+
+    #: set once the reactor polls it edge-triggered; a waker polled
+    #: level-triggered is read, or it would be reported for ever
+    edgeTriggered = False
+
+    def __init__(self) -> None:
+        self.i = self.o = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def fileno(self) -> int:
+        return self.i
+
     def wakeUp(self) -> None:
         o = self.o
         if o is not None:
             try:
-                os.write(o, b"x")
+                os.eventfd_write(o, 1)
             except BlockingIOError:
-                # The pipe is full: the reactor has wake-ups to read anyway.
+                # (the counter is full: the reactor is woken anyway)
                 pass
 
     def doRead(self) -> None:
-        # Twisted's goes through fdesc.readFromFD and a callback; the bytes
-        # only say "wake up".
+        if not self.edgeTriggered:
+            try:
+                os.eventfd_read(self.i)
+            except OSError:
+                pass
+
+    def connectionLost(self, reason) -> None:
+        if not hasattr(self, "o"):
+            return
         try:
-            os.read(self.i, 8192)
+            os.close(self.i)
         except OSError:
             pass
+        del self.i, self.o
 
 
 class ProcessorReactor(EPollReactor):
@@ -209,3 +235,10 @@ class ProcessorReactor(EPollReactor):
 
     def _wakerFactory(self) -> ProcessorWaker:
         return ProcessorWaker()
+
+    def installWaker(self) -> None:
+        super().installWaker()
+        waker = self.waker
+        if isinstance(waker, ProcessorWaker) and not waker.edgeTriggered:
+            self._poller.modify(waker.fileno(), EPOLLIN | EPOLLET)
+            waker.edgeTriggered = True

@@ -182,3 +182,39 @@ def test_a_raising_connection_lost_still_ends_the_iteration():
         reactor.removeAll()
     assert gaveUp.active(), "afterEvents never ran after the hang-up"
     assert after
+
+
+def test_the_waker_reports_each_wake_up_once_and_is_never_read(monkeypatch):
+    # An eventfd polled edge-triggered: a wake-up is reported once, without
+    # a read on the Processor, and nothing is reported until the next one
+    # (a waker left unread but polled level-triggered would spin the loop).
+    import os
+
+    from kafkatwist.network import reactor as reactorModule
+    from kafkatwist.network.reactor import ProcessorReactor
+
+    reactor = ProcessorReactor()
+    try:
+        waker = reactor.waker
+        reads = []
+        realRead = os.read
+        monkeypatch.setattr(reactorModule.os, "read", lambda fd, n: reads.append(fd) or realRead(fd, n))
+        monkeypatch.setattr(reactorModule.os, "eventfd_read", lambda fd: reads.append(fd))
+        poll = reactor._poller.poll
+        fd = waker.fileno()
+        for _ in range(3):
+            waker.wakeUp()
+            waker.wakeUp()
+            assert [f for f, _ in poll(0)] == [fd]
+            waker.doRead()
+            assert poll(0) == []
+        assert reads == []
+        # A wake-up from another thread ends a wait.
+        import threading
+
+        threading.Timer(0.05, waker.wakeUp).start()
+        assert [f for f, _ in poll(5)] == [fd]
+    finally:
+        reactor.removeAll()
+        waker.connectionLost(None)
+        waker.connectionLost(None)
