@@ -221,12 +221,12 @@ def _binaryColumn(
     bounds[1::2] = starts + np.maximum(lengths, 0)
     spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), buffer])
     column = pc.take(spans, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
-    if nulls:
-        _, offsets, data = column.buffers()
-        column = pa.Array.from_buffers(
-            pa.binary(), n, [_validity(null), offsets, data], null_count=nulls
-        )
-    return column
+    # take's answer carries an all-valid bitmap: leave it out when nothing
+    # is null, the layout a ready-made column has (Spark loads the same).
+    _, offsets, data = column.buffers()
+    return pa.Array.from_buffers(
+        pa.binary(), n, [_validity(null) if nulls else None, offsets, data], null_count=nulls
+    )
 
 
 class DecodedFetch:

@@ -64,6 +64,10 @@ def arrowPath(raw, fromOffset, untilOffset, aborted=None, headers=True):
     b = result.batch
     assert b.schema == kafkaArrowSchema(headers)
     b.validate(full=True)
+    for name in ("key", "value"):
+        # no all-valid bitmap: the layout of a ready-made column
+        column = b.column(name)
+        assert (column.buffers()[0] is None) == (column.null_count == 0), name
     rows = list(zip(
         b.column("key").to_pylist(),
         b.column("value").to_pylist(),
