@@ -270,19 +270,29 @@ _M_MMAP_THRESHOLD = -3
 allocatorTuned = False
 
 
+#: buffers below this come from the heap, not C{mmap}s of their own (glibc
+#: before 2.26 refuses more than 32 MiB on 64-bit); above the 4 MB a Fetch
+#: response is
+WORKER_MMAP_THRESHOLD = 32 << 20
+#: the most freed memory at the heap's top the worker keeps before trimming
+WORKER_TRIM_THRESHOLD = 128 << 20
+
+
 def keepWorkerMemory() -> bool:
     """
     Have glibc keep freed memory for reuse in this (Python worker) process
-    instead of handing it back to the kernel: buffers up to 64 MB come from
-    the heap rather than from C{mmap}s of their own, and the heap is trimmed
-    only past 1 GB free.
+    instead of handing it back to the kernel: buffers below
+    L{WORKER_MMAP_THRESHOLD} come from the heap rather than from C{mmap}s of
+    their own, and the heap is trimmed only past L{WORKER_TRIM_THRESHOLD}
+    free.
 
     Each Fetch response (up to C{kafka.max.partition.fetch.bytes}, 4 MB) and
     the columns decoded from it are freed before the next fetch; by default
     glibc unmaps or trims them every time, and every response's pages are
     faulted in anew (~20% of the reader's CPU in one process).  The worker
-    keeps at most a few responses' worth of memory more.  Once per process,
-    called by L{freezeWorkerHeap}; nothing is done where there is no glibc.
+    keeps at most L{WORKER_TRIM_THRESHOLD} of freed memory.  Once per
+    process, called by L{freezeWorkerHeap}; nothing is done where there is
+    no glibc.
 
     @return: whether the settings were changed.
     """
@@ -296,10 +306,23 @@ def keepWorkerMemory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    trim = mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
-    mmap = mallopt(_M_MMAP_THRESHOLD, 64 << 20) == 1
-    allocatorTuned = trim and mmap
+    allocatorTuned = tuneAllocator(mallopt)
     return allocatorTuned
+
+
+def tuneAllocator(mallopt) -> bool:
+    """
+    Set the mmap threshold, then -- only if glibc took it -- the trim
+    threshold: setting either turns glibc's dynamic mmap threshold off, so a
+    trim threshold set alone would leave every 4 MB response an C{mmap} of
+    its own, unmapped after use: worse than nothing.
+
+    @param mallopt: glibc's C{mallopt}.
+    @return: whether both were set.
+    """
+    if mallopt(_M_MMAP_THRESHOLD, WORKER_MMAP_THRESHOLD) != 1:
+        return False
+    return mallopt(_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD) == 1
 
 
 class _ReaderBase:

@@ -107,7 +107,7 @@ def test_a_round_sends_one_fetch_with_every_topic_by_id_and_the_broker_epoch():
 
 def _leaderHandler(logManager, directory):
     broker = types.SimpleNamespace(
-        config={"connections.max.idle.ms": 600_000},
+        config={"connections.max.idle.ms": 600_000, "fetch.max.bytes": 57671680},
         fetchSessions=None,
         logManager=logManager,
         replicaManager=types.SimpleNamespace(directory=directory),

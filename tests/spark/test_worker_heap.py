@@ -102,3 +102,28 @@ def test_garbage_cycles_at_the_freeze_are_still_collected():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_trim_threshold_only_once_the_mmap_threshold_is_taken():
+    """
+    Setting glibc's trim threshold turns its dynamic mmap threshold off: set
+    alone (an older glibc refusing the mmap threshold), every Fetch response
+    would become an mmap of its own, unmapped after use.
+    """
+    from kafkatwist_spark import reader
+
+    calls = []
+
+    def refusing(option, value):
+        calls.append(option)
+        return 0 if option == reader._M_MMAP_THRESHOLD else 1
+
+    assert not reader.tuneAllocator(refusing)
+    assert calls == [reader._M_MMAP_THRESHOLD]
+
+    del calls[:]
+    assert reader.tuneAllocator(lambda option, value: calls.append((option, value)) or 1)
+    assert calls == [
+        (reader._M_MMAP_THRESHOLD, reader.WORKER_MMAP_THRESHOLD),
+        (reader._M_TRIM_THRESHOLD, reader.WORKER_TRIM_THRESHOLD),
+    ]
