@@ -100,11 +100,19 @@ class ZooKeeperReads:
             return None
 
     def _children(self, path) -> list:
-        try:
-            return self.zk.get_children(path, watch=self._watched)
-        except NoNodeError:
-            self.zk.exists(path, watch=self._watched)
-            return []
+        """
+        The children of C{path}, watched; none if absent (its creation is
+        watched then).  A node created between the read and the existence
+        watch is read again: that watch fires on its deletion, never on a
+        new child, so its children (a broker's deleted-replicas note) would
+        go unheard for good.
+        """
+        while True:
+            try:
+                return self.zk.get_children(path, watch=self._watched)
+            except NoNodeError:
+                if self.zk.exists(path, watch=self._watched) is None:
+                    return []
 
     def _readBrokers(self) -> None:
         ids = set()

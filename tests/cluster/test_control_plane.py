@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss
+from kazoo.exceptions import ConnectionLoss, NoNodeError
 
 from kafkatwist.cluster import zkdata as Z
 from kafkatwist.cluster.controller import PREFERRED, UNCLEAN
@@ -459,6 +459,40 @@ def test_a_watched_read_that_fails_is_read_again(cluster):
     waitUntil(lambda: a.image.live() == {1, 2, 3}, what="broker 3 seen after all")
     b.stop()
     waitUntil(lambda: a.image.leader("w", 0) == 1, what="a new leader of w-0")
+
+
+def test_a_deletion_note_created_between_the_read_and_the_watch_is_seen(cluster):
+    """
+    The controller read a topic's deleted-replicas znode just before the
+    first broker's note created it (absent at the read, present when the
+    watch was set): it set only an existence watch, never heard of the
+    notes, and the deletion waited for good ("gone" stayed in every image).
+    Now a node found between the two is read again, its children watched.
+    """
+    a, b = cluster(1), cluster(2)
+    waitUntil(lambda: a.image.live() == {1, 2})
+    call(a.service.createTopic, "gone", {0: (1, 2), 1: (2, 1)}, {})
+    waitUntil(lambda: len(b.replicas.roles) == 2)
+    assert a.service.controller.active
+    notes = Z.deletedReplicasPath("gone")
+    real = a.service.zk.get_children
+    raced = []
+
+    def createdJustAfter(path, *args, **kw):
+        if path == notes and not raced:
+            raced.append(path)
+            a.service.zk.ensure_path(path)  # another broker's note makes it now
+            raise NoNodeError()
+        return real(path, *args, **kw)
+
+    a.service.zk.get_children = createdJustAfter
+    _, error = call(b.service.deleteTopic, "gone")
+    assert error is None
+    waitUntil(lambda: raced, what="the read that raced the note")
+    waitUntil(
+        lambda: "gone" not in a.image.topics and "gone" not in b.image.topics,
+        what="the deletion completed",
+    )
 
 
 def test_a_restarted_broker_leads_only_when_the_controller_elects_it_again():
