@@ -54,14 +54,22 @@ print("ok")
 """
 
 
-def test_read_freezes_the_worker_heap_once():
+def runAlone(script: str) -> None:
+    """
+    Run C{script} in a Python process of its own and require it to print
+    "ok": freezing the test process's heap would outlive the test.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "spark")])
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_read_freezes_the_worker_heap_once():
+    runAlone(SCRIPT)
 
 
 # A cycle that is garbage when the first read freezes the heap (the first
@@ -95,13 +103,7 @@ print("ok")
 
 
 def test_garbage_cycles_at_the_freeze_are_still_collected():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "spark")])
-    result = subprocess.run(
-        [sys.executable, "-c", CYCLE_SCRIPT], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    runAlone(CYCLE_SCRIPT)
 
 
 def test_the_trim_threshold_only_once_the_mmap_threshold_is_taken():
