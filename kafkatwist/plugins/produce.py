@@ -138,7 +138,7 @@ class ProduceHandler(Handler):
         if acks == 0:
             if answer is None:
                 return None
-            raise _closeForAcks0(context, [(name, [answer])])
+            raise _closeForAcks0(self.broker, context, [(name, [answer])])
         if answer is None:
             return encodeSmallProduceAnswer(
                 context.correlationId, name, index, info.firstOffset, info.logAppendTime,
@@ -248,8 +248,8 @@ class ProduceHandler(Handler):
             # producer notices (Kafka's closeConnection).
             if any(p[1] for _, partitions in results for p in partitions):
                 if pending is None:
-                    raise _closeForAcks0(context, results)
-                pending.complete(Failure(_closeForAcks0(context, results)))
+                    raise _closeForAcks0(self.broker, context, results)
+                pending.complete(Failure(_closeForAcks0(self.broker, context, results)))
             elif pending is not None:
                 pending.complete(None)
             return None
@@ -453,12 +453,20 @@ class ProduceHandler(Handler):
         return make(cls, responses=topics, throttle_time=NO_THROTTLE)
 
 
-def _closeForAcks0(context, results) -> CloseConnection:
+def _closeForAcks0(broker, context, results) -> CloseConnection:
     """
     What closes the connection of an acks=0 Produce that got errors: the
     reason (on the connection's closing line, at info) names the client
-    and each failed partition's error, as Kafka's line does.
+    and each failed partition's error, as Kafka's line does.  Its errors
+    are counted in the request metrics first (each partition by its error,
+    NONE too), as Kafka's C{requestChannel.closeConnection(request,
+    errorCounts)} counts them though nothing is answered.
     """
+    counts: dict[int, int] = {}
+    for _, partitions in results:
+        for partition in partitions:
+            counts[partition[1]] = counts.get(partition[1], 0) + 1
+    broker.requestErrors.record(PRODUCE, counts)
     failed = ", ".join(
         f"{name}-{partition[0]}: {ErrorCode(partition[1]).name.upper()}"
         for name, partitions in results
