@@ -144,8 +144,10 @@ def readRange(
     while offset < r.untilOffset:
         try:
             client = sharedClient(config.connection)
+            # the records a view of the received response, not a copy
             raw = client.fetchRaw(
-                r.topic, r.partition, offset, maxBytes=maxBytes, isolationLevel=isolation
+                r.topic, r.partition, offset, maxBytes=maxBytes, isolationLevel=isolation,
+                view=True,
             )
             if raw.error != ErrorCode.offset_out_of_range and _retriable(raw.error):
                 raise KafkaError(raw.error, f"fetch {r.topic}-{r.partition} at {offset}")
