@@ -304,6 +304,9 @@ class IBroker(Interface):
     topicBytes = Attribute(
         "L{kafkatwist.metrics.stats.TopicBytes}: bytes and messages in and out per topic (metrics)."
     )
+    requestErrors = Attribute(
+        "L{kafkatwist.metrics.stats.RequestErrors}: errors per API and error code (metrics)."
+    )
     logCleaner = Attribute(
         "The L{kafkatwist.log.cleaner.LogCleaner}, or C{None} with C{log.cleaner.enable=false}; "
         "a dynamic update may replace it."

@@ -18,7 +18,7 @@ from kafkatwist.config import BrokerConfig, Listener
 from kafkatwist.config.dynamic import DynamicBrokerConfig
 from kafkatwist.plugins.fetchsessions import FetchSessions
 from kafkatwist.log import MemoryLogManager
-from kafkatwist.metrics.stats import TopicBytes
+from kafkatwist.metrics.stats import RequestErrors, TopicBytes
 from kafkatwist.util.purgatory import Purgatory
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
@@ -71,6 +71,7 @@ class FakeServices(BrokerServices):
             clientQuotas=ClientQuotas(ClientQuotaStore(None)),
             scramCredentials=CredentialStore(None),
             topicBytes=TopicBytes(),
+            requestErrors=RequestErrors(),
         )
         fields = dict(
             registry=HandlerRegistry([]),

@@ -19,9 +19,15 @@ fail half way with EMFILE).  Policy:
     in-memory indexes are dropped too (they load again from the index files
     on next use), which also bounds index memory;
   - callers never use a cached descriptor outside the cache's lock, except
-    the writer of an active segment under its partition's lock: readers get
-    an C{os.dup} of it (L{HandleCache.dup}), so closing the original never
-    breaks a read or a pending send.
+    the writer of an active segment under its partition's lock, and a
+    reader that I{borrowed} it (L{HandleCache.borrow}): while a descriptor
+    is borrowed, whatever would close it (eviction, a segment deleted or
+    closed) detaches it from its segment but leaves it open, and the last
+    L{HandleCache.giveBack} closes it -- so neither a roll, nor eviction,
+    nor retention deleting the file breaks a read under way, and a read
+    costs no C{dup} and C{close} of its own.  What outlives the read (a
+    file region left to C{sendfile}) gets an C{os.dup} of the borrowed
+    descriptor (L{HandleCache.dup} for the other users).
 
 Threads: any thread may call the cache except a reactor thread (eviction
 writes index files and closes descriptors).  In practice that is the handler
@@ -81,6 +87,11 @@ class HandleCache:
         self._lock = threading.Lock()
         self._lru: OrderedDict = OrderedDict()
         self._active: OrderedDict = OrderedDict()
+        #: borrowed descriptor -> how many borrowers hold it
+        self._borrowed: dict[int, int] = {}
+        #: borrowed descriptors detached from their segment, closed by
+        #: their last giveBack
+        self._orphans: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -104,6 +115,47 @@ class HandleCache:
             duplicate = os.dup(fd)
         _release(victims)
         return duplicate
+
+    def borrow(self, segment) -> int:
+        """
+        C{segment}'s own descriptor, kept open until L{giveBack}: the
+        caller reads through it and never closes it.  One use of the
+        segment, as L{touch}.
+
+        @raise FileNotFoundError: the segment was deleted.
+        """
+        with self._lock:
+            fd = self._openLocked(segment)
+            victims = self._touchLocked(segment)
+            borrowed = self._borrowed
+            borrowed[fd] = borrowed.get(fd, 0) + 1
+        if victims:
+            _release(victims)
+        return fd
+
+    def giveBack(self, fd: int) -> None:
+        """
+        The end of a L{borrow} of C{fd}: closed if it was detached from
+        its segment meanwhile and nobody else borrows it.
+        """
+        with self._lock:
+            borrowed = self._borrowed
+            n = borrowed[fd] - 1
+            if n:
+                borrowed[fd] = n
+                return
+            del borrowed[fd]
+            if fd not in self._orphans:
+                return
+            self._orphans.discard(fd)
+        os.close(fd)
+
+    @property
+    def borrowed(self) -> int:
+        """
+        Descriptors borrowed now (for tests).
+        """
+        return len(self._borrowed)
 
     def writerFd(self, segment) -> int:
         """
@@ -159,7 +211,7 @@ class HandleCache:
             self._lru.pop(segment, None)
             self._active.pop(segment, None)
             segment.pinned = False
-            fd, segment._fd = segment._fd, None
+            fd = self._detachLocked(segment)
         _release([(segment, fd, True)])
 
     # -- under the lock ----------------------------------------------------------
@@ -172,6 +224,19 @@ class HandleCache:
                 self._active[segment] = None
         return fd
 
+    def _detachLocked(self, segment) -> int | None:
+        """
+        Take C{segment}'s descriptor from it.
+
+        @return: the descriptor to close, or C{None} (none, or it is
+            borrowed: the last L{giveBack} closes it).
+        """
+        fd, segment._fd = segment._fd, None
+        if fd is not None and fd in self._borrowed:
+            self._orphans.add(fd)
+            return None
+        return fd
+
     def _touchLocked(self, segment) -> list:
         if segment.pinned:
             segment._used = True
@@ -181,8 +246,7 @@ class HandleCache:
         victims = []
         while len(self._lru) > self.maxOpen:
             victim, _ = self._lru.popitem(last=False)
-            fd, victim._fd = victim._fd, None
-            victims.append((victim, fd, True))
+            victims.append((victim, self._detachLocked(victim), True))
         return victims
 
     def _evictActiveLocked(self, keep) -> list:
@@ -207,7 +271,7 @@ class HandleCache:
                 continue
             try:
                 del active[segment]
-                fd, segment._fd = segment._fd, None
+                fd = self._detachLocked(segment)
             finally:
                 if lock is not None:
                     lock.release()

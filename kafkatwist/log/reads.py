@@ -56,6 +56,7 @@ class PartitionReads:
         minOneBatch: bool = True,
         readCommitted: bool = False,
         toLogEnd: bool = False,
+        inline: int = 0,
     ) -> ReadInfo:
         """
         See L{IPartitionLog.read}.
@@ -64,17 +65,19 @@ class PartitionReads:
             the aborted transactions the records overlap.
         @param toLogEnd: read up to the log end offset (a follower's fetch)
             rather than the high watermark (a consumer's).
+        @param inline: records of at most this many bytes may come as
+            C{bytes} rather than a file region (L{Segment.read}).
         """
         try:
             # Once over the published view (every fetch); only a segment
             # that vanished under the read takes the retrying way.
-            return self._read(self._view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd)
+            return self._read(self._view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd, inline)
         except FileNotFoundError:
             pass
         try:
             return self._onView(
                 lambda view: self._read(
-                    view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd
+                    view, offset, maxBytes, minOneBatch, readCommitted, toLogEnd, inline
                 )
             )
         except FileNotFoundError:
@@ -91,6 +94,7 @@ class PartitionReads:
         minOneBatch: bool,
         readCommitted: bool = False,
         toLogEnd: bool = False,
+        inline: int = 0,
     ) -> ReadInfo:
         # A cleaned log has gaps: the batch holding an offset may be gone,
         # and the read then starts at the next batch (in this segment or a
@@ -135,7 +139,7 @@ class PartitionReads:
                     # is the first offset of a batch).
                     end = segment.positionOf(limit, end)
                     endOffset = limit
-                found = segment.read(offset, maxBytes, minOneBatch, end)
+                found = segment.read(offset, maxBytes, minOneBatch, end, inline)
                 if found is not None:
                     records = found
                     if readCommitted and any(

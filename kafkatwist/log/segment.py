@@ -253,24 +253,30 @@ class Segment:
 
     # -- reads ---------------------------------------------------------------
 
-    def read(self, offset: int, maxBytes: int, minOneBatch: bool, end: int):
+    def read(self, offset: int, maxBytes: int, minOneBatch: bool, end: int, inline: int = 0):
         """
         Whole batches from the one containing C{offset}, below position
         C{end}.
 
-        @return: the storage's region (or C{b""} if nothing fits), or
-            C{None} if no batch of this segment reaches C{offset}.
+        @param inline: batches of at most this many bytes in all are
+            returned as C{bytes} when the read of their headers already
+            brought them (a consumer's fetch at the tail: no region, no
+            descriptor for it, one socket write for its answer).
+        @return: the storage's region (or C{bytes}: see C{inline}; C{b""}
+            if nothing fits), or C{None} if no batch of this segment
+            reaches C{offset}.
         """
         reader = self._openReader()
         try:
             for retry in (False, True):
                 readable = self._readableEnd(end)
                 try:
-                    start = self._findBatch(reader, offset, readable)
-                    if start is None:
+                    found = self._locate(reader, offset, readable)
+                    if found is None:
                         if readable < end or (self.damagedAt is not None and not self.pinned):
                             raise self._damageError(offset)
                         return None
+                    start, chunk, at = found
                     length = self._extent(reader, start, maxBytes, minOneBatch, readable)
                     break
                 except _ScanError as e:
@@ -281,6 +287,10 @@ class Segment:
                     self._repairIndexes(e)
             if length == 0:
                 return b""
+            if length <= inline and at + length <= len(chunk):
+                if at == 0 and length == len(chunk):
+                    return bytes(chunk)
+                return bytes(chunk[at : at + length])
             return reader.region(start, length)
         finally:
             reader.close()
@@ -421,26 +431,67 @@ class Segment:
         self._rebuildIndexes(indexIntervalBytes)
 
     def _findBatch(self, reader, offset: int, end: int) -> int | None:
-        offsetIndex, _ = self.indexes()
-        indexed, start = offsetIndex.lookupEntry(offset)
-        start = min(start, end)
-        first = True
-        for position, baseOffset, _, lastOffset, _ in self._headers(reader, start, end):
-            if first and start and baseOffset != indexed:
-                # The entry is a batch start, but not the batch it names.
-                raise _ScanError(
-                    f"index entry for offset {indexed} points at offset {baseOffset}", position
-                )
-            first = False
-            if lastOffset >= offset:
-                return position
+        found = self._locate(reader, offset, end)
+        return None if found is None else found[0]
+
+    def _offsetIndexForRead(self) -> OffsetIndex:
+        """
+        The offset index, loaded if needed, for a reader that has its
+        descriptor: opening the reader already noted the use (L{indexes}
+        notes it again).
+        """
+        offsetIndex = self._offsetIndex
+        if offsetIndex is None or self._timeIndex is None:
+            with self._indexLock:
+                offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
+                if offsetIndex is None or timeIndex is None:
+                    offsetIndex, timeIndex = self._loadIndexes()
+                    self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
+        return offsetIndex
+
+    def _locate(self, reader, offset: int, end: int):
+        """
+        The batch holding C{offset} or, if none does, the first after it,
+        below position C{end}: what L{_headers} finds, without a generator.
+
+        @return: C{(position, chunk, at)}: the batch's position and the
+            bytes last read, from the file's C{position - at}; or C{None}.
+        """
+        indexed, position = self._offsetIndexForRead().lookupEntry(offset)
+        if position > end:
+            position = end
+        first = position != 0
+        chunk, chunkStart = b"", position
+        unpack = _SCAN.unpack_from
+        scanSize = _SCAN.size
+        while position < end:
+            at = position - chunkStart
+            if at + scanSize > len(chunk):
+                chunkStart, at = position, 0
+                chunk = reader.pread(min(_CHUNK, end - position), position)
+                if len(chunk) < scanSize:
+                    raise _ScanError(f"short header at {position}", position)
+            baseOffset, length, _, magic, _, _, lastDelta, _, _ = unpack(chunk, at)
+            size = LOG_OVERHEAD + length
+            if magic != 2 or size < HEADER_SIZE or position + size > end:
+                raise _ScanError(f"no batch header at {position} of {self!r}", position)
+            if first:
+                if baseOffset != indexed:
+                    # The entry is a batch start, but not the batch it names.
+                    raise _ScanError(
+                        f"index entry for offset {indexed} points at offset {baseOffset}", position
+                    )
+                first = False
+            if baseOffset + lastDelta >= offset:
+                return position, chunk, at
+            position += size
         return None
 
     def _extent(self, reader, start: int, maxBytes: int, minOneBatch: bool, end: int) -> int:
         limit = start + max(maxBytes, 0)
         if limit >= end:
             return end - start
-        offsetIndex, _ = self.indexes()
+        offsetIndex = self._offsetIndexForRead()
         # The last indexed batch start under the limit saves scanning every
         # header of a large fetch.
         boundary = max(start, offsetIndex.floorPosition(limit))
@@ -593,23 +644,27 @@ class Segment:
 
 class _FileReader:
     """
-    Reads through a private duplicate descriptor, which becomes the region's.
+    Reads through the segment's own descriptor, borrowed from the handle
+    cache until L{close} (see L{kafkatwist.log.handles}); a region gets a
+    duplicate of it, which it owns.
     """
 
-    def __init__(self, fd: int) -> None:
+    __slots__ = ("cache", "fd")
+
+    def __init__(self, cache, fd: int) -> None:
+        self.cache = cache
         self.fd = fd
 
     def pread(self, n: int, position: int) -> bytes:
         return os.pread(self.fd, n, position)
 
     def region(self, position: int, length: int) -> FileRegion:
-        fd, self.fd = self.fd, None
-        return FileRegion(fd, position, length)
+        return FileRegion(os.dup(self.fd), position, length)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            self.cache.giveBack(fd)
 
 
 class FileSegment(Segment):
@@ -721,7 +776,8 @@ class FileSegment(Segment):
         self.cache.touch(self)
 
     def _openReader(self) -> _FileReader:
-        return _FileReader(self.cache.dup(self))
+        cache = self.cache
+        return _FileReader(cache, cache.borrow(self))
 
     def _write(self, data, position: int) -> None:
         # Under the partition's lock (the segment's writeLock), so the handle

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import defaultdict
 
+from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.apis import apiName
 
 #: histogram bucket bounds, in seconds
@@ -155,6 +156,32 @@ class TopicBytes:
             return dict(self.bytesIn), dict(self.bytesOut), dict(self.messagesIn)
 
 
+class RequestErrors:
+    """
+    Kafka's C{ErrorsPerSec} request metric (C{kafka.network:type=
+    RequestMetrics,name=ErrorsPerSec,request=...,error=...}): per ApiKey
+    and error code, the errors counted as Kafka's
+    C{RequestChannel.updateErrorMetrics} counts them (each partition of a
+    request by its error, NONE too).  Counted so far for the requests whose
+    connection is closed in place of an answer (Kafka's
+    C{requestChannel.closeConnection(request, errorCounts)}): an acks=0
+    Produce that failed.  Rare, from handler threads: one lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[int, int], int] = defaultdict(int)
+
+    def record(self, apiKey: int, errorCounts: dict[int, int]) -> None:
+        with self._lock:
+            for error, count in errorCounts.items():
+                self._counts[(apiKey, int(error))] += count
+
+    def snapshot(self) -> dict[tuple[int, int], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
 def _escape(value) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -247,6 +274,13 @@ def render(broker, server) -> str:
             w.sample("kafka_network_request_time_seconds_count", cumulative,
                      request=apiName(key), phase=phase)
 
+    w.declare("kafka_network_request_errors_total", "counter",
+              "Errors per API and error code (Kafka's ErrorsPerSec; each partition counted, NONE "
+              "too), so far of the requests whose connection was closed in place of an answer "
+              "(an acks=0 Produce that failed).")
+    for (key, error), count in sorted(broker.requestErrors.snapshot().items()):
+        w.sample("kafka_network_request_errors_total", count, request=apiName(key), api_key=key,
+                 error=_errorName(error))
     w.declare("kafka_network_request_queue_size", "gauge", "Requests waiting in the RequestChannel.")
     w.sample("kafka_network_request_queue_size", len(server.channel))
     w.declare("kafka_network_memory_pool_used_bytes", "gauge", "Bytes held by queued requests.")
@@ -321,6 +355,14 @@ def render(broker, server) -> str:
                     w.sample("kafka_consumergroup_lag", max(0, end - committed), **labels)
     _renderProcess(w)
     return w.text()
+
+
+def _errorName(code: int) -> str:
+    # Kafka's Errors name, as the JMX tag says it (CORRUPT_MESSAGE)
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
 
 
 def _procFields(path: str) -> list[str]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import threading
 from select import EPOLLET, EPOLLIN
 from time import monotonic
 
@@ -59,6 +60,11 @@ class ProcessorWaker(_UnixWaker):
     polls edge-triggered (L{ProcessorReactor.installWaker}): every write
     reports it once, and it is never read -- no C{read} per wake-up on the
     Processor.  Its counter cannot fill up (2**64 - 2 wake-ups).
+
+    Closed when its reactor's loop ends (L{ProcessorReactor.mainLoop}):
+    Twisted never closes a reactor's waker, and a Processor is a reactor
+    of its own.  A wake-up after that does nothing; the lock keeps a
+    late one from writing to the number once another file reuses it.
     """
 
     #: set once the reactor polls it edge-triggered; a waker polled
@@ -67,18 +73,20 @@ class ProcessorWaker(_UnixWaker):
 
     def __init__(self) -> None:
         self.i = self.o = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._closeLock = threading.Lock()
 
     def fileno(self) -> int:
         return self.i
 
     def wakeUp(self) -> None:
-        o = self.o
-        if o is not None:
-            try:
-                os.eventfd_write(o, 1)
-            except BlockingIOError:
-                # (the counter is full: the reactor is woken anyway)
-                pass
+        with self._closeLock:
+            o = self.o
+            if o is not None:
+                try:
+                    os.eventfd_write(o, 1)
+                except BlockingIOError:
+                    # (the counter is full: the reactor is woken anyway)
+                    pass
 
     def doRead(self) -> None:
         if not self.edgeTriggered:
@@ -88,13 +96,14 @@ class ProcessorWaker(_UnixWaker):
                 pass
 
     def connectionLost(self, reason) -> None:
-        if not hasattr(self, "o"):
-            return
-        try:
-            os.close(self.i)
-        except OSError:
-            pass
-        del self.i, self.o
+        with self._closeLock:
+            fd, self.o = self.o, None
+            if fd is None:
+                return
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class ProcessorReactor(EPollReactor):
@@ -107,13 +116,21 @@ class ProcessorReactor(EPollReactor):
     idleClock = None
 
     def mainLoop(self) -> None:
-        while self._started:
-            try:
-                self._loop()
-            except Exception:
-                # What Twisted's loop does with an error escaping an
-                # iteration: say so and go on.
-                log.failure("Unexpected error in a Processor's main loop")
+        try:
+            while self._started:
+                try:
+                    self._loop()
+                except Exception:
+                    # What Twisted's loop does with an error escaping an
+                    # iteration: say so and go on.
+                    log.failure("Unexpected error in a Processor's main loop")
+        finally:
+            # A reactor runs once (Twisted's are not restartable): its
+            # waker's descriptor is closed with it, not leaked.
+            waker = self.waker
+            if isinstance(waker, ProcessorWaker):
+                self.removeReader(waker)
+                waker.connectionLost(None)
 
     def _loop(self) -> None:
         # One iteration: Twisted's timed and thread calls when any are due or

@@ -53,6 +53,14 @@ from kafkatwist.quota.store import CONSUMER_BYTE_RATE
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
+#: a partition's records up to this size answer a Fetch as bytes, read with
+#: their batch headers, rather than as a file region: one socket write and
+#: no descriptor of their own, where a region costs a C{dup}, a C{close}
+#: and three writes (the head, C{sendfile}, the tail) -- cheaper for the
+#: small batches a consumer at the tail gets (bench/RESULTS.md, "Small
+#: Fetch CPU")
+INLINE_RECORDS = 16 * 1024
+
 READ_COMMITTED = 1
 SESSIONS_FROM = 7
 #: KIP-392: a consumer's fetch carries its rack (Kafka's ClientMetadata),
@@ -169,7 +177,9 @@ class FetchHandler(Handler):
         if minBytes > maxBytes:
             minBytes = maxBytes
         try:
-            info = log.read(fetchOffset, min(partitionMaxBytes, maxBytes), True, False, False)
+            info = log.read(
+                fetchOffset, min(partitionMaxBytes, maxBytes), True, False, False, INLINE_RECORDS
+            )
         except KafkaError:
             return NotImplemented
         records = info.records
@@ -504,7 +514,7 @@ class FetchHandler(Handler):
                 try:
                     info = log.read(
                         w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted,
-                        fromFollower,
+                        fromFollower, INLINE_RECORDS,
                     )
                 except KafkaError as e:
                     partitions.append(

@@ -10,7 +10,9 @@ as Kafka answers.
 Message formats v0 and v1 (Produce v0-2 from clients before Kafka 0.11)
 are converted to one record batch before the append, as Kafka's log
 validator converts them (L{kafkatwist.protocol.convert.upConvert}); Produce
-v3+ may carry only record batches (INVALID_RECORD otherwise, as Kafka).
+v3+ may carry only record batches: a partition with a v0/v1 set is answered
+INVALID_RECORD whatever the acks, as Kafka checks it while reading the
+request (L{oldFormat}).
 
 With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise); without one the check is a single comparison.
@@ -136,7 +138,7 @@ class ProduceHandler(Handler):
         if acks == 0:
             if answer is None:
                 return None
-            raise _closeForAcks0(context, [(name, [answer])])
+            raise _closeForAcks0(self.broker, context, [(name, [answer])])
         if answer is None:
             return encodeSmallProduceAnswer(
                 context.correlationId, name, index, info.firstOffset, info.logAppendTime,
@@ -200,10 +202,15 @@ class ProduceHandler(Handler):
             elif name in INTERNAL_TOPICS and acks in VALID_ACKS:
                 # (with other acks, INVALID_REQUIRED_ACKS first, as Kafka)
                 # The broker's own state (committed offsets, transactions):
-                # only the broker appends there, as in Kafka.
+                # only the broker appends there, as in Kafka.  (Records
+                # Kafka refuses while reading the request, first.)
                 partitions = [
-                    (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
-                     f"clients may not write to the internal topic {name}", ())
+                    _invalidRecordSet(data.index)
+                    if oldFormat(version, data.records)
+                    and logManager is not None
+                    and logManager.getLog(name, data.index) is not None
+                    else (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
+                          f"clients may not write to the internal topic {name}", ())
                     for data in topic.partition_data
                 ]
             elif verified is None:
@@ -241,8 +248,8 @@ class ProduceHandler(Handler):
             # producer notices (Kafka's closeConnection).
             if any(p[1] for _, partitions in results for p in partitions):
                 if pending is None:
-                    raise _closeForAcks0(context, results)
-                pending.complete(Failure(_closeForAcks0(context, results)))
+                    raise _closeForAcks0(self.broker, context, results)
+                pending.complete(Failure(_closeForAcks0(self.broker, context, results)))
             elif pending is not None:
                 pending.complete(None)
             return None
@@ -376,6 +383,10 @@ class ProduceHandler(Handler):
         if not records:
             return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
                     "the produce request carries no records", ())
+        if oldFormat(version, records):
+            # Kafka refuses it while it reads the request, before the
+            # replica manager looks at the acks or the topic.
+            return _invalidRecordSet(index)
         try:
             # The replica manager's append path: min.insync.replicas with
             # acks=all (refused before the append), the verification guard.
@@ -384,7 +395,7 @@ class ProduceHandler(Handler):
             elif legacyMagic(records) is not None:
                 info = replicaManager.appendRecords(
                     log, records, nowMs, acks,
-                    convert=lambda records: _fromLegacy(version, records, log.config),
+                    convert=lambda records: _fromLegacy(records, log.config),
                 )
             else:
                 info = replicaManager.appendRecords(log, records, nowMs, acks)
@@ -442,12 +453,20 @@ class ProduceHandler(Handler):
         return make(cls, responses=topics, throttle_time=NO_THROTTLE)
 
 
-def _closeForAcks0(context, results) -> CloseConnection:
+def _closeForAcks0(broker, context, results) -> CloseConnection:
     """
     What closes the connection of an acks=0 Produce that got errors: the
     reason (on the connection's closing line, at info) names the client
-    and each failed partition's error, as Kafka's line does.
+    and each failed partition's error, as Kafka's line does.  Its errors
+    are counted in the request metrics first (each partition by its error,
+    NONE too), as Kafka's C{requestChannel.closeConnection(request,
+    errorCounts)} counts them though nothing is answered.
     """
+    counts: dict[int, int] = {}
+    for _, partitions in results:
+        for partition in partitions:
+            counts[partition[1]] = counts.get(partition[1], 0) + 1
+    broker.requestErrors.record(PRODUCE, counts)
     failed = ", ".join(
         f"{name}-{partition[0]}: {ErrorCode(partition[1]).name.upper()}"
         for name, partitions in results
@@ -460,14 +479,26 @@ def _closeForAcks0(context, results) -> CloseConnection:
     )
 
 
-def _fromLegacy(version: int, records, config) -> bytes:
-    if version >= 3:
-        # Kafka's ProduceRequest.validateRecords
-        raise KafkaError(
-            ErrorCode.invalid_record,
-            f"Produce requests with version {version} are only allowed to contain "
-            "record batches with magic version 2",
-        )
+def oldFormat(version: int, records) -> bool:
+    """
+    Whether Produce v3+ carries a v0/v1 message set where only record
+    batches (magic 2) may be: Kafka's C{ProduceRequest.validateRecords},
+    which C{KafkaApis.handleProduceRequest} runs on each partition of a
+    known topic, after the WRITE check and before C{ReplicaManager} looks
+    at the acks, at the internal topics, or appends.  Produce v0-2 are not
+    checked (their sets are converted).
+    """
+    return version >= 3 and legacyMagic(records) is not None
+
+
+def _invalidRecordSet(index: int) -> tuple:
+    # Kafka's answer: PartitionResponse(Errors.INVALID_RECORD), offsets -1,
+    # no message (validateRecords' InvalidRecordException mapped to its error).
+    return (index, ErrorCode.invalid_record, -1, -1, -1, None, ())
+
+
+def _fromLegacy(records, config) -> bytes:
+    # (v3+ never gets here: oldFormat refused it first)
     return upConvert(
         records, maxMessageBytes=config.maxMessageBytes, logAppendTime=config.logAppendTime
     )

@@ -24,7 +24,7 @@ from kafkatwist.plugins.fetchsessions import FetchSessions
 from kafkatwist.config.dynamic import DynamicBrokerConfig
 from kafkatwist.interfaces import IBroker
 from kafkatwist.log.meta import META_PROPERTIES, loadOrCreateClusterId, storedClusterId  # noqa: F401
-from kafkatwist.metrics.stats import TopicBytes
+from kafkatwist.metrics.stats import RequestErrors, TopicBytes
 from kafkatwist.quota.manager import ClientQuotas
 from kafkatwist.quota.store import ClientQuotaStore
 from kafkatwist.replication.quota import ReplicationQuotas
@@ -79,6 +79,7 @@ class BrokerParts:
     clientQuotas: ClientQuotas
     scramCredentials: CredentialStore
     topicBytes: TopicBytes
+    requestErrors: RequestErrors
 
     @property
     def nodeId(self) -> int:
@@ -103,6 +104,7 @@ class BrokerParts:
                 config["quota.window.size.seconds"],
             ),
             topicBytes=TopicBytes(),
+            requestErrors=RequestErrors(),
         )
 
     def wakePartition(self, key) -> None:

@@ -218,3 +218,37 @@ def test_the_waker_reports_each_wake_up_once_and_is_never_read(monkeypatch):
         reactor.removeAll()
         waker.connectionLost(None)
         waker.connectionLost(None)
+
+
+def _eventfds():
+    import os
+
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventfd]":
+                found.add(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def test_the_waker_is_closed_when_the_reactor_ends():
+    # Twisted never closes a reactor's waker: each Processor (a reactor of
+    # its own) stopped leaked its eventfd.
+    before = _eventfds()
+    reactor = ProcessorReactor()
+    reactor._registerAsIOThread = False
+    waker = reactor.waker
+    assert waker.fileno() in _eventfds() - before
+    reactor.callWhenRunning(reactor.stop)
+    thread = threading.Thread(target=reactor.run, kwargs={"installSignalHandlers": False})
+    thread.start()
+    thread.join(GIVE_UP)
+    assert not thread.is_alive()
+    assert waker.o is None
+    assert _eventfds() - before == set()
+    # A late wake-up (a handler thread answering as the Processor stopped)
+    # does nothing.
+    waker.wakeUp()
+    reactor.callFromThread(lambda: None)

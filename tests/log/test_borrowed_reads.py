@@ -1,0 +1,160 @@
+"""
+Reads through a segment's own descriptor, borrowed from the handle cache
+(no C{os.dup} and C{close} per read), and small reads answered as bytes:
+whatever would close a borrowed descriptor -- the segment deleted
+(retention), closed, evicted from the cache, a roll -- leaves it open for
+the read under way, and the read's end closes it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from kafkatwist.log.region import FileRegion
+
+from .batches import makeBatch
+from .helpers import NOW, openFds
+
+
+def rolledLog(disk, segments: int = 4, **kw):
+    manager = disk.make(**kw)
+    manager.createTopic("t", 1, {"segment.bytes": "300", "index.interval.bytes": "10"})
+    log = manager.getLog("t", 0)
+    while len(log.segments) < segments:
+        log.append(makeBatch(2, valueSize=30), NOW)
+    return manager, log
+
+
+def fileBytes(segment) -> bytes:
+    with open(segment.logPath, "rb") as f:
+        return f.read()
+
+
+def target(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def test_a_deleted_segment_stays_readable_through_a_borrowed_descriptor(disk):
+    manager, log = rolledLog(disk)
+    segment = log.segments[0]
+    expected = fileBytes(segment)
+    reader = segment._openReader()
+    fd = reader.fd
+    region = reader.region(0, len(expected))
+    segment.delete()  # as retention does: unlinked, forgotten by the cache
+    assert not os.path.exists(segment.logPath)
+    assert segment._fd is None
+    assert target(fd).endswith("(deleted)")
+    assert reader.pread(len(expected), 0) == expected
+    reader.close()
+    assert manager.cache.borrowed == 0
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or not target(fd).startswith(segment.logPath)
+    # The region has a descriptor of its own.
+    assert region.read() == expected
+    region.close()
+
+
+def test_eviction_leaves_a_borrowed_descriptor_open_until_given_back(disk):
+    manager, log = rolledLog(disk)
+    cache = manager.cache
+    cache.maxOpen = 1
+    first, second = log.segments[0], log.segments[1]
+    expected = fileBytes(first)
+    reader = first._openReader()
+    fd = reader.fd
+    second._openReader().close()  # evicts the first from the LRU
+    assert first._fd is None and cache._orphans == {fd}
+    assert reader.pread(len(expected), 0) == expected
+    reader.close()
+    assert cache.borrowed == 0 and not cache._orphans
+    # The next read opens the file again.
+    assert log.read(first.baseOffset, 1 << 20).records.read()[:60] == expected[:60]
+
+
+def test_the_active_segment_rolled_and_evicted_under_a_read(disk):
+    manager, log = rolledLog(disk, maxOpenActive=1)
+    active = log.activeSegment
+    reader = active._openReader()
+    written = active.size
+    while log.activeSegment is active:  # rolls
+        log.append(makeBatch(2, valueSize=30), NOW)
+    assert reader.pread(written, 0) == fileBytes(active)[:written]
+    # A second partition's active descriptor pushes the first's out.
+    manager.createTopic("u", 1, {})
+    manager.getLog("u", 0).append(makeBatch(1), NOW)
+    active.close()
+    assert reader.pread(written, 0) == fileBytes(active)[:written]
+    reader.close()
+    assert manager.cache.borrowed == 0 and not manager.cache._orphans
+
+
+def test_a_read_takes_no_duplicate_descriptor(disk, monkeypatch):
+    manager, log = rolledLog(disk)
+    dups = []
+    realDup = os.dup
+    monkeypatch.setattr(os, "dup", lambda fd: dups.append(fd) or realDup(fd))
+    for segment in log.segments:
+        info = log.read(segment.baseOffset, 1 << 20, inline=16 * 1024)
+        assert info.records.__class__ is bytes
+    assert dups == []
+    # A region (for sendfile) owns a duplicate.
+    region = log.read(0, 1 << 20).records
+    assert isinstance(region, FileRegion) and len(dups) == 1
+    region.close()
+    assert manager.cache.borrowed == 0
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 5])
+def test_inline_reads_are_the_region_bytes(harness, offset):
+    manager = harness.make()
+    manager.createTopic("t", 1, {"segment.bytes": "100000", "index.interval.bytes": "10"})
+    log = manager.getLog("t", 0)
+    for i in range(4):
+        log.append(makeBatch(2, valueSize=30 + i), NOW)
+    region = log.read(offset, 1 << 20).records
+    expected = region if isinstance(region, bytes) else region.read()
+    if not isinstance(region, bytes):
+        region.close()
+    inline = log.read(offset, 1 << 20, inline=len(expected)).records
+    assert inline.__class__ is bytes and inline == expected
+    # Over the limit: the storage's own answer.
+    over = log.read(offset, 1 << 20, inline=len(expected) - 1).records
+    assert (over if isinstance(over, bytes) else over.read()) == expected
+    if not isinstance(over, bytes):
+        over.close()
+    # One batch past maxBytes (minOneBatch), and maxBytes stopping after it.
+    one = log.read(offset, 1, inline=1 << 20).records
+    assert one.__class__ is bytes and expected.startswith(one) and 0 < len(one) < len(expected)
+
+
+def test_concurrent_reads_and_evictions_leak_nothing(disk):
+    manager, log = rolledLog(disk, segments=8)
+    manager.cache.maxOpen = 2
+    expected = {s.baseOffset: fileBytes(s) for s in log.segments[:-1]}
+    before = openFds()
+    failures = []
+
+    def reader(inline):
+        try:
+            for _ in range(30):
+                for base, data in expected.items():
+                    records = log.read(base, 1 << 20, inline=inline).records
+                    got = records if isinstance(records, bytes) else records.read()
+                    if not isinstance(records, bytes):
+                        records.close()
+                    if not data.startswith(got) or not got:
+                        failures.append((base, len(got)))
+        except Exception as e:  # pragma: no cover - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=reader, args=(i * 4096,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert manager.cache.borrowed == 0 and not manager.cache._orphans
+    assert openFds() <= before
