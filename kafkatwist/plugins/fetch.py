@@ -53,7 +53,7 @@ from kafkatwist.quota.store import CONSUMER_BYTE_RATE
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize
 
-#: records up to this size answer a frame-answered Fetch as bytes, read with
+#: a partition's records up to this size answer a Fetch as bytes, read with
 #: their batch headers, rather than as a file region: one socket write and
 #: no descriptor of their own, where a region costs a C{dup}, a C{close}
 #: and three writes (the head, C{sendfile}, the tail) -- cheaper for the
@@ -514,7 +514,7 @@ class FetchHandler(Handler):
                 try:
                     info = log.read(
                         w.offset, min(w.maxBytes, remaining), minOneBatch, readCommitted,
-                        fromFollower,
+                        fromFollower, INLINE_RECORDS,
                     )
                 except KafkaError as e:
                     partitions.append(

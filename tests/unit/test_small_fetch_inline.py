@@ -1,7 +1,7 @@
 """
-A frame-answered Fetch of small records answers them as bytes read with
-their headers (one chunk: one socket write, no descriptor of their own);
-larger ones stay a file region for sendfile.  Both byte for byte as the
+A Fetch of a partition's small records answers them as bytes read with
+their headers (no descriptor of their own; a frame-answered one in one
+chunk: one socket write); larger ones stay a file region for sendfile.  Both byte for byte as the
 general path answers (tests/unit/test_small_fetch.py).
 """
 
@@ -18,7 +18,7 @@ from tests.unit.test_small_fetch import anonymous, brokerWith, fetchRequest, han
 
 
 @pytest.mark.parametrize("disk", (True, False))
-def test_small_records_answer_in_one_chunk_large_ones_as_a_region(tmp_path, disk):
+def test_small_records_answer_as_bytes_large_ones_as_a_region(tmp_path, disk):
     fast, general = brokerWith(tmp_path, disk=disk), brokerWith(tmp_path, wrap=True, disk=disk)
     for broker in (fast, general):
         broker.logManager.getLog("orders", 2).append(
@@ -31,12 +31,14 @@ def test_small_records_answer_in_one_chunk_large_ones_as_a_region(tmp_path, disk
             entity = fetchRequest(version, [(key(broker, version), [(2, 0, offset, maxBytes)])])
             frame = encodeRequestFrame(FETCH, version, correlation, "c", entity)
             chunks = handled(broker, frame).chunks
-            if broker is fast:
-                if maxBytes == 2000:
-                    # the three small batches (0-5), not the large one
+            if maxBytes == 2000:
+                # the three small batches (0-5), not the large one: no
+                # region on either path
+                assert not any(IFileRegion.providedBy(c) for c in chunks)
+                if broker is fast:
                     assert len(chunks) == 1 and chunks[0].__class__ is bytes
-                elif disk:
-                    assert any(IFileRegion.providedBy(c) for c in chunks)
+            elif disk:
+                assert any(IFileRegion.providedBy(c) for c in chunks)
             answers.append(anonymous(broker, version, materialised(chunks)))
         assert answers[0] == answers[1]
     assert general.handlerFor(FETCH).seen == 3
