@@ -84,15 +84,17 @@ def run(prefix: list[str], host: str, port: int, connections: int, warmup: float
 
 
 def startTargets(binary: list[str], host: str, targets: list[tuple[int, str]], warmup: float,
-                 seconds: float, checkProduce: bool = False) -> subprocess.Popen:
+                 seconds: float, checkProduce: bool = False, options: list[str] = ()) -> subprocess.Popen:
     """
     Start the C generator with one connection per C{(port, frameFile)} of
     C{targets} (C{loadgen -m}); with C{checkProduce}, responses are read as
     Produce responses and one whose error code is not 0 is counted apart
     (C{failed_responses}, C{error_codes}), never as an answer.  The Python
-    fallback has no such mode.  L{finish} collects the result.
+    fallback has no such mode.  C{options}: the C generator's others
+    (C{-u}: io_uring; C{-w N}: woken once N answers are ready).  L{finish}
+    collects the result.
     """
-    args = binary + ["-m"] + (["-p"] if checkProduce else []) + [host, str(warmup), str(seconds)]
+    args = binary + ["-m"] + (["-p"] if checkProduce else []) + list(options) + [host, str(warmup), str(seconds)]
     args += [f"{port}:{frameFile}" for port, frameFile in targets]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

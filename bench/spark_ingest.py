@@ -159,9 +159,16 @@ def arrowOnlySource():
             return "arrowonly"
 
         def schema(self):
+            from kafkatwist_spark.reader import freezeWorkerHeap
+
+            # what the kafkatwist source does in a planning worker too
+            freezeWorkerHeap()
             return kafkaSchema(False)
 
         def reader(self, schema):
+            from kafkatwist_spark.reader import freezeWorkerHeap
+
+            freezeWorkerHeap()
             return Reader(int(self.options["records"]), int(self.options["partitions"]),
                           int(self.options["size"]), int(self.options.get("batchRows", 30_000)))
 

@@ -4,6 +4,8 @@ core per process").
 
     python -m bench twobrokers [--partitions 8] [--connections 32] [--seconds 5]
                                [--warmup 1.5] [--rounds 2] [--modes auto,spread,none]
+                               [--reference kafkatwist:PATH] [--floor]
+                               [--generators epoll,uring:N,...]
 
 A standalone ZooKeeper and two brokers in cluster mode on loopback, under a
 temporary directory, stopped afterwards.  Two topics of replication factor 1
@@ -22,6 +24,22 @@ For each run: records/s, p50/p99 produce->ack, each broker's CPU and the
 generator's and ZooKeeper's (cores: CPU-s per second of the window), each
 CPU's busy share (/proc/stat), and the broker threads that used more than
 0.05 of a core with the CPUs each may run on (its affinity) -- who is on CPU.
+Per record: b, the brokers' CPU (summed; its system part and their context
+switches), and g, the generator's (user and system, its syscalls and
+context switches).  For each layout pair: the per-round ratios, and the
+ceiling those costs set on two CPUs (L{summarize}): one broker is held to
+one CPU by the GIL, R1 = 1/b1; two brokers and the generator share both,
+R2 <= 2/(b2 + g); so R2/R1 <= 2 b1/(b2 + g) -- and records per
+broker-CPU-second, the ratio with the generator's CPU left out.
+
+C{--reference kafkatwist:PATH} runs another source tree's brokers (its code
+on their PYTHONPATH, this interpreter) as a second cluster beside this
+tree's, on the same ZooKeeper; C{--floor} adds two answer-only C servers
+(C{loadgen -s}) in the brokers' places and CPUs: what the kernel alone
+costs a server per request.  Rounds take every cluster (and every
+C{--generators} entry: C{epoll}, C{uring:N} -- io_uring, woken once N
+answers are ready -- with C{+batch} for SCHED_BATCH) in turn, starting one
+further along each round.
 
 C{--modes} chooses the brokers' C{request.threads.cpu.affinity}, one cluster
 per mode: C{auto} (the default: in a cluster, broker N puts its request threads on
@@ -47,15 +65,19 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 from bench import loadgen
-from bench.brokers import processCpuSeconds
+from bench.brokers import processCpuTimes
 from bench.instructions import produceFrame
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the load generator(s) by default (C{--generators})
+DEFAULT_GENERATORS = "epoll"
 
 
 def log(message: str) -> None:
@@ -85,6 +107,28 @@ def cpuBusySeconds() -> dict[int, float]:
     return busy
 
 
+def contextSwitches(pid: int) -> tuple[int, int]:
+    """
+    (voluntary, involuntary) context switches of C{pid}'s threads, summed.
+    """
+    voluntary = involuntary = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        voluntary += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        involuntary += int(line.split()[1])
+        except OSError:
+            continue
+    return voluntary, involuntary
+
+
 def threadCpu(pid: int) -> dict[int, tuple[float, frozenset[int]]]:
     """
     Thread id -> (CPU seconds, the CPUs it may run on) for each thread of C{pid}.
@@ -109,8 +153,10 @@ class Snapshot:
     def __init__(self, pids: dict[str, int]) -> None:
         self.at = time.monotonic()
         self.busy = cpuBusySeconds()
-        self.process = {name: processCpuSeconds(pid) for name, pid in pids.items()}
+        self.times = {name: processCpuTimes(pid) for name, pid in pids.items()}
+        self.process = {name: sum(times) for name, times in self.times.items()}
         self.threads = {name: threadCpu(pid) for name, pid in pids.items() if name.startswith("broker")}
+        self.switches = {name: contextSwitches(pid) for name, pid in pids.items() if name.startswith("broker")}
 
 
 def showCpus(cpus: frozenset[int]) -> str:
@@ -134,12 +180,13 @@ def frames(directory: str, topic: str, partitionCount: int) -> list[str]:
 
 
 def measure(generator: list[str], targets: list[tuple[int, str]], pids: dict[str, int],
-            warmup: float, seconds: float) -> dict:
+            warmup: float, seconds: float, options: list[str] = ()) -> dict:
     """
-    Run the generator over C{targets} and read everyone's CPU over its
-    measuring window.
+    Run the generator (with C{options}, L{generatorOptions}) over
+    C{targets} and read everyone's CPU over its measuring window.
     """
-    process = loadgen.startTargets(generator, "127.0.0.1", targets, warmup, seconds, checkProduce=True)
+    process = loadgen.startTargets(generator, "127.0.0.1", targets, warmup, seconds, checkProduce=True,
+                                   options=options)
     try:
         time.sleep(warmup)
         before = Snapshot(pids)
@@ -166,6 +213,19 @@ def measure(generator: list[str], targets: list[tuple[int, str]], pids: dict[str
                 used.append(((cpu - start) / wall, allowed))
         result["threads"][name] = sorted(used, key=lambda u: -u[0])
     result["rate"] = result["responses"] / result["seconds"]
+    records = max(result["responses"], 1)
+    # Per record, µs: b, what the brokers spent (both, summed), and g, what
+    # the generator spent (user + system; loopback TCP's receive work runs
+    # in the sender's context, so each side's system time holds part of the
+    # other's).
+    result["b_us"] = sum(result["cores"][name] for name in pids if name.startswith("broker")) * wall / records * 1e6
+    brokers = [name for name in pids if name.startswith("broker")]
+    result["b_sys_us"] = sum(after.times[n][1] - before.times[n][1] for n in brokers) / records * 1e6
+    result["b_switches"] = sum(sum(after.switches[n]) - sum(before.switches[n]) for n in brokers) / records
+    result["b_involuntary"] = sum(after.switches[n][1] - before.switches[n][1] for n in brokers) / records
+    result["g_us"] = result["cpu_window_s"] / records * 1e6
+    result["g_user_us"] = result.get("cpu_user_s", 0.0) / records * 1e6
+    result["g_sys_us"] = result.get("cpu_sys_s", 0.0) / records * 1e6
     return result
 
 
@@ -180,6 +240,14 @@ def describe(label: str, r: dict, brokerNames: list[str]) -> list[str]:
         f"{failed} failed responses{' ' + str(r['error_codes']) if failed else ''} "
         f"(load {loadAverage()})"
     ]
+    records = max(r["responses"], 1)
+    lines.append(
+        f"  - per record: brokers {r['b_us']:.1f} µs (system {r['b_sys_us']:.1f}; {r['b_switches']:.2f} context "
+        f"switches, {r['b_involuntary']:.3f} involuntary), generator {r['g_us']:.1f} µs (user {r['g_user_us']:.1f}, "
+        f"system {r['g_sys_us']:.1f}; {r.get('engine', '?')}{' SCHED_BATCH' if r.get('sched_batch') else ''}, "
+        f"waits for {r.get('wait_batch', 1)}: "
+        f"{(r.get('sends', 0) + r.get('recvs', 0)) / records:.2f} sends+recvs, {r.get('waits', 0) / records:.3f} waits, "
+        f"{(r.get('voluntary_switches', 0) + r.get('involuntary_switches', 0)) / records:.3f} context switches)")
     if r["errors"] or r["closed_by_peer"] or r["connect_failures"] or r["answered_connections"] != r["connections"]:
         lines.append(f"  - connections: {r['answered_connections']} of {r['connections']} answered, "
                      f"{r['errors']} errors, {r['closed_by_peer']} closed by the broker, "
@@ -192,6 +260,27 @@ def describe(label: str, r: dict, brokerNames: list[str]) -> list[str]:
     return lines
 
 
+def layoutTargets(cluster, directory: str, partitionCount: int, connections: int,
+                  suffix: str = "") -> dict[str, list[tuple[int, str]]]:
+    """
+    On a running C{cluster} whose brokers 1 and 2 are up: the topics C{one}
+    and C{two}, and for each the generator's (port, frame file) per
+    connection.
+    """
+    from bench.cluster import createTopic
+
+    layouts = {"one": [[1]] * partitionCount, "two": [[1 + p % 2] for p in range(partitionCount)]}
+    targets = {}
+    for layout, assignment in layouts.items():
+        topic = f"{layout}{suffix}"
+        if not isinstance(cluster, Floor):
+            createTopic(cluster, topic, assignment=assignment)
+        paths = frames(directory, topic, partitionCount)
+        ports = [cluster.brokers[replicas[0]].port for replicas in assignment]
+        targets[layout] = [(ports[k % partitionCount], paths[k % partitionCount]) for k in range(connections)]
+    return targets
+
+
 def compare(cluster, zookeeperPid: int, generator: list[str], directory: str, partitionCount: int,
             connections: int, warmup: float, seconds: float, rounds: int, report, suffix: str = "") -> dict:
     """
@@ -201,31 +290,76 @@ def compare(cluster, zookeeperPid: int, generator: list[str], directory: str, pa
 
     @return: layout (C{"one"}, C{"two"}) -> the runs' results.
     """
-    from bench.cluster import createTopic
+    results = compareAll({"": cluster}, zookeeperPid, {"": (generator, [])}, directory, partitionCount, connections,
+                         warmup, seconds, rounds, report, suffix)
+    return results[("", "")]
 
-    layouts = {"one": [[1]] * partitionCount, "two": [[1 + p % 2] for p in range(partitionCount)]}
-    targets = {}
-    for layout, assignment in layouts.items():
-        topic = f"{layout}{suffix}"
-        createTopic(cluster, topic, assignment=assignment)
-        paths = frames(directory, topic, partitionCount)
-        ports = [cluster.brokers[replicas[0]].port for replicas in assignment]
-        targets[layout] = [(ports[k % partitionCount], paths[k % partitionCount]) for k in range(connections)]
-    pids = {"broker 1": cluster.brokers[1].process.pid, "broker 2": cluster.brokers[2].process.pid,
-            "zookeeper": zookeeperPid}
+
+def compareAll(clusters: dict, zookeeperPid: int, generators: dict[str, tuple[list[str], list[str]]],
+               directory: str,
+               partitionCount: int, connections: int, warmup: float, seconds: float, rounds: int, report,
+               suffix: str = "") -> dict:
+    """
+    L{compare} for several clusters (tree label -> cluster, each running
+    its brokers 1 and 2) and several generators (label -> its command and
+    its options, L{generatorOptions}), in one
+    run: each round takes every (tree, generator) pair in turn, one broker
+    then two, starting one pair further along each round, so the machine's
+    drift falls on all alike.
+
+    @return: (tree, generator) -> layout -> the runs' results.
+    """
+    targets = {tree: layoutTargets(cluster, directory, partitionCount, connections,
+                                   suffix + (f"-t{n}" if len(clusters) > 1 else ""))
+               for n, (tree, cluster) in enumerate(clusters.items())}
     brokerNames = ["broker 1", "broker 2"]
-    results: dict[str, list[dict]] = {"one": [], "two": []}
+    pairs = [(tree, gen) for tree in clusters for gen in generators]
+    results: dict[tuple[str, str], dict[str, list[dict]]] = {pair: {"one": [], "two": []} for pair in pairs}
     for n in range(rounds):
-        for layout in ("one", "two"):
-            r = measure(generator, targets[layout], pids, warmup, seconds)
-            results[layout].append(r)
-            label = "one broker leads all" if layout == "one" else "two brokers lead half each"
-            for line in describe(f"round {n + 1}, {label}", r, brokerNames):
-                report(line)
-    one = statistics.median(r["rate"] for r in results["one"])
-    two = statistics.median(r["rate"] for r in results["two"])
-    report(f"- median: one broker {one:,.0f} records/s, two brokers {two:,.0f} records/s: **{two / one:.2f}x**")
+        for tree, gen in pairs[n % len(pairs):] + pairs[: n % len(pairs)]:
+            cluster = clusters[tree]
+            pids = {"broker 1": cluster.brokers[1].process.pid, "broker 2": cluster.brokers[2].process.pid,
+                    "zookeeper": zookeeperPid}
+            for layout in ("one", "two"):
+                r = measure(generators[gen][0], targets[tree][layout], pids, warmup, seconds, generators[gen][1])
+                results[(tree, gen)][layout].append(r)
+                label = "one broker leads all" if layout == "one" else "two brokers lead half each"
+                which = ", ".join(x for x in (tree, gen) if x)
+                for line in describe(f"round {n + 1}, {which + ', ' if which else ''}{label}", r, brokerNames):
+                    report(line)
+    for pair in pairs:
+        for line in summarize(pair, results[pair]):
+            report(line)
     return results
+
+
+def summarize(pair: tuple[str, str], runs: dict[str, list[dict]]) -> list[str]:
+    """
+    The medians, the per-round ratios, and what bounds the ratio: with the
+    generator costing g CPU-µs per record and the brokers b1 (one broker)
+    and b2 (two, summed), on two CPUs one broker is held to one CPU by the
+    GIL (R1 = 1/b1) and two brokers and the generator share both
+    (R2 <= 2/(b2 + g)), so R2/R1 <= 2 b1/(b2 + g).
+    """
+    median = statistics.median
+    which = ", ".join(x for x in pair if x)
+    one = median(r["rate"] for r in runs["one"])
+    two = median(r["rate"] for r in runs["two"])
+    perRound = ", ".join(f"{t['rate'] / o['rate']:.2f}" for o, t in zip(runs["one"], runs["two"]))
+    lines = [f"- {which + ': ' if which else ''}median: one broker {one:,.0f} records/s, two brokers "
+             f"{two:,.0f} records/s: **{two / one:.2f}x** (per round: {perRound})"]
+    if runs["one"] and runs["two"]:
+        b1 = median(r["b_us"] for r in runs["one"])
+        b2 = median(r["b_us"] for r in runs["two"])
+        g1 = median(r["g_us"] for r in runs["one"])
+        g2 = median(r["g_us"] for r in runs["two"])
+        lines.append(
+            f"  - per record (medians): b1 {b1:.1f} µs (one broker), b2 {b2:.1f} µs (two, summed), "
+            f"g {g2:.1f} µs with two ({g1:.1f} with one); ceiling 2 b1/(b2 + g) = {2 * b1 / (b2 + g2):.2f}x, "
+            f"2 b/(b + g) at b = b1 {2 * b1 / (b1 + g2):.2f}x; records per broker-CPU-second: one "
+            f"{1e6 / b1:,.0f}, two {1e6 / b2:,.0f} ({b1 / b2:.2f}x; each broker on a whole CPU of its own: "
+            f"{2 * b1 / b2:.2f}x)")
+    return lines
 
 
 def spreadCpus() -> tuple[str, str]:
@@ -250,9 +384,85 @@ def affinity(mode: str) -> dict[int, dict[str, str]]:
     raise SystemExit(f"unknown mode {mode!r}: auto, spread or none")
 
 
-def main(argv: list[str]) -> int:
-    from kafkatwist.testing import ZooKeeper, waitUntil
+class _Process:
+    def __init__(self, process: subprocess.Popen, port: int) -> None:
+        self.process = process
+        self.port = port
+
+
+class Floor:
+    """
+    Two of the generator's answer-only servers (C{loadgen -s}) standing in
+    for brokers 1 and 2, each on the CPU C{auto} gives that broker: what a
+    server that does nothing but answer pays per small request in the
+    kernel, beside the brokers' figures (C{--floor}).
+    """
+
+    #: a Produce v9 response to a one-partition, one-record request, in bytes
+    RESPONSE_BYTES = 54
+
+    def __init__(self, binary: list[str]) -> None:
+        self.brokers = {}
+        for node, cpu in zip((1, 2), spreadCpus()):
+            process = subprocess.Popen(binary + ["-s", "0", "3600", str(self.RESPONSE_BYTES)], stdout=subprocess.PIPE,
+                                       text=True, preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {int(cpu)}))
+            self.brokers[node] = _Process(process, int(process.stdout.readline()))
+
+    def stopAll(self) -> None:
+        for server in self.brokers.values():
+            server.process.kill()
+            server.process.wait()
+
+
+def generatorOptions(spec: str) -> dict[str, list[str]]:
+    """
+    C{--generators}: label -> the generator's options.  C{epoll}, or
+    C{uring} / C{uring:N} (io_uring, woken once N answers are ready); a
+    C{+batch} suffix runs it as SCHED_BATCH (woken, it does not preempt
+    the broker thread on its CPU).
+    """
+    commands = {}
+    for item in spec.split(","):
+        kind, _, batch = item.removesuffix("+batch").partition(":")
+        policy = ["-B"] if item.endswith("+batch") else []
+        if kind == "epoll" and not batch:
+            commands[item] = policy
+        elif kind == "uring":
+            commands[item] = ["-u", "-w", batch or "1"] + policy
+        else:
+            raise SystemExit(f"unknown generator {item!r}: epoll, uring or uring:N")
+    return commands
+
+
+def startCluster(zookeeper, root: str, mode: str, tree: str | None):
+    """
+    Brokers 1 and 2 with C{mode}'s affinity, of this tree or (C{tree}) of
+    another source tree: its code on the brokers' PYTHONPATH, run by this
+    interpreter (as L{bench.brokers.startBroker} runs C{kafkatwist:PATH}).
+    """
+    from kafkatwist.testing import waitUntil
     from tests.cluster.helpers import REPLICATION, ClusterUnderTest
+
+    name = f"{mode}-{os.path.basename(tree.rstrip('/')) if tree else 'this'}"
+    cluster = ClusterUnderTest(zookeeper, os.path.join(root, name), name)
+    try:
+        for i, overrides in affinity(mode).items():
+            broker = cluster.broker(i, **REPLICATION, **overrides)
+            if tree:
+                broker.extraEnv["PYTHONPATH"] = os.pathsep.join(
+                    [tree, os.path.join(tree, "spark")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                           if p and not os.path.abspath(p).startswith(ROOT)])
+            cluster.startBroker(i)
+        admin = cluster.admin()
+        waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 2, timeout=60, what="two brokers")
+    except BaseException:
+        cluster.stopAll()
+        raise
+    return cluster
+
+
+def main(argv: list[str]) -> int:
+    from kafkatwist.testing import ZooKeeper
 
     parser = argparse.ArgumentParser(prog="python -m bench twobrokers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=8)
@@ -261,14 +471,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=float, default=1.5, help="uncounted seconds before each run")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="auto,spread,none", help="request.threads.cpu.affinity modes, one cluster each")
+    parser.add_argument("--reference", action="append", default=[], metavar="kafkatwist:PATH",
+                        help="another source tree's brokers beside this tree's, rounds alternated (repeatable)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also two answer-only C servers in the brokers' places: the kernel's share of a request")
+    parser.add_argument("--generators", default=DEFAULT_GENERATORS,
+                        help="load generators, rounds alternated: epoll, uring, uring:N (default %(default)s)")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     for mode in modes:
         affinity(mode)
+    trees: dict[str, str | None] = {"this tree" if args.reference or args.floor else "": None}
+    for reference in args.reference:
+        path = reference.split(":", 1)[1] if reference.startswith("kafkatwist:") else reference
+        if not os.path.isdir(os.path.join(path, "kafkatwist")):
+            parser.error(f"{reference}: no kafkatwist/ there")
+        trees[reference] = os.path.abspath(path)
     root = tempfile.mkdtemp(prefix="bench-twobrokers-")
-    generator = loadgen.compiled(root)
-    if generator is None:
+    binary = loadgen.compiled(root)
+    if binary is None:
         parser.error("needs a C compiler for bench/loadgen.c")
+    generators = {label: (binary, options) for label, options in generatorOptions(args.generators).items()}
+    if len(generators) == 1:
+        generators = {"": next(iter(generators.values()))}
     lines: list[str] = []
 
     def report(line: str) -> None:
@@ -287,24 +512,28 @@ def main(argv: list[str]) -> int:
     summary = []
     try:
         for mode in modes:
-            cluster = ClusterUnderTest(zookeeper, os.path.join(root, mode), mode)
+            clusters = {}
             try:
-                for i, overrides in affinity(mode).items():
-                    cluster.startBroker(i, **REPLICATION, **overrides)
-                admin = cluster.admin()
-                waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 2, timeout=60, what="two brokers")
+                for label, tree in trees.items():
+                    clusters[label] = startCluster(zookeeper, root, mode, tree)
+                if args.floor:
+                    clusters["floor"] = Floor(binary)
                 setting = ", ".join(f"broker {i}: {o.get('request.threads.cpu.affinity', 'auto')}"
                                     for i, o in affinity(mode).items())
                 report(f"## request.threads.cpu.affinity {mode} ({setting}); {args.connections} connections, "
                        f"{args.partitions} partitions RF 1, one-record Produce v9 acks=1; "
-                       f"{args.seconds:g} s after {args.warmup:g} s warm-up (load {loadAverage()})")
-                results = compare(cluster, zookeeper.server.process.pid, generator, root, args.partitions,
-                                  args.connections, args.warmup, args.seconds, args.rounds, report)
-                one = statistics.median(r["rate"] for r in results["one"])
-                two = statistics.median(r["rate"] for r in results["two"])
-                summary.append(f"{mode}: {one:,.0f} -> {two:,.0f} records/s ({two / one:.2f}x)")
+                       f"{args.seconds:g} s after {args.warmup:g} s warm-up; generators {args.generators}"
+                       f"{'; trees: ' + ', '.join(clusters) if len(clusters) > 1 else ''} (load {loadAverage()})")
+                results = compareAll(clusters, zookeeper.server.process.pid, generators, root, args.partitions,
+                                     args.connections, args.warmup, args.seconds, args.rounds, report)
+                for (tree, gen), runs in results.items():
+                    one = statistics.median(r["rate"] for r in runs["one"])
+                    two = statistics.median(r["rate"] for r in runs["two"])
+                    which = ", ".join(x for x in (mode, tree, gen) if x)
+                    summary.append(f"{which}: {one:,.0f} -> {two:,.0f} records/s ({two / one:.2f}x)")
             finally:
-                cluster.stopAll()
+                for cluster in clusters.values():
+                    cluster.stopAll()
     finally:
         zookeeper.stop()
         shutil.rmtree(root, ignore_errors=True)

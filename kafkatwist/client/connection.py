@@ -453,6 +453,29 @@ class BrokerConnection:
                 )
             return body
 
+    def requestFrame(self, apiKey: int, apiVersion: int, entity, timeout: float | None = None):
+        """
+        Send a request entity at the given version and return the response
+        frame undecoded, for a caller that reads it by hand: a read-only
+        C{memoryview} over the buffer it was received into (correlation id
+        first, checked), no copy made.
+
+        @raise KafkaConnectionError: on I/O failure or a response whose
+            correlation id is not the one we sent.
+        """
+        with self._lock:
+            correlationId = self.nextCorrelationId()
+            frame = encodeRequestFrame(apiKey, apiVersion, correlationId, self.clientId, entity)
+            response = self._roundTrip(frame, True, timeout, asView=True)
+            (gotId,) = _INT32.unpack_from(response, 0)
+            if gotId != correlationId:
+                self.close()
+                raise KafkaConnectionError(
+                    f"{self.host}:{self.port} answered correlation id {gotId}, "
+                    f"expected {correlationId}"
+                )
+            return response
+
     # -- version negotiation ---------------------------------------------
 
     def _negotiate(self) -> None:

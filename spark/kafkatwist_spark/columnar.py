@@ -338,8 +338,10 @@ class ArrowRecordDecoder:
                 bounds.append((at, at + len(part)))
                 at += len(part)
         else:
-            # Uncompressed records are read where they are, in the fetch.
-            data = raw if isinstance(raw, bytes) else bytes(raw)
+            # Uncompressed records are read where they are, in the fetch
+            # (bytes, or a view of the buffer the response was received
+            # into: nothing decoded refers to it afterwards).
+            data = raw if isinstance(raw, bytes) else view
             bounds = spans
         u8 = np.frombuffer(data, np.uint8)
         positions: list[np.ndarray] = []
@@ -460,7 +462,8 @@ class ArrowRecordDecoder:
                     raise CorruptRecordError(f"record headers end at {after}, not {end}")
                 for k, v in headers:
                     keys.append(k)
-                    values.append(v)
+                    # a view of the fetch, when the records are one
+                    values.append(v if v is None or isinstance(v, bytes) else bytes(v))
                 sizes[i] = len(headers)
         except IndexError:
             raise CorruptRecordError("record headers run past the record") from None

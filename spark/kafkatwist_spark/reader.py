@@ -144,8 +144,10 @@ def readRange(
     while offset < r.untilOffset:
         try:
             client = sharedClient(config.connection)
+            # the records a view of the received response, not a copy
             raw = client.fetchRaw(
-                r.topic, r.partition, offset, maxBytes=maxBytes, isolationLevel=isolation
+                r.topic, r.partition, offset, maxBytes=maxBytes, isolationLevel=isolation,
+                view=True,
             )
             if raw.error != ErrorCode.offset_out_of_range and _retriable(raw.error):
                 raise KafkaError(raw.error, f"fetch {r.topic}-{r.partition} at {offset}")
@@ -248,7 +250,12 @@ def freezeWorkerHeap() -> None:
     PySpark's daemon runs C{gc.collect()} after every task of a reused
     worker (pyspark/daemon.py, the worker loop), and each full collection
     walks every tracked object: about 60,000 with this connector loaded,
-    30-40 ms a task, most of a worker's CPU outside the decode.  Objects
+    30-40 ms a task, most of a worker's CPU outside the decode.  The same
+    holds for the workers Spark plans a query in (pyspark 4.3 runs
+    C{DataSource.schema()} and C{reader()} with C{partitions()} in daemon
+    workers of their own, reused and collected after each call): there the
+    collection was over half their CPU, ~0.035 CPU-s per worker and query,
+    so the source's C{schema()} and C{reader()} freeze too.  Objects
     frozen are still freed when no longer referenced; only reference
     cycles among them (a module's, alive for the process anyway) are no
     longer looked for -- so garbage cycles (an earlier task's state) are

@@ -23,7 +23,7 @@ from kafkatwist_spark.options import (
     parseSinkOptions,
     parseSourceOptions,
 )
-from kafkatwist_spark.reader import KafkaBatchReader, KafkaStreamReader
+from kafkatwist_spark.reader import KafkaBatchReader, KafkaStreamReader, freezeWorkerHeap
 from kafkatwist_spark.writer import (
     KafkaBatchWriter,
     KafkaStreamWriter,
@@ -76,6 +76,9 @@ class KafkaTwistDataSource(DataSource):
 
     @oneLineErrors
     def schema(self) -> StructType:
+        # Called in a Python worker of Spark's own (as reader() is): see
+        # freezeWorkerHeap.
+        freezeWorkerHeap()
         # Both modes' rules that hold either way: anything that would fail
         # as a batch *and* as a stream fails here, at load().
         config = self._sourceConfig(streaming=None)
@@ -108,6 +111,7 @@ class KafkaTwistDataSource(DataSource):
 
     @oneLineErrors
     def reader(self, schema: StructType) -> KafkaBatchReader:
+        freezeWorkerHeap()
         config = self._sourceConfig(streaming=False)
         self._checkSchema(schema, config.includeHeaders)
         return KafkaBatchReader(config, schema)

@@ -175,3 +175,32 @@ def readCommitted(bootstrap, topic, partitions, isolation="read_committed"):
     finally:
         consumer.close()
     return values
+
+
+def decodeBothWays(decoder, raw, *args):
+    """
+    C{decoder.decode(raw, *args)}, and the same records as the reader gets
+    them -- a read-only view into a larger received frame
+    (C{fetchRaw(view=True)}) -- decoded again: the two must agree, the
+    same batch or the same error.
+    """
+    from kafkatwist.protocol.records import CorruptRecordError
+
+    frame = bytearray(b"\x11" * 37) + bytes(raw) + b"\x22" * 11
+    view = memoryview(frame).toreadonly()[37 : 37 + len(raw)]
+    outcomes = []
+    for data in (raw, view):
+        try:
+            outcomes.append(decoder.decode(data, *args))
+        except CorruptRecordError as e:
+            outcomes.append(e)
+    plain, viewed = outcomes
+    if isinstance(plain, Exception):
+        assert type(viewed) is type(plain) and str(viewed) == str(plain), (plain, viewed)
+        raise plain
+    assert not isinstance(viewed, Exception), viewed
+    assert (viewed.nextOffset, viewed.lastOffset) == (plain.nextOffset, plain.lastOffset)
+    assert (viewed.batch is None) == (plain.batch is None)
+    if plain.batch is not None:
+        assert viewed.batch.equals(plain.batch)
+    return plain

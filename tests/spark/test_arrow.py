@@ -25,6 +25,8 @@ from kafkatwist.protocol.records import (  # noqa: E402
 )
 from kafkatwist_spark.columnar import ArrowRecordDecoder, kafkaArrowSchema  # noqa: E402
 
+from .helpers import decodeBothWays  # noqa: E402
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 T0 = 1_700_000_000_000
 
@@ -58,7 +60,7 @@ def rowPath(raw, fromOffset, untilOffset, aborted=None):
 
 def arrowPath(raw, fromOffset, untilOffset, aborted=None, headers=True):
     decoder = ArrowRecordDecoder("t", 1, kafkaArrowSchema(headers))
-    result = decoder.decode(raw, fromOffset, untilOffset, aborted)
+    result = decodeBothWays(decoder, raw, fromOffset, untilOffset, aborted)
     if result.batch is None:
         return [], result
     b = result.batch

@@ -23,6 +23,8 @@ from kafkatwist.protocol.records import (  # noqa: E402
 )
 from kafkatwist_spark.columnar import ArrowRecordDecoder, kafkaArrowSchema  # noqa: E402
 
+from .helpers import decodeBothWays  # noqa: E402
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
@@ -62,7 +64,7 @@ def reference(raw, fromOffset, untilOffset):
 
 def decoded(raw, fromOffset, untilOffset, headers=True, topic="t", partition=3, aborted=None):
     decoder = ArrowRecordDecoder(topic, partition, kafkaArrowSchema(headers))
-    result = decoder.decode(raw, fromOffset, untilOffset, aborted)
+    result = decodeBothWays(decoder, raw, fromOffset, untilOffset, aborted)
     if result.batch is None:
         return [], result
     b = result.batch

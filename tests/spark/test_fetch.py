@@ -177,3 +177,26 @@ def test_read_range_one_fetch_at_a_time(kafka, admin, newTopic):
     assert len(batches) > 1
     assert offsets(batches) == list(range(3000))
     assert set(threading.enumerate()) - before == set()
+
+
+def test_read_range_decodes_the_received_frame(kafka, admin, newTopic, monkeypatch):
+    """
+    The records are decoded where the response was received, a view of
+    it: not copied out of the frame first (fetchRaw(view=True)).
+    """
+    from kafkatwist_spark.columnar import ArrowRecordDecoder
+
+    seen = []
+    decode = ArrowRecordDecoder.decode
+
+    def recording(self, raw, *args):
+        seen.append(type(raw))
+        return decode(self, raw, *args)
+
+    monkeypatch.setattr(ArrowRecordDecoder, "decode", recording)
+    topic = newTopic(1)
+    produce(admin, topic, 0, 1000, perBatch=100, compression="none")
+    c = config(kafka, subscribe=topic, **{"kafka.max.partition.fetch.bytes": "16384"})
+    batches = list(readRange(c, OffsetRange(topic, 0, 5, 1000), kafkaArrowSchema(False)))
+    assert offsets(batches) == list(range(5, 1000))
+    assert len(seen) > 1 and set(seen) == {memoryview}

@@ -129,3 +129,37 @@ def test_the_trim_threshold_only_once_the_mmap_threshold_is_taken():
         (reader._M_MMAP_THRESHOLD, reader.WORKER_MMAP_THRESHOLD),
         (reader._M_TRIM_THRESHOLD, reader.WORKER_TRIM_THRESHOLD),
     ]
+
+
+# Spark plans a query in Python workers of its own (pyspark 4.3:
+# create_data_source for schema(), plan_data_source_read for reader() and
+# partitions()), reused daemon workers that collect garbage after every
+# call: the source freezes their heap as a task's read does.
+PLANNING_SCRIPT = """
+import gc
+from kafkatwist_spark.source import KafkaTwistDataSource
+
+options = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+assert gc.get_freeze_count() == 0
+KafkaTwistDataSource(options).schema()
+frozen = gc.get_freeze_count()
+assert frozen > 10_000, frozen
+KafkaTwistDataSource(options).reader(None)
+assert gc.get_freeze_count() == frozen
+print("ok")
+"""
+
+READER_PLANNING_SCRIPT = """
+import gc
+from kafkatwist_spark.source import KafkaTwistDataSource
+
+KafkaTwistDataSource({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}).reader(None)
+assert gc.get_freeze_count() > 10_000
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("script", [PLANNING_SCRIPT, READER_PLANNING_SCRIPT],
+                         ids=["schema", "reader"])
+def test_planning_freezes_the_worker_heap_once(script):
+    runAlone(script)
