@@ -359,6 +359,13 @@ def summarize(pair: tuple[str, str], runs: dict[str, list[dict]]) -> list[str]:
             f"2 b/(b + g) at b = b1 {2 * b1 / (b1 + g2):.2f}x; records per broker-CPU-second: one "
             f"{1e6 / b1:,.0f}, two {1e6 / b2:,.0f} ({b1 / b2:.2f}x; each broker on a whole CPU of its own: "
             f"{2 * b1 / b2:.2f}x)")
+        ceiling = 2 * b1 / (b2 + g2)
+        rest = median(r["others"] for r in runs["one"])
+        if two / one > 1.05 * ceiling:
+            lines.append(
+                f"  - the ratio is above the ceiling: the one-broker runs did not have a CPU to themselves "
+                f"(the rest of the machine took {rest:.2f} of a core, median) -- other work on the machine "
+                f"inflates the ratio; take it on a quiet machine")
     return lines
 
 

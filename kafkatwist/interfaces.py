@@ -665,6 +665,14 @@ class ILogManager(Interface):
         'DELETE', 'APPEND', 'SUBTRACT' (IncrementalAlterConfigs).
         """
 
+    def adoptTopicId(name, topicId):
+        """
+        Give topic C{name} the id C{topicId}, its data kept (an internal
+        topic this broker created with an id of its own takes the id the
+        cluster's controller gave it).
+        @return: L{kafkatwist.log.TopicInfo}.
+        """
+
     def setBrokerDefaults(defaults):
         """
         New broker-level settings (C{log.*} and the other keys topics

@@ -37,7 +37,45 @@ class LocalApplier:
             self._applyLocalLogs(image)
         self._deleteQueued(image)
 
+    def _adoptInternalIds(self, image: ClusterImage) -> None:
+        """
+        Each broker creates the internal topics' logs itself when it starts
+        (its coordinators need them before the cluster is read), with an
+        id of its own; the controller creates the topic in ZooKeeper with
+        another.  Kafka writes the controller's id in every replica's
+        C{partition.metadata} and refuses a log whose id differs
+        (InconsistentTopicIdException).  Here the local log takes the
+        cluster's id, data kept: it is the same topic -- an internal topic
+        is never deleted, so its name has only ever meant this one, and
+        its records (committed offsets, transactions) were written by this
+        cluster's coordinators.  Also for a data directory an earlier
+        version left with a locally made id.  (A data topic whose id
+        differs is another topic of the same name: L{_ensureLocalLog}
+        replaces it.)
+        """
+        logManager = self.logManager
+        adopt = getattr(logManager, "adoptTopicId", None)
+        if adopt is None:
+            return
+        for name in INTERNAL_TOPICS:
+            assignment = image.topics.get(name)
+            if assignment is None or name in image.deleting or self._adoptedIds.get(name) == assignment.topicId:
+                continue
+            local = logManager.topics().get(name)
+            if local is None:
+                continue
+            if local.topicId != assignment.topicId:
+                log.info("Internal topic {topic}: the local id {old} takes the cluster's {new}",
+                         topic=name, old=str(local.topicId), new=str(assignment.topicId))
+                try:
+                    adopt(name, assignment.topicId)
+                except (KafkaError, OSError) as e:
+                    log.warn("Internal topic {topic} keeps its local id for now: {e}", topic=name, e=e)
+                    continue
+            self._adoptedIds[name] = assignment.topicId
+
     def _applyLocalLogs(self, image: ClusterImage) -> None:
+        self._adoptInternalIds(image)
         me = self.brokerId
         hosted = set()
         for topic, partition, replicas, state in image.partitions():

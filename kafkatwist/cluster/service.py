@@ -131,6 +131,8 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         self._controllerId = -1
         self._epochZkVersion: int | None = None
         self._applied: dict[tuple[str, int], tuple[int, int]] = {}
+        #: internal topic -> the cluster's id its local log took (L{_adoptInternalIds})
+        self._adoptedIds: dict = {}
         self._waits: list = []
         self._timers: dict = {}
         self._retry = None

@@ -253,6 +253,38 @@ class BaseLogManager:
             listener(name)
         _log.info("Deleted topic {topic} ({topicId})", topic=name, topicId=str(topic.topicId))
 
+    def adoptTopicId(self, name: str, topicId: uuid.UUID) -> TopicInfo:
+        """
+        See L{ILogManager.adoptTopicId}: topic C{name} takes the id
+        C{topicId}, its logs untouched.  The topic's metadata copies are
+        rewritten with the new id in a newer epoch, one file at a time: a
+        crash between two leaves the newer copies, with the new id, to win
+        at the next start (which brings the others up to date).
+
+        @raise KafkaError: UNKNOWN_TOPIC_OR_PARTITION; INCONSISTENT_TOPIC_ID
+            if another topic has that id.
+        """
+        with self._lock:
+            topic = self._topic(name)
+            old = topic.topicId
+            if old == topicId:
+                return topic.info()
+            for other, state in self._topics.items():
+                if state.topicId == topicId:
+                    raise KafkaError(
+                        ErrorCode.inconsistent_topic_id,
+                        f"topic {other!r} already has the id {topicId}",
+                    )
+            topic.topicId = topicId
+            topic.epoch += 1
+            self._publish()
+            self._persistTopic(topic)
+        _log.info(
+            "Topic {topic} now has the id {topicId} (was {old}); its data is kept",
+            topic=name, topicId=str(topicId), old=str(old),
+        )
+        return topic.info()
+
     def createPartitions(
         self, name: str, totalCount: int, *, validateOnly: bool = False
     ) -> TopicInfo:

@@ -531,10 +531,12 @@ class ReplicaManager:
         partition gets a new log: a topic created again has a new id);
         C{None} when not known or, in a cluster, not the id the cluster
         has (the leader would not know it) -- except for an internal topic,
-        which each broker creates itself with an id of its own: that one
-        goes by the cluster's id, which its leader resolves for a replica's
-        fetch (so every topic is fetched by id, in one request, with the
-        broker epoch).  Any thread.
+        which each broker creates itself with an id of its own when it
+        starts, and which takes the cluster's id once the cluster is read
+        (L{kafkatwist.cluster.applier.LocalApplier._adoptInternalIds}): until
+        then it goes by the cluster's id, which its leader resolves for a
+        replica's fetch (so every topic is fetched by id, in one request,
+        with the broker epoch).  Any thread.
         """
         ids = self._topicIds
         topicId = ids.get(topic)

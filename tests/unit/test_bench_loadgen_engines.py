@@ -149,3 +149,22 @@ def test_generator_options():
         "epoll": [], "uring": ["-u", "-w", "1"], "uring:8": ["-u", "-w", "8"], "epoll+batch": ["-B"]}
     with pytest.raises(SystemExit):
         generatorOptions("kqueue")
+
+
+def test_the_summary_gives_the_ceiling_and_flags_a_ratio_above_it():
+    """
+    2 b1/(b2 + g): one broker at 25 µs a record, two at 27.5 summed, the
+    generator 6 -> 1.49x; a measured ratio well above it (one broker's
+    runs short of CPU, the machine busy with other work) is said to be.
+    """
+    from bench.twobrokers import summarize
+
+    def run(rate, b, g, others=0.0):
+        return {"rate": rate, "b_us": b, "g_us": g, "others": others}
+
+    quiet = summarize(("", ""), {"one": [run(40_000, 25.0, 7.0)], "two": [run(58_000, 27.5, 6.0)]})
+    assert "**1.45x**" in quiet[0]
+    assert "ceiling 2 b1/(b2 + g) = 1.49x" in quiet[1]
+    assert len(quiet) == 2
+    loaded = summarize(("", ""), {"one": [run(28_000, 25.0, 7.0, others=1.0)], "two": [run(50_000, 27.5, 6.0)]})
+    assert "above the ceiling" in loaded[2] and "1.00 of a core" in loaded[2]
