@@ -12,9 +12,11 @@ SparkSession:
 - C{count}: C{df.count()};
 - C{groupBy}: decode a field of the JSON value and count per value of it.
 
-Each job runs C{--warmups} times to warm up (JVM, Python workers), then
-C{--runs} times; the table shows the best run, and the CPU seconds each
-part spent in it: the broker, Spark's Python workers (fetching and
+Each job runs C{--warmups} times on each source to warm up (JVM, Python
+workers), then C{--runs} rounds, each timing the sources one after the
+other (so that a round's ratios compare runs under the same load: they
+are printed per round, with the load average); the table shows each
+source's best run, and the CPU seconds each part spent in it: the broker, Spark's Python workers (fetching and
 decoding), the JVM (taking the Arrow batches in, and the job itself) and
 its JIT compiler threads apart.  A third source, C{arrow-only}, is a Python
 data source that hands Spark the same number of ready-made Arrow batches
@@ -338,6 +340,7 @@ def main(argv=None) -> int:
         ]
 
         results = []
+        rounds = []
         for jobName, job in jobs():
             for sourceName, load in sources:
                 if time.monotonic() > deadline:
@@ -348,20 +351,28 @@ def main(argv=None) -> int:
                         raise RuntimeError(
                             f"{sourceName} {jobName}: {rows} rows, not {args.records}"
                         )
-                best = None
-                for _ in range(args.runs):
-                    if time.monotonic() > deadline:
-                        break
+            # The timed runs go round the sources, so that each round's
+            # ratios compare runs taken under the same load.
+            best: dict = {}
+            for n in range(args.runs):
+                if time.monotonic() > deadline:
+                    break
+                seconds = {}
+                for sourceName, load in sources:
                     before = cpuByPart(broker.process.pid)
                     t = time.perf_counter()
                     job(load())
                     elapsed = time.perf_counter() - t
                     after = cpuByPart(broker.process.pid)
-                    if best is None or elapsed < best[0]:
-                        best = (elapsed, {k: after[k] - before[k] for k in after})
-                if best is not None:
-                    results.append((jobName, sourceName) + best)
-                    print(f"  {jobName:8s} {sourceName:11s} {best[0]:7.2f}s", flush=True)
+                    seconds[sourceName] = elapsed
+                    if sourceName not in best or elapsed < best[sourceName][0]:
+                        best[sourceName] = (elapsed, {k: after[k] - before[k] for k in after})
+                rounds.append((jobName, n + 1, seconds, os.getloadavg()[0]))
+                print(f"  {jobName:8s} round {n + 1}: " + ", ".join(
+                    f"{name} {value:.2f}s" for name, value in seconds.items()), flush=True)
+            for sourceName, _ in sources:
+                if sourceName in best:
+                    results.append((jobName, sourceName) + best[sourceName])
 
         print()
         print(f"Spark ingest: {args.records:,} records x {args.value_bytes} B, "
@@ -375,6 +386,14 @@ def main(argv=None) -> int:
             print(f"{jobName:<9}{sourceName:<12}{best:>9.2f}{args.records / best:>14,.0f}"
                   f"{ratio:>11.2f}x{cpu['broker']:>15.2f}{cpu['python']:>8.2f}{cpu['jvm']:>6.2f}"
                   f"{cpu['jit']:>6.2f}")
+        print()
+        print("per round (x parquet in the same round; 1-minute load average after it):")
+        for jobName, n, seconds, loadAverage in rounds:
+            base = seconds.get("parquet")
+            print(f"  {jobName:<8} {n}: " + ", ".join(
+                f"{name} {value:.2f}s" + (f" ({value / base:.2f}x)" if base and name != "parquet"
+                                           else "")
+                for name, value in seconds.items()) + f"; load {loadAverage:.1f}")
         if time.monotonic() > deadline:
             print(f"(stopped at --max-seconds {args.max_seconds:.0f}; some runs skipped)")
         return 0

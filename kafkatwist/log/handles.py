@@ -87,8 +87,10 @@ class HandleCache:
         self._lock = threading.Lock()
         self._lru: OrderedDict = OrderedDict()
         self._active: OrderedDict = OrderedDict()
-        #: borrowed descriptor -> how many borrowers hold it
-        self._borrowed: dict[int, int] = {}
+        #: descriptor -> a list with one item per borrower holding it (an
+        #: empty list: none); appended to under the lock, popped from
+        #: without it (L{giveBack})
+        self._borrowed: dict[int, list] = {}
         #: borrowed descriptors detached from their segment, closed by
         #: their last giveBack
         self._orphans: set[int] = set()
@@ -127,8 +129,10 @@ class HandleCache:
         with self._lock:
             fd = self._openLocked(segment)
             victims = self._touchLocked(segment)
-            borrowed = self._borrowed
-            borrowed[fd] = borrowed.get(fd, 0) + 1
+            holders = self._borrowed.get(fd)
+            if holders is None:
+                self._borrowed[fd] = holders = []
+            holders.append(None)
         if victims:
             _release(victims)
         return fd
@@ -137,17 +141,24 @@ class HandleCache:
         """
         The end of a L{borrow} of C{fd}: closed if it was detached from
         its segment meanwhile and nobody else borrows it.
+
+        Without the lock unless it closes: a read costs one lock round
+        trip.  The holders list's C{pop} and the checks after it are each
+        atomic; a detach (under the lock) sees either a holder -- and
+        leaves the descriptor to the last one, which then finds it among
+        the orphans -- or none, and closes it itself, which this then
+        finds not orphaned.  Among several last holders the lock lets
+        one close it.
         """
+        holders = self._borrowed[fd]
+        holders.pop()
+        if holders or fd not in self._orphans:
+            return
         with self._lock:
-            borrowed = self._borrowed
-            n = borrowed[fd] - 1
-            if n:
-                borrowed[fd] = n
-                return
-            del borrowed[fd]
-            if fd not in self._orphans:
+            if holders or fd not in self._orphans:
                 return
             self._orphans.discard(fd)
+            del self._borrowed[fd]
         os.close(fd)
 
     @property
@@ -155,7 +166,7 @@ class HandleCache:
         """
         Descriptors borrowed now (for tests).
         """
-        return len(self._borrowed)
+        return sum(1 for holders in list(self._borrowed.values()) if holders)
 
     def writerFd(self, segment) -> int:
         """
@@ -232,7 +243,7 @@ class HandleCache:
             borrowed: the last L{giveBack} closes it).
         """
         fd, segment._fd = segment._fd, None
-        if fd is not None and fd in self._borrowed:
+        if fd is not None and self._borrowed.get(fd):
             self._orphans.add(fd)
             return None
         return fd

@@ -118,18 +118,22 @@ def _walk(data, pos: int, count: int, append) -> int:
 
 def _recordPositions(data, u8: np.ndarray, pos: int, end: int, count: int, out: list) -> int:
     """
-    Append to C{out} arrays of where each of C{count} records starting at
-    C{pos} begins (at its length prefix); return the position after the
-    last.  The records should end at C{end}.
+    Append to C{out} C{(starts, prefix)}: arrays of where each of C{count}
+    records starting at C{pos} begins (at its length prefix), with the width
+    of their length prefix for a run of records of one length (C{None} for
+    walked records: their lengths are decoded and checked later); return
+    the position after the last.  The records should end at C{end}.
 
     Runs of records of one length are guessed and checked vectorized (see
     the module's docstring); what the guesses do not cover is walked by
-    L{_walk}.
+    L{_walk}.  A run's records are framed exactly: each one's length prefix
+    is the first one's bytes, a non-negative length that ends it where the
+    next one starts.
     """
     if count < _MIN_GUESSED_BATCH:
         walked: list[int] = []
         pos = _walk(data, pos, count, walked.append)
-        out.append(np.array(walked, np.int64))
+        out.append((np.array(walked, np.int64), None))
         return pos
     runs = 0
     while count:
@@ -149,13 +153,13 @@ def _recordPositions(data, u8: np.ndarray, pos: int, end: int, count: int, out: 
         # length prefix is the same bytes as the first one's.
         same = np.ones(count, np.bool_)
         for k in range(prefix):
-            same &= u8.take(guess + k, mode="clip") == data[pos + k]
+            same &= _gather(u8, guess + k) == data[pos + k]
         same &= guess + stride <= end
         if same.all():
             run = count
         else:
             run = int(same.argmin())
-        out.append(guess[:run] if run < count else guess)
+        out.append((guess[:run] if run < count else guess, prefix))
         # the record after the last of the run starts right after it
         pos += stride * run
         count -= run
@@ -164,8 +168,23 @@ def _recordPositions(data, u8: np.ndarray, pos: int, end: int, count: int, out: 
     if count:
         walked = []
         pos = _walk(data, pos, count, walked.append)
-        out.append(np.array(walked, np.int64))
+        out.append((np.array(walked, np.int64), None))
     return pos
+
+
+def _gather(u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """
+    C{u8[pos]}, positions past the end clamped to the last byte.
+
+    Positions are never negative (every one is a record's start moved on
+    by lengths checked non-negative); indexing is twice as fast as
+    C{take(mode="clip")}, which is left for the rare fetch where a
+    position is past the end (a corrupt record, refused by the callers).
+    """
+    try:
+        return u8[pos]
+    except IndexError:
+        return u8.take(pos, mode="clip")
 
 
 def _varints(u8: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +197,7 @@ def _varints(u8: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     @return: (values as int64, positions just after each varint).
     """
-    first = u8.take(pos, mode="clip")
+    first = _gather(u8, pos)
     more = first >= 0x80
     if not more.any():
         value = first.astype(np.int64)
@@ -190,7 +209,7 @@ def _varints(u8: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         while more.any():
             if shift > 63:
                 raise CorruptRecordError("varint longer than 10 bytes")
-            byte = u8.take(pos + length, mode="clip")
+            byte = _gather(u8, pos + length)
             value |= np.where(more, (byte & 0x7F).astype(np.uint64) << np.uint64(shift), 0)
             length += more
             more &= byte >= 0x80
@@ -199,6 +218,21 @@ def _varints(u8: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         value = value.view(np.int64)
     # zigzag: n -> (n >>> 1) ^ -(n & 1)
     return ((value >> 1) & 0x7FFF_FFFF_FFFF_FFFF) ^ -(value & 1), after
+
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def _checkLength(lengths: np.ndarray, size: int, field: str) -> None:
+    """
+    Refuse a key or value length below -1 (null) or beyond the fetch: one
+    comparison for both (a length below -1 is, plus one and unsigned, a
+    huge one).
+    """
+    if ((lengths + 1).view(np.uint64) > size + 1).any():
+        if (lengths < -1).any():
+            raise CorruptRecordError(f"negative {field} length")
+        raise CorruptRecordError("record fields overrun the record")
 
 
 def _validity(null: np.ndarray) -> pa.Buffer:
@@ -266,6 +300,8 @@ class ArrowRecordDecoder:
         self.schema = schema
         self.includeHeaders = "headers" in schema.names
         self.checkCrc = checkCrc
+        self._constant: tuple[int, pa.Array, pa.Array] | None = None
+        self._createTimes: pa.Array | None = None
 
     def decode(
         self, raw, fromOffset: int, untilOffset: int, aborted=None
@@ -343,100 +379,170 @@ class ArrowRecordDecoder:
             # into: nothing decoded refers to it afterwards).
             data = raw if isinstance(raw, bytes) else view
             bounds = spans
+        if len(data) > _INT32_MAX:
+            # Binary offsets are 32-bit; a fetch is bounded far below this.
+            raise CorruptRecordError(f"fetch of {len(data)} bytes is too large to decode at once")
         u8 = np.frombuffer(data, np.uint8)
-        positions: list[np.ndarray] = []
+        positions: list[tuple[np.ndarray, int | None]] = []
         for (start, end), count in zip(bounds, counts):
             if _recordPositions(data, u8, start, end, count, positions) != end:
                 raise CorruptRecordError(
                     f"a batch's {count} records do not fill its {end - start} bytes"
                 )
-        starts = np.concatenate(positions) if len(positions) > 1 else positions[0]
+        if len(positions) > 1:
+            starts = np.concatenate([chunk for chunk, _ in positions])
+        else:
+            starts = positions[0][0]
         # a record ends where the next one's length prefix starts (the last
         # at the end of its batch)
         ends = np.empty_like(starts)
         ends[:-1] = starts[1:]
         batchEnds = np.cumsum(counts) - 1
         ends[batchEnds] = [end for _, end in bounds]
+        bodies = self._bodies(u8, positions, starts, ends)
         counts_ = np.array(counts, np.int64)
         perRecord = (
             np.repeat(np.array(baseOffsets, np.int64), counts_),
             np.repeat(np.array(baseTimestamps, np.int64), counts_),
-            np.repeat(np.array(logAppendTime, np.bool_), counts_),
+            np.repeat(np.array(logAppendTime, np.bool_), counts_) if any(logAppendTime) else None,
         )
-        return self._columns(data, u8, starts, ends, perRecord, fromOffset, untilOffset,
+        return self._columns(data, u8, bodies, ends, perRecord, fromOffset, untilOffset,
                              nextOffset)
 
+    @staticmethod
+    def _bodies(u8, positions, starts, ends) -> np.ndarray:
+        """
+        Where each record's attributes byte is, just after its length
+        prefix: known for a run's records (framed exactly when found); for
+        walked records, their lengths are decoded and must end each one
+        where the next begins (the walk read them without the sign).
+        """
+        if all(prefix is not None for _, prefix in positions):
+            if len({prefix for _, prefix in positions}) == 1:
+                return starts + positions[0][1]
+            return np.concatenate([chunk + prefix for chunk, prefix in positions])
+        bodies = np.empty_like(starts)
+        at = 0
+        for chunk, prefix in positions:
+            n = len(chunk)
+            if prefix is not None:
+                np.add(chunk, prefix, out=bodies[at : at + n])
+            else:
+                lengths, after = _varints(u8, chunk)
+                if not np.array_equal(after + lengths, ends[at : at + n]):
+                    raise CorruptRecordError("record lengths do not add up")
+                bodies[at : at + n] = after
+            at += n
+        return bodies
+
     def _columns(
-        self, data, u8, starts, ends, perRecord, fromOffset, untilOffset, nextOffset
+        self, data, u8, bodies, ends, perRecord, fromOffset, untilOffset, nextOffset
     ) -> DecodedFetch:
-        if len(data) > _INT32_MAX:
-            # Binary offsets are 32-bit; a fetch is bounded far below this.
-            raise CorruptRecordError(f"fetch of {len(data)} bytes is too large to decode at once")
         size = len(data)
-        lengths, pos = _varints(u8, starts)
-        if not np.array_equal(pos + lengths, ends):
-            raise CorruptRecordError("record lengths do not add up")
-        pos += 1  # skip the record attributes byte
+        pos = bodies + 1  # skip the record attributes byte
         timestampDeltas, pos = _varints(u8, pos)
         offsetDeltas, pos = _varints(u8, pos)
         keyLengths, keyStarts = _varints(u8, pos)
         # Lengths are checked before they move a position on, so that
         # positions stay within a few buffer sizes (no overflow).
-        if (keyLengths < -1).any():
-            raise CorruptRecordError("negative key length")
-        if (keyLengths > size).any():
-            raise CorruptRecordError("record fields overrun the record")
+        _checkLength(keyLengths, size, "key")
         pos = keyStarts + np.maximum(keyLengths, 0)
         valueLengths, valueStarts = _varints(u8, pos)
-        if (valueLengths < -1).any():
-            raise CorruptRecordError("negative value length")
-        if (valueLengths > size).any():
-            raise CorruptRecordError("record fields overrun the record")
+        _checkLength(valueLengths, size, "value")
         pos = valueStarts + np.maximum(valueLengths, 0)
         headerCounts, pos = _varints(u8, pos)
 
         # The record framing and the fields must agree; nothing is built
         # over the buffer until they do (a bad offset would read out of it).
-        if (headerCounts < 0).any():
-            raise CorruptRecordError("negative header count")
-        if (pos > ends).any():
-            raise CorruptRecordError("record fields overrun the record")
-        noHeaders = headerCounts == 0
-        if not (pos == ends)[noHeaders].all():
-            raise CorruptRecordError("bytes left over after a record's fields")
+        if not headerCounts.any():
+            noHeaders = None  # no record has headers: each ends after the count
+            if not np.array_equal(pos, ends):
+                if (pos > ends).any():
+                    raise CorruptRecordError("record fields overrun the record")
+                raise CorruptRecordError("bytes left over after a record's fields")
+        else:
+            if (headerCounts < 0).any():
+                raise CorruptRecordError("negative header count")
+            if (pos > ends).any():
+                raise CorruptRecordError("record fields overrun the record")
+            noHeaders = headerCounts == 0
+            if not (pos == ends)[noHeaders].all():
+                raise CorruptRecordError("bytes left over after a record's fields")
 
         baseOffsets, baseTimestamps, logAppendTime = perRecord
         offsets = baseOffsets + offsetDeltas
-        timestampsMs = np.where(logAppendTime, baseTimestamps, baseTimestamps + timestampDeltas)
+        if logAppendTime is None:
+            timestampsMs = baseTimestamps + timestampDeltas
+        else:
+            timestampsMs = np.where(logAppendTime, baseTimestamps,
+                                    baseTimestamps + timestampDeltas)
 
-        inRange = (offsets >= fromOffset) & (offsets < untilOffset)
-        kept = int(np.count_nonzero(inRange))
+        if offsets.min() >= fromOffset and offsets.max() < untilOffset:
+            kept = len(offsets)  # all of them: no mask to build
+        else:
+            inRange = (offsets >= fromOffset) & (offsets < untilOffset)
+            kept = int(np.count_nonzero(inRange))
         if kept == 0:
             return DecodedFetch(None, nextOffset, -1)
+        if noHeaders is None and self.includeHeaders:
+            noHeaders = np.ones(len(offsets), np.bool_)
         if kept != len(offsets):
+            if logAppendTime is None:
+                logAppendTime = np.zeros(len(offsets), np.bool_)
             # only at a range's ends: select the records before building
             offsets = offsets[inRange]
             timestampsMs = timestampsMs[inRange]
             logAppendTime = logAppendTime[inRange]
             keyStarts, keyLengths = keyStarts[inRange], keyLengths[inRange]
             valueStarts, valueLengths = valueStarts[inRange], valueLengths[inRange]
-            noHeaders, pos, headerCounts = noHeaders[inRange], pos[inRange], headerCounts[inRange]
+            if noHeaders is not None:
+                noHeaders = noHeaders[inRange]
+            pos, headerCounts = pos[inRange], headerCounts[inRange]
             ends = ends[inRange]
         n = kept
         buffer = pa.py_buffer(data)
+        topic, partition = self._constantColumns(n)
+        if logAppendTime is None:
+            timestampTypes = self._createTime(n)
+        else:
+            timestampTypes = pa.array(logAppendTime.astype(np.int32))
         columns = [
             _binaryColumn(buffer, keyStarts, keyLengths, keyLengths == -1),
             _binaryColumn(buffer, valueStarts, valueLengths, valueLengths == -1),
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            topic,
+            partition,
             pa.array(offsets),
-            pa.array(timestampsMs * 1000).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(logAppendTime.astype(np.int32)),
+            pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(timestampsMs * 1000)]),
+            timestampTypes,
         ]
         if self.includeHeaders:
             columns.append(self._headers(data, noHeaders, pos, headerCounts, ends))
         batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         return DecodedFetch(batch, nextOffset, int(offsets[-1]))
+
+    def _constantColumns(self, n: int) -> tuple[pa.Array, pa.Array]:
+        """
+        The topic and partition columns of C{n} rows, kept for the next
+        fetch of as many records (immutable arrays, shared by the batches).
+        """
+        cached = self._constant
+        if cached is None or cached[0] != n:
+            cached = self._constant = (
+                n,
+                pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            )
+        return cached[1], cached[2]
+
+    def _createTime(self, n: int) -> pa.Array:
+        """
+        A timestampType column of C{n} CreateTime (0) rows, kept as
+        L{_constantColumns} are.
+        """
+        cached = self._createTimes
+        if cached is None or len(cached) != n:
+            cached = self._createTimes = pa.array(np.zeros(n, np.int32))
+        return cached
 
     def _headers(self, data, noHeaders, pos, headerCounts, recordEnds) -> pa.Array:
         n = len(noHeaders)

@@ -158,3 +158,89 @@ def test_concurrent_reads_and_evictions_leak_nothing(disk):
     assert failures == []
     assert manager.cache.borrowed == 0 and not manager.cache._orphans
     assert openFds() <= before
+
+
+class CountingLock:
+    def __init__(self, lock):
+        self.lock = lock
+        self.acquired = 0
+
+    def __enter__(self):
+        self.acquired += 1
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+    def acquire(self, *args, **kw):
+        self.acquired += 1
+        return self.lock.acquire(*args, **kw)
+
+    def release(self):
+        return self.lock.release()
+
+    def locked(self):
+        return self.lock.locked()
+
+
+def test_a_read_takes_the_cache_lock_once(disk):
+    manager, log = rolledLog(disk)
+    cache = manager.cache
+    for segment in log.segments:
+        log.read(segment.baseOffset, 1 << 20, inline=16 * 1024)  # indexes loaded
+    cache._lock = counting = CountingLock(cache._lock)
+    for segment in log.segments:
+        counting.acquired = 0
+        assert log.read(segment.baseOffset, 1 << 20, inline=16 * 1024).records
+        assert counting.acquired == 1
+
+
+def test_borrows_given_back_while_others_detach_close_each_descriptor_once(disk, monkeypatch):
+    # The give-back takes no lock unless it closes: hammer it against
+    # evictions (detaches) of the same segment from another thread.  A
+    # descriptor closed under a holder would fail its pread (EBADF), one
+    # closed twice would fail the second close, one never closed would
+    # stay open.
+    manager, log = rolledLog(disk, segments=4)
+    cache = manager.cache
+    cache.maxOpen = 1
+    hot, others = log.segments[0], log.segments[1:-1]
+    expected = fileBytes(hot)[:16]
+    before = openFds()
+    failures = []
+    done = threading.Event()
+
+    def holder():
+        try:
+            for _ in range(2000):
+                fd = cache.borrow(hot)
+                try:
+                    os.sched_yield()  # (let the evictor detach it meanwhile)
+                    if os.pread(fd, 16, 0) != expected:
+                        failures.append("wrong bytes")
+                finally:
+                    cache.giveBack(fd)
+        except Exception as e:  # pragma: no cover - reported below
+            failures.append(e)
+
+    def evictor():
+        try:
+            while not done.is_set():
+                for segment in others:
+                    cache.giveBack(cache.borrow(segment))  # evicts the hot one
+                os.sched_yield()
+        except Exception as e:  # pragma: no cover - reported below
+            failures.append(e)
+
+    holders = [threading.Thread(target=holder) for _ in range(3)]
+    evicting = threading.Thread(target=evictor)
+    evicting.start()
+    for t in holders:
+        t.start()
+    for t in holders:
+        t.join()
+    done.set()
+    evicting.join()
+    assert failures == []
+    assert cache.borrowed == 0 and not cache._orphans
+    assert openFds() <= before

@@ -220,6 +220,26 @@ def test_corrupt_length_inside_a_run(record, delta):
         arrowPath(_resign(raw), 0, 100)
 
 
+@pytest.mark.parametrize("count", [3, 100])
+@pytest.mark.parametrize("which", ["first", "second", "last"])
+def test_negative_record_length_frames_like_a_positive_one(count, which):
+    """
+    A record length whose zigzag sign bit is set frames the records exactly
+    as the positive length one less would (the walk reads lengths without
+    the sign): refused all the same, in a batch walked (3 records) or
+    guessed in runs (100), wherever the record is.
+    """
+    raw = bytearray(buildBatch(uniform(count, size=10)))
+    record = {"first": 0, "second": 1, "last": count - 1}[which]
+    pos = 61
+    for i in range(record):
+        pos += 1 + (raw[pos] >> 1)
+    assert not raw[pos] & 1
+    raw[pos] |= 1
+    with pytest.raises(CorruptRecordError):
+        arrowPath(_resign(raw), 0, count)
+
+
 def _fields(key, value, timestampDelta):
     return [Record(offset=i, timestamp=T0 + timestampDelta(i), key=key(i), value=value(i))
             for i in range(40)]

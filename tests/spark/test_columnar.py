@@ -254,3 +254,25 @@ def test_schema_is_py_sparks():
 
     for headers in (False, True):
         assert to_arrow_schema(kafkaSchema(headers), timezone="UTC") == kafkaArrowSchema(headers)
+
+
+def test_one_decoder_across_fetches_of_other_sizes():
+    """
+    A task's decoder reuses its topic, partition and CreateTime columns for
+    a fetch of as many records as the last: each batch still has exactly
+    its own rows, whatever sizes come in turn; a log-append-time batch
+    among them still says so.
+    """
+    decoder = ArrowRecordDecoder("topic-x", 7, kafkaArrowSchema(False))
+    small = buildBatch([Record(timestamp=5, value=b"s%d" % i) for i in range(20)])
+    large = buildBatch([Record(timestamp=6, value=b"l%d" % i) for i in range(50)])
+    appended = buildBatch([Record(timestamp=7, value=b"a%d" % i) for i in range(20)],
+                          timestampType=1, maxTimestamp=9_999)
+    for raw, n, kind in [(small, 20, 0), (large, 50, 0), (small, 20, 0), (appended, 20, 1),
+                         (small, 20, 0)]:
+        batch = decodeBothWays(decoder, raw, 0, 1000).batch
+        batch.validate(full=True)
+        assert batch.num_rows == n
+        assert batch.column("topic").to_pylist() == ["topic-x"] * n
+        assert batch.column("partition").to_pylist() == [7] * n
+        assert batch.column("timestampType").to_pylist() == [kind] * n

@@ -168,3 +168,13 @@ def test_the_summary_gives_the_ceiling_and_flags_a_ratio_above_it():
     assert len(quiet) == 2
     loaded = summarize(("", ""), {"one": [run(28_000, 25.0, 7.0, others=1.0)], "two": [run(50_000, 27.5, 6.0)]})
     assert "above the ceiling" in loaded[2] and "1.00 of a core" in loaded[2]
+
+
+def test_the_answer_only_servers_get_no_ceiling():
+    from bench.twobrokers import summarize
+
+    def run(rate, b, g):
+        return {"rate": rate, "b_us": b, "g_us": g, "others": 1.0}
+
+    lines = summarize(("floor", ""), {"one": [run(60_000, 5.4, 5.5)], "two": [run(90_000, 6.4, 6.0)]}, bounded=False)
+    assert len(lines) == 2 and "ceiling" not in lines[1] and "b1 5.4 µs" in lines[1]
