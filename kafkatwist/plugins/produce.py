@@ -10,9 +10,10 @@ as Kafka answers.
 Message formats v0 and v1 (Produce v0-2 from clients before Kafka 0.11)
 are converted to one record batch before the append, as Kafka's log
 validator converts them (L{kafkatwist.protocol.convert.upConvert}); Produce
-v3+ may carry only record batches: a partition with a v0/v1 set is answered
-INVALID_RECORD whatever the acks, as Kafka checks it while reading the
-request (L{oldFormat}).
+v3+ may carry only one record batch per partition (no zstd before v7): a
+partition with a v0/v1 set, none, or two batches is answered INVALID_RECORD
+whatever the acks, as Kafka checks it while reading the request
+(L{refusedRecords}).
 
 With an authorizer, each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED for
 its partitions otherwise); without one the check is a single comparison.
@@ -37,6 +38,7 @@ this costs more than one bit test per partition.
 
 from __future__ import annotations
 
+import struct
 import time
 
 from twisted.python.failure import Failure
@@ -205,8 +207,8 @@ class ProduceHandler(Handler):
                 # only the broker appends there, as in Kafka.  (Records
                 # Kafka refuses while reading the request, first.)
                 partitions = [
-                    _invalidRecordSet(data.index)
-                    if oldFormat(version, data.records)
+                    (data.index, refused, -1, -1, -1, None, ())
+                    if (refused := refusedRecords(version, data.records)) is not None
                     and logManager is not None
                     and logManager.getLog(name, data.index) is not None
                     else (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
@@ -380,13 +382,16 @@ class ProduceHandler(Handler):
         if log is None:
             return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None, ())
         records = data.records
+        if version >= 3:
+            refused = refusedRecords(version, records)
+            if refused is not None:
+                # Kafka refuses it while it reads the request, before the
+                # replica manager looks at the acks or the topic:
+                # PartitionResponse(error), offsets -1, no message.
+                return (index, refused, -1, -1, -1, None, ())
         if not records:
             return (index, ErrorCode.invalid_record, -1, -1, log.logStartOffset,
                     "the produce request carries no records", ())
-        if oldFormat(version, records):
-            # Kafka refuses it while it reads the request, before the
-            # replica manager looks at the acks or the topic.
-            return _invalidRecordSet(index)
         try:
             # The replica manager's append path: min.insync.replicas with
             # acks=all (refused before the append), the verification guard.
@@ -479,26 +484,51 @@ def _closeForAcks0(broker, context, results) -> CloseConnection:
     )
 
 
-def oldFormat(version: int, records) -> bool:
+def refusedRecords(version: int, records) -> ErrorCode | None:
     """
-    Whether Produce v3+ carries a v0/v1 message set where only record
-    batches (magic 2) may be: Kafka's C{ProduceRequest.validateRecords},
-    which C{KafkaApis.handleProduceRequest} runs on each partition of a
-    known topic, after the WRITE check and before C{ReplicaManager} looks
-    at the acks, at the internal topics, or appends.  Produce v0-2 are not
-    checked (their sets are converted).
+    What Kafka's C{ProduceRequest.validateRecords} refuses in one
+    partition's records, which C{KafkaApis.handleProduceRequest} runs on
+    each partition of a known topic, after the WRITE check and before
+    C{ReplicaManager} looks at the acks, at the internal topics, or appends:
+    from Produce v3, no record batch, a first batch not of magic 2 (a v0/v1
+    message set), a second complete batch (one per partition), and zstd
+    before v7 (UNSUPPORTED_COMPRESSION_TYPE).  Produce v0-2 are not checked
+    (their v0/v1 sets are converted).
+
+    @return: the partition's error, or C{None}.
     """
-    return version >= 3 and legacyMagic(records) is not None
+    if version < 3:
+        return None
+    if not records or len(records) < _LOG_OVERHEAD:
+        # (no batch at all; a fragment is the log's to refuse)
+        return ErrorCode.invalid_record if not records else None
+    if legacyMagic(records) is not None:
+        return ErrorCode.invalid_record
+    size = len(records)
+    if size >= _BATCH_HEADER:
+        if version < 7 and records[_ATTRIBUTES_LOW] & _CODEC_MASK == _ZSTD:
+            return ErrorCode.unsupported_compression_type
+        first = _LOG_OVERHEAD + _INT32.unpack_from(records, _LENGTH_AT)[0]
+        if size - first >= _LOG_OVERHEAD:
+            # Kafka's batch iterator yields a second batch only when it is
+            # whole (a shorter tail is not a batch: the log refuses it).
+            second = _INT32.unpack_from(records, first + _LENGTH_AT)[0]
+            if second >= _BATCH_HEADER - _LOG_OVERHEAD and size - first >= _LOG_OVERHEAD + second:
+                return ErrorCode.invalid_record
+    return None
 
 
-def _invalidRecordSet(index: int) -> tuple:
-    # Kafka's answer: PartitionResponse(Errors.INVALID_RECORD), offsets -1,
-    # no message (validateRecords' InvalidRecordException mapped to its error).
-    return (index, ErrorCode.invalid_record, -1, -1, -1, None, ())
+_LOG_OVERHEAD = 12  # base offset, batch length
+_LENGTH_AT = 8
+_BATCH_HEADER = 61
+_ATTRIBUTES_LOW = 22
+_CODEC_MASK = 0x07
+_ZSTD = 4
+_INT32 = struct.Struct(">i")
 
 
 def _fromLegacy(records, config) -> bytes:
-    # (v3+ never gets here: oldFormat refused it first)
+    # (v3+ never gets here: refusedRecords refused it first)
     return upConvert(
         records, maxMessageBytes=config.maxMessageBytes, logAppendTime=config.logAppendTime
     )

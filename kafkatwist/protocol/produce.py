@@ -347,6 +347,8 @@ _SMALL_HEAD = struct.Struct(">BhiBB")
 _SMALL_PARTITION = struct.Struct(">BiB")
 #: the partition's, the topic's and the request's (empty) tagged fields
 _NO_TAGS = b"\x00\x00\x00"
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8
 _smallAnswers: dict = {}
 
 
@@ -354,9 +356,9 @@ def readSmallProduce(version: int, frame, offset: int):
     """
     Recognise the commonest Produce request: v9+, a null transactional id,
     one topic (a name of 1-126 bytes) of one partition whose record set
-    (of a one- or two-byte compact length: below 16 KiB) begins with a
-    record batch (magic 2) that is not transactional, and no tagged fields
-    -- the whole frame, nothing after it.
+    (of a one- or two-byte compact length: below 16 KiB) is one record
+    batch (magic 2) that is not transactional, and no tagged fields -- the
+    whole frame, nothing after it.
 
     @param frame: the request frame (after the size prefix).
     @param offset: where the body starts.
@@ -392,6 +394,8 @@ def readSmallProduce(version: int, frame, offset: int):
             or frame[end:] != _NO_TAGS
             or frame[at + _MAGIC_AT] != 2
             or frame[at + _ATTRIBUTES_LOW_AT] & _TRANSACTIONAL_BIT
+            # one batch, the whole record set (Kafka refuses a second one)
+            or _BATCH_LENGTH.unpack_from(frame, at + _BATCH_LENGTH_AT)[0] + 12 != n
         ):
             return None
     except (struct.error, IndexError, UnicodeDecodeError):

@@ -129,3 +129,38 @@ def test_the_fast_path_leaves_old_formats_to_handle():
     handler = broker.handlerFor(PRODUCE)
     assert handler.answerFrame(request.context, request.frame, request.header.bodyOffset) is NotImplemented
     assert broker.logManager.getLog("orders", 0).logEndOffset == 0
+
+
+# -- the rest of Kafka's validateRecords: one batch, zstd from v7, not empty --------
+
+
+@pytest.mark.parametrize("wrap", (False, True))
+@pytest.mark.parametrize("acks", (1, 2))
+def test_two_batches_in_one_partition_are_invalid_record(wrap, acks):
+    broker = brokerWith(wrap=wrap)
+    response = produce(broker, 9, [("orders", [(0, batch() + batch())])], acks)
+    assert answers(response, 9) == {("orders", 0): BARE_INVALID_RECORD}
+    assert broker.logManager.getLog("orders", 0).logEndOffset == 0
+
+
+def test_the_fast_path_leaves_two_batches_to_handle():
+    from kafkatwist.protocol.produce import readSmallProduce
+    from tests.unit.test_small_produce import body
+
+    frame = b"HEAD" + body(9, [("orders", [(0, batch() + batch())])], acks=1)
+    assert readSmallProduce(9, frame, 4) is None
+
+
+@pytest.mark.parametrize("version", (3, 6))
+def test_zstd_before_v7_is_unsupported_compression_type(version):
+    broker = brokerWith()
+    response = produce(broker, version, [("orders", [(0, batch(compression="zstd"))])], 2)
+    assert answers(response, version) == {("orders", 0): (E.unsupported_compression_type, -1, -1, None)}
+    response = produce(broker, 7, [("orders", [(0, batch(compression="zstd"))])], 1)
+    assert answers(response, 7)[("orders", 0)][0] == E.none
+
+
+def test_no_records_is_a_bare_invalid_record_from_v3():
+    broker = brokerWith()
+    response = produce(broker, 9, [("orders", [(0, b"")])], 2)
+    assert answers(response, 9) == {("orders", 0): BARE_INVALID_RECORD}
