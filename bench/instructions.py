@@ -7,13 +7,19 @@ while it did are divided by the requests answered.
 
     python -m bench instructions [--reference kafkatwist:PATH] [--records 840]
         [--seconds 30] [--request produce|fetch|apiversions|metadata|connect]
+        [--idempotent] [--python-driver]
 
 C{--request} chooses the frame (issue 29's small requests): C{produce} (the
 default, above), C{fetch} (Fetch v12 of one partition from offset 0, which
 holds one batch of C{--records} records: the same small batch each time),
 C{apiversions} (v3), C{metadata} (v12, the one topic by name), or
 C{connect}: the pair a client sends on every connect, ApiVersions and
-Metadata, each counted on its own and added.
+Metadata, each counted on its own and added.  C{--idempotent}: the Produce
+batches are an idempotent producer's, each the next in order (its sequence
+follows the last), as a producer sends them; since the C generator resends
+one frame (a retry, answered as a duplicate), these are sent by this process
+over one connection (C{--python-driver} sends a plain run the same way, for
+a like-for-like comparison).
 
 Unlike CPU seconds, the count does not move with the load other processes
 put on the machine (two runs of one tree agree within ~1 %), so a change of a
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import itertools
 import os
 import re
 import shutil
@@ -44,10 +51,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TOTAL = re.compile(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS")
 
 
-def produceFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
+def produceFrame(records: int, topic: str = "t", partition: int = 0, sequence: int | None = None) -> bytes:
     """
     A Produce v9 request, acks=1, of one batch of C{records} 100-byte
     records, not idempotent (producer id -1): resent as is, it appends again.
+    With C{sequence}: the batch of an idempotent producer (id
+    L{IDEMPOTENT_PRODUCER}, epoch 0) starting at that sequence.
     """
     from kafkatwist.protocol.apis import requestType
     from kafkatwist.protocol.codec import encodeRequestFrame
@@ -56,7 +65,12 @@ def produceFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
 
     now = int(time.time() * 1000)
     # A linger of a few milliseconds: timestamp deltas of one byte.
-    batch = buildBatch([Record(timestamp=now + i * 5 // records, value=b"x" * 100) for i in range(records)])
+    idempotent = {} if sequence is None else dict(
+        producerId=IDEMPOTENT_PRODUCER, producerEpoch=0, baseSequence=sequence
+    )
+    batch = buildBatch(
+        [Record(timestamp=now + i * 5 // records, value=b"x" * 100) for i in range(records)], **idempotent
+    )
     cls = requestType(0, 9)
     Topic, Partition = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
     request = make(
@@ -64,6 +78,81 @@ def produceFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
         topic_data=(make(Topic, name=topic, partition_data=(make(Partition, index=partition, records=batch),)),),
     )
     return encodeRequestFrame(0, 9, 1, "bench", request)
+
+
+#: the producer id of C{--idempotent}'s batches
+IDEMPOTENT_PRODUCER = 4242
+
+
+def idempotentFrames(records: int):
+    """
+    Produce frames of one idempotent producer, each the next batch in order
+    (sequences 0, N, 2N, ...): the common case of an idempotent append.
+    One frame is built; each next one patches its batch's base sequence and
+    CRC (so the client sends as fast as it does a plain frame).
+    """
+    import struct
+
+    from crc32c import crc32c
+
+    template = bytearray(produceFrame(records, sequence=0))
+    # The batch ends before the partition's, the topic's and the request's
+    # tagged fields; its length field (at 8) gives where it starts.
+    end = len(template) - 3
+    start = end - 12
+    while struct.unpack_from(">i", template, start + 8)[0] != end - start - 12 or template[start + 16] != 2:
+        start -= 1
+    sequence = 0
+    while True:
+        frame = bytearray(template)
+        struct.pack_into(">i", frame, start + 53, sequence)  # baseSequence
+        struct.pack_into(">I", frame, start + 17, crc32c(frame[start + 21:end]))
+        yield bytes(frame)
+        sequence += records
+
+
+def pingPong(port: int, frames, warmup: float, seconds: float, counting) -> dict:
+    """
+    The load from this process (C{--idempotent}, C{--python-driver}): one
+    connection sends the next of C{frames} once the last one is answered,
+    for C{warmup} seconds, then calls C{counting()} (the count starts) and
+    goes on for C{seconds}.  Slower than the C generator, which resends one
+    frame, but what is counted is the broker's work per request.  A Produce
+    answered with an error stops the run.
+
+    @return: C{{"responses": requests answered while counted}}.
+    """
+    import socket
+    import struct
+
+    def answer(sock):
+        got = b""
+        while len(got) < 4 or len(got) < 4 + struct.unpack(">i", got[:4])[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("the broker closed the connection")
+            got += chunk
+        return got
+
+    counted = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for phase, length in (("warm", warmup), ("counted", seconds)):
+            if phase == "counted":
+                counting()
+            end = time.monotonic() + length
+            while time.monotonic() < end:
+                frame = next(frames)
+                sock.sendall(frame)
+                out = answer(sock)
+                if frame[4:6] == b"\x00\x00":  # a Produce: its one partition's error code
+                    # size, correlation id, tagged fields, one topic, its name, one partition, its index
+                    at = 4 + 4 + 1 + 1 + 1 + 1 + 1 + 4
+                    error = struct.unpack_from(">h", out, at)[0]
+                    if error:
+                        raise RuntimeError(f"Produce answered error {error}")
+                counted += phase == "counted"
+    return {"responses": counted}
 
 
 def fetchFrame(records: int, topic: str = "t", partition: int = 0) -> bytes:
@@ -158,12 +247,14 @@ def _sendOnce(port: int, frame: bytes) -> None:
 
 
 def count(tree: str, frameFile: str, seconds: float, directory: str, generator: list[str],
-          fill: bytes | None = None) -> dict:
+          fill: bytes | None = None, frames=None) -> dict:
     """
     Run C{tree}'s broker under callgrind, counting only while the load runs.
 
     @param fill: a frame sent once before the load (the records a Fetch
         reads).
+    @param frames: an iterator of frames sent by this process instead
+        (L{pingPong}), in place of the C generator's one frame.
     @return: requests answered and instructions per request, in all and for
         each thread that did any work (largest first).
     """
@@ -186,9 +277,13 @@ def count(tree: str, frameFile: str, seconds: float, directory: str, generator: 
         createTopic(f"127.0.0.1:{port}", "t", 1)
         if fill is not None:
             _sendOnce(port, fill)
-        loadgen.run(generator, "127.0.0.1", port, 1, 0.5, 3, frameFile)  # warm, uncounted
-        subprocess.run(["callgrind_control", "-i", "on", str(process.pid)], capture_output=True, check=True)
-        result = loadgen.run(generator, "127.0.0.1", port, 1, 0.0, seconds, frameFile)
+        if frames is not None:
+            result = pingPong(port, frames, 3.5, seconds, lambda: subprocess.run(
+                ["callgrind_control", "-i", "on", str(process.pid)], capture_output=True, check=True))
+        else:
+            loadgen.run(generator, "127.0.0.1", port, 1, 0.5, 3, frameFile)  # warm, uncounted
+            subprocess.run(["callgrind_control", "-i", "on", str(process.pid)], capture_output=True, check=True)
+            result = loadgen.run(generator, "127.0.0.1", port, 1, 0.0, seconds, frameFile)
         subprocess.run(["callgrind_control", "-i", "off", str(process.pid)], capture_output=True, check=True)
         subprocess.run(["callgrind_control", "-d", str(process.pid)], capture_output=True, check=True)
     finally:
@@ -204,7 +299,15 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=int, default=840, help="records in the request's one batch")
     parser.add_argument("--seconds", type=float, default=30.0, help="counted load per tree")
     parser.add_argument("--request", choices=sorted(REQUESTS), default="produce", help="the request counted")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="produce: an idempotent producer's batches, each the next in order (sent "
+                        "from this process, as with --python-driver)")
+    parser.add_argument("--python-driver", action="store_true",
+                        help="send the load from this process (one connection, ping-pong) instead of the C "
+                        "generator: --idempotent's driver, for a like-for-like plain run")
     args = parser.parse_args(argv)
+    if args.idempotent and args.request != "produce":
+        parser.error("--idempotent is for --request produce")
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error("valgrind (callgrind) is needed")
     trees = [("kafkatwist", ROOT)]
@@ -225,7 +328,12 @@ def main(argv=None) -> int:
                 frameFile = os.path.join(directory, f"frame-{kind}")
                 with open(frameFile, "wb") as f:
                     f.write(frameFor(kind, args.records))
-                result = count(tree, frameFile, args.seconds, directory, generator, fill)
+                frames = None
+                if args.idempotent:
+                    frames = idempotentFrames(args.records)
+                elif args.python_driver:
+                    frames = itertools.repeat(frameFor(kind, args.records))
+                result = count(tree, frameFile, args.seconds, directory, generator, fill, frames)
                 total += result["total"]
                 requests += result["requests"]
                 threads.append(f"{kind}: " + ", ".join(f"{t / 1000:,.1f}k" for t in result["threads"]))

@@ -83,6 +83,7 @@ NO_SEQUENCE = -1
 _INT32_MAX = 2**31 - 1
 # NamedTuple construction without its Python-level __new__ (hot path).
 _newTuple = tuple.__new__
+_TXN_OR_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
 
 
 class BatchMetadata(NamedTuple):
@@ -111,6 +112,19 @@ class CompletedTxn(NamedTuple):
     isAborted: bool
 
 
+def _ordered(batches) -> bool:
+    """
+    Whether each cached batch's sequence range lies below the next one's,
+    none wrapping (L{ProducerStateEntry.ordered}).
+    """
+    last = -1
+    for batch in batches:
+        if batch[0] <= last or batch[1] < batch[0]:
+            return False
+        last = batch[1]
+    return True
+
+
 def lastSequence(baseSequence: int, lastOffsetDelta: int) -> int:
     """
     The sequence of a batch's last record (sequences wrap to 0 after
@@ -132,11 +146,17 @@ class ProducerStateEntry:
         before any.
     @ivar currentTxnFirstOffset: the first offset of the producer's open
         transaction in this partition, -1 when none is open.
+    @ivar ordered: C{True} only while the cached batches are known to be in
+        sequence order without a wrap (each one's range below the next's):
+        the next batch in order cannot then repeat any of them, and its
+        duplicate scan is skipped (L{ProducerStateManager.prepareAppend}).
+        Every change of L{batches} but that short path's sets it C{False}
+        (cached ranges need not be ordered: a snapshot, a replay).
     """
 
     __slots__ = (
         "batches", "coordinatorEpoch", "currentTxnFirstOffset", "epoch", "lastTimestamp",
-        "producerId",
+        "ordered", "producerId",
     )
 
     def __init__(
@@ -154,6 +174,7 @@ class ProducerStateEntry:
         self.lastTimestamp = lastTimestamp
         self.coordinatorEpoch = coordinatorEpoch
         self.currentTxnFirstOffset = currentTxnFirstOffset
+        self.ordered = False
 
     def __repr__(self) -> str:
         return (
@@ -188,6 +209,7 @@ class ProducerStateEntry:
         )
 
     def addBatch(self, epoch: int, batch: BatchMetadata) -> None:
+        self.ordered = False
         if epoch != self.epoch:
             self.epoch = epoch
             self.batches = []
@@ -264,6 +286,43 @@ class ProducerStateManager:
             OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE.
         """
         producers = self.producers
+        if len(batches) == 1:
+            # The commonest idempotent append: one batch of a producer this
+            # partition knows, in its current epoch, outside a transaction,
+            # the next in order (its first sequence follows the last one,
+            # no wrap).  The same checks as below in Kafka's order, by
+            # index: the duplicate scan first, then nothing else can refuse
+            # it; the pending update is the entry itself (L{commit}).
+            header = batches[0][1]
+            entry = producers.get(header[9])
+            if entry is not None and header[10] == entry.epoch and not header[5] & _TXN_OR_CONTROL:
+                cached = entry.batches
+                if cached:
+                    firstSeq = header[11]
+                    delta = header[6]
+                    lastSeq = firstSeq + delta
+                    if (
+                        firstSeq == cached[-1][1] + 1
+                        and firstSeq >= 0
+                        and lastSeq <= _INT32_MAX
+                        and header[9] not in self.ongoing
+                    ):
+                        if entry.ordered:
+                            # (nothing cached reaches firstSeq: no duplicate)
+                            ordered = True
+                        else:
+                            for batch in cached:
+                                if batch[0] == firstSeq and batch[1] == lastSeq:
+                                    return batch
+                            ordered = _ordered(cached)
+                        return (
+                            entry,
+                            _newTuple(BatchMetadata, (
+                                firstSeq, lastSeq, firstOffset, firstOffset + delta,
+                                header[8] if logAppendTime is None else logAppendTime,
+                            )),
+                            ordered,
+                        )
         pending = []
         # (epoch, last sequence) of producers seen earlier in this append.
         seen = None
@@ -382,6 +441,17 @@ class ProducerStateManager:
         @return: the transactions markers of this append ended; the log
             calls L{completeTxns} with them once it published its new end.
         """
+        if type(pending) is tuple:
+            # L{prepareAppend}'s next batch in order: (entry, its batch,
+            # whether the cache stays ordered with it -- it follows the
+            # last one, so it does if the cache was).
+            entry, batch, entry.ordered = pending
+            batches = entry.batches
+            if len(batches) >= NUM_BATCHES_TO_RETAIN:
+                del batches[0]
+            batches.append(batch)
+            entry.lastTimestamp = batch[4]
+            return []
         producers = self.producers
         completed = []
         for item in pending:
@@ -399,6 +469,7 @@ class ProducerStateManager:
                     producerId, epoch, [batch], batch[4]
                 )
             else:
+                entry.ordered = False
                 if epoch != entry.epoch:
                     entry.epoch = epoch
                     entry.batches = [batch]
@@ -496,6 +567,7 @@ class ProducerStateManager:
         elif epoch != entry.epoch:
             entry.epoch = epoch
             entry.batches = []
+            entry.ordered = False
         entry.coordinatorEpoch = coordinatorEpoch
         entry.lastTimestamp = timestamp
         self._guards.pop(producerId, None)
