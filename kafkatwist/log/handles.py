@@ -148,14 +148,17 @@ class HandleCache:
         leaves the descriptor to the last one, which then finds it among
         the orphans -- or none, and closes it itself, which this then
         finds not orphaned.  Among several last holders the lock lets
-        one close it.
+        one close it; the others find the holders list no longer the
+        descriptor's, because the number may meanwhile have been closed,
+        opened again for another segment, borrowed and orphaned again,
+        and that descriptor is its new holders' to close.
         """
         holders = self._borrowed[fd]
         holders.pop()
         if holders or fd not in self._orphans:
             return
         with self._lock:
-            if holders or fd not in self._orphans:
+            if holders or fd not in self._orphans or self._borrowed.get(fd) is not holders:
                 return
             self._orphans.discard(fd)
             del self._borrowed[fd]

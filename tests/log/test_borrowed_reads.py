@@ -244,3 +244,41 @@ def test_borrows_given_back_while_others_detach_close_each_descriptor_once(disk,
     assert failures == []
     assert cache.borrowed == 0 and not cache._orphans
     assert openFds() <= before
+
+
+
+def test_a_late_last_holder_leaves_a_reused_descriptor_number_alone(disk):
+    # Two last holders of an orphaned descriptor both see "no holder left,
+    # orphaned" and go for the lock.  The first closes it; before the
+    # second gets the lock, the same number is opened again for another
+    # segment, borrowed, and orphaned again.  The second must not close
+    # that one under its new reader.
+    manager, log = rolledLog(disk)
+    cache = manager.cache
+    first, second = log.segments[0], log.segments[1]
+    fd = cache.borrow(first)
+    stale = cache._borrowed[fd]
+    cache._orphans.add(fd)  # the segment was detached under the read
+    first._fd = None
+    late = threading.Thread(target=cache.giveBack, args=(fd,))
+    with cache._lock:
+        late.start()
+        # Once it has given its hold back it can only go on to the lock
+        # (the number stays orphaned throughout), which this holds.
+        deadline = threading.Event()
+        while stale and not deadline.wait(0.001):
+            pass
+        assert not stale
+        # The other last holder closed it; the number comes back for the
+        # second segment, whose reader holds it and whose descriptor is
+        # then detached too.
+        del cache._borrowed[fd]
+        os.close(fd)
+        again = os.open(second.logPath, os.O_RDONLY)
+        assert again == fd
+        cache._borrowed[fd] = [None]
+    late.join(timeout=30)
+    assert not late.is_alive()
+    assert target(fd) == second.logPath  # still open, still the second segment's
+    cache.giveBack(fd)  # its own last holder closes it
+    assert not cache._orphans and cache.borrowed == 0
