@@ -246,9 +246,19 @@ class HandleCache:
             borrowed: the last L{giveBack} closes it).
         """
         fd, segment._fd = segment._fd, None
-        if fd is not None and self._borrowed.get(fd):
-            self._orphans.add(fd)
+        if fd is None:
             return None
+        holders = self._borrowed.get(fd)
+        if holders:
+            # Published first, checked again after: a giveBack (which takes
+            # no lock) that pops the last hold between the two checks finds
+            # the orphan and waits for the lock, under which it is already
+            # discarded; one that popped before the first check never sees
+            # the orphan.  Either way exactly one side closes it.
+            self._orphans.add(fd)
+            if holders:
+                return None
+            self._orphans.discard(fd)
         return fd
 
     def _touchLocked(self, segment) -> list:

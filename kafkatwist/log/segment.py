@@ -86,7 +86,9 @@ class Segment:
 
     Subclasses provide C{_write(data, position)}, C{_openReader()} (an object
     with C{pread(n, position)}, C{region(position, length)} and
-    C{close()}), C{_loadIndexes()}, C{sync()}, C{delete()}, C{close()}.
+    C{close()}), C{_loadIndexes()}, C{sync()}, C{delete()}, C{close()}; and
+    C{_ownReader()} where a reader closed by a generator (or the garbage
+    collector) must not need the storage's locks.
 
     @ivar size: published bytes: everything below is complete batches.
     @ivar nextOffset: the offset after the last batch (meaningful for the
@@ -322,6 +324,13 @@ class Segment:
             with lock:
                 self._rebuildIndexes(self.indexIntervalBytes)
 
+    def _ownReader(self):
+        """
+        A reader whose C{close} takes no lock of the storage's (what
+        L{_openReader} gives, unless a subclass says otherwise).
+        """
+        return self._openReader()
+
     def _headers(self, reader, position: int, end: int):
         """
         Yield C{(position, baseOffset, size, lastOffset, maxTimestamp)} of
@@ -362,7 +371,10 @@ class Segment:
         chunk, chunkStart = b"", position
         unpack = HEADER.unpack_from
         make = BatchHeader._make
-        reader = self._openReader()
+        # A reader of its own, not a borrowed one: a generator's finally can
+        # run in the garbage collector, at any allocation -- inside the
+        # handle cache's lock too, which a give-back may need.
+        reader = self._ownReader()
         try:
             while position < end:
                 at = position - chunkStart
@@ -652,6 +664,8 @@ class _FileReader:
     __slots__ = ("cache", "fd")
 
     def __init__(self, cache, fd: int) -> None:
+        #: the handle cache it was borrowed from; C{None}: the descriptor is
+        #: the reader's own (L{FileSegment._ownReader}), closed by it
         self.cache = cache
         self.fd = fd
 
@@ -664,7 +678,10 @@ class _FileReader:
     def close(self) -> None:
         fd, self.fd = self.fd, None
         if fd is not None:
-            self.cache.giveBack(fd)
+            if self.cache is None:
+                os.close(fd)
+            else:
+                self.cache.giveBack(fd)
 
 
 class FileSegment(Segment):
@@ -778,6 +795,9 @@ class FileSegment(Segment):
     def _openReader(self) -> _FileReader:
         cache = self.cache
         return _FileReader(cache, cache.borrow(self))
+
+    def _ownReader(self) -> _FileReader:
+        return _FileReader(None, self.cache.dup(self))
 
     def _write(self, data, position: int) -> None:
         # Under the partition's lock (the segment's writeLock), so the handle

@@ -246,7 +246,6 @@ def test_borrows_given_back_while_others_detach_close_each_descriptor_once(disk,
     assert openFds() <= before
 
 
-
 def test_a_late_last_holder_leaves_a_reused_descriptor_number_alone(disk):
     # Two last holders of an orphaned descriptor both see "no holder left,
     # orphaned" and go for the lock.  The first closes it; before the
@@ -282,3 +281,72 @@ def test_a_late_last_holder_leaves_a_reused_descriptor_number_alone(disk):
     assert target(fd) == second.logPath  # still open, still the second segment's
     cache.giveBack(fd)  # its own last holder closes it
     assert not cache._orphans and cache.borrowed == 0
+
+
+class _RacingOrphans(set):
+    """
+    The cache's orphans, whose C{add} first lets a reader give its
+    descriptor back: the give-back (which takes no lock) runs between the
+    detach's "has holders" and its publishing of the orphan.
+    """
+
+    race = None
+
+    def add(self, fd):
+        race, self.race = self.race, None
+        if race is not None:
+            t = threading.Thread(target=race)
+            t.start()
+            t.join(timeout=30)
+        super().add(fd)
+
+
+def test_a_give_back_between_the_detachs_check_and_its_orphan_closes_it_once(disk):
+    manager, log = rolledLog(disk)
+    cache = manager.cache
+    segment = log.segments[0]
+    before = openFds()
+    reader = segment._openReader()
+    fd = reader.fd
+    cache._orphans = orphans = _RacingOrphans()
+    orphans.race = reader.close
+    segment.delete()  # detached under the read: unlinked, forgotten
+    assert reader.fd is None and cache.borrowed == 0
+    assert not cache._orphans
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or "(deleted)" not in target(fd)
+    assert openFds() <= before
+
+
+def test_a_header_scan_left_to_the_garbage_collector_holds_no_borrow(disk):
+    # A generator's finally may run in the collector, at any allocation --
+    # inside the handle cache's lock too: the header scan reads through a
+    # descriptor of its own, whose close needs no lock.
+    import gc
+
+    manager, log = rolledLog(disk)
+    cache = manager.cache
+    first, second = log.segments[0], log.segments[1]
+    scan = first.batchHeaders(first.baseOffset)
+    next(scan)
+    assert cache.borrowed == 0
+    cycle: list = [scan]
+    cycle.append(cycle)
+    del scan, cycle
+    first.delete()
+    done = threading.Event()
+
+    def touchUnderTheLock():
+        threshold = gc.get_threshold()
+        with cache._lock:
+            gc.set_threshold(1)
+            try:
+                cache._touchLocked(second)
+            finally:
+                gc.set_threshold(*threshold)
+        done.set()
+
+    t = threading.Thread(target=touchUnderTheLock, daemon=True)
+    t.start()
+    assert done.wait(30)
+    gc.collect()
+    assert cache.borrowed == 0 and not cache._orphans
