@@ -334,8 +334,6 @@ def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
 # -- the commonest request, read and answered in one piece --------------------
 
 #: where a record batch's magic byte and its attributes' low byte are
-_MAGIC_AT = 16
-_ATTRIBUTES_LOW_AT = 22
 _TRANSACTIONAL_BIT = 0x10
 #: the smallest record batch (its header)
 _BATCH_HEADER_SIZE = 61
@@ -347,8 +345,8 @@ _SMALL_HEAD = struct.Struct(">BhiBB")
 _SMALL_PARTITION = struct.Struct(">BiB")
 #: the partition's, the topic's and the request's (empty) tagged fields
 _NO_TAGS = b"\x00\x00\x00"
-_BATCH_LENGTH = struct.Struct(">i")
-_BATCH_LENGTH_AT = 8
+#: a batch's length (at 8), magic (at 16) and attributes' low byte (at 22)
+_BATCH_START = struct.Struct(">8xi4xB5xB")
 _smallAnswers: dict = {}
 
 
@@ -388,15 +386,11 @@ def readSmallProduce(version: int, frame, offset: int):
             n = ((b & 0x7F) | (b2 << 7)) - 1
             at += 1
         end = at + n
-        if (
-            n < _BATCH_HEADER_SIZE
-            or end + 3 != size
-            or frame[end:] != _NO_TAGS
-            or frame[at + _MAGIC_AT] != 2
-            or frame[at + _ATTRIBUTES_LOW_AT] & _TRANSACTIONAL_BIT
-            # one batch, the whole record set (Kafka refuses a second one)
-            or _BATCH_LENGTH.unpack_from(frame, at + _BATCH_LENGTH_AT)[0] + 12 != n
-        ):
+        if n < _BATCH_HEADER_SIZE or end + 3 != size or frame[end:] != _NO_TAGS:
+            return None
+        length, magic, attributes = _BATCH_START.unpack_from(frame, at)
+        # one batch, the whole record set (Kafka refuses a second one)
+        if length + 12 != n or magic != 2 or attributes & _TRANSACTIONAL_BIT:
             return None
     except (struct.error, IndexError, UnicodeDecodeError):
         return None
