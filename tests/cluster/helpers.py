@@ -118,3 +118,17 @@ def agreedLeader(cluster, topic: str, brokers=(1, 2, 3)) -> int:
         return leaders.pop() if len(leaders) == 1 and leaders <= set(brokers) else None
 
     return waitUntil(agreed, timeout=120, what=f"the brokers agreeing on {topic}-0's leader")
+
+
+def controllerId(admin, brokers=(1, 2, 3)) -> int:
+    """
+    The controller C{admin}'s metadata names, once it names one of
+    C{brokers}: between a controller's session ending and the next one's
+    election, a broker answers -1 (no controller known).
+    """
+
+    def named():
+        controller = admin.list_topics(timeout=10).controller_id
+        return controller if controller in brokers else None
+
+    return waitUntil(named, timeout=60, what="a controller")

@@ -14,7 +14,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from kafkatwist.testing import waitUntil
-from tests.cluster.helpers import createPlaced, partitions, startThree
+from tests.cluster.helpers import controllerId, createPlaced, partitions, startThree
 
 pytest.importorskip("kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -254,7 +254,7 @@ def test_partition_reassignment(cluster):  # noqa: F811
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
     # c: the controller (it answers these requests, so it is never paused);
     # x's replica moves to y, then x hosts nothing of the topic.
-    c = admin.list_topics(timeout=10).controller_id
+    c = controllerId(admin)
     x, y = sorted({1, 2, 3} - {c})
     createPlaced(cluster, "moving", {0: [x, c], 1: [c, y]})
     waitUntil(lambda: all(len(isr) == 2 for _, _, isr in (partitions(admin, "moving") or {0: (0, 0, ())}).values()),

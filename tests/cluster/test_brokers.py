@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kafkatwist.testing import waitUntil
-from tests.cluster.helpers import partitions
+from tests.cluster.helpers import controllerId, partitions
 
 pytest.importorskip("kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
@@ -86,7 +86,7 @@ def test_controller_and_leader_failover_on_kill_9(cluster):
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("f", num_partitions=6, replication_factor=3)],
                         request_timeout=60)["f"].result()
-    controller = admin.list_topics(timeout=10).controller_id
+    controller = controllerId(admin)
     before = partitions(admin, "f")
     cluster.brokers[controller].kill()
     survivors = [i for i in (1, 2, 3) if i != controller]
@@ -184,7 +184,7 @@ def test_paused_controller_is_deposed_and_rejoins(cluster):
     waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3)
     admin.create_topics([NewTopic("p", num_partitions=3, replication_factor=3)],
                         request_timeout=60)["p"].result()
-    controller = admin.list_topics(timeout=10).controller_id
+    controller = controllerId(admin)
     paused = cluster.brokers[controller]
     survivors = [i for i in (1, 2, 3) if i != controller]
     other = cluster.admin(*survivors)

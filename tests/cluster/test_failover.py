@@ -21,6 +21,7 @@ from tests.cluster.helpers import (
     SESSION_MS,
     ClusterUnderTest,
     agreedLeader,
+    controllerId,
     partitions,
     startHogs,
     stopHogs,
@@ -68,7 +69,7 @@ def test_a_pause_past_the_session_logs_no_traceback(cluster):
     waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "p").values()),
               what="p fully replicated")
     for n in range(3):
-        victim = waitUntil(lambda: admin.list_topics(timeout=10).controller_id, what="a controller")
+        victim = controllerId(admin)
         paused = cluster.brokers[victim]
         others = cluster.admin(*[i for i in (1, 2, 3) if i != victim])
         sessions = paused.output().count("New ZooKeeper session")
