@@ -70,7 +70,14 @@ class LocalApplier:
                 try:
                     adopt(name, assignment.topicId)
                 except (KafkaError, OSError) as e:
-                    log.warn("Internal topic {topic} keeps its local id for now: {e}", topic=name, e=e)
+                    # adoptTopicId publishes the new id only once written:
+                    # the local id is still the old one, so the next apply
+                    # (not marked adopted) tries again.
+                    log.warn(
+                        "Internal topic {topic} keeps its local id {old} for now "
+                        "(the cluster's {new} is tried again at the next update): {e}",
+                        topic=name, old=str(local.topicId), new=str(assignment.topicId), e=e,
+                    )
                     continue
             self._adoptedIds[name] = assignment.topicId
 

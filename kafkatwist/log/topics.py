@@ -259,10 +259,15 @@ class BaseLogManager:
         C{topicId}, its logs untouched.  The topic's metadata copies are
         rewritten with the new id in a newer epoch, one file at a time: a
         crash between two leaves the newer copies, with the new id, to win
-        at the next start (which brings the others up to date).
+        at the next start (which brings the others up to date).  The new
+        id is published only once every copy is written: if a write fails,
+        the topic keeps its old id and epoch in memory (copies already
+        written carry the new one, which wins at the next start) and the
+        error is raised; a later call rewrites them all.
 
         @raise KafkaError: UNKNOWN_TOPIC_OR_PARTITION; INCONSISTENT_TOPIC_ID
             if another topic has that id.
+        @raise OSError: a copy could not be written.
         """
         with self._lock:
             topic = self._topic(name)
@@ -275,10 +280,18 @@ class BaseLogManager:
                         ErrorCode.inconsistent_topic_id,
                         f"topic {other!r} already has the id {topicId}",
                     )
+            # Written first, published after: a write that fails part way
+            # leaves the old id (and epoch) in memory, so the caller's next
+            # attempt finds the ids still differ and rewrites every copy.
             topic.topicId = topicId
             topic.epoch += 1
+            try:
+                self._persistTopic(topic)
+            except BaseException:
+                topic.topicId = old
+                topic.epoch -= 1
+                raise
             self._publish()
-            self._persistTopic(topic)
         _log.info(
             "Topic {topic} now has the id {topicId} (was {old}); its data is kept",
             topic=name, topicId=str(topicId), old=str(old),
