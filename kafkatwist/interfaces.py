@@ -577,12 +577,19 @@ class IPartitionLog(Interface):
             INVALID_RECORD, MESSAGE_TOO_LARGE, UNSUPPORTED_FOR_MESSAGE_FORMAT...
         """
 
-    def read(offset, maxBytes, minOneBatch=True, readCommitted=False):
+    def read(offset, maxBytes, minOneBatch=True, readCommitted=False, toLogEnd=False, inline=0):
         """
         Read from C{offset}: whole batches starting with the one containing
         C{offset}, at most C{maxBytes} unless C{minOneBatch} and the first
         batch alone is larger; with C{readCommitted}, only below the last
-        stable offset.
+        stable offset.  Callers pass all six positionally (the Fetch
+        handler does).
+
+        @param toLogEnd: read up to the log end offset (a follower's fetch)
+            rather than the high watermark (a consumer's).
+        @param inline: records of at most this many bytes may come as
+            C{bytes} rather than a file region (C{0}: always a region, or
+            C{bytes} where the log keeps them in memory).
 
         @return: L{kafkatwist.log.ReadInfo} (records: an L{IFileRegion} or
             C{bytes}, possibly empty; highWatermark, logStartOffset,
