@@ -450,7 +450,10 @@ class Segment:
         """
         The offset index, loaded if needed, for a reader that has its
         descriptor: opening the reader already noted the use (L{indexes}
-        notes it again).
+        notes it again).  A load notes it once more: another thread's use
+        may have evicted the segment since the borrow, and indexes loaded
+        into a segment out of the LRU would escape C{maxOpen}.  (Indexes
+        already loaded: no lock.)
         """
         offsetIndex = self._offsetIndex
         if offsetIndex is None or self._timeIndex is None:
@@ -459,6 +462,8 @@ class Segment:
                 if offsetIndex is None or timeIndex is None:
                     offsetIndex, timeIndex = self._loadIndexes()
                     self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
+            if not self.pinned:
+                self._touch()
         return offsetIndex
 
     def _locate(self, reader, offset: int, end: int):
