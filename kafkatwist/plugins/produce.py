@@ -209,8 +209,7 @@ class ProduceHandler(Handler):
                 partitions = [
                     (data.index, refused, -1, -1, -1, None, ())
                     if (refused := refusedRecords(version, data.records)) is not None
-                    and logManager is not None
-                    and logManager.getLog(name, data.index) is not None
+                    and partitionKnown(self.broker, name, data.index)
                     else (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
                           f"clients may not write to the internal topic {name}", ())
                     for data in topic.partition_data
@@ -219,7 +218,7 @@ class ProduceHandler(Handler):
                 partitions = [
                     self._append(
                         replicaManager, logManager, name, data, nowMs, acks, wake, account,
-                        version, None, waits,
+                        version, None, waits, self.broker,
                     )
                     for data in topic.partition_data
                 ]
@@ -233,7 +232,7 @@ class ProduceHandler(Handler):
                         partitions.append(
                             self._append(
                                 replicaManager, logManager, name, data, nowMs, acks, wake,
-                                account, version, guard, waits,
+                                account, version, guard, waits, self.broker,
                             )
                         )
             results.append((name, partitions))
@@ -375,11 +374,19 @@ class ProduceHandler(Handler):
     @staticmethod
     def _append(
         replicaManager, logManager, topic, data, nowMs, acks, wake, account, version, guard=None,
-        waits=None,
+        waits=None, broker=None,
     ):
         index = data.index
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
+            # Not hosted here; Kafka checks the records of a partition its
+            # metadata cache knows (in a cluster, hosted elsewhere) first.
+            if (
+                broker is not None
+                and (refused := refusedRecords(version, data.records)) is not None
+                and partitionKnown(broker, topic, index)
+            ):
+                return (index, refused, -1, -1, -1, None, ())
             return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None, ())
         records = data.records
         if version >= 3:
@@ -482,6 +489,23 @@ def _closeForAcks0(broker, context, results) -> CloseConnection:
         f"error during produce request with correlation id {context.correlationId} from client id "
         f"{context.clientId} with acks=0; topic and partition to exceptions: {failed}"
     )
+
+
+def partitionKnown(broker, topic: str, partition: int) -> bool:
+    """
+    Whether Kafka's C{metadataCache.contains} would find the partition,
+    which C{handleProduceRequest} asks before C{validateRecords}: in a
+    cluster, the published image (topics being deleted left out, as the
+    Metadata answer does), whichever broker hosts it; without one (or
+    before the first image), the local logs.
+    """
+    cluster = broker.cluster
+    image = cluster.image if cluster is not None else None
+    if image is not None:
+        assignment = image.topics.get(topic)
+        return assignment is not None and topic not in image.deleting and partition in assignment.partitions
+    logManager = broker.logManager
+    return logManager is not None and logManager.getLog(topic, partition) is not None
 
 
 def refusedRecords(version: int, records) -> ErrorCode | None:
