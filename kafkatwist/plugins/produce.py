@@ -380,13 +380,13 @@ class ProduceHandler(Handler):
         log = logManager.getLog(topic, index) if logManager is not None else None
         if log is None:
             # Not hosted here; Kafka checks the records of a partition its
-            # metadata cache knows (in a cluster, hosted elsewhere) first.
-            if (
-                broker is not None
-                and (refused := refusedRecords(version, data.records)) is not None
-                and partitionKnown(broker, topic, index)
-            ):
-                return (index, refused, -1, -1, -1, None, ())
+            # metadata cache knows (in a cluster, hosted elsewhere) first,
+            # and then answers NOT_LEADER_OR_FOLLOWER for it
+            # (ReplicaManager.getPartitionOrError): the client refreshes its
+            # metadata and goes to the leader.
+            if broker is not None and partitionKnown(broker, topic, index):
+                refused = refusedRecords(version, data.records)
+                return (index, refused or ErrorCode.not_leader_or_follower, -1, -1, -1, None, ())
             return (index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None, ())
         records = data.records
         if version >= 3:

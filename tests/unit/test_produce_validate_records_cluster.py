@@ -73,3 +73,31 @@ def test_a_partition_the_cluster_does_not_know_is_unknown_first():
         ("nope", 0): E.unknown_topic_or_partition,
     }
 
+
+
+@pytest.mark.parametrize("wrap", (False, True))
+def test_valid_records_for_a_partition_hosted_elsewhere_are_not_leader(wrap):
+    # Kafka's ReplicaManager.getPartitionOrError: a partition its metadata
+    # cache knows but this broker does not host is NOT_LEADER_OR_FOLLOWER
+    # (the client refreshes its metadata and goes to the leader); one it
+    # does not know is UNKNOWN_TOPIC_OR_PARTITION.
+    broker = clusterBroker(wrap=wrap)
+    response = produce(
+        broker, 9, [("elsewhere", [(0, batch())]), ("orders", [(9, batch())]), ("nope", [(0, batch())])],
+        acks=1,
+    )
+    got = answers(response, 9)
+    assert {tp: got[tp][:2] for tp in got} == {
+        ("elsewhere", 0): (E.not_leader_or_follower, -1),
+        ("orders", 9): (E.unknown_topic_or_partition, -1),
+        ("nope", 0): (E.unknown_topic_or_partition, -1),
+    }
+
+
+@pytest.mark.parametrize("wrap", (False, True))
+def test_one_batch_for_a_partition_hosted_elsewhere_is_not_leader(wrap):
+    # The commonest shape (one partition, one batch) too, whichever path
+    # answers it.
+    broker = clusterBroker(wrap=wrap)
+    response = produce(broker, 9, [("elsewhere", [(0, batch())])], acks=1)
+    assert answers(response, 9)[("elsewhere", 0)][:2] == (E.not_leader_or_follower, -1)
