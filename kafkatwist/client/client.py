@@ -30,6 +30,7 @@ from kafkatwist.client.connection import (
     BrokerConnection,
     KafkaConnectionError,
     TLSSettings,
+    responseError,
 )
 from kafkatwist.client.fetchresponse import (
     FIRST_VERSION as FIRST_FETCH_VERSION,
@@ -205,7 +206,7 @@ def _parseAddress(address: str) -> tuple[str, int]:
 
 
 def _raiseFor(code, message: str | None = None) -> None:
-    code = ErrorCode(code)
+    code = responseError(code)
     if code != ErrorCode.none:
         raise KafkaError(code, message)
 
@@ -489,11 +490,11 @@ class KafkaWireClient:
             topicsOut[t.name] = TopicMetadata(
                 name=t.name,
                 partitions={int(p.partition_index): int(p.leader_id) for p in t.partitions},
-                error=ErrorCode(t.error_code),
+                error=responseError(t.error_code),
                 topicId=topicId,
                 isInternal=bool(getattr(t, "is_internal", False)),
                 partitionErrors={
-                    int(p.partition_index): ErrorCode(p.error_code)
+                    int(p.partition_index): responseError(p.error_code)
                     for p in t.partitions
                     if p.error_code != ErrorCode.none
                 },
@@ -680,7 +681,7 @@ class KafkaWireClient:
         for t in response.topics:
             for p in t.partitions:
                 answers[int(p.partition_index)] = (
-                    ErrorCode(p.error_code), int(p.offset), int(p.timestamp)
+                    responseError(p.error_code), int(p.offset), int(p.timestamp)
                 )
         missing = {p for p, _ in group} - set(answers)
         if missing:
@@ -776,7 +777,7 @@ class KafkaWireClient:
                     highWatermark=int(p.high_watermark),
                     logStartOffset=int(getattr(p, "log_start_offset", -1)),
                     records=bytes(p.records or b""),
-                    error=ErrorCode(p.error_code),
+                    error=responseError(p.error_code),
                     lastStableOffset=int(getattr(p, "last_stable_offset", -1)),
                     abortedTransactions=tuple(
                         (int(a.producer_id), int(a.first_offset))
@@ -815,7 +816,7 @@ class KafkaWireClient:
                     f"cannot decode Fetch v{version} response from "
                     f"{connection.host}:{connection.port}: {e}"
                 ) from e
-            _raiseFor(ErrorCode(topLevelError), f"fetch {topic}")
+            _raiseFor(responseError(topLevelError), f"fetch {topic}")
             if answer is None:
                 break
             records = answer.records
@@ -823,7 +824,7 @@ class KafkaWireClient:
                 highWatermark=answer.highWatermark,
                 logStartOffset=answer.logStartOffset,
                 records=records if records is not None else memoryview(b""),
-                error=ErrorCode(answer.error),
+                error=responseError(answer.error),
                 lastStableOffset=answer.lastStableOffset,
                 abortedTransactions=answer.abortedTransactions,
             )
@@ -1009,7 +1010,7 @@ class KafkaWireClient:
         response = self._toController(CREATE_TOPICS, build, timeoutMs)
         result = {}
         for t in response.topics:
-            code = ErrorCode(t.error_code)
+            code = responseError(t.error_code)
             if code == ErrorCode.topic_already_exists and ignoreExisting:
                 code = ErrorCode.none
             _raiseFor(code, getattr(t, "error_message", None) or t.name)
@@ -1042,7 +1043,7 @@ class KafkaWireClient:
 
         response = self._toController(DELETE_TOPICS, build, timeoutMs)
         for t in response.responses:
-            code = ErrorCode(t.error_code)
+            code = responseError(t.error_code)
             if code == ErrorCode.unknown_topic_or_partition and ignoreMissing:
                 code = ErrorCode.none
             _raiseFor(code, getattr(t, "error_message", None) or t.name)

@@ -47,6 +47,19 @@ _MAX_FRAME = 1 << 30
 _SOFTWARE_NAME = "kafkatwist"
 
 
+
+def responseError(value: int) -> ErrorCode:
+    """
+    The L{ErrorCode} of a response's error field; a code this client does
+    not know (a newer broker's) is UNKNOWN_SERVER_ERROR, as Kafka's
+    C{Errors.forCode} reads it, rather than a ValueError out of a client
+    call.
+    """
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.unknown_server_error
+
 class KafkaConnectionError(KafkaError, ConnectionError):
     """
     The connection failed, timed out, or the broker sent bytes that are not a
@@ -541,7 +554,7 @@ class BrokerConnection:
                 raise KafkaConnectionError(
                     f"cannot decode ApiVersions v{bodyVersion} response from {self.host}: {e}"
                 ) from e
-            return ErrorCode(errorCode), body
+            return responseError(errorCode), body
 
     def pick(self, apiKey: int) -> int | None:
         """

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkatwist.client import KafkaWireClient
 from kafkatwist.client.fetchresponse import MalformedFetchResponse, readFetchPartition
+from kafkatwist.errors import KafkaError
 from kafkatwist.protocol.apis import FETCH, knownVersions, responseType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeResponseFrame
 from kafkatwist.protocol.entities import has, make, ms, nested
@@ -191,3 +192,27 @@ def test_view_fetch_against_a_broker(cluster, broker):
                 plain.highWatermark, plain.logStartOffset, plain.error,
                 plain.lastStableOffset, plain.abortedTransactions)
         assert bytes(c.fetchRaw("t", 0, 0, view=True).records) == b""
+
+
+def test_an_error_code_the_client_does_not_know_is_unknown_server_error(cluster, broker, monkeypatch):
+    """
+    A newer broker's error code (Kafka's Errors.forCode: UNKNOWN_SERVER_ERROR)
+    is a Kafka error of the call, never a ValueError out of it.
+    """
+    import kafkatwist.client.client as clientModule
+    from kafkatwist.client.connection import responseError
+
+    assert responseError(32000) == ErrorCode.unknown_server_error
+    assert responseError(ErrorCode.offset_out_of_range.value) == ErrorCode.offset_out_of_range
+    read = clientModule.readFetchPartition
+
+    def newerBroker(*args):
+        _, answer = read(*args)
+        return 32001, answer
+
+    with KafkaWireClient(broker.address, timeout=5.0) as c:
+        c.produce("t", 1, [Record(value=b"a")])
+        monkeypatch.setattr(clientModule, "readFetchPartition", newerBroker)
+        with pytest.raises(KafkaError) as e:
+            c.fetchRaw("t", 1, 0, view=True)
+        assert e.value.code == ErrorCode.unknown_server_error
