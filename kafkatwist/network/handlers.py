@@ -38,6 +38,7 @@ from kafkatwist.protocol.codec import (
     decodeRequest,
     encodeResponseFrame,
 )
+from kafkatwist.protocol.errorcounts import errorCounts
 from kafkatwist.protocol.errorresponse import errorResponse
 from kafkatwist.protocol.versions import unsupportedApiVersionsBody
 
@@ -75,6 +76,18 @@ class HandlerPool:
         self._resizeLock = threading.Lock()
         #: handler -> its answerFrame or None (L{_frameAnswerer})
         self._frameAnswerers: dict = {}
+
+    @property
+    def broker(self):
+        return self._broker
+
+    @broker.setter
+    def broker(self, broker) -> None:
+        # (the SocketServer gives the broker once it is built: serve)
+        self._broker = broker
+        #: where every response's error counts go (Kafka's ErrorsPerSec);
+        #: a broker stand-in without it counts nothing
+        self._errors = getattr(broker, "requestErrors", None)
 
     def start(self) -> None:
         with self._resizeLock:
@@ -201,6 +214,8 @@ class HandlerPool:
                 # ranges, so the client retries with a version we know.
                 body = unsupportedApiVersionsBody(self.broker.supportedVersions())
                 chunks = encodeResponseFrame(API_VERSIONS, 0, header.correlationId, body)
+                if self._errors is not None:
+                    self._errors.record(API_VERSIONS, errorCounts(body))
                 return self._done(request, Response(request, chunks))
             try:
                 decode = getattr(handler, "decodeRequest", None)
@@ -343,6 +358,11 @@ class HandlerPool:
             chunks = encodeResponseFrame(header.apiKey, header.apiVersion, header.correlationId, result)
         except Exception:
             return self._failed(Failure(), request, body)
+        errors = self._errors
+        if errors is not None:
+            counts = result.errors if isinstance(result, EncodedResponse) else errorCounts(result)
+            if counts:
+                errors.record(header.apiKey, counts)
         return Response(request, chunks)
 
     def _failed(self, failure: Failure, request: Request, body=None) -> Response:
@@ -373,6 +393,8 @@ class HandlerPool:
             try:
                 entity = errorResponse(responseType(header.apiKey, header.apiVersion), body)
                 chunks = encodeResponseFrame(header.apiKey, header.apiVersion, header.correlationId, entity)
+                if self._errors is not None:
+                    self._errors.record(header.apiKey, errorCounts(entity))
             except Exception as e:
                 log.debug("No error response for {api}: {e}", api=api, e=e)
         if chunks is not None:

@@ -5,6 +5,7 @@ ApiVersions: derived from whatever handlers are registered.
 from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import API_VERSIONS, responseType
 from kafkatwist.protocol.codec import EncodedResponse, encodeBody
+from kafkatwist.protocol.errorcounts import errorCounts
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested
 from kafkatwist.errors import ErrorCode
 
@@ -23,7 +24,8 @@ class ApiVersionsHandler(Handler):
         # it once per version.
         encoded = self._encoded.get(context.apiVersion)
         if encoded is None:
-            encoded = EncodedResponse([encodeBody(self.response(context.apiVersion))])
+            response = self.response(context.apiVersion)
+            encoded = EncodedResponse([encodeBody(response)], errors=errorCounts(response))
             self._encoded[context.apiVersion] = encoded
         return encoded
 

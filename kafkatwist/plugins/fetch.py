@@ -192,6 +192,8 @@ class FetchHandler(Handler):
                 records.close()
             return NotImplemented
         broker.topicBytes.fetched(name, size)
+        # (the top level's NONE and the partition's)
+        broker.requestErrors.count(FETCH, 0, 2)
         return encodeSmallFetchAnswer(
             version, context.correlationId, topicKey, partition, info.highWatermark,
             info.lastStableOffset, info.logStartOffset, records, size,

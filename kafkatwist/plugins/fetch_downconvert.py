@@ -58,6 +58,7 @@ def encodeDownConverted(version: int, plan, topics) -> EncodedResponse:
     if version >= 1:
         out += INT32.pack(0)  # throttle_time_ms
     out += INT32.pack(len(topics))
+    errors: dict[int, int] = {}
     for (_, wanted), (topic, partitions) in zip(plan, topics):
         writeString(out, topic, False)
         out += INT32.pack(len(partitions))
@@ -67,10 +68,11 @@ def encodeDownConverted(version: int, plan, topics) -> EncodedResponse:
             if error == ErrorCode.none:
                 records, error = _converted(w, p, magic, hard)
             out += _PARTITION_HEAD.pack(p.partition, error, p.highWatermark)
+            errors[int(error)] = errors.get(int(error), 0) + 1
             out += INT32.pack(len(records))
             out += records
     body = bytes(out)
-    return EncodedResponse([body], len(body))
+    return EncodedResponse([body], len(body), errors)
 
 
 def _converted(wanted, partition, magic: int, hard: bool) -> tuple[bytes, int]:

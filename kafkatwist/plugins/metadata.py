@@ -15,6 +15,7 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.handler import Handler, HandlerPlugin
 from kafkatwist.protocol.apis import METADATA, responseType
 from kafkatwist.protocol.codec import EncodedResponse, encodeBody
+from kafkatwist.protocol.errorcounts import errorCounts
 from kafkatwist.protocol.entities import NO_THROTTLE, OPERATIONS_OMITTED, make, nested
 from kafkatwist.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatwist.security.checks import authorize, authorizedOperations, clusterOperations, filterAuthorized
@@ -94,7 +95,8 @@ class MetadataHandler(Handler):
         cached = self._cache.get(key)
         if cached is not None and cached[0] == source:
             return cached[1]
-        answer = EncodedResponse([encodeBody(self._answer(context, request, False))])
+        entity = self._answer(context, request, False)
+        answer = EncodedResponse([encodeBody(entity)], errors=errorCounts(entity))
         if self._source(context, requested) == source:
             # (Not an answer that auto-created a topic: the same sources
             # later, the topic deleted again, would not have it.)

@@ -142,10 +142,12 @@ class ProduceHandler(Handler):
                 return None
             raise _closeForAcks0(self.broker, context, [(name, [answer])])
         if answer is None:
+            broker.requestErrors.count(PRODUCE, 0)
             return encodeSmallProduceAnswer(
                 context.correlationId, name, index, info.firstOffset, info.logAppendTime,
                 info.logStartOffset, throttleMs,
             )
+        broker.requestErrors.count(PRODUCE, int(answer[1]))
         return encodeResponseFrame(
             PRODUCE, context.apiVersion, context.correlationId,
             encodeProduceResponse(context.apiVersion, [(name, [answer])], throttleMs),

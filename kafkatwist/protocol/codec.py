@@ -39,13 +39,18 @@ class EncodedResponse:
 
     @ivar chunks: the pieces, in order.
     @ivar size: their total length in bytes.
+    @ivar errors: the response's error counts (C{{error code: how many}},
+        Kafka's C{AbstractResponse.errorCounts}: every place that carries
+        an error code, NONE too) for the request metrics; C{None} if the
+        encoder did not say (not counted).
     """
 
-    __slots__ = ("chunks", "size")
+    __slots__ = ("chunks", "size", "errors")
 
-    def __init__(self, chunks, size: int | None = None) -> None:
+    def __init__(self, chunks, size: int | None = None, errors: dict[int, int] | None = None) -> None:
         self.chunks = chunks
         self.size = sum(chunkLength(c) for c in chunks) if size is None else size
+        self.errors = errors
 
 
 BYTES_TYPES = (bytes, bytearray, memoryview)

@@ -148,7 +148,18 @@ def encodeFetchResponse(
                     out = bytearray()
     size += len(out)
     chunks.append(bytes(out))
-    return EncodedResponse(chunks, size)
+    return EncodedResponse(chunks, size, _errorCounts(topics, errorCode, version >= 7))
+
+
+def _errorCounts(topics, errorCode: int, topLevel: bool) -> dict[int, int]:
+    # Kafka's FetchResponse.errorCounts: the top-level error (v7+) and each
+    # partition's.
+    counts: dict[int, int] = {int(errorCode): 1} if topLevel else {}
+    for _, partitions in topics:
+        for p in partitions:
+            code = int(p.errorCode)
+            counts[code] = counts.get(code, 0) + 1
+    return counts
 
 
 def _encodeFlexible(byId: bool, topics, errorCode: int, sessionId: int, throttleMs: int) -> EncodedResponse:
@@ -213,7 +224,7 @@ def _encodeFlexible(byId: bool, topics, errorCode: int, sessionId: int, throttle
     out.append(0)
     size += len(out)
     chunks.append(bytes(out))
-    return EncodedResponse(chunks, size)
+    return EncodedResponse(chunks, size, _errorCounts(topics, errorCode, True))
 
 
 # -- the request ---------------------------------------------------------------

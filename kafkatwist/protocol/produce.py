@@ -257,6 +257,16 @@ def _decodeFlexible(version: int, view: memoryview, offset: int) -> ProduceReque
     return ProduceRequest(transactionalId, acks, timeoutMs, topics)
 
 
+def _errorCounts(results) -> dict[int, int]:
+    # Kafka's ProduceResponse.errorCounts: each partition by its error.
+    counts: dict[int, int] = {}
+    for _, partitions in results:
+        for partition in partitions:
+            code = int(partition[1])
+            counts[code] = counts.get(code, 0) + 1
+    return counts
+
+
 def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> EncodedResponse:
     """
     @param results: C{[(topic, [(index, errorCode, baseOffset, logAppendTime,
@@ -286,7 +296,7 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
     if version >= 1:
         out += _I32.pack(throttleMs)
     body = bytes(out)
-    return EncodedResponse([body], len(body))
+    return EncodedResponse([body], len(body), _errorCounts(results))
 
 
 def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
@@ -328,7 +338,7 @@ def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
     out += _I32.pack(throttleMs)
     out.append(0)
     body = bytes(out)
-    return EncodedResponse([body], len(body))
+    return EncodedResponse([body], len(body), _errorCounts(results))
 
 
 # -- the commonest request, read and answered in one piece --------------------

@@ -1,9 +1,9 @@
 """
-An acks=0 Produce that fails closes its connection without an answer, and
-its errors are still counted in the request metrics, as Kafka's
-C{requestChannel.closeConnection(request, errorCounts)} marks its
-C{ErrorsPerSec} meters: each partition by its error, NONE too.  Scraped from
-the broker's Prometheus endpoint (C{kafka_network_request_errors_total}).
+Kafka's C{ErrorsPerSec} request metric, scraped from the broker's Prometheus
+endpoint (C{kafka_network_request_errors_total}): every response's error
+counts (each place it carries an error code, NONE too), and those of an
+acks=0 Produce that fails, whose connection is closed without an answer, as
+Kafka's C{requestChannel.closeConnection(request, errorCounts)} marks them.
 """
 
 from __future__ import annotations
@@ -66,14 +66,47 @@ def test_a_closed_acks_0_produce_counts_its_errors(brokerFactory):
         sock.sendall(produceV9(2, 0, topic, [(0, good), (1, bytes(bad)), (7, good)]))
         assert readFrame(sock) is None
     with connectTo(b) as sock:
-        sock.sendall(produceV9(3, 0, topic, [(1, good)]))  # succeeds: no errors counted
-        sock.sendall(produceV9(4, 1, topic, [(1, good)]))
+        sock.sendall(produceV9(3, 0, topic, [(1, good)]))  # succeeds, no answer: not counted
+        sock.sendall(produceV9(4, 1, topic, [(1, good)]))  # answered: its NONE counted
         assert readFrame(sock) is not None
 
     text = scrape(port)
     assertStrictlyParsable(text)
-    assert errors(text) == {
+    assert {k: v for k, v in errors(text).items() if k[0] == "produce"} == {
         ("produce", "CORRUPT_MESSAGE"): 2,
         ("produce", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
-        ("produce", "NONE"): 1,
+        ("produce", "NONE"): 2,
     }
+
+
+def test_every_answer_counts_its_errors(brokerFactory):
+    """
+    Kafka counts the errors of every response it sends: a Produce answered
+    from its frame and one answered by the general path, a Fetch of each
+    path, a Metadata answer naming an unknown topic, ApiVersions.
+    """
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    topic = "answered-errors"
+    with KafkaWireClient(b.bootstrap) as client:
+        client.createTopics({topic: 2})
+    good = bytes(buildBatch([Record(value=b"v" * 100)]))
+    before = errors(scrape(port))
+
+    with connectTo(b) as sock:
+        sock.sendall(produceV9(1, 1, topic, [(0, good)]))  # the small-request path
+        assert readFrame(sock) is not None
+        sock.sendall(produceV9(2, 1, topic, [(0, good), (1, good), (9, good)]))  # the general path
+        assert readFrame(sock) is not None
+    with KafkaWireClient(b.bootstrap) as client:
+        client.fetchRaw(topic, 0, 0)
+        client.fetchRaw(topic, 1, 0)
+        client.metadata(["no-such-topic"])
+
+    after = errors(scrape(port))
+    grown = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+    assert grown[("produce", "NONE")] == 3
+    assert grown[("produce", "UNKNOWN_TOPIC_OR_PARTITION")] == 1
+    assert grown[("fetch", "NONE")] >= 2
+    assert grown[("api_versions", "NONE")] >= 1
+    assert grown[("metadata", "UNKNOWN_TOPIC_OR_PARTITION")] >= 1
