@@ -284,7 +284,7 @@ def throttledFetchResponse(version: int, throttleMs: int, sessionId: int = 0) ->
     if version >= _BATCH_FETCH_FROM:
         return encodeFetchResponse(version, [], sessionId=sessionId, throttleMs=throttleMs)
     body = (throttleMs.to_bytes(4, "big") if version >= 1 else b"") + (0).to_bytes(4, "big")
-    return EncodedResponse([body], len(body), {})
+    return EncodedResponse([body], len(body), {0: 1})  # (the top level's NONE)
 
 
 describeClientQuotas = HandlerPlugin(

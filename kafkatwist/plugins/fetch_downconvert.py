@@ -58,7 +58,7 @@ def encodeDownConverted(version: int, plan, topics) -> EncodedResponse:
     if version >= 1:
         out += INT32.pack(0)  # throttle_time_ms
     out += INT32.pack(len(topics))
-    errors: dict[int, int] = {}
+    errors: dict[int, int] = {0: 1}  # (Kafka's top-level error: NONE before v7)
     for (_, wanted), (topic, partitions) in zip(plan, topics):
         writeString(out, topic, False)
         out += INT32.pack(len(partitions))

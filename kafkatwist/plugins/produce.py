@@ -206,12 +206,14 @@ class ProduceHandler(Handler):
             elif name in INTERNAL_TOPICS and acks in VALID_ACKS:
                 # (with other acks, INVALID_REQUIRED_ACKS first, as Kafka)
                 # The broker's own state (committed offsets, transactions):
-                # only the broker appends there, as in Kafka.  (Records
-                # Kafka refuses while reading the request, first.)
+                # only the broker appends there, as in Kafka.  (A partition
+                # the metadata does not know, and records Kafka refuses
+                # while reading the request, first.)
                 partitions = [
-                    (data.index, refused, -1, -1, -1, None, ())
+                    (data.index, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None, ())
+                    if not partitionKnown(self.broker, name, data.index)
+                    else (data.index, refused, -1, -1, -1, None, ())
                     if (refused := refusedRecords(version, data.records)) is not None
-                    and partitionKnown(self.broker, name, data.index)
                     else (data.index, ErrorCode.invalid_topic_exception, -1, -1, -1,
                           f"clients may not write to the internal topic {name}", ())
                     for data in topic.partition_data

@@ -148,13 +148,13 @@ def encodeFetchResponse(
                     out = bytearray()
     size += len(out)
     chunks.append(bytes(out))
-    return EncodedResponse(chunks, size, _errorCounts(topics, errorCode, version >= 7))
+    return EncodedResponse(chunks, size, _errorCounts(topics, errorCode))
 
 
-def _errorCounts(topics, errorCode: int, topLevel: bool) -> dict[int, int]:
-    # Kafka's FetchResponse.errorCounts: the top-level error (v7+) and each
-    # partition's.
-    counts: dict[int, int] = {int(errorCode): 1} if topLevel else {}
+def _errorCounts(topics, errorCode: int) -> dict[int, int]:
+    # Kafka's FetchResponse.errorCounts: the top-level error (NONE before
+    # v7, which has none on the wire) and each partition's.
+    counts: dict[int, int] = {int(errorCode): 1}
     for _, partitions in topics:
         for p in partitions:
             code = int(p.errorCode)
@@ -224,7 +224,7 @@ def _encodeFlexible(byId: bool, topics, errorCode: int, sessionId: int, throttle
     out.append(0)
     size += len(out)
     chunks.append(bytes(out))
-    return EncodedResponse(chunks, size, _errorCounts(topics, errorCode, True))
+    return EncodedResponse(chunks, size, _errorCounts(topics, errorCode))
 
 
 # -- the request ---------------------------------------------------------------

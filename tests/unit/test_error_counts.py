@@ -73,3 +73,14 @@ def test_every_served_response_can_be_counted(key, version):
         request = dataclasses.replace(request, acks=1)
     counts = errorCounts(errorResponse(responseType(key, version), request))
     assert all(isinstance(code, int) and n > 0 for code, n in counts.items())
+
+
+@pytest.mark.parametrize("version", [0, 4, 6, 7, 12])
+def test_a_fetch_answer_counts_its_top_level_error_in_every_version(version):
+    # Kafka's FetchResponse.errorCounts counts error() whatever the version
+    # (NONE before v7, which has no top-level error on the wire).
+    from kafkatwist.plugins.client_quotas import throttledFetchResponse
+    from kafkatwist.protocol.fetch import encodeFetchResponse
+
+    assert encodeFetchResponse(version, []).errors == {E.none.value: 1}
+    assert throttledFetchResponse(version, 5).errors == {E.none.value: 1}

@@ -101,3 +101,13 @@ def test_one_batch_for_a_partition_hosted_elsewhere_is_not_leader(wrap):
     broker = clusterBroker(wrap=wrap)
     response = produce(broker, 9, [("elsewhere", [(0, batch())])], acks=1)
     assert answers(response, 9)[("elsewhere", 0)][:2] == (E.not_leader_or_follower, -1)
+
+
+def test_an_internal_partition_the_cluster_does_not_know_is_unknown():
+    # Kafka asks its metadata cache before validateRecords and before the
+    # replica manager refuses a client's write to an internal topic.
+    broker = clusterBroker()
+    response = produce(broker, 9, [("__consumer_offsets", [(0, batch()), (5, batch())])], acks=1)
+    got = answers(response, 9)
+    assert got[("__consumer_offsets", 0)][0] == E.invalid_topic_exception
+    assert got[("__consumer_offsets", 5)][:2] == (E.unknown_topic_or_partition, -1)
