@@ -131,14 +131,22 @@ class Segment:
         """
         offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
         if offsetIndex is None or timeIndex is None:
-            with self._indexLock:
-                offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
-                if offsetIndex is None or timeIndex is None:
-                    offsetIndex, timeIndex = self._loadIndexes()
-                    self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
+            offsetIndex, timeIndex = self._loadedIndexes()
         if not self.pinned:
             # (an active segment's descriptor is not in the LRU)
             self._touch()
+        return offsetIndex, timeIndex
+
+    def _loadedIndexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        """
+        The indexes, loaded under the index lock if another thread has
+        not loaded them meanwhile.
+        """
+        with self._indexLock:
+            offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
+            if offsetIndex is None or timeIndex is None:
+                offsetIndex, timeIndex = self._loadIndexes()
+                self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
         return offsetIndex, timeIndex
 
     def _touch(self) -> None:
@@ -457,11 +465,7 @@ class Segment:
         """
         offsetIndex = self._offsetIndex
         if offsetIndex is None or self._timeIndex is None:
-            with self._indexLock:
-                offsetIndex, timeIndex = self._offsetIndex, self._timeIndex
-                if offsetIndex is None or timeIndex is None:
-                    offsetIndex, timeIndex = self._loadIndexes()
-                    self._offsetIndex, self._timeIndex = offsetIndex, timeIndex
+            offsetIndex, _ = self._loadedIndexes()
             if not self.pinned:
                 self._touch()
         return offsetIndex
