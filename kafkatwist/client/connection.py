@@ -47,7 +47,6 @@ _MAX_FRAME = 1 << 30
 _SOFTWARE_NAME = "kafkatwist"
 
 
-
 def responseError(value: int) -> ErrorCode:
     """
     The L{ErrorCode} of a response's error field; a code this client does
@@ -59,6 +58,7 @@ def responseError(value: int) -> ErrorCode:
         return ErrorCode(value)
     except ValueError:
         return ErrorCode.unknown_server_error
+
 
 class KafkaConnectionError(KafkaError, ConnectionError):
     """
@@ -458,12 +458,7 @@ class BrokerConnection:
                     f"cannot decode {apiKey} v{apiVersion} response from "
                     f"{self.host}:{self.port}: {type(e).__name__}: {e}"
                 ) from e
-            if gotId != correlationId:
-                self.close()
-                raise KafkaConnectionError(
-                    f"{self.host}:{self.port} answered correlation id {gotId}, "
-                    f"expected {correlationId}"
-                )
+            self._checkAnswers(gotId, correlationId)
             return body
 
     def requestFrame(self, apiKey: int, apiVersion: int, entity, timeout: float | None = None):
@@ -480,14 +475,21 @@ class BrokerConnection:
             correlationId = self.nextCorrelationId()
             frame = encodeRequestFrame(apiKey, apiVersion, correlationId, self.clientId, entity)
             response = self._roundTrip(frame, True, timeout, asView=True)
-            (gotId,) = _INT32.unpack_from(response, 0)
-            if gotId != correlationId:
-                self.close()
-                raise KafkaConnectionError(
-                    f"{self.host}:{self.port} answered correlation id {gotId}, "
-                    f"expected {correlationId}"
-                )
+            # (_roundTrip refused a frame of fewer than 4 bytes)
+            self._checkAnswers(_INT32.unpack_from(response, 0)[0], correlationId)
             return response
+
+    def _checkAnswers(self, gotId: int, correlationId: int) -> None:
+        """
+        A response must answer the request just sent: any other correlation
+        id leaves the stream out of step, so the connection is closed.
+        """
+        if gotId != correlationId:
+            self.close()
+            raise KafkaConnectionError(
+                f"{self.host}:{self.port} answered correlation id {gotId}, "
+                f"expected {correlationId}"
+            )
 
     # -- version negotiation ---------------------------------------------
 
