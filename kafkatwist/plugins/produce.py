@@ -57,6 +57,7 @@ from kafkatwist.protocol.produce import (
     decodeProduceRequest,
     encodeProduceResponse,
     encodeSmallProduceAnswer,
+    produceErrorCounts,
     readSmallProduce,
 )
 from kafkatwist.quota.manager import addThrottle
@@ -478,11 +479,7 @@ def _closeForAcks0(broker, context, results) -> CloseConnection:
     NONE too), as Kafka's C{requestChannel.closeConnection(request,
     errorCounts)} counts them though nothing is answered.
     """
-    counts: dict[int, int] = {}
-    for _, partitions in results:
-        for partition in partitions:
-            counts[partition[1]] = counts.get(partition[1], 0) + 1
-    broker.requestErrors.record(PRODUCE, counts)
+    broker.requestErrors.record(PRODUCE, produceErrorCounts(results))
     failed = ", ".join(
         f"{name}-{partition[0]}: {ErrorCode(partition[1]).name.upper()}"
         for name, partitions in results

@@ -257,7 +257,7 @@ def _decodeFlexible(version: int, view: memoryview, offset: int) -> ProduceReque
     return ProduceRequest(transactionalId, acks, timeoutMs, topics)
 
 
-def _errorCounts(results) -> dict[int, int]:
+def produceErrorCounts(results) -> dict[int, int]:
     # Kafka's ProduceResponse.errorCounts: each partition by its error.
     counts: dict[int, int] = {}
     for _, partitions in results:
@@ -296,7 +296,7 @@ def encodeProduceResponse(version: int, results, throttleMs: int = 0) -> Encoded
     if version >= 1:
         out += _I32.pack(throttleMs)
     body = bytes(out)
-    return EncodedResponse([body], len(body), _errorCounts(results))
+    return EncodedResponse([body], len(body), produceErrorCounts(results))
 
 
 def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
@@ -338,7 +338,7 @@ def _encodeFlexible(results, throttleMs: int) -> EncodedResponse:
     out += _I32.pack(throttleMs)
     out.append(0)
     body = bytes(out)
-    return EncodedResponse([body], len(body), _errorCounts(results))
+    return EncodedResponse([body], len(body), produceErrorCounts(results))
 
 
 # -- the commonest request, read and answered in one piece --------------------
