@@ -9,13 +9,12 @@ what C{make cluster} and the cluster tests use.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
 
-from kafkatwist.util import debian
+from kafkatwist.util import debian, jvm
 
 JAVA_DIR = "/usr/share/java"
 #: what ZooKeeperServerMain needs on its class path (3.8, NIO server)
@@ -43,10 +42,6 @@ class ZooKeeperUnavailable(RuntimeError):
     ZooKeeper cannot be installed or started here; the message says why in
     one line.
     """
-
-
-def java() -> str | None:
-    return shutil.which("java") or ("/usr/bin/java" if os.path.exists("/usr/bin/java") else None)
 
 
 def installed() -> bool:
@@ -132,9 +127,10 @@ class ZooKeeperServer:
         return path
 
     def command(self) -> list[str]:
-        javaPath = java()
-        if javaPath is None:
-            raise ZooKeeperUnavailable("java is not installed (ZooKeeper needs it)")
+        try:
+            javaPath = jvm.ensureJava()
+        except debian.PackageUnavailable as e:
+            raise ZooKeeperUnavailable(f"ZooKeeper needs Java: {e}") from None
         classpath = os.pathsep.join(
             os.path.join(JAVA_DIR, jar) for jar in _JARS if os.path.exists(os.path.join(JAVA_DIR, jar))
         )
