@@ -297,8 +297,12 @@ def main(argv=None) -> int:
     parser.add_argument("--max-seconds", type=float, default=600.0,
                         help="stop starting new runs after this long")
     args = parser.parse_args(argv)
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        print("java not found: the Spark benchmark needs Java 17", file=sys.stderr)
+    from kafkatwist.util import debian, jvm
+
+    try:
+        jvm.ensureJava()
+    except debian.PackageUnavailable as e:
+        print(f"the Spark benchmark needs Java 17: {e}", file=sys.stderr)
         return 1
 
     from kafkatwist.testing import Broker

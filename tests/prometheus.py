@@ -19,6 +19,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from kafkatwist.util import debian
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DASHBOARD = os.path.join(ROOT, "docs", "grafana", "kafkatwist.json")
 _installTried: list[str] = []
@@ -39,19 +41,11 @@ def findPrometheus() -> tuple[str | None, str]:
 
 
 def _install() -> str:
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        return "prometheus is not installed, and apt-get is missing or this is not root"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for command in (["apt-get", "update", "-qq"],
-                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"]):
-        try:
-            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            return f"{' '.join(command)} timed out"
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["?"])[-1]
-            return f"prometheus could not be installed ({' '.join(command[:2])}: {last})"
-    return "" if shutil.which("prometheus") else "apt-get installed prometheus but it is not on PATH"
+    try:
+        debian.ensurePackage("prometheus", lambda: shutil.which("prometheus") is not None)
+    except debian.PackageUnavailable as e:
+        return str(e)
+    return ""
 
 
 def freePort() -> int:

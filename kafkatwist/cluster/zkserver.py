@@ -9,11 +9,12 @@ what C{make cluster} and the cluster tests use.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
+
+from kafkatwist.util import debian, jvm
 
 JAVA_DIR = "/usr/share/java"
 #: what ZooKeeperServerMain needs on its class path (3.8, NIO server)
@@ -43,37 +44,23 @@ class ZooKeeperUnavailable(RuntimeError):
     """
 
 
-def java() -> str | None:
-    return shutil.which("java") or ("/usr/bin/java" if os.path.exists("/usr/bin/java") else None)
-
-
 def installed() -> bool:
     return os.path.exists(os.path.join(JAVA_DIR, "zookeeper.jar"))
 
 
 def ensureInstalled(log=None) -> None:
     """
-    Install Debian's C{zookeeper} package if it is missing (C{apt-get update}
-    then C{apt-get install -y zookeeper}; root only).
+    Install Debian's C{zookeeper} package if it is missing (root only; see
+    L{kafkatwist.util.debian}).
 
     @raise ZooKeeperUnavailable: it is missing and cannot be installed.
     """
     if installed():
         return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise ZooKeeperUnavailable(
-            "ZooKeeper is not installed (apt-get install zookeeper, as root, provides it)"
-        )
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "zookeeper"]):
-        if log is not None:
-            log(" ".join(command))
-        result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        if result.returncode != 0:
-            tail = result.stdout.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            raise ZooKeeperUnavailable(f"{' '.join(command)} failed: {tail[0]}")
-    if not installed():
-        raise ZooKeeperUnavailable("apt-get installed zookeeper but zookeeper.jar is missing")
+    try:
+        debian.ensurePackage("zookeeper", installed, log)
+    except debian.PackageUnavailable as e:
+        raise ZooKeeperUnavailable(str(e)) from None
 
 
 def freePort(host: str = "127.0.0.1") -> int:
@@ -140,9 +127,10 @@ class ZooKeeperServer:
         return path
 
     def command(self) -> list[str]:
-        javaPath = java()
-        if javaPath is None:
-            raise ZooKeeperUnavailable("java is not installed (ZooKeeper needs it)")
+        try:
+            javaPath = jvm.ensureJava()
+        except debian.PackageUnavailable as e:
+            raise ZooKeeperUnavailable(f"ZooKeeper needs Java: {e}") from None
         classpath = os.pathsep.join(
             os.path.join(JAVA_DIR, jar) for jar in _JARS if os.path.exists(os.path.join(JAVA_DIR, jar))
         )

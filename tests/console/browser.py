@@ -15,6 +15,8 @@ import tempfile
 
 import pytest
 
+from kafkatwist.util import debian
+
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -27,12 +29,12 @@ def chromium() -> str:
     The browser's path: installed with apt-get when missing and possible,
     else the test is skipped.
     """
+    try:
+        debian.ensurePackage("chromium", lambda: shutil.which("chromium") is not None)
+    except debian.PackageUnavailable as e:
+        pytest.skip(str(e))
     path = shutil.which("chromium")
-    if path is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, timeout=900)
-        path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+    assert path is not None
     return path
 
 

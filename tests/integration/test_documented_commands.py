@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +28,7 @@ import time
 import pytest
 
 from kafkatwist.testing.broker import ROOT
+from kafkatwist.util import debian, jvm
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,11 @@ def checkout(directory) -> None:
 
 
 def javaMissing() -> bool:
-    return shutil.which("java") is None
+    try:
+        jvm.ensureJava()
+    except debian.PackageUnavailable:
+        return True
+    return False
 
 
 class Server:

@@ -22,6 +22,7 @@ from kafkatwist.protocol.apis import requestType
 from kafkatwist.protocol.codec import decodeResponseFrame, encodeRequestFrame
 from kafkatwist.protocol.entities import make, nested
 from kafkatwist.protocol.legacy_records import compressInner, encodeMessage
+from kafkatwist.util import debian
 from tests.integration.helpers import sendProduce
 from tests.integration.helpers import legacyProduceFrame
 
@@ -289,12 +290,26 @@ def test_kafka_python_pinned_to_old_brokers(broker, client, apiVersion, codec):
         consumer.close()
 
 
-KCAT = shutil.which("kcat") or shutil.which("kafkacat")
+def _kcatPath() -> str | None:
+    return shutil.which("kcat") or shutil.which("kafkacat")
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian: apt-get install kcat)")
+@pytest.fixture(scope="module")
+def kcat() -> str:
+    """
+    Debian's kcat (librdkafka's command-line client), installed on first use.
+    """
+    try:
+        debian.ensurePackage("kcat", lambda: _kcatPath() is not None)
+    except debian.PackageUnavailable as e:
+        pytest.skip(str(e))
+    path = _kcatPath()
+    assert path is not None
+    return path
+
+
 @pytest.mark.parametrize("fallback,codec", [("0.8.0", "snappy"), ("0.8.2", "lz4"), ("0.9.0", "gzip"), ("0.10.0", "lz4")])
-def test_kcat_without_api_versions(broker, client, fallback, codec):
+def test_kcat_without_api_versions(broker, client, kcat, fallback, codec):
     """
     librdkafka told not to ask ApiVersions uses its table for the broker
     version: Produce/Fetch v0-2, message formats v0/v1, LZ4 with magic 0's
@@ -305,12 +320,12 @@ def test_kcat_without_api_versions(broker, client, fallback, codec):
     options = ["-X", "api.version.request=false", "-X", f"broker.version.fallback={fallback}"]
     data = "".join(f"k{i}:v{i}\n" for i in range(100))
     produced = subprocess.run(
-        [KCAT, "-b", broker.bootstrap, "-P", "-t", topic, "-K:", "-z", codec, *options],
+        [kcat, "-b", broker.bootstrap, "-P", "-t", topic, "-K:", "-z", codec, *options],
         input=data, capture_output=True, text=True, timeout=60,
     )
     assert produced.returncode == 0, produced.stderr
     consumed = subprocess.run(
-        [KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%o %k %s\\n", *options],
+        [kcat, "-b", broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%o %k %s\\n", *options],
         capture_output=True, text=True, timeout=60,
     )
     assert consumed.returncode == 0, consumed.stderr
@@ -325,8 +340,10 @@ def kafkaNode():
     """
     kafka-node, installed from npm into tests/node on first use.
     """
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for kafka-node")
+    try:
+        debian.ensurePackage("npm", lambda: bool(shutil.which("node") and shutil.which("npm")))
+    except debian.PackageUnavailable as e:
+        pytest.skip(str(e))
     if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "kafka-node")):
         installed = subprocess.run(
             ["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts"],

@@ -5,8 +5,6 @@ Producing known records quickly, and checking them.
 from __future__ import annotations
 
 import datetime
-import os
-import shutil
 
 from kio.schema.delete_records.v0.request import (
     DeleteRecordsPartition,
@@ -15,6 +13,7 @@ from kio.schema.delete_records.v0.request import (
 )
 
 from kafkatwist.protocol.records import Record, buildBatch
+from kafkatwist.util import debian, jvm
 
 BASE_TIMESTAMP = 1_700_000_000_000
 
@@ -22,10 +21,15 @@ NO_JAVA = "java not found: the Spark connector tests need Java 17 to run PySpark
 
 
 def javaMissing() -> bool:
-    javaHome = os.environ.get("JAVA_HOME")
-    if javaHome and os.path.exists(os.path.join(javaHome, "bin", "java")):
-        return False
-    return shutil.which("java") is None
+    """
+    Whether there is no Java to run PySpark on, after installing Debian's
+    when this process may (L{kafkatwist.util.jvm.ensureJava}).
+    """
+    try:
+        jvm.ensureJava()
+    except debian.PackageUnavailable:
+        return True
+    return False
 CODECS = ["none", "lz4", "zstd", "gzip", "snappy"]
 
 
