@@ -131,6 +131,77 @@ class IdleClock:
         return self.idle / elapsed if elapsed > 0 else 1.0
 
 
+class HandlerIdle:
+    """
+    Kafka's C{RequestHandlerAvgIdlePercent} (C{kafka.server:type=
+    KafkaRequestHandlerPool}): the time each request handler thread waits
+    for the RequestChannel, each wait divided by the pool's size when it
+    ended (as Kafka marks its meter: C{idleTime / totalHandlerThreads}), so
+    the sum over the threads grows by one second per second when every
+    handler waits: its rate is the pool's average idle ratio.
+
+    One L{IdleSlot} per thread, written by that thread only; a scrape reads
+    each slot's one attribute and adds the wait in progress.  Slots of
+    threads that ended stay (a counter never goes back).
+    """
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._slots: list[IdleSlot] = []
+
+    def slot(self) -> "IdleSlot":
+        """
+        A new thread's slot (called once, by that thread).
+        """
+        slot = IdleSlot()
+        with self._lock:
+            self._slots.append(slot)
+        return slot
+
+    def seconds(self, now: float | None = None) -> float:
+        """
+        The pool-average idle seconds so far: what the threads' waits
+        added, and the waits in progress.
+        """
+        if now is None:
+            now = time.monotonic()
+        with self._lock:
+            slots = list(self._slots)
+        total = 0.0
+        for slot in slots:
+            # (one read: the thread replaces the tuple whole)
+            idle, since, poolSize = slot.state
+            total += idle
+            if since and now > since:
+                total += (now - since) / poolSize
+        return total
+
+    def ratio(self) -> float:
+        """
+        The pool's average idle ratio since it started.
+        """
+        now = time.monotonic()
+        elapsed = now - self.started
+        if elapsed <= 0:
+            return 1.0
+        return min(1.0, self.seconds(now) / elapsed)
+
+
+class IdleSlot:
+    """
+    One handler thread's part of L{HandlerIdle}: C{state} is C{(idle
+    seconds so far, start of the wait in progress or 0.0, the pool's size
+    that wait is divided by)}, replaced whole by its thread before and
+    after each wait.
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state = (0.0, 0.0, 1)
+
+
 class TopicBytes:
     """
     Bytes in (produced) and out (fetched) per topic, from handler threads.
@@ -320,6 +391,16 @@ def render(broker, server) -> str:
     for processor in server.processors:
         w.sample("kafka_network_processor_idle_ratio", f"{processor.idleClock.ratio():.4f}",
                  processor=processor.index)
+    handlerIdle = server.handlerPool.idle
+    w.declare("kafka_server_request_handler_avg_idle_ratio", "gauge",
+              "Share of time the request handler threads wait for the RequestChannel, averaged "
+              "over the pool, since it started (Kafka's RequestHandlerAvgIdlePercent).")
+    w.sample("kafka_server_request_handler_avg_idle_ratio", f"{handlerIdle.ratio():.4f}")
+    w.declare("kafka_server_request_handler_avg_idle_seconds_total", "counter",
+              "Seconds the request handler threads waited for the RequestChannel, each wait "
+              "divided by the pool's size (Kafka's RequestHandlerAvgIdlePercent meter): its "
+              "rate is the pool's average idle ratio.")
+    w.sample("kafka_server_request_handler_avg_idle_seconds_total", f"{handlerIdle.seconds():.6f}")
     w.declare("kafka_network_connections", "gauge", "Open connections per listener.")
     for listener in server.listeners:
         w.sample("kafka_network_connections", server.connectionsByListener[listener.name],
@@ -347,6 +428,9 @@ def render(broker, server) -> str:
                   "(leader/follower.replication.throttled.replicas).")
         for quota in (replication.leader, replication.follower):
             w.sample("kafka_server_replication_throttled_byte_rate", f"{quota.rate():.1f}", side=quota.side)
+
+    _renderReplicaManager(w, broker.replicaManager)
+    _renderController(w, broker.cluster, broker.logManager)
 
     logManager = broker.logManager
     endOffsets: dict[tuple[str, int], int] = {}
@@ -512,3 +596,92 @@ def _renderCleaner(w: _Writer, metrics: dict) -> None:
     for logDir, (count, size) in sorted(metrics["uncleanable"].items()):
         w.sample("kafka_log_logcleanermanager_uncleanable_partitions_count", count, logDirectory=logDir)
         w.sample("kafka_log_logcleanermanager_uncleanable_bytes", size, logDirectory=logDir)
+
+
+#: Kafka's ReplicaManager gauges (kafka.server:type=ReplicaManager), by
+#: their JMX exporter names -> help
+_REPLICA_GAUGES = {
+    "PartitionCount": "Partitions on this broker (Kafka's PartitionCount).",
+    "LeaderCount": "Partitions this broker leads (Kafka's LeaderCount).",
+    "UnderReplicatedPartitions": "Partitions led here whose ISR is smaller than their replicas "
+                                 "(Kafka's UnderReplicatedPartitions).",
+    "UnderMinIsrPartitionCount": "Partitions led here whose ISR is below min.insync.replicas: "
+                                 "acks=all produces are refused (Kafka's UnderMinIsrPartitionCount).",
+    "AtMinIsrPartitionCount": "Partitions led here whose ISR is at min.insync.replicas: one more "
+                              "replica lost refuses acks=all produces (Kafka's AtMinIsrPartitionCount).",
+}
+
+#: Kafka's ReplicaManager meters' counts -> (the manager's counter, help)
+_REPLICA_COUNTERS = {
+    "isrshrinks": ("isrShrinks", "ISR shrinks the controller accepted (Kafka's IsrShrinksPerSec)."),
+    "isrexpands": ("isrExpands", "ISR expansions the controller accepted (Kafka's IsrExpandsPerSec)."),
+    "failedisrupdates": ("failedIsrUpdates",
+                         "ISR changes the controller refused (Kafka's FailedIsrUpdatesPerSec)."),
+}
+
+
+def _renderReplicaManager(w: _Writer, replicaManager) -> None:
+    if replicaManager is None:
+        return
+    counts = replicaManager.partitionCounts()
+    for name, doc in _REPLICA_GAUGES.items():
+        metric = f"kafka_server_replicamanager_{name.lower()}"
+        w.declare(metric, "gauge", doc)
+        w.sample(metric, counts[name])
+    for name, (attribute, doc) in _REPLICA_COUNTERS.items():
+        metric = f"kafka_server_replicamanager_{name}_total"
+        w.declare(metric, "counter", doc)
+        w.sample(metric, getattr(replicaManager, attribute))
+
+
+#: Kafka's controller gauges (kafka.controller:type=KafkaController), by
+#: their JMX exporter names -> help; as in Kafka, only the active
+#: controller reports counts (the others 0), so a sum over the brokers is
+#: the cluster's
+_CONTROLLER_GAUGES = {
+    "ActiveControllerCount": "1 on the broker that is the active controller, else 0 (a broker "
+                             "without zookeeper.connect is its own). The sum over a cluster "
+                             "should be 1.",
+    "OfflinePartitionsCount": "Partitions without a live leader (topics being deleted aside): "
+                              "nobody can produce to or consume from them.",
+    "PreferredReplicaImbalanceCount": "Partitions whose leader is not their preferred (first) replica.",
+    "GlobalTopicCount": "Topics in the cluster.",
+    "GlobalPartitionCount": "Partitions in the cluster.",
+}
+
+
+def controllerCounts(cluster, logManager, brokerId: int | None = None) -> dict:
+    """
+    The controller gauges from the published L{ClusterImage} (no
+    ZooKeeper read, no wait on the cluster's owner): zero on a broker that
+    is not the controller.  A broker without a cluster controls itself.
+    """
+    counts = dict.fromkeys(_CONTROLLER_GAUGES, 0)
+    if cluster is None:
+        topics = logManager.topics() if logManager is not None else {}
+        counts["ActiveControllerCount"] = 1
+        counts["GlobalTopicCount"] = len(topics)
+        counts["GlobalPartitionCount"] = sum(info.numPartitions for info in topics.values())
+        return counts
+    image = cluster.image
+    if image.controllerId < 0 or image.controllerId != cluster.brokerId:
+        return counts
+    counts["ActiveControllerCount"] = 1
+    counts["GlobalTopicCount"] = len(image.topics)
+    for topic, partition, replicas, state in image.partitions():
+        counts["GlobalPartitionCount"] += 1
+        if topic in image.deleting or state is None:
+            continue
+        if state.leader not in image.brokers:
+            counts["OfflinePartitionsCount"] += 1
+        if replicas and state.leader != replicas[0]:
+            counts["PreferredReplicaImbalanceCount"] += 1
+    return counts
+
+
+def _renderController(w: _Writer, cluster, logManager) -> None:
+    counts = controllerCounts(cluster, logManager)
+    for name, doc in _CONTROLLER_GAUGES.items():
+        metric = f"kafka_controller_kafkacontroller_{name.lower()}"
+        w.declare(metric, "gauge", doc)
+        w.sample(metric, counts[name])

@@ -23,6 +23,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from kafkatwist.config import TLS_PROTOCOLS
+from kafkatwist.metrics.stats import HandlerIdle
 from kafkatwist.util.affinity import pinCurrentThread
 from kafkatwist.network.channel import Request, Response
 from kafkatwist.interfaces import CloseConnection, frameAnswerer
@@ -76,6 +77,8 @@ class HandlerPool:
         self._resizeLock = threading.Lock()
         #: handler -> its answerFrame or None (L{_frameAnswerer})
         self._frameAnswerers: dict = {}
+        #: the threads' idle clock (L{HandlerIdle}), read by the scrape
+        self.idle = HandlerIdle()
 
     @property
     def broker(self):
@@ -92,6 +95,7 @@ class HandlerPool:
     def start(self) -> None:
         with self._resizeLock:
             self._running = True
+            self.idle.started = time.monotonic()
             for _ in range(self.numThreads):
                 self._startThread()
 
@@ -135,8 +139,19 @@ class HandlerPool:
         pinCurrentThread(self.cpus)
         receive = self.channel.receiveRequests
         actions = DelayedActions.install()
+        # The idle clock (Kafka's RequestHandlerAvgIdlePercent): the time
+        # this thread waits in receive, over the pool's size; published
+        # whole in this thread's slot before and after each wait.
+        slot = self.idle.slot()
+        monotonic = time.monotonic
+        idle = 0.0
         while True:
+            size = self.numThreads or 1
+            since = monotonic()
+            slot.state = (idle, since, size)
             batch = receive()
+            idle += (monotonic() - since) / size
+            slot.state = (idle, 0.0, size)
             if batch is None:
                 return
             if batch.__class__ is tuple:

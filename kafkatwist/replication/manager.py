@@ -154,6 +154,15 @@ class ReplicaManager:
         self._partitions: dict = {}
         self._fetchers: dict = {}
         self._published: dict = {}
+        #: (topic, partition) led here -> its replication factor, published
+        #: with C{_published} (L{partitionCounts})
+        self._leaderReplicas: dict = {}
+        #: Kafka's IsrShrinksPerSec, IsrExpandsPerSec and
+        #: FailedIsrUpdatesPerSec counts: ISR changes the controller
+        #: accepted, and those it refused (written by the owner only)
+        self.isrShrinks = 0
+        self.isrExpands = 0
+        self.failedIsrUpdates = 0
         #: (topic, partition) -> the smallest log start offset of the live
         #: followers of a partition led here (L{lowWatermark}); written by
         #: the owner only, one key at a time
@@ -343,6 +352,45 @@ class ReplicaManager:
     def leaderEpochs(self):
         return self._published
 
+    def partitionCounts(self) -> dict:
+        """
+        Kafka's ReplicaManager gauges (any thread; read from what the owner
+        publishes on the logs and in L{_publish}): C{PartitionCount} (logs
+        here), C{LeaderCount} (those leading), and of the leaders,
+        C{UnderReplicatedPartitions} (an ISR smaller than the replicas),
+        C{UnderMinIsrPartitionCount} and C{AtMinIsrPartitionCount} (an ISR
+        below or at C{min.insync.replicas}, at most the replication factor:
+        Kafka's effective min ISR).  A log no controller gave a role (a
+        single broker) leads alone: one replica, in sync.
+        """
+        logs = self.logManager.logs() if self.logManager is not None else []
+        assigned = self._leaderReplicas
+        leaders = under = underMin = atMin = 0
+        for partitionLog in logs:
+            if not partitionLog.isLeader:
+                continue
+            leaders += 1
+            isr = partitionLog.inSyncReplicas
+            replicas = assigned.get((partitionLog.topic, partitionLog.partition))
+            if isr is None or replicas is None:
+                size = replicas = 1
+            else:
+                size = len(isr)
+            if size < replicas:
+                under += 1
+            minIsr = min(partitionLog.config.minInsyncReplicas, replicas)
+            if size < minIsr:
+                underMin += 1
+            elif size == minIsr:
+                atMin += 1
+        return {
+            "PartitionCount": len(logs),
+            "LeaderCount": leaders,
+            "UnderReplicatedPartitions": under,
+            "UnderMinIsrPartitionCount": underMin,
+            "AtMinIsrPartitionCount": atMin,
+        }
+
     def lowWatermark(self, topic, partition, partitionLog) -> int:
         """
         Kafka's C{Partition.lowWatermarkIfLeader}: the smallest log start
@@ -399,6 +447,9 @@ class ReplicaManager:
     def _publish(self) -> None:
         self._published = {
             key: (p.role, p.leaderEpoch) for key, p in self._partitions.items() if p.role
+        }
+        self._leaderReplicas = {
+            key: len(p.replicas) for key, p in self._partitions.items() if p.role == LEADER
         }
 
     def _partitionFor(self, topic, partition):
@@ -722,12 +773,17 @@ class ReplicaManager:
             return
         p.pendingIsr = None
         if error is not None:
+            self.failedIsrUpdates += 1
             log.warn(
                 "{topic}-{partition}: ISR change to {isr} refused: {error}",
                 topic=p.topic, partition=p.partition, isr=sorted(newIsr), error=error,
             )
             self._maybeAdvanceHighWatermark(p)
             return
+        if newIsr < p.isr:
+            self.isrShrinks += 1
+        elif newIsr > p.isr:
+            self.isrExpands += 1
         p.isr = newIsr
         p.partitionEpoch = newPartitionEpoch
         p.log.inSyncReplicas = newIsr

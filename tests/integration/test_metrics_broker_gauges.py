@@ -1,0 +1,92 @@
+"""
+The Kafka broker metrics an operator's dashboards and alerts read, scraped
+from a real single broker: the request handler pool's idle ratio
+(RequestHandlerAvgIdlePercent), the ReplicaManager's partition gauges and
+the controller's (a broker without ZooKeeper is a cluster of one, its own
+controller).  The cluster's own meanings are in
+tests/cluster/test_metrics_cluster.py.
+"""
+
+import re
+
+import pytest
+
+from kafkatwist.testing import waitUntil
+from tests.integration.helpers import confluentProduce
+from tests.integration.test_metrics import assertStrictlyParsable, scrape, value
+
+pytestmark = pytest.mark.integration
+
+
+def plain(text, name):
+    """
+    The value of an unlabelled sample.
+    """
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split(" ")[1])
+    raise AssertionError(f"{name} not in scrape")
+
+
+def test_handler_idle_and_partition_gauges(brokerFactory):
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0", "num.io.threads": "2"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("gauged", num_partitions=3, replication_factor=1)])["gauged"].result(30)
+    confluentProduce(b.bootstrap, "gauged", 100, "none")
+    text = scrape(port)
+    assertStrictlyParsable(text)
+
+    # The handler pool: a share of time, and a counter of pool-average
+    # idle seconds that grows while the handlers wait.
+    ratio = plain(text, "kafka_server_request_handler_avg_idle_ratio")
+    assert 0 < ratio <= 1
+    seconds = plain(text, "kafka_server_request_handler_avg_idle_seconds_total")
+    assert seconds > 0
+    waitUntil(lambda: plain(scrape(port), "kafka_server_request_handler_avg_idle_seconds_total") > seconds,
+              what="the idle handlers' seconds growing")
+
+    # One broker leads every partition (gauged's three and the internal
+    # topics' the broker made), alone in its ISR: none is under-replicated,
+    # and each is at its effective min ISR (min.insync.replicas 1,
+    # replication factor 1), as Kafka counts a single broker's.
+    topics = admin.list_topics(timeout=10).topics
+    assert len(topics["gauged"].partitions) == 3
+    partitions = sum(len(t.partitions) for t in topics.values())
+    assert plain(text, "kafka_server_replicamanager_partitioncount") == partitions
+    assert plain(text, "kafka_server_replicamanager_leadercount") == partitions
+    assert plain(text, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert plain(text, "kafka_server_replicamanager_underminisrpartitioncount") == 0
+    assert plain(text, "kafka_server_replicamanager_atminisrpartitioncount") == partitions
+    for counter in ("isrshrinks", "isrexpands", "failedisrupdates"):
+        assert plain(text, f"kafka_server_replicamanager_{counter}_total") == 0
+
+    assert plain(text, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert plain(text, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert plain(text, "kafka_controller_kafkacontroller_globaltopiccount") == len(topics)
+    assert plain(text, "kafka_controller_kafkacontroller_globalpartitioncount") == partitions
+    assert plain(text, "kafka_controller_kafkacontroller_preferredreplicaimbalancecount") == 0
+    assert value(text, "kafka_server_messages_in_total", topic="gauged") == 100
+
+
+def test_every_family_is_documented(brokerFactory):
+    """
+    Each family a scrape shows has its row in docs/operations.md's table
+    (by name, or a C{prefix_*} row).
+    """
+    import fnmatch
+    import os
+
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    text = scrape(port)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "operations.md")) as f:
+        rows = [line.split("|")[1] for line in f if line.startswith("| `")]
+    documented = re.findall(r"`([a-z_*]+)`", "".join(rows))
+    families = re.findall(r"^# TYPE (\S+) ", text, re.M)
+    assert len(families) > 40
+    missing = [name for name in families if not any(fnmatch.fnmatch(name, d) for d in documented)]
+    assert not missing, missing
