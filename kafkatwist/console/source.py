@@ -14,7 +14,6 @@ returns a Deferred fired on the main reactor with JSON-ready dicts.
 from __future__ import annotations
 
 import datetime
-import struct
 import time
 
 from twisted.internet.defer import Deferred, inlineCallbacks
@@ -23,6 +22,7 @@ from twisted.python.failure import Failure
 
 from kafkatwist.console import local
 from kafkatwist.console.messages import MAX_PAGE, readPage
+from kafkatwist.coordinator import consumerprotocol
 from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol import apis
 from kafkatwist.protocol.entities import make, nested
@@ -82,27 +82,14 @@ def _iso(seconds: float | None) -> str | None:
 
 def parseAssignment(data: bytes) -> list[dict]:
     """
-    A classic consumer's assignment (ConsumerProtocolAssignment): version,
-    then (topic, partitions) pairs; anything else reads as nothing.
+    A classic consumer's assignment (ConsumerProtocolAssignment): its
+    (topic, partitions) pairs; anything else reads as nothing.
     """
-    out = []
     try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        for _ in range(max(count, 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = bytes(data[pos : pos + length]).decode("utf-8", "replace")
-            pos += length
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            partitions = list(struct.unpack_from(f">{max(n, 0)}i", data, pos))
-            pos += 4 * max(n, 0)
-            out.append({"topic": topic, "partitions": sorted(partitions)})
-    except (struct.error, ValueError):
-        return out
-    return out
+        assignment = consumerprotocol.parseAssignment(data)
+    except ValueError:
+        return []
+    return [{"topic": topic, "partitions": sorted(partitions)} for topic, partitions in assignment.partitions]
 
 
 class ConsoleSource:

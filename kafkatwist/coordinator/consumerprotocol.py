@@ -1,21 +1,21 @@
 """
 The embedded consumer protocol (Kafka's C{ConsumerProtocol}): the bytes a
-consumer puts in the JoinGroup protocol metadata.
+consumer puts in the JoinGroup protocol metadata (its subscription) and the
+leader in the SyncGroup assignments.
 
 The coordinator treats member metadata as opaque except for one purpose: to
 know which topics a consumer group is subscribed to (OffsetDelete answers
 GROUP_SUBSCRIBED_TO_TOPIC, and a stable group's offsets of topics it no
-longer consumes may expire).  Only the subscription is parsed; assignments
-stay opaque.
+longer consumes may expire); the console reads the assignments to show them.
 
-Wire format (non-flexible, big-endian), C{ConsumerProtocolSubscription}::
-
-    version          int16
-    topics           [string]            (int32 count, int16 length + UTF-8)
-    userData         nullable bytes      (int32 length, -1 for null)
-    ownedPartitions  [topic string, partitions [int32]]   v1+
-    generationId     int32                                v2+
-    rackId           nullable string                      v3+
+Both are Kafka's message schemas (C{clients/src/main/resources/common/
+message/ConsumerProtocolSubscription.json} and
+C{ConsumerProtocolAssignment.json}), written here as data, read and written
+by L{kafkatwist.protocol.schemacodec}: an int16 version, then the version's
+fields, never flexible.  As Kafka's C{ConsumerProtocol} does, a version newer
+than the schemas' is read as the newest they know (later versions only
+append fields), a negative one is refused, and nulls are read as Kafka's
+generated readers read them.
 """
 
 from __future__ import annotations
@@ -23,19 +23,57 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from kafkatwist.protocol.schemacodec import Schema, SchemaError
+
 __all__ = [
+    "CONSUMER_PROTOCOL_ASSIGNMENT",
+    "CONSUMER_PROTOCOL_SUBSCRIPTION",
     "CONSUMER_PROTOCOL_TYPE",
+    "ConsumerAssignment",
     "ConsumerSubscription",
+    "encodeAssignment",
     "encodeSubscription",
+    "parseAssignment",
     "parseSubscription",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
-# The highest subscription version understood.  Like Kafka, a higher version
-# is read as this one: later versions only append fields, so the prefix
-# parses.
-_LATEST_VERSION = 3
+_TOPIC_PARTITION = [
+    {"name": "topic", "type": "string", "versions": "0+"},
+    {"name": "partitions", "type": "[]int32", "versions": "0+"},
+]
+
+CONSUMER_PROTOCOL_SUBSCRIPTION = Schema({
+    "type": "data", "name": "ConsumerProtocolSubscription",
+    "validVersions": "0-3", "flexibleVersions": "none",
+    "fields": [
+        {"name": "topics", "type": "[]string", "versions": "0+"},
+        {"name": "userData", "type": "bytes", "versions": "0+", "nullableVersions": "0+",
+         "default": "null"},
+        {"name": "ownedPartitions", "type": "[]TopicPartition", "versions": "1+",
+         "fields": _TOPIC_PARTITION},
+        {"name": "generationId", "type": "int32", "versions": "2+", "default": -1},
+        {"name": "rackId", "type": "string", "versions": "3+", "nullableVersions": "3+",
+         "default": "null"},
+    ],
+}, kafkaNulls=True)
+
+CONSUMER_PROTOCOL_ASSIGNMENT = Schema({
+    "type": "data", "name": "ConsumerProtocolAssignment",
+    "validVersions": "0-3", "flexibleVersions": "none",
+    "fields": [
+        {"name": "assignedPartitions", "type": "[]TopicPartition", "versions": "0+",
+         "fields": _TOPIC_PARTITION},
+        {"name": "userData", "type": "bytes", "versions": "0+", "nullableVersions": "0+",
+         "default": "null"},
+    ],
+}, kafkaNulls=True)
+
+_VERSION = struct.Struct(">h")
+
+#: C{(topic, (partition, ...))} pairs, in the order sent
+TopicPartitions = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -46,7 +84,7 @@ class ConsumerSubscription:
     @ivar version: the version the member wrote.
     @ivar topics: subscribed topic names, in the order sent.
     @ivar userData: assignor user data, or C{None}.
-    @ivar ownedPartitions: C{(topic, [partition, ...])} pairs (v1+).
+    @ivar ownedPartitions: C{(topic, (partition, ...))} pairs (v1+).
     @ivar generationId: the member's generation (v2+), -1 if absent.
     @ivar rackId: the member's rack (v3+), or C{None}.
     """
@@ -54,48 +92,54 @@ class ConsumerSubscription:
     version: int
     topics: tuple[str, ...]
     userData: bytes | None = None
-    ownedPartitions: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
+    ownedPartitions: TopicPartitions = field(default=())
     generationId: int = -1
     rackId: str | None = None
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self._data = memoryview(bytes(data))
-        self._pos = 0
+@dataclass(frozen=True)
+class ConsumerAssignment:
+    """
+    A decoded consumer assignment.
 
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self._pos + n > len(self._data):
-            raise ValueError("truncated consumer protocol subscription")
-        chunk = self._data[self._pos : self._pos + n]
-        self._pos += n
-        return chunk
+    @ivar version: the version the leader wrote.
+    @ivar partitions: C{(topic, (partition, ...))} pairs.
+    @ivar userData: assignor user data, or C{None}.
+    """
 
-    def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
+    version: int
+    partitions: TopicPartitions = field(default=())
+    userData: bytes | None = None
 
-    def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
 
-    def string(self, nullable: bool = False) -> str | None:
-        n = self.int16()
-        if n < 0:
-            if nullable:
-                return None
-            raise ValueError("null string where a string is required")
-        return bytes(self._take(n)).decode("utf-8")
+def _decode(schema: Schema, data) -> tuple[int, dict]:
+    """
+    Kafka's C{ConsumerProtocol.deserialize*}: the version, then the fields
+    as the newest version the schema knows that is not above it.
 
-    def bytes_(self) -> bytes | None:
-        n = self.int32()
-        if n < 0:
-            return None
-        return bytes(self._take(n))
+    @raise SchemaError: the bytes are not one.
+    """
+    if len(data) < _VERSION.size:
+        raise SchemaError(f"{schema.name}: {len(data)} bytes, no version")
+    (version,) = _VERSION.unpack_from(data, 0)
+    if version < 0:
+        raise SchemaError(f"unsupported {schema.name} version {version}")
+    values, _ = schema.decode(data, min(version, schema.highestVersion), _VERSION.size)
+    return version, values
 
-    def count(self) -> int:
-        n = self.int32()
-        if n < 0:
-            raise ValueError("negative array length")
-        return n
+
+def _encode(schema: Schema, values: dict, version: int) -> bytes:
+    if version < 0:
+        raise SchemaError(f"unsupported {schema.name} version {version}")
+    return schema.encodeValue(values, version)
+
+
+def _pairs(topicPartitions: list[dict] | None) -> TopicPartitions:
+    return tuple((tp["topic"], tuple(tp["partitions"])) for tp in topicPartitions or ())
+
+
+def _dicts(pairs) -> list[dict]:
+    return [{"topic": topic, "partitions": list(partitions)} for topic, partitions in pairs]
 
 
 def parseSubscription(data: bytes) -> ConsumerSubscription:
@@ -104,34 +148,13 @@ def parseSubscription(data: bytes) -> ConsumerSubscription:
 
     @param data: the JoinGroup protocol metadata of a C{consumer} group.
     @return: the L{ConsumerSubscription}.
-    @raise ValueError: the bytes are not a subscription.
+    @raise SchemaError: (a C{ValueError}) the bytes are not a subscription;
+        nothing else, whatever the bytes.
     """
-    r = _Reader(data)
-    version = r.int16()
-    if version < 0:
-        raise ValueError(f"unsupported consumer protocol version {version}")
-    readAs = min(version, _LATEST_VERSION)
-    topics = tuple(r.string() for _ in range(r.count()))  # type: ignore[misc]
-    userData = r.bytes_()
-    owned: list[tuple[str, tuple[int, ...]]] = []
-    generationId = -1
-    rackId = None
-    if readAs >= 1:
-        for _ in range(r.count()):
-            topic = r.string()
-            owned.append((topic, tuple(r.int32() for _ in range(r.count()))))  # type: ignore[arg-type]
-    if readAs >= 2:
-        generationId = r.int32()
-    if readAs >= 3:
-        rackId = r.string(nullable=True)
-    return ConsumerSubscription(version, topics, userData, tuple(owned), generationId, rackId)
-
-
-def _string(s: str | None) -> bytes:
-    if s is None:
-        return struct.pack(">h", -1)
-    raw = s.encode("utf-8")
-    return struct.pack(">h", len(raw)) + raw
+    version, v = _decode(CONSUMER_PROTOCOL_SUBSCRIPTION, data)
+    return ConsumerSubscription(
+        version, tuple(v["topics"]), v["userData"], _pairs(v["ownedPartitions"]), v["generationId"], v["rackId"]
+    )
 
 
 def encodeSubscription(
@@ -146,21 +169,39 @@ def encodeSubscription(
     Encode a consumer protocol subscription (the inverse of
     L{parseSubscription}; used by tests and tools).
 
+    @param ownedPartitions: C{(topic, [partition, ...])} pairs.
     @return: C{bytes}.
     """
-    out = [struct.pack(">h", version), struct.pack(">i", len(topics))]
-    out += [_string(t) for t in topics]
-    out.append(
-        struct.pack(">i", -1) if userData is None else struct.pack(">i", len(userData)) + userData
-    )
-    if version >= 1:
-        out.append(struct.pack(">i", len(ownedPartitions)))
-        for topic, partitions in ownedPartitions:
-            out.append(_string(topic))
-            out.append(struct.pack(">i", len(partitions)))
-            out += [struct.pack(">i", p) for p in partitions]
-    if version >= 2:
-        out.append(struct.pack(">i", generationId))
-    if version >= 3:
-        out.append(_string(rackId))
-    return b"".join(out)
+    values = {
+        "topics": topics,
+        "userData": userData,
+        "ownedPartitions": _dicts(ownedPartitions),
+        "generationId": generationId,
+        "rackId": rackId,
+    }
+    return _encode(CONSUMER_PROTOCOL_SUBSCRIPTION, values, version)
+
+
+def parseAssignment(data: bytes) -> ConsumerAssignment:
+    """
+    Decode a consumer protocol assignment.
+
+    @param data: a member's SyncGroup assignment in a C{consumer} group.
+    @return: the L{ConsumerAssignment}.
+    @raise SchemaError: (a C{ValueError}) the bytes are not an assignment;
+        nothing else, whatever the bytes.
+    """
+    version, v = _decode(CONSUMER_PROTOCOL_ASSIGNMENT, data)
+    return ConsumerAssignment(version, _pairs(v["assignedPartitions"]), v["userData"])
+
+
+def encodeAssignment(partitions, userData: bytes | None = None, version: int = 0) -> bytes:
+    """
+    Encode a consumer protocol assignment (the inverse of
+    L{parseAssignment}; used by tests and tools).
+
+    @param partitions: C{(topic, [partition, ...])} pairs.
+    @return: C{bytes}.
+    """
+    values = {"assignedPartitions": _dicts(partitions), "userData": userData}
+    return _encode(CONSUMER_PROTOCOL_ASSIGNMENT, values, version)

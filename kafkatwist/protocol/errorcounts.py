@@ -13,22 +13,14 @@ walked along those fields only.
 from __future__ import annotations
 
 import dataclasses
-import typing
 
 from kio.schema.errors import ErrorCode
+
+from kafkatwist.protocol.schematypes import arrayElement, entityOf, hints
 
 #: how a field is read: an error code, one nested entity (or None), or an
 #: array of them
 _CODE, _ONE, _MANY = 0, 1, 2
-
-
-def _entityOf(t):
-    if isinstance(t, type) and dataclasses.is_dataclass(t):
-        return t
-    for arg in typing.get_args(t):  # X | None
-        if isinstance(arg, type) and dataclasses.is_dataclass(arg):
-            return arg
-    return None
 
 
 #: response class -> its plan (a pure function of the class: two threads
@@ -48,17 +40,17 @@ def _plan(cls: type) -> tuple[tuple[str, int], ...]:
 
 def _makePlan(cls: type) -> tuple[tuple[str, int], ...]:
     plan = []
+    types = hints(cls)
     for field in dataclasses.fields(cls):
-        t = field.type
+        t = types[field.name]
         if t is ErrorCode:
             plan.append((field.name, _CODE))
-        elif typing.get_origin(t) is tuple:
-            args = typing.get_args(t)
-            element = _entityOf(args[0]) if args else None
+        elif (element := arrayElement(t)) is not None:
+            element = entityOf(element)
             if element is not None and _plan(element):
                 plan.append((field.name, _MANY))
         else:
-            entity = _entityOf(t)
+            entity = entityOf(t)
             if entity is not None and _plan(entity):
                 plan.append((field.name, _ONE))
     return tuple(plan)

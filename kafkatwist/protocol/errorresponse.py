@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import typing
 import uuid
-from functools import cache
 
 from kio.schema.errors import ErrorCode
+
+from kafkatwist.protocol.schematypes import arrayElement, entityOf, hints, isEntity, nullable
 
 #: what Kafka's UnknownServerException says
 UNKNOWN_SERVER_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
@@ -56,30 +56,6 @@ class NoErrorResponse(ValueError):
     """
 
 
-@cache
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def _isEntity(t) -> bool:
-    return isinstance(t, type) and dataclasses.is_dataclass(t)
-
-
-def _arrayElement(t):
-    """
-    @return: the element type of a C{tuple[X, ...]} hint, or C{None}.
-    """
-    if typing.get_origin(t) is tuple:
-        args = typing.get_args(t)
-        if args:
-            return args[0]
-    return None
-
-
-def _nullable(t) -> bool:
-    return type(None) in typing.get_args(t)
-
-
 def _sourceFields(source) -> dict:
     if source is None:
         return {}
@@ -105,11 +81,11 @@ def build(cls, source, code: ErrorCode, message: str | None):
     @param source: the matching part of the request, or C{None}.
     @return: an instance of C{cls}.
     """
-    hints = _hints(cls)
+    types = hints(cls)
     fields = _sourceFields(source)
     sourceArrays = _arrays(fields)
     targetArrays = [
-        f.name for f in dataclasses.fields(cls) if _isEntity(_arrayElement(hints[f.name]))
+        f.name for f in dataclasses.fields(cls) if isEntity(arrayElement(types[f.name]))
     ]
     # Where the names differ (Produce's topic_data -> responses, Fetch's
     # topics -> responses), the first response array answers the first
@@ -120,22 +96,21 @@ def build(cls, source, code: ErrorCode, message: str | None):
         sourceArrays = dict(sourceArrays, **{unmatchedTargets[0]: sourceArrays[unmatchedSources[0]]})
     values: dict[str, object] = {}
     for field in dataclasses.fields(cls):
-        t = hints[field.name]
+        t = types[field.name]
         kind = field.metadata.get("kafka_type")
-        element = _arrayElement(t)
+        element = arrayElement(t)
         if kind == "error_code":
             values[field.name] = code
         elif field.name == "error_message" and kind == "string":
             values[field.name] = message
         elif field.name == "throttle_time":
             values[field.name] = datetime.timedelta(0)
-        elif _isEntity(element):
+        elif isEntity(element):
             items = sourceArrays.get(field.name)
             values[field.name] = tuple(
                 build(element, _asSource(item, element), code, message) for item in (items or ())
             )
-        elif _isEntity(t) or _isEntity(next((a for a in typing.get_args(t) if _isEntity(a)), None)):
-            entity = t if _isEntity(t) else next(a for a in typing.get_args(t) if _isEntity(a))
+        elif (entity := entityOf(t)) is not None:
             if field.default is not dataclasses.MISSING:
                 values[field.name] = field.default
             else:
@@ -154,7 +129,7 @@ def build(cls, source, code: ErrorCode, message: str | None):
                     and field.name not in _ZERO_NAMES:
                 # Kafka's error responses: offsets and watermarks unknown
                 values[field.name] = -1
-            elif _nullable(t):
+            elif nullable(t):
                 values[field.name] = None
             elif kind in _ZERO:
                 values[field.name] = _ZERO[kind]

@@ -28,6 +28,13 @@ Decoding is bounded: every length and count is checked against the bytes
 present, and anything that does not decode raises the caller's error class
 (a L{SchemaError} by default), nothing else.  Values are dicts keyed by the
 schema's field names; a field absent from a version reads as its default.
+
+Nulls: by default a length of -1 reads as null wherever it stands (and a
+negative array count too), any other negative length is refused.  A schema
+made with C{kafkaNulls=True} reads them as Kafka's generated readers do: in a
+field the version makes nullable any negative length or count is null, in
+any other field (and in an array's elements) it is refused.  Encoding is the
+same either way.
 """
 
 from __future__ import annotations
@@ -76,6 +83,11 @@ _INT32 = _FIXED["int32"]
 _ZERO_UUID = uuid.UUID(int=0)
 _NO_TAGS = b"\x00"
 
+#: how a negative length or count reads: -1 is null, any other negative is
+#: refused (arrays: any negative is null); any negative is null (Kafka's
+#: nullable fields); any negative is refused (Kafka's other fields)
+_LAX, _NULL, _REFUSED = 0, 1, 2
+
 
 def _uvarint(n: int) -> bytes:
     if n < 0x80:
@@ -93,13 +105,15 @@ class _Field:
     One field of a struct, compiled for one version.
     """
 
-    __slots__ = ("default", "element", "kind", "name", "nullable", "struct")
+    __slots__ = ("default", "element", "kind", "name", "nullable", "nulls", "struct")
 
-    def __init__(self, name, kind, nullable, default, element=None, struct=None) -> None:
+    def __init__(self, name, kind, nullable, default, element=None, struct=None, nulls=0) -> None:
         self.name = name
         #: a fixed type's name, "string", "bytes", "uuid", "struct" or "array"
         self.kind = kind
         self.nullable = nullable
+        #: how a negative length reads (L{_LAX}, L{_NULL} or L{_REFUSED})
+        self.nulls = nulls
         self.default = default
         #: an array's element kind ("struct" or a primitive)
         self.element = element
@@ -179,8 +193,13 @@ class Schema:
     on first use.
     """
 
-    def __init__(self, definition: Mapping[str, Any]) -> None:
+    def __init__(self, definition: Mapping[str, Any], kafkaNulls: bool = False) -> None:
+        """
+        @param kafkaNulls: read nulls as Kafka's generated readers do (see
+            the module's documentation).
+        """
         self.definition = definition
+        self._kafkaNulls = kafkaNulls
         self.name: str = definition["name"]
         self.apiKey: int | None = definition.get("apiKey")
         self.validVersions: str = definition["validVersions"]
@@ -190,6 +209,13 @@ class Schema:
 
     def isValid(self, version: int) -> bool:
         return inVersions(self.validVersions, version)
+
+    @property
+    def highestVersion(self) -> int:
+        """
+        The newest version the schema defines (the top of C{validVersions}).
+        """
+        return int(self.validVersions.rpartition("-")[2])
 
     # -- compiling ---------------------------------------------------------
 
@@ -207,9 +233,9 @@ class Schema:
             default = f.get("default", _typeDefault(kind, element))
             if default == "null":
                 default = None
-            field = _Field(
-                f["name"], kind, inVersions(f.get("nullableVersions"), version), default, element, sub
-            )
+            nullable = inVersions(f.get("nullableVersions"), version)
+            nulls = (_NULL if nullable else _REFUSED) if self._kafkaNulls else _LAX
+            field = _Field(f["name"], kind, nullable, default, element, sub, nulls)
             out.names[f["name"]] = default
             if "tag" in f:
                 if flexible and inVersions(f.get("taggedVersions"), version):
@@ -482,9 +508,9 @@ def _readField(data: memoryview, pos: int, end: int, field: _Field, flexible: bo
         stop = _take(pos, fixed.size, end, field.name)
         return fixed.unpack_from(data, pos)[0], stop
     if kind == "string":
-        return _readString(data, pos, end, flexible)
+        return _readString(data, pos, end, flexible, field.nulls)
     if kind == "bytes":
-        return _readBytes(data, pos, end, flexible)
+        return _readBytes(data, pos, end, flexible, field.nulls)
     if kind == "uuid":
         stop = _take(pos, 16, end, field.name)
         return uuid.UUID(bytes=bytes(data[pos:stop])), stop
@@ -494,10 +520,14 @@ def _readField(data: memoryview, pos: int, end: int, field: _Field, flexible: bo
     # array
     n, pos = _length(data, pos, end, flexible, _INT32)
     if n < 0:
+        if field.nulls == _REFUSED:
+            raise _Short(f"{field.name}: null where the schema has none")
         return None, pos
     if n > end - pos:
         raise _Short(f"{field.name}: {n} elements cannot fit in {end - pos} bytes")
     element = field.element
+    # an element is never nullable: Kafka's readers refuse a null one
+    nulls = _LAX if field.nulls == _LAX else _REFUSED
     items: list[Any] = []
     item: Any
     if element == "struct":
@@ -507,11 +537,11 @@ def _readField(data: memoryview, pos: int, end: int, field: _Field, flexible: bo
             items.append(item)
     elif element == "string":
         for _ in range(n):
-            item, pos = _readString(data, pos, end, flexible)
+            item, pos = _readString(data, pos, end, flexible, nulls)
             items.append(item)
     elif element == "bytes":
         for _ in range(n):
-            item, pos = _readBytes(data, pos, end, flexible)
+            item, pos = _readBytes(data, pos, end, flexible, nulls)
             items.append(item)
     elif element == "uuid":
         stop = _take(pos, 16 * n, end, field.name)
@@ -527,25 +557,27 @@ def _readField(data: memoryview, pos: int, end: int, field: _Field, flexible: bo
 
 
 def _readSized(
-    data: memoryview, pos: int, end: int, flexible: bool, classic: struct.Struct, what: str
+    data: memoryview, pos: int, end: int, flexible: bool, classic: struct.Struct, what: str, nulls: int
 ) -> tuple[memoryview | None, int]:
     """
     A string's or bytes' contents (C{None} for null).
     """
     n, pos = _length(data, pos, end, flexible, classic)
     if n < 0:
-        if n == -1:
+        if nulls == _NULL or (n == -1 and nulls == _LAX):
             return None, pos
+        if nulls == _REFUSED:
+            raise _Short(f"null {what} where the schema has none")
         raise _Short(f"{what} length {n}")
     stop = _take(pos, n, end, what)
     return data[pos:stop], stop
 
 
-def _readString(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[str | None, int]:
-    raw, pos = _readSized(data, pos, end, flexible, _INT16, "string")
+def _readString(data: memoryview, pos: int, end: int, flexible: bool, nulls: int) -> tuple[str | None, int]:
+    raw, pos = _readSized(data, pos, end, flexible, _INT16, "string", nulls)
     return (None if raw is None else str(raw, "utf-8")), pos
 
 
-def _readBytes(data: memoryview, pos: int, end: int, flexible: bool) -> tuple[bytes | None, int]:
-    raw, pos = _readSized(data, pos, end, flexible, _INT32, "bytes")
+def _readBytes(data: memoryview, pos: int, end: int, flexible: bool, nulls: int) -> tuple[bytes | None, int]:
+    raw, pos = _readSized(data, pos, end, flexible, _INT32, "bytes", nulls)
     return (None if raw is None else bytes(raw)), pos
