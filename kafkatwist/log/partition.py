@@ -217,6 +217,21 @@ class PartitionLog(PartitionReads):
         """
         self._highWatermark = offset
 
+    def pinHighWatermark(self) -> int:
+        """
+        Stop the high watermark following the log end: pin it at the log
+        end, atomically with appends, and return it (where it is already
+        pinned, where it is).  From then on every append is L{replicated},
+        so an acks=-1 answer waits for the ISR the replica manager computes
+        the high watermark over.  Called by the replica manager's thread
+        only, before it lets a follower into a leader's ISR: an append
+        answered before the pin is below it, and the follower has it.
+        """
+        with self._lock:
+            if self._highWatermark is None:
+                self._highWatermark = self._end[0]
+            return self._highWatermark
+
     @property
     def lastStableOffset(self) -> int:
         # The log end first (see the module docs); never past the high

@@ -652,7 +652,31 @@ class ReplicaManager:
             self._publishFollowers(p)
             self._maybeAdvanceHighWatermark(p)
             if p.pendingIsr is None and p.canJoinIsr(replicaId, p.log.highWatermark):
-                self._alter(p, p.isr | {replicaId})
+                self._expandIsr(p, replicaId)
+
+    def _expandIsr(self, p: PartitionReplicas, replicaId: int) -> None:
+        """
+        Ask for C{replicaId} in the ISR (Kafka's C{maybeExpandIsr}).
+
+        A leader alone in its ISR acknowledges acks=-1 appends at once, its
+        high watermark following the log end.  Once the expansion is asked
+        for, the high watermark is over the maximal ISR, follower included:
+        so it is pinned first, atomically with appends, and the follower
+        must have everything below the pin.  Otherwise an append answered
+        during the ISR write would be acknowledged without the follower
+        that the controller may then elect, and the high watermark would
+        move back to the follower's log end when the expansion lands.
+        """
+        partitionLog = p.log
+        wasPinned = partitionLog.replicated()
+        pinned = partitionLog.pinHighWatermark()
+        if p.canJoinIsr(replicaId, pinned):
+            self._alter(p, p.isr | {replicaId})
+        elif not wasPinned:
+            # An append came in between: the follower is behind it.  Let
+            # the high watermark follow the log end again, and answer any
+            # acks=-1 append that saw the pin.
+            self._maybeAdvanceHighWatermark(p)
 
     def _publishFollowers(self, p: PartitionReplicas) -> None:
         """
@@ -682,7 +706,12 @@ class ReplicaManager:
                 partitionLog.setHighWatermark(partitionLog.logEndOffset)
             return
         current = partitionLog._highWatermark
-        if current is None or hw > current:
+        if current is None:
+            # It followed the log end: consumers may have read, and acks=-1
+            # producers been answered, up to it.  The high watermark never
+            # moves back (Kafka's maybeIncrementLeaderHW).
+            current = partitionLog.pinHighWatermark()
+        if hw > current:
             partitionLog.setHighWatermark(hw)
             self.wake(p.key)
 

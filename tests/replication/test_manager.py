@@ -192,6 +192,87 @@ def test_alone_in_the_isr_the_high_watermark_is_the_log_end(h):
     assert h.log.highWatermark == 3
 
 
+@pytest.fixture(params=["memory", "disk"])
+def both(request, tmp_path):
+    """
+    The harness over the in-memory log and over the on-disk one.
+    """
+    manager = MemoryLogManager() if request.param == "memory" else LogManager([str(tmp_path)], {})
+    yield Harness(manager)
+    if request.param == "disk":
+        manager.close()
+
+
+class Info:
+    def __init__(self, lastOffset):
+        self.lastOffset = lastOffset
+
+
+def test_an_expansion_pins_the_high_watermark_before_it_is_asked_for(both):
+    """
+    A leader alone in its ISR answers acks=-1 at once.  Once a follower's
+    way into the ISR is asked for, appends wait for it: the controller may
+    elect it as soon as the ISR write lands, so nothing it lacks may be
+    acknowledged, and what consumers read never moves back.
+    """
+    h = both
+    h.alter.answer = False  # the ISR write is on its way
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(3)
+    assert not h.log.replicated() and h.log.highWatermark == 3
+    h.follow(2, 3)
+    assert h.alter.calls[-1][3] == (1, 2)
+    h.append(5)
+    waiting = h.manager.waitingFor("t", 0, h.log, Info(7))
+    assert waiting is not None and waiting.requiredOffset == 8
+    assert h.log.highWatermark == 3
+    h.follow(2, 3)
+    assert h.log.highWatermark == 3
+    h.alter.pending(1, None)
+    h.run()
+    assert h.log.inSyncReplicas == frozenset({1, 2}) and h.log.highWatermark == 3
+    h.follow(2, 8)
+    assert h.log.highWatermark == 8
+
+
+def test_an_append_between_the_check_and_the_pin_keeps_the_follower_out(both):
+    h = both
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(3)
+    pin = h.log.pinHighWatermark
+
+    def appendFirst():
+        h.append(2)  # a handler thread's append wins the race for the log's lock
+        return pin()
+
+    h.log.pinHighWatermark = appendFirst
+    h.woken.clear()
+    h.follow(2, 3)
+    assert h.alter.calls == []
+    # Following the log end again, and an acks=-1 append that saw the pin is woken.
+    assert not h.log.replicated() and h.log.highWatermark == 5
+    assert ("t", 0) in h.woken
+
+
+def test_a_larger_isr_never_moves_the_high_watermark_back(both):
+    h = both
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(8)
+    assert h.log.highWatermark == 8
+    h.follow(2, 3)
+    # The same epoch, a newer ISR written by someone else, with broker 2 in it.
+    h.manager.becomeLeader("t", 0, 1, [1, 2], [1, 2], 1)
+    h.run()
+    assert h.log.highWatermark == 8 and h.log.replicated()
+    h.follow(2, 8)
+    h.append(1)
+    h.follow(2, 9)
+    assert h.log.highWatermark == 9
+
+
 def test_follower_and_stale_epochs(h):
     h.append(2)
     h.manager.becomeFollower("t", 0, 2, 5, [1, 2], 3)
