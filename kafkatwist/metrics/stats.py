@@ -695,3 +695,36 @@ def _renderController(w: _Writer, cluster, logManager) -> None:
         metric = f"kafka_controller_kafkacontroller_{name.lower()}"
         w.declare(metric, "gauge", doc)
         w.sample(metric, counts[name])
+    if cluster is None:
+        return
+    w.declare("kafka_controller_controllerstats_uncleanleaderelections_total", "counter",
+              "Leaders this broker, as the controller, elected from outside the ISR "
+              "(Kafka's UncleanLeaderElectionsPerSec): records acknowledged by the old ISR may be lost.")
+    w.sample("kafka_controller_controllerstats_uncleanleaderelections_total", cluster.uncleanLeaderElections)
+    _renderSession(w, cluster)
+
+
+#: kazoo's session events -> Kafka's SessionExpireListener meter, help
+_SESSION_EVENTS = {
+    "CONNECTED": ("zookeepersyncconnects", "ZooKeeper sessions connected (Kafka's ZooKeeperSyncConnectsPerSec)."),
+    "SUSPENDED": ("zookeeperdisconnects",
+                  "Connections to ZooKeeper lost, the session kept for now (Kafka's ZooKeeperDisconnectsPerSec)."),
+    "LOST": ("zookeeperexpires", "ZooKeeper sessions expired: the broker registers again under a new one "
+                                 "(Kafka's ZooKeeperExpiresPerSec)."),
+}
+#: kazoo's states as ZooKeeper's client names them (Kafka's SessionState)
+_SESSION_STATES = {"CONNECTED": "CONNECTED", "SUSPENDED": "CONNECTING", "LOST": "CLOSED"}
+
+
+def _renderSession(w: _Writer, cluster) -> None:
+    events = dict(cluster.sessionEvents)
+    for state, (name, doc) in _SESSION_EVENTS.items():
+        metric = f"kafka_server_sessionexpirelistener_{name}_total"
+        w.declare(metric, "counter", doc)
+        w.sample(metric, events.get(state, 0))
+    current = _SESSION_STATES.get(str(getattr(cluster.zk, "state", "")), "")
+    w.declare("kafka_server_sessionexpirelistener_sessionstate", "gauge",
+              "1 for the state the broker's ZooKeeper session is in, 0 for the others "
+              "(Kafka's SessionState: CONNECTED, CONNECTING, CLOSED).")
+    for state in ("CONNECTED", "CONNECTING", "CLOSED"):
+        w.sample("kafka_server_sessionexpirelistener_sessionstate", int(state == current), state=state)
