@@ -240,7 +240,8 @@ class ControllerMachine:
                                     f"strategy OfflinePartitionLeaderElectionStrategy(true)"))
                     continue
                 leader, isr = candidate
-                effects.append(self._write(image, topic, state, partition, leader, isr, "unclean (ElectLeaders)"))
+                effects.append(self._write(image, topic, state, partition, leader, isr, "unclean (ElectLeaders)",
+                                           unclean=leader not in state.isr))
                 results.append((topic, partition, ErrorCode.none, None))
         effects.append(Respond(replyTo, results))
         return effects
@@ -291,7 +292,8 @@ class ControllerMachine:
                     why = f"broker {state.leader} restarted"
                 if leader not in state.isr:
                     why = "unclean (no live ISR member)"
-                return self._write(image, topic, state, partition, leader, isr, why)
+                return self._write(image, topic, state, partition, leader, isr, why,
+                                   unclean=leader not in state.isr)
             if state.leader in live:
                 # Shutting down with nobody in the ISR to take over: it keeps
                 # leading (Kafka's controlled shutdown gives up on it too).
@@ -382,10 +384,10 @@ class ControllerMachine:
         return None
 
     def _write(self, image: ClusterImage, topic, state: PartitionState, partition, leader, isr,
-               why) -> WriteState:
+               why, unclean: bool = False) -> WriteState:
         new = PartitionState(leader, state.leaderEpoch + 1, tuple(isr), self.epoch,
                              leaderBrokerEpoch=_brokerEpoch(image, leader))
-        return WriteState(topic, partition, new, state.zkVersion, why)
+        return WriteState(topic, partition, new, state.zkVersion, why, unclean)
 
     def _rebalance(self, image: ClusterImage) -> list:
         """

@@ -278,6 +278,8 @@ class ControllerShell:
             self._lostRace = True
             self._readState(topic, partition)
             return True
+        if effect.unclean:
+            self.uncleanLeaderElections += 1
         log.info(
             "Partition {topic}-{partition}: leader {leader}, leader epoch {epoch}, ISR {isr} ({why})",
             topic=topic, partition=partition, leader=state.leader, epoch=state.leaderEpoch,

@@ -25,6 +25,8 @@ class WriteState:
 
     @ivar why: for the log line (Kafka's election reasons: offline,
         controlled shutdown, preferred, unclean, new partition).
+    @ivar unclean: the leader is not of the ISR it was elected from
+        (Kafka's UncleanLeaderElectionsPerSec counts it once written).
     """
 
     topic: str
@@ -32,6 +34,7 @@ class WriteState:
     state: PartitionState
     expectedVersion: int
     why: str
+    unclean: bool = False
 
 
 @dataclass(frozen=True)

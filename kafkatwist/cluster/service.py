@@ -150,6 +150,14 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
         #: leader): it leads that topic only in a later one (L{_mayLead})
         self._staleEpochs: dict[tuple[str, int], tuple] = {}
         self._stopping = False
+        #: Kafka's UncleanLeaderElectionsPerSec count: leaders this broker,
+        #: as the controller, elected from outside the ISR (the owner's)
+        self.uncleanLeaderElections = 0
+        #: Kafka's SessionExpireListener counts (ZooKeeperSyncConnectsPerSec,
+        #: ZooKeeperDisconnectsPerSec, ZooKeeperExpiresPerSec): the
+        #: session's changes, kazoo's CONNECTED, SUSPENDED, LOST (written
+        #: by the kazoo thread that reports them only)
+        self.sessionEvents = {KazooState.CONNECTED: 0, KazooState.SUSPENDED: 0, KazooState.LOST: 0}
         #: held by the owner while it touches local logs (L{_applyLocal}),
         #: which it does only before L{stop} set C{_stopping}; L{stop}
         #: takes it once after that, so no log is touched once it returned
@@ -246,6 +254,8 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
             another live session.
         """
         self._startSession(self.zk)
+        # (the first connect, before the listener hears the next ones)
+        self.sessionEvents[KazooState.CONNECTED] = int(self.zk.connected)
         self.zk.add_listener(self._sessionChanged)
         self._started = True
         self.owner.start()
@@ -403,7 +413,9 @@ class ClusterService(ZooKeeperReads, ControllerShell, LocalApplier, AdminWrites,
     # -- session (kazoo threads hand over) --------------------------------------------------
 
     def _sessionChanged(self, state) -> None:
-        # On a kazoo thread: only hand over.
+        # On a kazoo thread: count, and hand over.
+        if state in self.sessionEvents:
+            self.sessionEvents[state] += 1
         if state == KazooState.LOST:
             self.owner.submit(self._sessionLost)
         elif state == KazooState.CONNECTED:

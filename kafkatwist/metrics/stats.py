@@ -135,71 +135,77 @@ class HandlerIdle:
     """
     Kafka's C{RequestHandlerAvgIdlePercent} (C{kafka.server:type=
     KafkaRequestHandlerPool}): the time each request handler thread waits
-    for the RequestChannel, each wait divided by the pool's size when it
-    ended (as Kafka marks its meter: C{idleTime / totalHandlerThreads}), so
-    the sum over the threads grows by one second per second when every
-    handler waits: its rate is the pool's average idle ratio.
+    for the RequestChannel, over the time it ran, averaged over the pool.
 
-    One L{IdleSlot} per thread, written by that thread only; a scrape reads
-    each slot's one attribute and adds the wait in progress.  Slots of
+    One L{IdleSlot} per thread, written by that thread only (two stores a
+    wait); a scrape reads them and adds the wait in progress.  Slots of
     threads that ended stay (a counter never goes back).
     """
 
     def __init__(self) -> None:
-        self.started = time.monotonic()
         self._lock = threading.Lock()
         self._slots: list[IdleSlot] = []
 
     def slot(self) -> "IdleSlot":
         """
-        A new thread's slot (called once, by that thread).
+        A new thread's slot (called once, by that thread, as it starts).
         """
-        slot = IdleSlot()
+        slot = IdleSlot(time.monotonic())
         with self._lock:
             self._slots.append(slot)
         return slot
 
-    def seconds(self, now: float | None = None) -> float:
+    def totals(self, now: float | None = None) -> tuple[float, float]:
         """
-        The pool-average idle seconds so far: what the threads' waits
-        added, and the waits in progress.
+        C{(idle, lifetime)}: the seconds the threads waited (the waits in
+        progress too) and the seconds they ran, each summed over the
+        threads, ended ones included.
         """
         if now is None:
             now = time.monotonic()
         with self._lock:
             slots = list(self._slots)
-        total = 0.0
+        idle = lifetime = 0.0
         for slot in slots:
-            # (one read: the thread replaces the tuple whole)
-            idle, since, poolSize = slot.state
-            total += idle
-            if since and now > since:
-                total += (now - since) / poolSize
-        return total
+            while True:
+                state = slot.state
+                since = slot.since
+                if slot.state is state:
+                    # (no wait ended between the reads: C{since} is the
+                    # start of the one C{state} counted or of a later one)
+                    break
+            waited, counted = state
+            if since > counted and now > since:
+                waited += now - since
+            idle += waited
+            ended = slot.ended
+            lifetime += (ended if ended else now) - slot.started
+        return idle, lifetime
 
     def ratio(self) -> float:
         """
-        The pool's average idle ratio since it started.
+        The pool's average idle ratio: idle seconds over running seconds.
         """
-        now = time.monotonic()
-        elapsed = now - self.started
-        if elapsed <= 0:
-            return 1.0
-        return min(1.0, self.seconds(now) / elapsed)
+        idle, lifetime = self.totals()
+        return min(1.0, idle / lifetime) if lifetime > 0 else 1.0
 
 
 class IdleSlot:
     """
-    One handler thread's part of L{HandlerIdle}: C{state} is C{(idle
-    seconds so far, start of the wait in progress or 0.0, the pool's size
-    that wait is divided by)}, replaced whole by its thread before and
-    after each wait.
+    One handler thread's part of L{HandlerIdle}, written by its thread
+    only: C{since}, the start of its latest wait (set as it begins);
+    C{state}, C{(seconds waited, the start of the last wait counted in
+    them)}, replaced whole as each wait ends.  While C{since} is later than
+    the start in C{state}, the thread waits.
     """
 
-    __slots__ = ("state",)
+    __slots__ = ("state", "since", "started", "ended")
 
-    def __init__(self) -> None:
-        self.state = (0.0, 0.0, 1)
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.ended = 0.0
+        self.since = 0.0
+        self.state = (0.0, 0.0)
 
 
 class TopicBytes:
@@ -391,16 +397,20 @@ def render(broker, server) -> str:
     for processor in server.processors:
         w.sample("kafka_network_processor_idle_ratio", f"{processor.idleClock.ratio():.4f}",
                  processor=processor.index)
-    handlerIdle = server.handlerPool.idle
+    handlerPool = server.handlerPool
+    handlerIdle, handlerLifetime = handlerPool.idle.totals()
     w.declare("kafka_server_request_handler_avg_idle_ratio", "gauge",
-              "Share of time the request handler threads wait for the RequestChannel, averaged "
-              "over the pool, since it started (Kafka's RequestHandlerAvgIdlePercent).")
-    w.sample("kafka_server_request_handler_avg_idle_ratio", f"{handlerIdle.ratio():.4f}")
-    w.declare("kafka_server_request_handler_avg_idle_seconds_total", "counter",
-              "Seconds the request handler threads waited for the RequestChannel, each wait "
-              "divided by the pool's size (Kafka's RequestHandlerAvgIdlePercent meter): its "
-              "rate is the pool's average idle ratio.")
-    w.sample("kafka_server_request_handler_avg_idle_seconds_total", f"{handlerIdle.seconds():.6f}")
+              "Share of time the request handler threads waited for the RequestChannel since "
+              "they started, averaged over the pool (Kafka's RequestHandlerAvgIdlePercent).")
+    w.sample("kafka_server_request_handler_avg_idle_ratio",
+             f"{min(1.0, handlerIdle / handlerLifetime) if handlerLifetime > 0 else 1.0:.4f}")
+    w.declare("kafka_server_request_handler_idle_seconds_total", "counter",
+              "Seconds the request handler threads waited for the RequestChannel, summed over "
+              "the threads: its rate over kafka_server_request_handler_threads is the pool's "
+              "average idle ratio (Kafka's RequestHandlerAvgIdlePercent).")
+    w.sample("kafka_server_request_handler_idle_seconds_total", f"{handlerIdle:.6f}")
+    w.declare("kafka_server_request_handler_threads", "gauge", "Request handler threads (num.io.threads).")
+    w.sample("kafka_server_request_handler_threads", handlerPool.numThreads)
     w.declare("kafka_network_connections", "gauge", "Open connections per listener.")
     for listener in server.listeners:
         w.sample("kafka_network_connections", server.connectionsByListener[listener.name],
@@ -685,3 +695,36 @@ def _renderController(w: _Writer, cluster, logManager) -> None:
         metric = f"kafka_controller_kafkacontroller_{name.lower()}"
         w.declare(metric, "gauge", doc)
         w.sample(metric, counts[name])
+    if cluster is None:
+        return
+    w.declare("kafka_controller_controllerstats_uncleanleaderelections_total", "counter",
+              "Leaders this broker, as the controller, elected from outside the ISR "
+              "(Kafka's UncleanLeaderElectionsPerSec): records acknowledged by the old ISR may be lost.")
+    w.sample("kafka_controller_controllerstats_uncleanleaderelections_total", cluster.uncleanLeaderElections)
+    _renderSession(w, cluster)
+
+
+#: kazoo's session events -> Kafka's SessionExpireListener meter, help
+_SESSION_EVENTS = {
+    "CONNECTED": ("zookeepersyncconnects", "ZooKeeper sessions connected (Kafka's ZooKeeperSyncConnectsPerSec)."),
+    "SUSPENDED": ("zookeeperdisconnects",
+                  "Connections to ZooKeeper lost, the session kept for now (Kafka's ZooKeeperDisconnectsPerSec)."),
+    "LOST": ("zookeeperexpires", "ZooKeeper sessions expired: the broker registers again under a new one "
+                                 "(Kafka's ZooKeeperExpiresPerSec)."),
+}
+#: kazoo's states as ZooKeeper's client names them (Kafka's SessionState)
+_SESSION_STATES = {"CONNECTED": "CONNECTED", "SUSPENDED": "CONNECTING", "LOST": "CLOSED"}
+
+
+def _renderSession(w: _Writer, cluster) -> None:
+    events = dict(cluster.sessionEvents)
+    for state, (name, doc) in _SESSION_EVENTS.items():
+        metric = f"kafka_server_sessionexpirelistener_{name}_total"
+        w.declare(metric, "counter", doc)
+        w.sample(metric, events.get(state, 0))
+    current = _SESSION_STATES.get(str(getattr(cluster.zk, "state", "")), "")
+    w.declare("kafka_server_sessionexpirelistener_sessionstate", "gauge",
+              "1 for the state the broker's ZooKeeper session is in, 0 for the others "
+              "(Kafka's SessionState: CONNECTED, CONNECTING, CLOSED).")
+    for state in ("CONNECTED", "CONNECTING", "CLOSED"):
+        w.sample("kafka_server_sessionexpirelistener_sessionstate", int(state == current), state=state)

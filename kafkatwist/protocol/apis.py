@@ -122,19 +122,7 @@ def requestType(apiKey: int, version: int) -> type:
     """
     @raise UnknownSchema: if kafkatwist cannot parse this request.
     """
-    legacy = LEGACY_SCHEMAS.get(apiKey, {}).get(version)
-    if legacy is not None:
-        return legacy[0]
-    if apiKey in _CUSTOM:
-        try:
-            return _CUSTOM[apiKey][version][0]
-        except KeyError:
-            raise UnknownSchema(f"{apiName(apiKey)} v{version}") from None
-    try:
-        module = load_payload_module(apiKey, version, EntityType.request)
-    except Exception as e:
-        raise UnknownSchema(f"{apiName(apiKey)} v{version}") from e
-    return _payload(module, EntityType.request)
+    return _schema(apiKey, version, EntityType.request)
 
 
 @cache
@@ -142,19 +130,28 @@ def responseType(apiKey: int, version: int) -> type:
     """
     @raise UnknownSchema: if kafkatwist cannot write this response.
     """
+    return _schema(apiKey, version, EntityType.response)
+
+
+def _schema(apiKey: int, version: int, entityType) -> type:
+    """
+    Where a schema comes from, first found: the versions Kafka 4 dropped
+    (L{LEGACY_SCHEMAS}), a plugin's own API, C{kio}'s generated ones.
+    """
+    side = 0 if entityType == EntityType.request else 1
     legacy = LEGACY_SCHEMAS.get(apiKey, {}).get(version)
     if legacy is not None:
-        return legacy[1]
+        return legacy[side]
     if apiKey in _CUSTOM:
         try:
-            return _CUSTOM[apiKey][version][1]
+            return _CUSTOM[apiKey][version][side]
         except KeyError:
             raise UnknownSchema(f"{apiName(apiKey)} v{version}") from None
     try:
-        module = load_payload_module(apiKey, version, EntityType.response)
+        module = load_payload_module(apiKey, version, entityType)
     except Exception as e:
         raise UnknownSchema(f"{apiName(apiKey)} v{version}") from e
-    return _payload(module, EntityType.response)
+    return _payload(module, entityType)
 
 
 def _payload(module, entityType) -> type:

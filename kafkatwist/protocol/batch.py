@@ -31,6 +31,11 @@ from crc32c import crc32c
 
 from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.protocol.compression import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
     CorruptRecordError,
     decompress,
     decompressionLimit,
@@ -104,12 +109,6 @@ PRODUCER_ID = struct.Struct(">q")
 CRC = struct.Struct(">I")
 
 NO_TIMESTAMP = -1
-
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1

@@ -25,6 +25,11 @@ import zstandard
 
 __all__ = [
     "COMPRESSION_CODECS",
+    "COMPRESSION_GZIP",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_NONE",
+    "COMPRESSION_SNAPPY",
+    "COMPRESSION_ZSTD",
     "CorruptRecordError",
     "DEFAULT_DECOMPRESSION_LIMIT",
     "DecompressionLimitExceeded",
@@ -35,8 +40,20 @@ __all__ = [
     "decompressionLimit",
 ]
 
-#: batch attributes: compression type, by id and by name
-COMPRESSION_CODECS: dict[int, str] = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+#: batch attributes: compression type (Kafka's C{CompressionType} ids)
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+#: ... by id and by name
+COMPRESSION_CODECS: dict[int, str] = {
+    COMPRESSION_NONE: "none",
+    COMPRESSION_GZIP: "gzip",
+    COMPRESSION_SNAPPY: "snappy",
+    COMPRESSION_LZ4: "lz4",
+    COMPRESSION_ZSTD: "zstd",
+}
 _CODEC_IDS = {name: codecId for codecId, name in COMPRESSION_CODECS.items()}
 
 #: how many times C{message.max.bytes} (at least 1 MiB) a batch may inflate

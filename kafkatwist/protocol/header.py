@@ -114,6 +114,20 @@ def writeUnsignedVarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
+def unsignedVarint(value: int) -> bytes:
+    """
+    C{value} as an unsigned varint (what L{writeUnsignedVarint} appends).
+    """
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    writeUnsignedVarint(out, value)
+    return bytes(out)
+
+
 def readLength(buf, offset: int, flexible: bool, legacy: struct.Struct) -> tuple[int, int]:
     """
     Read what L{writeLength} writes.

@@ -13,8 +13,6 @@ Where an old version's layout is the next version's, the table names
 C{kio}'s class for that version (OffsetFetch v0 is v1's layout;
 CreateTopics v1's request is v2's; CreateAcls v0's response is v1's;
 DescribeLogDirs v0 is v1's).
-
-Produce v0-2 live in L{kafkatwist.protocol.legacy}.
 """
 
 from __future__ import annotations
@@ -32,9 +30,39 @@ from kio.schema.offset_fetch.v1.request import OffsetFetchRequest as OffsetFetch
 from kio.schema.offset_fetch.v1.response import OffsetFetchResponse as OffsetFetchResponseV1
 
 from kafkatwist.protocol.entitytypes import NULLABLE, request, response
-from kafkatwist.protocol.legacy import PRODUCE_REQUESTS, PRODUCE_RESPONSES
 
 __all__ = ["LEGACY_SCHEMAS"]
+
+# -- Produce (0) v0-2 ---------------------------------------------------------
+# v3's layout without transactional_id; responses gain throttle_time in v1 and
+# log_append_time in v2 (message formats v0/v1: L{kafkatwist.protocol.convert}).
+
+
+def _produceRequest(version: int) -> type:
+    return request("ProduceRequest", 0, version, [
+        ("acks", "int16"),
+        ("timeout", "timedelta_i32"),
+        ("topic_data", [("TopicProduceData", [
+            ("name", "string"),
+            ("partition_data", [("PartitionProduceData", [("index", "int32"), ("records", "records?")])]),
+        ])]),
+    ], transactional_id=None)
+
+
+def _produceResponse(version: int) -> type:
+    partition = [("index", "int32"), ("error_code", "error_code"), ("base_offset", "int64")]
+    if version >= 2:
+        partition.append(("log_append_time", "datetime_i64?"))
+    fields: list = [
+        ("responses", [("TopicProduceResponse", [
+            ("name", "string"),
+            ("partition_responses", [("PartitionProduceResponse", partition)]),
+        ])]),
+    ]
+    if version >= 1:
+        fields.append(("throttle_time", "timedelta_i32"))
+    return response("ProduceResponse", 0, version, fields)
+
 
 # -- Fetch (1) v0-3 ----------------------------------------------------------
 
@@ -311,7 +339,7 @@ def _offsetForLeaderEpochResponse(version: int) -> type:
 
 #: ApiKey -> version -> (request class, response class)
 LEGACY_SCHEMAS: dict[int, dict[int, tuple[type, type]]] = {
-    0: {v: (PRODUCE_REQUESTS[v], PRODUCE_RESPONSES[v]) for v in PRODUCE_REQUESTS},
+    0: {v: (_produceRequest(v), _produceResponse(v)) for v in range(3)},
     1: {v: (_fetchRequest(v), _fetchResponse(v)) for v in range(4)},
     2: {0: (_LIST_OFFSETS_REQUEST_V0, _LIST_OFFSETS_RESPONSE_V0)},
     8: {v: (_offsetCommitRequest(v), _offsetCommitResponse(v)) for v in (0, 1)},

@@ -41,6 +41,15 @@ import zlib
 from typing import NamedTuple
 
 from kafkatwist.errors import ErrorCode, KafkaError
+from kafkatwist.protocol.batch import (
+    CODEC_MASK,
+    COMPRESSION_LZ4,
+    COMPRESSION_ZSTD,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+)
 from kafkatwist.protocol.compression import (
     CorruptRecordError,
     compress,
@@ -60,19 +69,14 @@ __all__ = [
     "readMessageSet",
 ]
 
-#: offset + message_size
-LOG_OVERHEAD = 12
-#: where the magic byte sits in an entry (and in a v2 batch)
-MAGIC_AT = 16
+# An entry starts as a v2 batch does (offset, then size: LOG_OVERHEAD bytes;
+# the magic byte at MAGIC_AT), and its attributes hold the codec and the
+# timestamp type in the same bits.
+
 #: crc, magic, attributes, key length, value length
 RECORD_OVERHEAD_V0 = 14
 #: ... and the timestamp
 RECORD_OVERHEAD_V1 = 22
-NO_TIMESTAMP = -1
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_BIT = 0x08
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
 
 _ENTRY_HEAD = struct.Struct(">qi")
 _CRC = struct.Struct(">I")

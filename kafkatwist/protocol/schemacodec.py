@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kafkatwist.protocol.header import MalformedHeader, readUnsignedVarint
+from kafkatwist.protocol.header import MalformedHeader, readUnsignedVarint, unsignedVarint
 
 __all__ = ["Schema", "SchemaError", "inVersions"]
 
@@ -87,17 +87,6 @@ _NO_TAGS = b"\x00"
 #: refused (arrays: any negative is null); any negative is null (Kafka's
 #: nullable fields); any negative is refused (Kafka's other fields)
 _LAX, _NULL, _REFUSED = 0, 1, 2
-
-
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class _Field:
@@ -376,9 +365,9 @@ def _writeStruct(out: list[bytes], compiled: _Struct, values: Mapping[str, Any])
                 part: list[bytes] = []
                 _writeField(part, field, value, True)
                 body = b"".join(part)
-                tags.append(_uvarint(tag) + _uvarint(len(body)) + body)
+                tags.append(unsignedVarint(tag) + unsignedVarint(len(body)) + body)
         if tags:
-            out.append(_uvarint(len(tags)))
+            out.append(unsignedVarint(len(tags)))
             out.extend(tags)
         else:
             out.append(_NO_TAGS)
@@ -402,7 +391,7 @@ def _writeField(out: list[bytes], field: _Field, value: Any, flexible: bool) -> 
         if value is None:
             out.append(b"\x00" if flexible else _INT32.pack(-1))
             return
-        out.append(_uvarint(len(value) + 1) if flexible else _INT32.pack(len(value)))
+        out.append(unsignedVarint(len(value) + 1) if flexible else _INT32.pack(len(value)))
         element = field.element
         if element == "struct":
             assert field.struct is not None
@@ -430,7 +419,7 @@ def _writeString(out: list[bytes], value: str | None, flexible: bool) -> None:
     data = value.encode("utf-8")
     if len(data) > 0x7FFF:
         raise SchemaError(f"string of {len(data)} bytes is longer than a schema's 32767")
-    out.append(_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data)))
+    out.append(unsignedVarint(len(data) + 1) if flexible else _INT16.pack(len(data)))
     out.append(data)
 
 
@@ -438,7 +427,7 @@ def _writeBytes(out: list[bytes], value: bytes | None, flexible: bool) -> None:
     if value is None:
         out.append(b"\x00" if flexible else _INT32.pack(-1))
         return
-    out.append(_uvarint(len(value) + 1) if flexible else _INT32.pack(len(value)))
+    out.append(unsignedVarint(len(value) + 1) if flexible else _INT32.pack(len(value)))
     out.append(bytes(value))
 
 

@@ -1,11 +1,10 @@
 """
 What a message type's fields hold, read from its type hints: the one
-reading of the entity classes' conventions (C{kio}'s generated schemas,
-L{kafkatwist.protocol.legacy}'s and L{kafkatwist.protocol.entitytypes}'
-declared ones: frozen dataclasses whose nested structs are dataclasses,
-arrays C{tuple[X, ...]}, nullable fields C{X | None}) for the walks driven
-by schemas alone (L{kafkatwist.protocol.errorcounts},
-L{kafkatwist.protocol.errorresponse}).
+reading of the entity classes' conventions (C{kio}'s generated schemas and
+the ones L{kafkatwist.protocol.entitytypes} declares: frozen dataclasses
+whose nested structs are dataclasses, arrays C{tuple[X, ...]}, nullable
+fields C{X | None}) for the walks driven by schemas alone
+(L{kafkatwist.protocol.errorcounts}, L{kafkatwist.protocol.errorresponse}).
 
 The bounds walk (L{kafkatwist.protocol.bounds}) reads fields through
 C{kio}'s own classifier instead, since it must mirror C{kio}'s reader to

@@ -20,6 +20,7 @@ import pytest
 
 from kafkatwist.testing import waitUntil
 from tests.cluster.helpers import REPLICATION, ClusterUnderTest, createPlaced, partitions
+from tests.integration.test_metrics_broker_gauges import undocumented
 
 confluent = pytest.importorskip("confluent_kafka")
 
@@ -35,13 +36,20 @@ def cluster(zookeeper, tmp_path):
     c.stop()
 
 
-def scrape(broker) -> dict[str, float]:
+def exposition(broker) -> str:
     """
-    A broker's unlabelled samples, from its latest run's metrics listener.
+    A broker's scrape, from its latest run's metrics listener.
     """
     port = re.findall(r"metrics on http://[^:]+:(\d+)/metrics", broker.output())[-1]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
+        return response.read().decode()
+
+
+def scrape(broker) -> dict[str, float]:
+    """
+    A broker's unlabelled samples.
+    """
+    text = exposition(broker)
     samples = {}
     for line in text.splitlines():
         if line and not line.startswith("#") and "{" not in line:
@@ -101,6 +109,14 @@ def agrees(cluster, ids, admin, minIsr) -> dict | None:
     return got if got == want else None
 
 
+def replicated(cluster, ids, admin, minIsr) -> dict | None:
+    """
+    L{agrees}, once nothing is under-replicated.
+    """
+    got = agrees(cluster, ids, admin, minIsr)
+    return got if got and got["under"] == 0 else None
+
+
 #: ZooKeeper sessions that outlast a pause: a paused follower stays
 #: registered, so its ISRs are shrunk by their leaders (IsrShrinksPerSec),
 #: not by the controller
@@ -118,9 +134,9 @@ def test_replica_and_controller_gauges_follow_failures(cluster):
     waitUntil(lambda: (partitions(admin, "m") or {}).keys() == {0, 1, 2}
               and all(len(isr) == 3 for _, _, isr in partitions(admin, "m").values()),
               what="m fully replicated")
-    healthy = waitUntil(lambda: agrees(cluster, (1, 2, 3), admin, minIsr),
-                        what="the gauges agreeing with the metadata")
-    assert healthy["under"] == healthy["offline"] == 0
+    healthy = waitUntil(lambda: replicated(cluster, (1, 2, 3), admin, minIsr),
+                        what="the gauges agreeing with the metadata, nothing under-replicated")
+    assert healthy["offline"] == 0
     assert healthy["led"] == healthy["partitions"] >= 4
     # Every broker hosts m's three partitions and leads one of them.
     for i in (1, 2, 3):
@@ -138,17 +154,22 @@ def test_replica_and_controller_gauges_follow_failures(cluster):
     try:
         waitUntil(lambda: all(len(partitions(survivors, "m")[p][2]) == 2 for p in (0, 1)),
                   timeout=120, what="m-0 and m-1 without broker 3 in their ISRs")
-        assert total(cluster, (1, 2), RM + "isrshrinks_total") >= shrinks + 2
-        assert total(cluster, (1, 2), RM + "underreplicatedpartitions") >= 2
-        assert total(cluster, (1, 2), RM + "atminisrpartitioncount") >= 2
+        # (the metadata may show the new ISR before its leader heard the
+        # controller's answer)
+        waitUntil(lambda: total(cluster, (1, 2), RM + "isrshrinks_total") >= shrinks + 2
+                  and total(cluster, (1, 2), RM + "underreplicatedpartitions") >= 2
+                  and total(cluster, (1, 2), RM + "atminisrpartitioncount") >= 2,
+                  what="the leaders counting their ISR shrinks, m-0 and m-1 under-replicated")
     finally:
         cluster.resume(3)
     waitUntil(lambda: all(len(isr) == 3 for _, _, isr in partitions(admin, "m").values()),
               timeout=120, what="m fully replicated again")
-    assert total(cluster, (1, 2), RM + "isrexpands_total") >= expands + 2
-    healed = waitUntil(lambda: agrees(cluster, (1, 2, 3), admin, minIsr), timeout=120,
-                       what="the gauges agreeing with the metadata, broker 3 back")
-    assert healed["under"] == healed["offline"] == 0
+    waitUntil(lambda: total(cluster, (1, 2), RM + "isrexpands_total") >= expands + 2,
+              what="the leaders counting their ISR expansions")
+    # (the internal topics' followers on broker 3 may catch up later)
+    healed = waitUntil(lambda: replicated(cluster, (1, 2, 3), admin, minIsr), timeout=120,
+                       what="the gauges agreeing with the metadata, broker 3 back, nothing under-replicated")
+    assert healed["offline"] == 0
 
     # Broker 3 stops: m is under-replicated (at its min ISR) and solo, whose
     # only replica it was, is offline.
@@ -168,3 +189,53 @@ def test_replica_and_controller_gauges_follow_failures(cluster):
     last = waitUntil(lambda: agrees(cluster, (1,), alone, minIsr), timeout=120,
                      what="the gauges agreeing with the metadata, broker 1 alone")
     assert last["underMin"] >= 3 and last["controllers"] == 1
+
+
+def labelled(broker, name, **labels) -> float:
+    text = exposition(broker)
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{want}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}{{{want}}} not in the scrape")
+
+
+def test_session_expiry_and_unclean_election(cluster):
+    """
+    Broker 2, u-0's only follower, is paused past its ZooKeeper session
+    (out of u-0's ISR); u-0's leader, broker 1, dies meanwhile.  Back, broker
+    2 counts its expired session (ZooKeeperExpiresPerSec) and is connected
+    again; with unclean.leader.election.enable the controller makes it u-0's
+    leader from outside the ISR (UncleanLeaderElectionsPerSec).
+    """
+    for i in (1, 2, 3):
+        cluster.startBroker(i, **REPLICATION, **METRICS)
+    admin = cluster.admin(1, 2, 3)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
+    createPlaced(cluster, "u", {0: [1, 2]}, {"unclean.leader.election.enable": "true"})
+    waitUntil(lambda: (partitions(admin, "u") or {}).get(0, (0, 0, ()))[2] == (1, 2),
+              what="u-0 with both replicas in its ISR")
+    assert scrape(cluster.brokers[3])["kafka_server_sessionexpirelistener_zookeepersyncconnects_total"] == 1
+    others = cluster.admin(1, 3)
+    cluster.pause(2)
+    try:
+        waitUntil(lambda: 2 not in others.list_topics(timeout=10).brokers
+                  and partitions(others, "u")[0][2] == (1,), timeout=120,
+                  what="broker 2's session gone and u-0's ISR without it")
+        cluster.kill(1)
+    finally:
+        cluster.resume(2)
+    survivors = cluster.admin(2, 3)
+    waitUntil(lambda: (partitions(survivors, "u") or {}).get(0, (None,))[0] == 2, timeout=120,
+              what="broker 2 leading u-0")
+    waitUntil(lambda: total(cluster, (2, 3), "kafka_controller_controllerstats_uncleanleaderelections_total") == 1,
+              timeout=60, what="the controller counting one unclean election")
+    back = scrape(cluster.brokers[2])
+    assert back["kafka_server_sessionexpirelistener_zookeeperexpires_total"] >= 1
+    assert back["kafka_server_sessionexpirelistener_zookeepersyncconnects_total"] >= 2
+    assert labelled(cluster.brokers[2], "kafka_server_sessionexpirelistener_sessionstate", state="CONNECTED") == 1
+    assert labelled(cluster.brokers[2], "kafka_server_sessionexpirelistener_sessionstate", state="CLOSED") == 0
+    steady = scrape(cluster.brokers[3])
+    assert steady["kafka_server_sessionexpirelistener_zookeeperexpires_total"] == 0
+    # A cluster broker's families are documented too.
+    assert not undocumented(exposition(cluster.brokers[3]))

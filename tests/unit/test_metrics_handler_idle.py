@@ -6,7 +6,6 @@ channel; every wait is on a condition.
 """
 
 import threading
-import time
 
 from kafkatwist.metrics.stats import HandlerIdle, IdleSlot
 from kafkatwist.network.channel import RequestChannel
@@ -14,15 +13,24 @@ from kafkatwist.network.handlers import HandlerPool
 from kafkatwist.testing import waitUntil
 
 
-def test_a_finished_wait_and_one_in_progress_count_over_the_pool_size():
+def test_finished_waits_and_one_in_progress():
     idle = HandlerIdle()
     a, b = idle.slot(), idle.slot()
-    a.state = (3.0, 0.0, 2)  # working, 3 s of waits so far
-    b.state = (1.0, 100.0, 2)  # waiting since 100.0
-    assert idle.seconds(now=104.0) == 3.0 + 1.0 + 4.0 / 2
-    # A scrape whose clock reads before the wait began adds nothing.
-    assert idle.seconds(now=99.0) == 4.0
-    assert IdleSlot().state == (0.0, 0.0, 1)
+    a.started = b.started = 90.0
+    a.since, a.state = 95.0, (3.0, 95.0)  # working: its last wait is counted
+    b.since, b.state = 100.0, (1.0, 96.0)  # waiting since 100.0
+    assert idle.totals(now=104.0) == (3.0 + 1.0 + 4.0, 2 * 14.0)
+    # A scrape whose clock reads before the wait began adds nothing of it.
+    assert idle.totals(now=99.0)[0] == 4.0
+    # An ended thread's time stops at its end.
+    a.ended = 100.0
+    assert idle.totals(now=104.0)[1] == 10.0 + 14.0
+    fresh = IdleSlot(1.0)
+    assert (fresh.state, fresh.since, fresh.ended) == ((0.0, 0.0), 0.0, 0.0)
+
+
+def seconds(idle):
+    return idle.totals()[0]
 
 
 def pool(threads: int):
@@ -42,8 +50,8 @@ def test_time_spent_on_a_request_is_not_idle():
     try:
         idle = handlers.idle
         # Waiting: the clock runs.
-        first = idle.seconds()
-        waitUntil(lambda: idle.seconds() > first, what="the waiting handler's idle time growing")
+        first = seconds(idle)
+        waitUntil(lambda: seconds(idle) > first, what="the waiting handler's idle time growing")
         entered, release = threading.Event(), threading.Event()
 
         def work():
@@ -53,30 +61,32 @@ def test_time_spent_on_a_request_is_not_idle():
         channel.sendCall(work)
         assert entered.wait(30)
         # Working: the clock stands still, however long the work takes.
-        busy = idle.seconds()
-        assert idle.seconds() == busy
+        busy = seconds(idle)
+        assert seconds(idle) == busy
         assert 0 <= idle.ratio() <= 1
         release.set()
-        waitUntil(lambda: idle.seconds() > busy, what="the handler waiting again")
+        waitUntil(lambda: seconds(idle) > busy, what="the handler waiting again")
     finally:
         release.set()
         stop(channel, handlers)
 
 
-def test_pool_average_is_at_most_the_elapsed_time():
+def test_pool_idle_is_at_most_its_running_time():
     """
-    Two idle threads: each wait counts half, so the pool's idle seconds
-    never run ahead of the clock, and the ratio stays a share.
+    Two idle threads: their waits never add up to more than the time they
+    ran, and the ratio stays a share.
     """
     channel, handlers = pool(2)
     try:
         idle = handlers.idle
-        waitUntil(lambda: len(idle._slots) == 2, what="both handler threads waiting")
+        waitUntil(lambda: len(idle._slots) == 2 and all(s.since for s in idle._slots),
+                  what="both handler threads waiting")
         for _ in range(3):
-            now = time.monotonic()
-            assert 0 < idle.seconds(now) <= now - idle.started
+            waited, ran = idle.totals()
+            assert 0 < waited <= ran
         assert 0 < idle.ratio() <= 1
     finally:
         stop(channel, handlers)
-    # The threads ended: what they counted stays counted.
-    assert idle.seconds() > 0
+    # The threads ended: what they counted stays counted, their time stops.
+    waited, ran = idle.totals()
+    assert 0 < waited <= ran == idle.totals()[1]
