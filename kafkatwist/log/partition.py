@@ -909,6 +909,7 @@ class PartitionLog(PartitionReads):
                     lambda segment, _: nowMs - segment.retentionTimestamp() > config.retentionMs,
                     nowMs,
                     self._retentionMsBreach,
+                    belowHighWatermark=True,
                 )
             if config.retentionBytes >= 0:
                 excess = [self.size - config.retentionBytes]
@@ -919,7 +920,9 @@ class PartitionLog(PartitionReads):
                         return True
                     return False
 
-                deleted += self._deleteSegments(overSize, nowMs, self._retentionSizeBreach)
+                deleted += self._deleteSegments(
+                    overSize, nowMs, self._retentionSizeBreach, belowHighWatermark=True
+                )
             start = self._logStartOffset
             deleted += self._deleteSegments(
                 lambda segment, nextBase: nextBase is not None and nextBase <= start,
@@ -974,20 +977,35 @@ class PartitionLog(PartitionReads):
             segments=",".join(_segmentText(segment) for segment in doomed),
         )
 
-    def _deleteSegments(self, predicate, nowMs: int, reason) -> int:
+    def _deleteSegments(
+        self, predicate, nowMs: int, reason, belowHighWatermark: bool = False
+    ) -> int:
         """
         Delete the longest run of oldest segments matching
         C{predicate(segment, nextBaseOffset or None)}; an empty active
         segment is never deleted, a non-empty one is rolled first.
 
         @param reason: C{reason(segments)} logs why they go.
+        @param belowHighWatermark: retention's bound (Kafka's
+            C{UnifiedLog.deletableSegments}): a segment goes only if its
+            upper bound -- the next segment's base, or the log end for the
+            active one -- is at or below the high watermark, so nothing not
+            yet committed is deleted and the log start offset never passes
+            the high watermark.  Where the high watermark follows the log
+            end (a single broker, a leader alone in its ISR) this bounds
+            nothing.  The predicate is not asked of a segment above it.
         """
         segments = self._view[1]
+        highWatermark = self.highWatermark if belowHighWatermark else None
         doomed = []
         for i, segment in enumerate(segments):
             nextBase = segments[i + 1].baseOffset if i + 1 < len(segments) else None
             if nextBase is None and segment.size == 0:
                 break
+            if highWatermark is not None:
+                upperBound = self._end[0] if nextBase is None else nextBase
+                if upperBound > highWatermark:
+                    break
             if not predicate(segment, nextBase):
                 break
             doomed.append(segment)
