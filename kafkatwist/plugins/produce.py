@@ -48,7 +48,15 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.handler import CloseConnection, Handler, HandlerPlugin
 from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
-from kafkatwist.protocol.batch import transactionalProducer
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT,
+    BATCH_LENGTH_AT,
+    CODEC_MASK,
+    COMPRESSION_ZSTD,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    transactionalProducer,
+)
 from kafkatwist.protocol.codec import encodeResponseFrame
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
@@ -543,12 +551,12 @@ def refusedRecords(version: int, records) -> ErrorCode | None:
     return None
 
 
-_LOG_OVERHEAD = 12  # base offset, batch length
-_LENGTH_AT = 8
-_BATCH_HEADER = 61
-_ATTRIBUTES_LOW = 22
-_CODEC_MASK = 0x07
-_ZSTD = 4
+_LOG_OVERHEAD = LOG_OVERHEAD  # base offset, batch length
+_LENGTH_AT = BATCH_LENGTH_AT
+_BATCH_HEADER = HEADER_SIZE
+_ATTRIBUTES_LOW = ATTRIBUTES_AT + 1  # the int16's low byte
+_CODEC_MASK = CODEC_MASK
+_ZSTD = COMPRESSION_ZSTD
 _INT32 = struct.Struct(">i")
 
 
