@@ -153,6 +153,8 @@ class ReplicaManager:
         self.owner = SerialExecutor()
         self._partitions: dict = {}
         self._fetchers: dict = {}
+        #: the fetchers, published by the owner for L{maxLag}
+        self._publishedFetchers: tuple = ()
         self._published: dict = {}
         #: (topic, partition) led here -> its replication factor, published
         #: with C{_published} (L{partitionCounts})
@@ -391,6 +393,15 @@ class ReplicaManager:
             "AtMinIsrPartitionCount": atMin,
         }
 
+    def maxLag(self) -> int:
+        """
+        Kafka's C{ReplicaFetcherManager} C{MaxLag} (any thread): the largest
+        lag of the partitions this broker follows, each the leader's high
+        watermark minus this replica's log end at its last fetch (as each
+        fetcher thread publishes it); 0 without any.
+        """
+        return max((f.maxLag() for f in self._publishedFetchers), default=0)
+
     def lowWatermark(self, topic, partition, partitionLog) -> int:
         """
         Kafka's C{Partition.lowWatermarkIfLeader}: the smallest log start
@@ -572,6 +583,7 @@ class ReplicaManager:
             fetcher.brokerEpoch = self.brokerEpoch
             fetcher.topicIdOf = self._topicIdOf
             self._fetchers[(leaderId, index)] = fetcher
+            self._publishedFetchers = tuple(self._fetchers.values())
             fetcher.start()
         return fetcher
 
@@ -610,6 +622,7 @@ class ReplicaManager:
             if not fetcher.partitionCount():
                 fetcher.stop(timeout=0)
                 del self._fetchers[(leaderId, index)]
+                self._publishedFetchers = tuple(self._fetchers.values())
 
     def _onFenced(self, key, error) -> None:
         # A leader refused us: the controller's next word fixes it.
