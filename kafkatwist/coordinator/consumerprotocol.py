@@ -39,34 +39,41 @@ __all__ = [
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
-_TOPIC_PARTITION = [
-    {"name": "topic", "type": "string", "versions": "0+"},
-    {"name": "partitions", "type": "[]int32", "versions": "0+"},
-]
-
+# Kafka's JSON, transcribed (its comments left out); the codec ignores
+# "ignorable", "zeroCopy", "mapKey" and "entityType".
 CONSUMER_PROTOCOL_SUBSCRIPTION = Schema({
-    "type": "data", "name": "ConsumerProtocolSubscription",
-    "validVersions": "0-3", "flexibleVersions": "none",
+    "type": "data",
+    "name": "ConsumerProtocolSubscription",
+    "validVersions": "0-3",
+    "flexibleVersions": "none",
     "fields": [
-        {"name": "topics", "type": "[]string", "versions": "0+"},
-        {"name": "userData", "type": "bytes", "versions": "0+", "nullableVersions": "0+",
-         "default": "null"},
-        {"name": "ownedPartitions", "type": "[]TopicPartition", "versions": "1+",
-         "fields": _TOPIC_PARTITION},
-        {"name": "generationId", "type": "int32", "versions": "2+", "default": -1},
-        {"name": "rackId", "type": "string", "versions": "3+", "nullableVersions": "3+",
-         "default": "null"},
+        {"name": "Topics", "type": "[]string", "versions": "0+"},
+        {"name": "UserData", "type": "bytes", "versions": "0+", "nullableVersions": "0+",
+         "default": "null", "zeroCopy": True},
+        {"name": "OwnedPartitions", "type": "[]TopicPartition", "versions": "1+", "ignorable": True,
+         "fields": [
+             {"name": "Topic", "type": "string", "mapKey": True, "versions": "1+", "entityType": "topicName"},
+             {"name": "Partitions", "type": "[]int32", "versions": "1+"},
+         ]},
+        {"name": "GenerationId", "type": "int32", "versions": "2+", "default": -1, "ignorable": True},
+        {"name": "RackId", "type": "string", "versions": "3+", "nullableVersions": "3+", "default": "null",
+         "ignorable": True},
     ],
 }, kafkaNulls=True)
 
 CONSUMER_PROTOCOL_ASSIGNMENT = Schema({
-    "type": "data", "name": "ConsumerProtocolAssignment",
-    "validVersions": "0-3", "flexibleVersions": "none",
+    "type": "data",
+    "name": "ConsumerProtocolAssignment",
+    "validVersions": "0-3",
+    "flexibleVersions": "none",
     "fields": [
-        {"name": "assignedPartitions", "type": "[]TopicPartition", "versions": "0+",
-         "fields": _TOPIC_PARTITION},
-        {"name": "userData", "type": "bytes", "versions": "0+", "nullableVersions": "0+",
-         "default": "null"},
+        {"name": "AssignedPartitions", "type": "[]TopicPartition", "versions": "0+",
+         "fields": [
+             {"name": "Topic", "type": "string", "mapKey": True, "versions": "0+", "entityType": "topicName"},
+             {"name": "Partitions", "type": "[]int32", "versions": "0+"},
+         ]},
+        {"name": "UserData", "type": "bytes", "versions": "0+", "nullableVersions": "0+",
+         "default": "null", "zeroCopy": True},
     ],
 }, kafkaNulls=True)
 
@@ -135,11 +142,11 @@ def _encode(schema: Schema, values: dict, version: int) -> bytes:
 
 
 def _pairs(topicPartitions: list[dict] | None) -> TopicPartitions:
-    return tuple((tp["topic"], tuple(tp["partitions"])) for tp in topicPartitions or ())
+    return tuple((tp["Topic"], tuple(tp["Partitions"])) for tp in topicPartitions or ())
 
 
 def _dicts(pairs) -> list[dict]:
-    return [{"topic": topic, "partitions": list(partitions)} for topic, partitions in pairs]
+    return [{"Topic": topic, "Partitions": list(partitions)} for topic, partitions in pairs]
 
 
 def parseSubscription(data: bytes) -> ConsumerSubscription:
@@ -153,7 +160,7 @@ def parseSubscription(data: bytes) -> ConsumerSubscription:
     """
     version, v = _decode(CONSUMER_PROTOCOL_SUBSCRIPTION, data)
     return ConsumerSubscription(
-        version, tuple(v["topics"]), v["userData"], _pairs(v["ownedPartitions"]), v["generationId"], v["rackId"]
+        version, tuple(v["Topics"]), v["UserData"], _pairs(v["OwnedPartitions"]), v["GenerationId"], v["RackId"]
     )
 
 
@@ -173,11 +180,11 @@ def encodeSubscription(
     @return: C{bytes}.
     """
     values = {
-        "topics": topics,
-        "userData": userData,
-        "ownedPartitions": _dicts(ownedPartitions),
-        "generationId": generationId,
-        "rackId": rackId,
+        "Topics": topics,
+        "UserData": userData,
+        "OwnedPartitions": _dicts(ownedPartitions),
+        "GenerationId": generationId,
+        "RackId": rackId,
     }
     return _encode(CONSUMER_PROTOCOL_SUBSCRIPTION, values, version)
 
@@ -192,7 +199,7 @@ def parseAssignment(data: bytes) -> ConsumerAssignment:
         nothing else, whatever the bytes.
     """
     version, v = _decode(CONSUMER_PROTOCOL_ASSIGNMENT, data)
-    return ConsumerAssignment(version, _pairs(v["assignedPartitions"]), v["userData"])
+    return ConsumerAssignment(version, _pairs(v["AssignedPartitions"]), v["UserData"])
 
 
 def encodeAssignment(partitions, userData: bytes | None = None, version: int = 0) -> bytes:
@@ -203,5 +210,5 @@ def encodeAssignment(partitions, userData: bytes | None = None, version: int = 0
     @param partitions: C{(topic, [partition, ...])} pairs.
     @return: C{bytes}.
     """
-    values = {"assignedPartitions": _dicts(partitions), "userData": userData}
+    values = {"AssignedPartitions": _dicts(partitions), "UserData": userData}
     return _encode(CONSUMER_PROTOCOL_ASSIGNMENT, values, version)

@@ -25,7 +25,7 @@ from kafkatwist.coordinator.formats import (
     offsetTombstones,
 )
 from kafkatwist.coordinator.group import GroupMetadata, GroupState
-from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition
+from kafkatwist.coordinator.offsets import TopicPartition, acceptCommits
 from kafkatwist.coordinator.requests import CommitRequest
 from kafkatwist.coordinator.results import FetchedOffset, OffsetDeleteResult, OffsetFetchResult
 from kafkatwist.errors import ErrorCode
@@ -115,20 +115,7 @@ class OffsetMetadataManager:
 
     def _store(self, replyTo, group: GroupMetadata, offsets) -> None:
         c = self._c
-        results: dict[TopicPartition, ErrorCode] = {}
-        valid: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            metadata = om.metadata or ""
-            if len(metadata.encode("utf-8")) > self._metadataMaxBytes:
-                results[tp] = E.offset_metadata_too_large
-                continue
-            valid[tp] = OffsetAndMetadata(
-                offset=om.offset,
-                leaderEpoch=om.leaderEpoch,
-                metadata=metadata,
-                commitTimestampMs=c.nowMs if om.commitTimestampMs < 0 else om.commitTimestampMs,
-                expireTimestampMs=om.expireTimestampMs,
-            )
+        results, valid = acceptCommits(offsets, self._metadataMaxBytes, c.nowMs)
         if not valid:
             c.respond(replyTo, results)
             return

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["OffsetAndMetadata", "TopicPartition", "selectExpired"]
+from kafkatwist.errors import ErrorCode
+
+__all__ = ["OffsetAndMetadata", "TopicPartition", "acceptCommits", "selectExpired"]
 
 TopicPartition = tuple[str, int]
 
@@ -40,6 +42,35 @@ class OffsetAndMetadata:
     metadata: str = ""
     commitTimestampMs: int = -1
     expireTimestampMs: int | None = None
+
+
+def acceptCommits(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata], metadataMaxBytes: int, nowMs: int
+) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+    """
+    What a commit, plain or transactional, may store (Kafka's
+    C{OffsetMetadataManager.validateOffsetMetadataLength} and its commit
+    timestamp): an offset whose metadata (null read as C{""}) is longer than
+    C{metadataMaxBytes} in UTF-8 is refused with OFFSET_METADATA_TOO_LARGE;
+    the others are kept, a commit timestamp of -1 filled in with C{nowMs}.
+
+    @return: the refused partitions with their error, the kept offsets.
+    """
+    refused: dict[TopicPartition, ErrorCode] = {}
+    kept: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, om in offsets.items():
+        metadata = om.metadata or ""
+        if len(metadata.encode("utf-8")) > metadataMaxBytes:
+            refused[tp] = ErrorCode.offset_metadata_too_large
+            continue
+        kept[tp] = OffsetAndMetadata(
+            offset=om.offset,
+            leaderEpoch=om.leaderEpoch,
+            metadata=metadata,
+            commitTimestampMs=nowMs if om.commitTimestampMs < 0 else om.commitTimestampMs,
+            expireTimestampMs=om.expireTimestampMs,
+        )
+    return refused, kept
 
 
 def selectExpired(

@@ -29,7 +29,7 @@ from twisted.logger import Logger
 
 from kafkatwist.coordinator.formats import APPEND_ERRORS_FOR_COMMIT, offsetRecords
 from kafkatwist.coordinator.group import GroupState
-from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition
+from kafkatwist.coordinator.offsets import OffsetAndMetadata, TopicPartition, acceptCommits
 from kafkatwist.errors import ErrorCode
 
 __all__ = ["PendingTxnOffset", "TransactionalOffsets", "TxnCommitRequest"]
@@ -176,19 +176,7 @@ class TransactionalOffsets:
             error = self._validate(group, request)
             if error is not None:
                 return everyone(error)
-        results: dict[TopicPartition, ErrorCode] = {}
-        valid: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            metadata = om.metadata or ""
-            if len(metadata.encode("utf-8")) > self._metadataMaxBytes:
-                results[tp] = E.offset_metadata_too_large
-                continue
-            valid[tp] = OffsetAndMetadata(
-                offset=om.offset,
-                leaderEpoch=om.leaderEpoch,
-                metadata=metadata,
-                commitTimestampMs=c.nowMs if om.commitTimestampMs < 0 else om.commitTimestampMs,
-            )
+        results, valid = acceptCommits(offsets, self._metadataMaxBytes, c.nowMs)
         if not valid:
             return c.respond(replyTo, results)
         seq = next(self._seq)

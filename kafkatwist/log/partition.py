@@ -139,6 +139,10 @@ class PartitionLog(PartitionReads):
         self._unflushedRecords = 0
         self._dirtySinceMs: int | None = None
         self._rolledUnflushed: list = []
+        #: bumped by every truncation from the end (L{_afterTruncation}):
+        #: a flush that synced rolled segments outside the lock advances the
+        #: recovery point only if none happened meanwhile
+        self._truncations = 0
         self.flushCount = 0
         if producerState is None:
             producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
@@ -576,7 +580,12 @@ class PartitionLog(PartitionReads):
             keep, doomed = segments[: i + 1], segments[i + 1 :]
             segment = keep[-1]
             position = segment.positionOfBatchContaining(offset)
-            self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in doomed]
+            # The segment truncated into is active again: it is synced as
+            # the active segment is, not as a rolled one that no longer
+            # changes.
+            self._rolledUnflushed = [
+                s for s in self._rolledUnflushed if s not in doomed and s is not segment
+            ]
             if segment is not self.activeSegment:
                 self._reactivate(segment)
             self._setSegments(keep)
@@ -627,6 +636,7 @@ class PartitionLog(PartitionReads):
         Under the lock, the log now ends at C{newEnd}: bring what is
         derived from it back in line.
         """
+        self._truncations += 1
         self.recoveryPoint = min(self.recoveryPoint, newEnd)
         if self._highWatermark is not None and self._highWatermark > newEnd:
             self._highWatermark = newEnd
@@ -909,6 +919,7 @@ class PartitionLog(PartitionReads):
                     lambda segment, _: nowMs - segment.retentionTimestamp() > config.retentionMs,
                     nowMs,
                     self._retentionMsBreach,
+                    belowHighWatermark=True,
                 )
             if config.retentionBytes >= 0:
                 excess = [self.size - config.retentionBytes]
@@ -919,7 +930,9 @@ class PartitionLog(PartitionReads):
                         return True
                     return False
 
-                deleted += self._deleteSegments(overSize, nowMs, self._retentionSizeBreach)
+                deleted += self._deleteSegments(
+                    overSize, nowMs, self._retentionSizeBreach, belowHighWatermark=True
+                )
             start = self._logStartOffset
             deleted += self._deleteSegments(
                 lambda segment, nextBase: nextBase is not None and nextBase <= start,
@@ -974,20 +987,35 @@ class PartitionLog(PartitionReads):
             segments=",".join(_segmentText(segment) for segment in doomed),
         )
 
-    def _deleteSegments(self, predicate, nowMs: int, reason) -> int:
+    def _deleteSegments(
+        self, predicate, nowMs: int, reason, belowHighWatermark: bool = False
+    ) -> int:
         """
         Delete the longest run of oldest segments matching
         C{predicate(segment, nextBaseOffset or None)}; an empty active
         segment is never deleted, a non-empty one is rolled first.
 
         @param reason: C{reason(segments)} logs why they go.
+        @param belowHighWatermark: retention's bound (Kafka's
+            C{UnifiedLog.deletableSegments}): a segment goes only if its
+            upper bound -- the next segment's base, or the log end for the
+            active one -- is at or below the high watermark, so nothing not
+            yet committed is deleted and the log start offset never passes
+            the high watermark.  Where the high watermark follows the log
+            end (a single broker, a leader alone in its ISR) this bounds
+            nothing.  The predicate is not asked of a segment above it.
         """
         segments = self._view[1]
+        highWatermark = self.highWatermark if belowHighWatermark else None
         doomed = []
         for i, segment in enumerate(segments):
             nextBase = segments[i + 1].baseOffset if i + 1 < len(segments) else None
             if nextBase is None and segment.size == 0:
                 break
+            if highWatermark is not None:
+                upperBound = self._end[0] if nextBase is None else nextBase
+                if upperBound > highWatermark:
+                    break
             if not predicate(segment, nextBase):
                 break
             doomed.append(segment)
@@ -1138,9 +1166,14 @@ class PartitionLog(PartitionReads):
 
     def _flushRolled(self) -> None:
         # Rolled segments no longer change: fsync them without holding up
-        # appends, then advance the recovery point to where they end.
+        # appends, then advance the recovery point to where they end.  A
+        # truncation meanwhile (a follower's, KIP-101) may have made one of
+        # them active again and written to it after its fsync (even rolled
+        # it again): then nothing is taken as synced, and the next flush
+        # syncs them again.
         with self._lock:
             pending = [] if self._closed else list(self._rolledUnflushed)
+            truncations = self._truncations
         if not pending:
             return
         for segment in pending:
@@ -1149,12 +1182,15 @@ class PartitionLog(PartitionReads):
             except FileNotFoundError:
                 pass
         with self._lock:
+            if self._truncations != truncations:
+                return
             self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in pending]
             segments = self._view[1]
             last = pending[-1]
             if last in segments:
-                following = segments[segments.index(last) + 1]
-                self.recoveryPoint = max(self.recoveryPoint, following.baseOffset)
+                i = segments.index(last)
+                if i + 1 < len(segments):
+                    self.recoveryPoint = max(self.recoveryPoint, segments[i + 1].baseOffset)
 
     def maybeFlush(self, nowMs: int) -> bool:
         """

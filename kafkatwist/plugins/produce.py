@@ -48,7 +48,15 @@ from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.plugins.handler import CloseConnection, Handler, HandlerPlugin
 from kafkatwist.coordinator.internaltopics import INTERNAL_TOPICS
 from kafkatwist.protocol.apis import PRODUCE, responseType
-from kafkatwist.protocol.batch import transactionalProducer
+from kafkatwist.protocol.batch import (
+    ATTRIBUTES_AT,
+    BATCH_LENGTH_AT,
+    CODEC_MASK,
+    COMPRESSION_ZSTD,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    transactionalProducer,
+)
 from kafkatwist.protocol.codec import encodeResponseFrame
 from kafkatwist.protocol.convert import legacyMagic, upConvert
 from kafkatwist.protocol.entities import NO_THROTTLE, make, nested, timestampMs
@@ -142,6 +150,11 @@ class ProduceHandler(Handler):
             if answer is None:
                 return None
             raise _closeForAcks0(self.broker, context, [(name, [answer])])
+        if answer is None and acks == -1 and log.replicated():
+            # Its leader asked for a follower in the ISR between the check
+            # above and the append (the high watermark is pinned first):
+            # the answer waits for the ISR, as the general path's does.
+            return self._awaitAfterAppend(context, frame, offset, name, index, log, info)
         if answer is None:
             broker.requestErrors.count(PRODUCE, 0)
             return encodeSmallProduceAnswer(
@@ -153,6 +166,21 @@ class ProduceHandler(Handler):
             PRODUCE, context.apiVersion, context.correlationId,
             encodeProduceResponse(context.apiVersion, [(name, [answer])], throttleMs),
         )
+
+    def _awaitAfterAppend(self, context, frame, offset, name, index, log, info):
+        """
+        L{answerFrame}'s acks=-1 append found the partition replicated after
+        all: wait for its ISR (L{_awaitReplicas}) and answer later.
+
+        @return: the C{deferred} of C{context.respondLater()}.
+        """
+        version = context.apiVersion
+        request = decodeProduceRequest(version, frame, offset)
+        results = [(name, [
+            (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None, ())
+        ])]
+        waiting = self.broker.replicaManager.waitingFor(name, index, log, info)
+        return self._awaitReplicas(context, request, version, results, [waiting], None)
 
     def handle(self, context, request):
         version = context.apiVersion
@@ -543,12 +571,12 @@ def refusedRecords(version: int, records) -> ErrorCode | None:
     return None
 
 
-_LOG_OVERHEAD = 12  # base offset, batch length
-_LENGTH_AT = 8
-_BATCH_HEADER = 61
-_ATTRIBUTES_LOW = 22
-_CODEC_MASK = 0x07
-_ZSTD = 4
+_LOG_OVERHEAD = LOG_OVERHEAD  # base offset, batch length
+_LENGTH_AT = BATCH_LENGTH_AT
+_BATCH_HEADER = HEADER_SIZE
+_ATTRIBUTES_LOW = ATTRIBUTES_AT + 1  # the int16's low byte
+_CODEC_MASK = CODEC_MASK
+_ZSTD = COMPRESSION_ZSTD
 _INT32 = struct.Struct(">i")
 
 

@@ -94,6 +94,7 @@ _SMALL_SET = 4096
 
 # Field positions inside a batch.
 BASE_OFFSET_AT = 0
+BATCH_LENGTH_AT = 8
 LEADER_EPOCH_AT = 12
 MAGIC_AT = 16
 CRC_AT = 17

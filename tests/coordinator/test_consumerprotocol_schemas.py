@@ -226,10 +226,10 @@ def test_kafka_nulls_differ_from_the_codecs_default():
 
     lax = Schema(CONSUMER_PROTOCOL_SUBSCRIPTION.definition)
     nullTopics = bytes.fromhex("ffffffff00000000")
-    assert lax.decode(nullTopics, 0)[0]["topics"] is None
+    assert lax.decode(nullTopics, 0)[0]["Topics"] is None
     with pytest.raises(SchemaError):
         CONSUMER_PROTOCOL_SUBSCRIPTION.decode(nullTopics, 0)
     userDataMinus2 = bytes.fromhex("00000000fffffffe")
     with pytest.raises(SchemaError):
         lax.decode(userDataMinus2, 0)
-    assert CONSUMER_PROTOCOL_SUBSCRIPTION.decode(userDataMinus2, 0)[0]["userData"] is None
+    assert CONSUMER_PROTOCOL_SUBSCRIPTION.decode(userDataMinus2, 0)[0]["UserData"] is None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import time
 
 import pytest
 
+from kafkatwist.coordinator import consumerprotocol
 from kafkatwist.testing import waitUntil
 from tests.rawclient import RawConnection
 
@@ -274,19 +274,7 @@ def parseAssignment(data: bytes) -> dict[str, list[int]]:
     Kafka's C{ConsumerProtocolAssignment} (any version: the topic
     partitions come first).
     """
-    pos = 2
-    (count,) = struct.unpack_from(">i", data, pos)
-    pos += 4
-    out = {}
-    for _ in range(max(count, 0)):
-        (n,) = struct.unpack_from(">h", data, pos)
-        topic = data[pos + 2 : pos + 2 + n].decode()
-        pos += 2 + n
-        (k,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        out[topic] = list(struct.unpack_from(f">{k}i", data, pos))
-        pos += 4 * k
-    return out
+    return {topic: list(partitions) for topic, partitions in consumerprotocol.parseAssignment(data).partitions}
 
 
 def describe(port: int, group: str):
