@@ -180,7 +180,7 @@ class ControllerMachine:
                 # Done at once (cancelled, reordered): Kafka's phase B on
                 # the state -- a new leader epoch, the leader in the
                 # replicas, the ISR without those no longer replicas.
-                finished = self._finish(replicas, state, live)
+                finished = self._finish(image, replicas, state, live)
                 if finished is not None:
                     states.append(self._write(image, topic, state, partition, *finished, "reassignment"))
             effects.append(WriteAssignment(topic, partitions, assignment.zkVersion, tuple(states)))
@@ -222,8 +222,9 @@ class ControllerMachine:
                 preferred = replicas[0]
                 if state.leader == preferred and preferred in live:
                     results.append((topic, partition, ErrorCode.election_not_needed, None))
-                elif preferred in live and preferred in state.isr and preferred not in image.shuttingDown:
-                    effects.append(self._write(image, topic, state, partition, preferred, state.isr, "preferred"))
+                elif preferred in electableMembers(image, state, live, image.shuttingDown):
+                    effects.append(self._write(image, topic, state, partition, preferred,
+                                               _withoutRestarted(image, state), "preferred"))
                     results.append((topic, partition, ErrorCode.none, None))
                 else:
                     results.append((topic, partition, ErrorCode.preferred_leader_not_available,
@@ -233,7 +234,7 @@ class ControllerMachine:
                 if state.leader in live:
                     results.append((topic, partition, ErrorCode.election_not_needed, None))
                     continue
-                candidate = self._electable(replicas, state, live, image.shuttingDown, unclean=True)
+                candidate = self._electable(image, replicas, state, live, image.shuttingDown, unclean=True)
                 if candidate is None:
                     results.append((topic, partition, ErrorCode.eligible_leaders_not_available,
                                     f"Failed to elect leader for partition {topic}-{partition} under "
@@ -277,14 +278,12 @@ class ControllerMachine:
         # a new leader epoch -- and is a new broker after that: it may have
         # lost its unflushed tail.  An offline partition (no leader) was
         # written as its replicas failed: the ISR it kept is elected from.
-        restarted = set()
-        if state.leader != NO_LEADER:
-            restarted = {r for r in (state.leader, *state.isr) if image.restartedSince(r, state)}
+        restarted = restartedMembers(image, state)
         registered = live
         live = live - restarted
         leaderOk = state.leader in live and state.leader not in leaving
         if not leaderOk:
-            candidate = self._electable(replicas, state, live, leaving, unclean=unclean)
+            candidate = self._electable(image, replicas, state, live, leaving, unclean=unclean)
             if candidate is not None:
                 leader, isr = candidate
                 why = "controlled shutdown" if state.leader in leaving else "offline leader"
@@ -346,7 +345,7 @@ class ControllerMachine:
         target = R.target(replicas, removing)
         if not set(target) <= set(state.isr):
             return None
-        finished = self._finish(target, state, live)
+        finished = self._finish(image, target, state, live)
         if finished is None:
             return None
         new = PartitionState(finished[0], state.leaderEpoch + 1, finished[1], self.epoch,
@@ -354,26 +353,32 @@ class ControllerMachine:
         return CompleteReassignment(topic, partition, target, new, assignment.zkVersion, state.zkVersion)
 
     @staticmethod
-    def _finish(target, state, live):
+    def _finish(image: ClusterImage, target, state, live):
         """
         The leader and ISR a reassignment to C{target} ends with (Kafka's
         C{ReassignPartitionLeaderElectionStrategy}: the first live target
         replica in the ISR when the leader is not a live target replica),
-        or C{None} while there is none.
+        or C{None} while there is none.  Live: L{electableMembers}.
         """
+        electable = electableMembers(image, state, live)
         leader = state.leader
-        if leader not in target or leader not in live:
-            leader = next((r for r in target if r in live and r in state.isr), None)
+        if leader not in target or leader not in electable:
+            leader = next((r for r in target if r in electable), None)
             if leader is None:
                 return None
-        isr = tuple(r for r in state.isr if r in target) or (leader,)
+        isr = tuple(r for r in _withoutRestarted(image, state) if r in target) or (leader,)
         return leader, isr
 
-    def _electable(self, replicas, state: PartitionState, live, leaving, unclean: bool):
+    def _electable(self, image: ClusterImage, replicas, state: PartitionState, live, leaving,
+                   unclean: bool):
         """
+        The first replica, in assignment order, of the state's
+        L{electableMembers}, with them as the ISR; else, when C{unclean},
+        the first live replica not shutting down (alone in the ISR).
+
         @return: (leader, isr) or C{None}.
         """
-        isrLive = [r for r in state.isr if r in live and r not in leaving]
+        isrLive = electableMembers(image, state, live, leaving)
         for replica in replicas:
             if replica in isrLive:
                 return replica, tuple(r for r in state.isr if r in isrLive)
@@ -408,8 +413,9 @@ class ControllerMachine:
             if not notLed or len(notLed) * 100 <= len(owned) * self.imbalancePercentage:
                 continue
             for topic, partition, state in notLed:
-                if broker in state.isr:
-                    effects.append(self._write(image, topic, state, partition, broker, state.isr, "preferred"))
+                if broker in electableMembers(image, state, live, image.shuttingDown):
+                    effects.append(self._write(image, topic, state, partition, broker,
+                                               _withoutRestarted(image, state), "preferred"))
         return effects
 
 
@@ -430,6 +436,44 @@ def deletionWaitsFor(topic: str, image: ClusterImage) -> frozenset:
     return frozenset(
         b for replicas in assignment.partitions.values() for b in replicas if done.get(b) != assignment.topicId
     )
+
+
+def restartedMembers(image: ClusterImage, state: PartitionState) -> frozenset:
+    """
+    The leader and ISR members of C{state} whose broker registered again
+    since it was written (L{ClusterImage.restartedSince}: Kafka's bounced
+    broker, a new broker epoch): they may have lost their unflushed tail.
+    None for an offline partition (no leader): its ISR was written as its
+    replicas failed, and the member it kept is elected when it returns.
+    """
+    if state.leader == NO_LEADER:
+        return frozenset()
+    return frozenset(r for r in (state.leader, *state.isr) if image.restartedSince(r, state))
+
+
+def electableMembers(image: ClusterImage, state: PartitionState, live,
+                     leaving=frozenset()) -> frozenset:
+    """
+    The ISR members of C{state} that may lead now -- every election asks
+    this (a failed leader's successor, a preferred election by the
+    rebalance timer or ElectLeaders, the end of a reassignment): registered
+    (in C{live}), not shutting down (C{leaving}), and not restarted since
+    the state was written (L{restartedMembers}: such a member is failed
+    first, out of the ISR, and is a new broker after that).
+    """
+    restarted = restartedMembers(image, state)
+    return frozenset(r for r in state.isr if r in live and r not in leaving and r not in restarted)
+
+
+def _withoutRestarted(image: ClusterImage, state: PartitionState) -> tuple:
+    """
+    The ISR of C{state} without its L{restartedMembers}: a state written
+    with a restarted member in its ISR would hide the restart (written after
+    its registration), so an election that does not fail it first fails it
+    in the same write.
+    """
+    restarted = restartedMembers(image, state)
+    return tuple(r for r in state.isr if r not in restarted)
 
 
 def _brokerEpoch(image: ClusterImage, leader: int) -> int:

@@ -139,6 +139,10 @@ class PartitionLog(PartitionReads):
         self._unflushedRecords = 0
         self._dirtySinceMs: int | None = None
         self._rolledUnflushed: list = []
+        #: bumped by every truncation from the end (L{_afterTruncation}):
+        #: a flush that synced rolled segments outside the lock advances the
+        #: recovery point only if none happened meanwhile
+        self._truncations = 0
         self.flushCount = 0
         if producerState is None:
             producerState = ProducerStateManager(f"{topic}-{partition}", producerIdExpirationMs)
@@ -576,7 +580,12 @@ class PartitionLog(PartitionReads):
             keep, doomed = segments[: i + 1], segments[i + 1 :]
             segment = keep[-1]
             position = segment.positionOfBatchContaining(offset)
-            self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in doomed]
+            # The segment truncated into is active again: it is synced as
+            # the active segment is, not as a rolled one that no longer
+            # changes.
+            self._rolledUnflushed = [
+                s for s in self._rolledUnflushed if s not in doomed and s is not segment
+            ]
             if segment is not self.activeSegment:
                 self._reactivate(segment)
             self._setSegments(keep)
@@ -627,6 +636,7 @@ class PartitionLog(PartitionReads):
         Under the lock, the log now ends at C{newEnd}: bring what is
         derived from it back in line.
         """
+        self._truncations += 1
         self.recoveryPoint = min(self.recoveryPoint, newEnd)
         if self._highWatermark is not None and self._highWatermark > newEnd:
             self._highWatermark = newEnd
@@ -1156,9 +1166,14 @@ class PartitionLog(PartitionReads):
 
     def _flushRolled(self) -> None:
         # Rolled segments no longer change: fsync them without holding up
-        # appends, then advance the recovery point to where they end.
+        # appends, then advance the recovery point to where they end.  A
+        # truncation meanwhile (a follower's, KIP-101) may have made one of
+        # them active again and written to it after its fsync (even rolled
+        # it again): then nothing is taken as synced, and the next flush
+        # syncs them again.
         with self._lock:
             pending = [] if self._closed else list(self._rolledUnflushed)
+            truncations = self._truncations
         if not pending:
             return
         for segment in pending:
@@ -1167,12 +1182,15 @@ class PartitionLog(PartitionReads):
             except FileNotFoundError:
                 pass
         with self._lock:
+            if self._truncations != truncations:
+                return
             self._rolledUnflushed = [s for s in self._rolledUnflushed if s not in pending]
             segments = self._view[1]
             last = pending[-1]
             if last in segments:
-                following = segments[segments.index(last) + 1]
-                self.recoveryPoint = max(self.recoveryPoint, following.baseOffset)
+                i = segments.index(last)
+                if i + 1 < len(segments):
+                    self.recoveryPoint = max(self.recoveryPoint, segments[i + 1].baseOffset)
 
     def maybeFlush(self, nowMs: int) -> bool:
         """

@@ -211,6 +211,11 @@ class HandlerPool:
                             body = self._decodeQuietly(handler, request)
                         self._abandon(request)
                         return self._done(request, self._failed(failure, request, body))
+                    if chunks.__class__ is Deferred:
+                        # Answered later after all (a Produce that must
+                        # wait for the ISR): as a handler's deferred.
+                        request.handler = handler
+                        return self._handOver(request, handler, chunks, None)
                     if chunks is not NotImplemented:
                         # (_done, inline)
                         memory, request.memory = request.memory, 0
@@ -264,18 +269,7 @@ class HandlerPool:
             self._abandon(request)
             return self._done(request, self._failed(Failure(), request, body))
         if isinstance(result, Deferred):
-            self._release(request)
-            pending = request.context.pending
-            if pending is not None:
-                # Fires on the connection's Processor thread, after this.
-                result.addCallbacks(
-                    self._answered, self._answerFailed, (request, body), None, (request, body)
-                )
-                pending.handedOver()
-            else:
-                self._legacyDeferred(handler, result)
-                result.addCallbacks(self._later, self._laterFailed, (request, body), None, (request, body))
-            return None
+            return self._handOver(request, handler, result, body)
         context = request.context
         if context.pending is not None:
             context.pending.abandon()
@@ -336,6 +330,22 @@ class HandlerPool:
         self._release(request)
         request.completedAt = time.monotonic()
         return response
+
+    def _handOver(self, request: Request, handler, result: Deferred, body) -> None:
+        """
+        A handler answers later: its deferred sends the response.
+        """
+        self._release(request)
+        pending = request.context.pending
+        if pending is not None:
+            # Fires on the connection's Processor thread, after this.
+            result.addCallbacks(
+                self._answered, self._answerFailed, (request, body), None, (request, body)
+            )
+            pending.handedOver()
+        else:
+            self._legacyDeferred(handler, result)
+            result.addCallbacks(self._later, self._laterFailed, (request, body), None, (request, body))
 
     def _release(self, request: Request) -> None:
         memory, request.memory = request.memory, 0

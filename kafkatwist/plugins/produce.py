@@ -150,6 +150,11 @@ class ProduceHandler(Handler):
             if answer is None:
                 return None
             raise _closeForAcks0(self.broker, context, [(name, [answer])])
+        if answer is None and acks == -1 and log.replicated():
+            # Its leader asked for a follower in the ISR between the check
+            # above and the append (the high watermark is pinned first):
+            # the answer waits for the ISR, as the general path's does.
+            return self._awaitAfterAppend(context, frame, offset, name, index, log, info)
         if answer is None:
             broker.requestErrors.count(PRODUCE, 0)
             return encodeSmallProduceAnswer(
@@ -161,6 +166,21 @@ class ProduceHandler(Handler):
             PRODUCE, context.apiVersion, context.correlationId,
             encodeProduceResponse(context.apiVersion, [(name, [answer])], throttleMs),
         )
+
+    def _awaitAfterAppend(self, context, frame, offset, name, index, log, info):
+        """
+        L{answerFrame}'s acks=-1 append found the partition replicated after
+        all: wait for its ISR (L{_awaitReplicas}) and answer later.
+
+        @return: the C{deferred} of C{context.respondLater()}.
+        """
+        version = context.apiVersion
+        request = decodeProduceRequest(version, frame, offset)
+        results = [(name, [
+            (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None, ())
+        ])]
+        waiting = self.broker.replicaManager.waitingFor(name, index, log, info)
+        return self._awaitReplicas(context, request, version, results, [waiting], None)
 
     def handle(self, context, request):
         version = context.apiVersion

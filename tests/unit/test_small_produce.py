@@ -256,3 +256,38 @@ def test_a_broker_without_logs_answers_as_the_general_path():
         answers.append(b"".join(handled(broker, frame).chunks))
     assert answers[0] == answers[1]
     assert int.from_bytes(answers[0][22:24], "big", signed=True) == ErrorCode.unknown_topic_or_partition
+
+
+def test_an_acks_all_append_that_finds_its_log_replicated_waits_for_the_isr():
+    """
+    The fast path takes acks=-1 only where the partition is not replicated,
+    checked before the append.  Its leader may ask for a follower in the
+    ISR between that check and the append (it pins the high watermark
+    first): the append is then answered only once the ISR has it, as the
+    general path answers it, never at once.
+    """
+    broker = brokerWith()
+    log = broker.logManager.getLog("orders", 2)
+    append = broker.replicaManager.appendRecords
+
+    def expandedFirst(partitionLog, records, nowMs, acks):
+        partitionLog.pinHighWatermark()  # the replica manager's thread, meanwhile
+        return append(partitionLog, records, nowMs, acks)
+
+    broker.replicaManager.appendRecords = expandedFirst
+    owner = FakeOwner(supported={PRODUCE: (0, 12)})
+    connection, transport = connect(owner)
+    sent = []
+    connection.sendResponse = sent.append
+    connection.dataReceived(
+        encodeRequestFrame(PRODUCE, 9, 5, "c", produceRequest(9, [("orders", [(2, batch())])], acks=-1))
+    )
+    [request] = owner.submitted
+    assert HandlerPool(None, broker, 1).handle(request) is None  # handed over
+    assert log.logEndOffset == 1 and sent == []
+    log.setHighWatermark(1)  # the follower fetched it
+    broker.producePurgatory.checkAndComplete(("orders", 2))
+    [response] = sent
+    out = b"".join(response.chunks)
+    assert int.from_bytes(out[22:24], "big", signed=True) == ErrorCode.none
+    assert int.from_bytes(out[24:32], "big") == 0
