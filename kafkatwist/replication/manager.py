@@ -155,6 +155,8 @@ class ReplicaManager:
         self.owner = SerialExecutor()
         self._partitions: dict = {}
         self._fetchers: dict = {}
+        #: the fetchers, published by the owner for L{maxLag}
+        self._publishedFetchers: tuple = ()
         self._published: dict = {}
         #: (topic, partition) led here -> its replication factor, published
         #: with C{_published} (L{partitionCounts})
@@ -393,6 +395,15 @@ class ReplicaManager:
             "AtMinIsrPartitionCount": atMin,
         }
 
+    def maxLag(self) -> int:
+        """
+        Kafka's C{ReplicaFetcherManager} C{MaxLag} (any thread): the largest
+        lag of the partitions this broker follows, each the leader's high
+        watermark minus this replica's log end at its last fetch (as each
+        fetcher thread publishes it); 0 without any.
+        """
+        return max((f.maxLag() for f in self._publishedFetchers), default=0)
+
     def lowWatermark(self, topic, partition, partitionLog) -> int:
         """
         Kafka's C{Partition.lowWatermarkIfLeader}: the smallest log start
@@ -574,6 +585,7 @@ class ReplicaManager:
             fetcher.brokerEpoch = self.brokerEpoch
             fetcher.topicIdOf = self._topicIdOf
             self._fetchers[(leaderId, index)] = fetcher
+            self._publishedFetchers = tuple(self._fetchers.values())
             fetcher.start()
         return fetcher
 
@@ -612,6 +624,7 @@ class ReplicaManager:
             if not fetcher.partitionCount():
                 fetcher.stop(timeout=0)
                 del self._fetchers[(leaderId, index)]
+                self._publishedFetchers = tuple(self._fetchers.values())
 
     def _onFenced(self, key, error) -> None:
         # A leader refused us: the controller's next word fixes it.
