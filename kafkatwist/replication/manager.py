@@ -66,6 +66,8 @@ __all__ = ["REPLICATION_OFFSET", "LocalAlterIsr", "ReplicaManager", "StaticDirec
 log = Logger()
 
 REPLICATION_OFFSET = "replication-offset-checkpoint"
+#: seconds before an ISR change whose outcome is unknown is asked for again
+ISR_RETRY_SECONDS = 0.5
 
 
 class LocalAlterIsr:
@@ -784,6 +786,23 @@ class ReplicaManager:
         p = self._partitions.get(key)
         if p is None or p.role != LEADER or p.leaderEpoch != epoch or p.pendingIsr != newIsr:
             return
+        if error is not None and getattr(error, "code", error) == ErrorCode.request_timed_out:
+            # The outcome is unknown (ZooKeeper's connection was lost during
+            # the write): it may have landed, and the controller may elect
+            # a replica it added.  As Kafka's AlterPartition manager, keep
+            # the change pending -- the maximal ISR, and so the high
+            # watermark, still count it -- and ask again: a write that
+            # landed is then refused as stale, and the state read again.
+            self.failedIsrUpdates += 1
+            log.warn(
+                "{topic}-{partition}: ISR change to {isr} not confirmed ({error}): asking again",
+                topic=p.topic, partition=p.partition, isr=sorted(newIsr), error=error,
+            )
+            if not self._stopped:
+                self.clock.callLater(
+                    ISR_RETRY_SECONDS, self.owner.submit, self._askAgain, key, epoch, newIsr
+                )
+            return
         p.pendingIsr = None
         if error is not None:
             self.failedIsrUpdates += 1
@@ -802,6 +821,12 @@ class ReplicaManager:
         p.log.inSyncReplicas = newIsr
         self._maybeAdvanceHighWatermark(p)
         self.wake(key)
+
+    def _askAgain(self, key, epoch, newIsr) -> None:
+        p = self._partitions.get(key)
+        if p is None or p.role != LEADER or p.leaderEpoch != epoch or p.pendingIsr != newIsr:
+            return
+        self._alter(p, newIsr)
 
     # -- the high-watermark checkpoint -----------------------------------------------------------
 
