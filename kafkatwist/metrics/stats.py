@@ -642,6 +642,10 @@ def _renderReplicaManager(w: _Writer, replicaManager) -> None:
         metric = f"kafka_server_replicamanager_{name}_total"
         w.declare(metric, "counter", doc)
         w.sample(metric, getattr(replicaManager, attribute))
+    w.declare("kafka_server_replicafetchermanager_maxlag", "gauge",
+              "The largest lag, in records, of the partitions this broker follows: the leader's high "
+              "watermark minus this replica's log end at its last fetch (Kafka's ReplicaFetcherManager MaxLag).")
+    w.sample("kafka_server_replicafetchermanager_maxlag", replicaManager.maxLag(), clientId="Replica")
 
 
 #: Kafka's controller gauges (kafka.controller:type=KafkaController), by
