@@ -201,6 +201,13 @@ class ReplicaFetcher:
     def partitionCount(self) -> int:
         return len(self._partitions)
 
+    def maxLag(self) -> int:
+        """
+        The largest lag of this fetcher's partitions, as its thread last
+        published each (any thread).
+        """
+        return max((s.lag for s in self._partitions.values() if s.lag), default=0)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()

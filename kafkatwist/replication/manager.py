@@ -66,6 +66,8 @@ __all__ = ["REPLICATION_OFFSET", "LocalAlterIsr", "ReplicaManager", "StaticDirec
 log = Logger()
 
 REPLICATION_OFFSET = "replication-offset-checkpoint"
+#: seconds before an ISR change whose outcome is unknown is asked for again
+ISR_RETRY_SECONDS = 0.5
 
 
 class LocalAlterIsr:
@@ -153,6 +155,8 @@ class ReplicaManager:
         self.owner = SerialExecutor()
         self._partitions: dict = {}
         self._fetchers: dict = {}
+        #: the fetchers, published by the owner for L{maxLag}
+        self._publishedFetchers: tuple = ()
         self._published: dict = {}
         #: (topic, partition) led here -> its replication factor, published
         #: with C{_published} (L{partitionCounts})
@@ -391,6 +395,15 @@ class ReplicaManager:
             "AtMinIsrPartitionCount": atMin,
         }
 
+    def maxLag(self) -> int:
+        """
+        Kafka's C{ReplicaFetcherManager} C{MaxLag} (any thread): the largest
+        lag of the partitions this broker follows, each the leader's high
+        watermark minus this replica's log end at its last fetch (as each
+        fetcher thread publishes it); 0 without any.
+        """
+        return max((f.maxLag() for f in self._publishedFetchers), default=0)
+
     def lowWatermark(self, topic, partition, partitionLog) -> int:
         """
         Kafka's C{Partition.lowWatermarkIfLeader}: the smallest log start
@@ -572,6 +585,7 @@ class ReplicaManager:
             fetcher.brokerEpoch = self.brokerEpoch
             fetcher.topicIdOf = self._topicIdOf
             self._fetchers[(leaderId, index)] = fetcher
+            self._publishedFetchers = tuple(self._fetchers.values())
             fetcher.start()
         return fetcher
 
@@ -610,6 +624,7 @@ class ReplicaManager:
             if not fetcher.partitionCount():
                 fetcher.stop(timeout=0)
                 del self._fetchers[(leaderId, index)]
+                self._publishedFetchers = tuple(self._fetchers.values())
 
     def _onFenced(self, key, error) -> None:
         # A leader refused us: the controller's next word fixes it.
@@ -771,6 +786,23 @@ class ReplicaManager:
         p = self._partitions.get(key)
         if p is None or p.role != LEADER or p.leaderEpoch != epoch or p.pendingIsr != newIsr:
             return
+        if error is not None and getattr(error, "code", error) == ErrorCode.request_timed_out:
+            # The outcome is unknown (ZooKeeper's connection was lost during
+            # the write): it may have landed, and the controller may elect
+            # a replica it added.  As Kafka's AlterPartition manager, keep
+            # the change pending -- the maximal ISR, and so the high
+            # watermark, still count it -- and ask again: a write that
+            # landed is then refused as stale, and the state read again.
+            self.failedIsrUpdates += 1
+            log.warn(
+                "{topic}-{partition}: ISR change to {isr} not confirmed ({error}): asking again",
+                topic=p.topic, partition=p.partition, isr=sorted(newIsr), error=error,
+            )
+            if not self._stopped:
+                self.clock.callLater(
+                    ISR_RETRY_SECONDS, self.owner.submit, self._askAgain, key, epoch, newIsr
+                )
+            return
         p.pendingIsr = None
         if error is not None:
             self.failedIsrUpdates += 1
@@ -789,6 +821,12 @@ class ReplicaManager:
         p.log.inSyncReplicas = newIsr
         self._maybeAdvanceHighWatermark(p)
         self.wake(key)
+
+    def _askAgain(self, key, epoch, newIsr) -> None:
+        p = self._partitions.get(key)
+        if p is None or p.role != LEADER or p.leaderEpoch != epoch or p.pendingIsr != newIsr:
+            return
+        self._alter(p, newIsr)
 
     # -- the high-watermark checkpoint -----------------------------------------------------------
 

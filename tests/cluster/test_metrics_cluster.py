@@ -239,3 +239,42 @@ def test_session_expiry_and_unclean_election(cluster):
     assert steady["kafka_server_sessionexpirelistener_zookeeperexpires_total"] == 0
     # A cluster broker's families are documented too.
     assert not undocumented(exposition(cluster.brokers[3]))
+
+
+def test_a_throttled_follower_shows_its_lag(cluster):
+    """
+    ReplicaFetcherManager MaxLag: broker 2, t-0's follower, is paused while
+    300 records of 10 kB are written and leaves the ISR (its leader's high
+    watermark is then its log end).  Back, it fetches under a replication
+    throttle, one record a fetch (as in Kafka, a throttle holds back only a
+    replica out of the ISR), so its MaxLag is how many records it lacks; the
+    leader, following nothing behind, shows 0.
+    """
+    from confluent_kafka import Producer
+
+    cluster.startBroker(1, **REPLICATION, **METRICS, **LONG_SESSION)
+    cluster.startBroker(2, **REPLICATION, **METRICS, **LONG_SESSION, **{
+        "follower.replication.throttled.rate": "20000", "replica.fetch.max.bytes": "10000"})
+    admin = cluster.admin(1, 2)
+    waitUntil(lambda: len(admin.list_topics(timeout=10).brokers) == 2, what="two brokers")
+    createPlaced(cluster, "t", {0: [1, 2]}, {"follower.replication.throttled.replicas": "0:2"})
+    waitUntil(lambda: (partitions(admin, "t") or {}).get(0, (0, 0, ()))[2] == (1, 2),
+              what="t-0 with both replicas in its ISR")
+    maxLag = "kafka_server_replicafetchermanager_maxlag"
+    assert labelled(cluster.brokers[2], maxLag, clientId="Replica") == 0
+    leader = cluster.admin(1)
+    cluster.pause(2)
+    try:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(1), "acks": "1", "linger.ms": 5})
+        for _ in range(300):
+            producer.produce("t", b"x" * 10_000, partition=0)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        waitUntil(lambda: partitions(leader, "t")[0][2] == (1,), timeout=120,
+                  what="t-0's ISR without broker 2")
+    finally:
+        cluster.resume(2)
+    lag = waitUntil(lambda: labelled(cluster.brokers[2], maxLag, clientId="Replica"),
+                    timeout=120, what="broker 2's lag showing")
+    assert 0 < lag <= 300
+    assert labelled(cluster.brokers[1], maxLag, clientId="Replica") == 0

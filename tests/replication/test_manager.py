@@ -11,7 +11,7 @@ import pytest
 from twisted.internet import task
 from zope.interface.verify import verifyObject
 
-from kafkatwist.errors import ErrorCode
+from kafkatwist.errors import ErrorCode, KafkaError
 from kafkatwist.interfaces import IReplicaManager
 from kafkatwist.log import LogManager, MemoryLogManager
 from kafkatwist.log.checkpoint import readCheckpoint
@@ -402,3 +402,43 @@ def test_coordinator_appends_wait_for_the_isr():
     waiter("__consumer_offsets", 0, info.lastOffset + 1, done.append)
     clock.advance(5)
     assert done[-1] == ErrorCode.request_timed_out
+
+
+def test_an_isr_change_of_unknown_outcome_stays_pending_and_is_asked_again(both):
+    """
+    ZooKeeper's connection lost during the ISR write: it may have landed.
+    The leader keeps counting the follower (an acks=-1 append waits for
+    it) and asks again, as Kafka's AlterPartition manager does.
+    """
+    h = both
+    h.alter.answer = False
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(3)
+    h.follow(2, 3)
+    assert len(h.alter.calls) == 1
+    h.alter.pending(None, KafkaError(ErrorCode.request_timed_out, "ZooKeeper: ConnectionLoss"))
+    h.run()
+    h.append(2)
+    assert h.manager.waitingFor("t", 0, h.log, Info(4)) is not None
+    assert h.log.highWatermark == 3
+    h.advance(500)
+    assert h.alter.calls[-1] == h.alter.calls[0] and len(h.alter.calls) == 2
+    h.alter.pending(1, None)
+    h.run()
+    assert h.log.inSyncReplicas == frozenset({1, 2})
+    h.follow(2, 5)
+    assert h.log.highWatermark == 5
+
+
+def test_a_refused_expansion_lets_the_high_watermark_follow_the_log_end_again(both):
+    h = both
+    h.alter.answer = False
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(3)
+    h.follow(2, 3)
+    h.append(2)
+    h.alter.pending(None, ErrorCode.invalid_update_version)
+    h.run()
+    assert not h.log.replicated() and h.log.highWatermark == 5
