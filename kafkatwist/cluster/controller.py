@@ -270,7 +270,8 @@ class ControllerMachine:
             if not alive:
                 return None
             isr = tuple(r for r in alive if r not in leaving) or tuple(alive)
-            new = PartitionState(isr[0], 0, isr, self.epoch, leaderBrokerEpoch=_brokerEpoch(image, isr[0]))
+            new = PartitionState(isr[0], 0, isr, self.epoch, leaderBrokerEpoch=_brokerEpoch(image, isr[0]),
+                                 isrBrokerEpochs=_memberEpochs(image, isr))
             return WriteState(topic, partition, new, -1, "new partition")
         # A replica whose broker registered again since the state was
         # written (Kafka's bounced broker: a new broker epoch) is failed
@@ -346,7 +347,8 @@ class ControllerMachine:
         if finished is None:
             return None
         new = PartitionState(finished[0], state.leaderEpoch + 1, finished[1], self.epoch,
-                             leaderBrokerEpoch=_brokerEpoch(image, finished[0]))
+                             leaderBrokerEpoch=_brokerEpoch(image, finished[0]),
+                             isrBrokerEpochs=_memberEpochs(image, finished[1]))
         return CompleteReassignment(topic, partition, target, new, assignment.zkVersion, state.zkVersion)
 
     @staticmethod
@@ -388,7 +390,8 @@ class ControllerMachine:
     def _write(self, image: ClusterImage, topic, state: PartitionState, partition, leader, isr,
                why, unclean: bool = False) -> WriteState:
         new = PartitionState(leader, state.leaderEpoch + 1, tuple(isr), self.epoch,
-                             leaderBrokerEpoch=_brokerEpoch(image, leader))
+                             leaderBrokerEpoch=_brokerEpoch(image, leader),
+                             isrBrokerEpochs=_memberEpochs(image, isr))
         return WriteState(topic, partition, new, state.zkVersion, why, unclean)
 
     def _rebalance(self, image: ClusterImage) -> list:
@@ -479,6 +482,21 @@ def _brokerEpoch(image: ClusterImage, leader: int) -> int:
     image holds): the broker leads only if it is its own.
     """
     return image.brokerEpochs.get(leader, -1) if leader != NO_LEADER else -1
+
+
+def _memberEpochs(image: ClusterImage, isr) -> tuple:
+    """
+    The registration of each ISR member the controller writes, as its image
+    holds it (KIP-903's NewIsrWithEpochs, for the controller's own writes):
+    a member that registers again after it is then told by its broker epoch
+    whatever writes the state has seen since (a leader's ISR change, whose
+    newer write would hide it from a check by write time alone), and one
+    the image already held under a previous registration is told too.  A
+    member not registered is left out: it is judged by the write's time.
+    """
+    return tuple(sorted(
+        (b, image.brokerEpochs[b]) for b in set(isr) if image.brokerEpochs.get(b, 0) > 0
+    ))
 
 
 def _offlineIsr(image: ClusterImage, state: PartitionState, registered, restarted) -> tuple:
