@@ -29,8 +29,10 @@ install: $(STAMP)
 
 # `make run PORT=19092`; `ARGS="--override key=value ..."` adds settings.
 PORT ?= 9092
+# The data directory announced: log.dirs in ARGS wins over log.dir (Kafka's rule), else ./data.
+RUN_DATA = $(or $(lastword $(patsubst log.dirs=%,%,$(filter log.dirs=%,$(ARGS)))),$(lastword $(patsubst log.dir=%,%,$(filter log.dir=%,$(ARGS)))),./data)
 run: install
-	@echo "make: starting kafkatwist on 127.0.0.1:$(PORT), data in ./data (Ctrl-C stops it)"
+	@echo "make: starting kafkatwist on 127.0.0.1:$(PORT), data in $(RUN_DATA) (Ctrl-C stops it)"
 	$(BIN)/twistd -n --pidfile= kafkatwist --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dir=./data $(ARGS)
 
 # The layers (import-linter contracts in pyproject.toml), ruff's error
@@ -82,8 +84,9 @@ soak: install
 fuzz: install
 	$(BIN)/python -m tests.fuzz $(FUZZ_ARGS)
 
+# The broker `make run PORT=...` started (ARGS="--bootstrap HOST:PORT" wins).
 spark-demo: install
-	$(BIN)/python spark/examples/run_demo.py $(ARGS)
+	$(BIN)/python spark/examples/run_demo.py --bootstrap 127.0.0.1:$(PORT) $(ARGS)
 
 # ZooKeeper (Debian's package, installed if missing) and three brokers on
 # 127.0.0.1:9092-9094, data and logs under ./cluster/ (see README, Cluster).
@@ -100,5 +103,7 @@ cluster-stop:
 certs:
 	sh deploy/make-certs.sh certs
 
+# Also what the README's TLS and SASL steps leave (certs/, data-tls/, data-secured/);
+# server.properties may hold your own settings: it stays (and is git-ignored).
 clean:
-	rm -rf $(VENV) build *.egg-info data cluster
+	rm -rf $(VENV) build *.egg-info data cluster certs data-tls data-secured

@@ -379,6 +379,9 @@ class BrokerService(service.Service):
 
     def startService(self) -> None:
         super().startService()
+        from kafkatwist import __version__
+
+        log.info("kafkatwist version {version}", version=__version__)
         if self.server is None:
             self.prepare()
         if self.cluster is not None:

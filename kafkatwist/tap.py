@@ -131,5 +131,13 @@ def main() -> None:
     """
     from twisted.scripts.twistd import run
 
+    if sys.argv[1:] == ["--version"]:
+        # twistd's own --version names Twisted's only.
+        import twisted
+
+        from kafkatwist import __version__
+
+        print(f"kafkatwist {__version__} (Twisted {twisted.__version__})")
+        return
     sys.argv = ["twistd", "-n", "--pidfile=", "kafkatwist", *sys.argv[1:]]
     run()

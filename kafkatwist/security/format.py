@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     formatCommand = commands.add_parser("format", help="Write meta.properties and the first SCRAM users.")
     formatCommand.add_argument("-c", "--config", help="The server.properties file.")
     formatCommand.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                               help="A setting on top of the file, as twistd kafkatwist --override.")
+                               help="A setting on top of the file, as kafkatwist --override.")
     formatCommand.add_argument("-t", "--cluster-id", help="The cluster id (default: cluster.id, or a new one).")
     formatCommand.add_argument("-S", "--add-scram", action="append", default=[], metavar="MECHANISM=[...]",
                                help="A SCRAM credential, e.g. 'SCRAM-SHA-256=[name=alice,password=secret]'.")
