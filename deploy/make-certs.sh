@@ -67,7 +67,7 @@ Certificates in $here:
   client.pem client.key  a client certificate, principal User:$(openssl x509 -in client.pem -noout -subject -nameopt RFC2253 | sed 's/^subject=//')
 
 Broker:
-  twistd -n kafkatwist --override listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093 \\
+  .venv/bin/kafkatwist --override listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093 \\
       --override ssl.keystore.location=$here/server-keystore.pem \\
       --override ssl.truststore.location=$here/ca.pem --override ssl.client.auth=required
 EOF

@@ -47,7 +47,7 @@ class Options(usage.Options):
         try:
             super().parseOptions(options)
         except usage.UsageError as e:
-            sys.stderr.write(f"kafkatwist: {e} (twistd kafkatwist --help lists the options)\n")
+            sys.stderr.write(f"kafkatwist: {e} (kafkatwist --help lists the options)\n")
             raise SystemExit(2)
 
 

@@ -56,6 +56,8 @@ class AdminWrites:
         if not ineligible:
             try:
                 ineligible = self._staleRegistrations(added, brokerEpochs or {})
+                if not ineligible and current is not None:
+                    ineligible = self._restartedMembers(current, set(newIsr) - added - {leaderId})
             except KazooException as e:
                 onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
                 return
@@ -102,6 +104,30 @@ class AdminWrites:
                  topic=topic, partition=partition, isr=list(newIsr), leader=leaderId, epoch=leaderEpoch)
         self._settle()
         onDone(stat.version, None)
+
+    def _restartedMembers(self, current, staying) -> list[int]:
+        """
+        The members that stay in the ISR but registered again since the
+        state named them (their recorded broker epoch is not their current
+        registration, or, none recorded, they registered after the state's
+        last write): a restart the controller has not taken out of the ISR
+        yet.  The leader's write must not hide it -- the state's newer
+        write would make the restarted member, possibly with a cut log,
+        look like the one the ISR named.  Read from ZooKeeper itself.
+        """
+        recorded = dict(current.isrBrokerEpochs)
+        restarted = []
+        for b in sorted(staying):
+            stat = self.zk.exists(Z.brokerPath(b))
+            if stat is None:
+                continue  # not registered: it is seen when it registers again
+            epoch = recorded.get(b, -1)
+            if (stat.czxid != epoch) if epoch >= 0 else (0 < current.mzxid < stat.czxid):
+                restarted.append(b)
+        if restarted:
+            log.info("Not writing an ISR that keeps brokers {brokers}: they registered again since "
+                     "the ISR named them, and the controller takes them out first", brokers=restarted)
+        return restarted
 
     def _staleRegistrations(self, added, brokerEpochs: dict) -> list[int]:
         """

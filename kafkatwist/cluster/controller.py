@@ -270,7 +270,8 @@ class ControllerMachine:
             if not alive:
                 return None
             isr = tuple(r for r in alive if r not in leaving) or tuple(alive)
-            new = PartitionState(isr[0], 0, isr, self.epoch, leaderBrokerEpoch=_brokerEpoch(image, isr[0]))
+            new = PartitionState(isr[0], 0, isr, self.epoch, leaderBrokerEpoch=_brokerEpoch(image, isr[0]),
+                                 isrBrokerEpochs=_memberEpochs(image, isr))
             return WriteState(topic, partition, new, -1, "new partition")
         # A replica whose broker registered again since the state was
         # written (Kafka's bounced broker: a new broker epoch) is failed
@@ -299,13 +300,10 @@ class ControllerMachine:
                 return None
             if state.leader == NO_LEADER:
                 return None
-            # Offline: no leader, and the ISR keeps its last member so that
-            # replica is elected (cleanly) when it returns.  A restarted
-            # member is failed here and is a new broker after that (Kafka's
-            # onBrokerFailure, then onBrokerStartup): the ISR keeps the
-            # registered ones, so the next pass elects one of them rather
-            # than waiting for a member that never came back.
-            isr = _shrink(state.isr, registered)
+            # Offline: no leader, and the ISR keeps the members that may
+            # come back with everything (_offlineIsr), elected (cleanly)
+            # when one returns.
+            isr = _offlineIsr(image, state, registered, restarted)
             return self._write(image, topic, state, partition, NO_LEADER, isr, "offline, no live ISR member")
         # The leader is fine: take dead, restarted and departing followers
         # out of the ISR.
@@ -349,7 +347,8 @@ class ControllerMachine:
         if finished is None:
             return None
         new = PartitionState(finished[0], state.leaderEpoch + 1, finished[1], self.epoch,
-                             leaderBrokerEpoch=_brokerEpoch(image, finished[0]))
+                             leaderBrokerEpoch=_brokerEpoch(image, finished[0]),
+                             isrBrokerEpochs=_memberEpochs(image, finished[1]))
         return CompleteReassignment(topic, partition, target, new, assignment.zkVersion, state.zkVersion)
 
     @staticmethod
@@ -391,7 +390,8 @@ class ControllerMachine:
     def _write(self, image: ClusterImage, topic, state: PartitionState, partition, leader, isr,
                why, unclean: bool = False) -> WriteState:
         new = PartitionState(leader, state.leaderEpoch + 1, tuple(isr), self.epoch,
-                             leaderBrokerEpoch=_brokerEpoch(image, leader))
+                             leaderBrokerEpoch=_brokerEpoch(image, leader),
+                             isrBrokerEpochs=_memberEpochs(image, isr))
         return WriteState(topic, partition, new, state.zkVersion, why, unclean)
 
     def _rebalance(self, image: ClusterImage) -> list:
@@ -482,6 +482,55 @@ def _brokerEpoch(image: ClusterImage, leader: int) -> int:
     image holds): the broker leads only if it is its own.
     """
     return image.brokerEpochs.get(leader, -1) if leader != NO_LEADER else -1
+
+
+def _memberEpochs(image: ClusterImage, isr) -> tuple:
+    """
+    The registration of each ISR member the controller writes, as its image
+    holds it (KIP-903's NewIsrWithEpochs, for the controller's own writes):
+    a member that registers again after it is then told by its broker epoch
+    whatever writes the state has seen since (a leader's ISR change, whose
+    newer write would hide it from a check by write time alone), and one
+    the image already held under a previous registration is told too.  A
+    member not registered is left out: it is judged by the write's time.
+    """
+    return tuple(sorted(
+        (b, image.brokerEpochs[b]) for b in set(isr) if image.brokerEpochs.get(b, 0) > 0
+    ))
+
+
+def _offlineIsr(image: ClusterImage, state: PartitionState, registered, restarted) -> tuple:
+    """
+    The ISR a partition that lost every electable ISR member goes offline
+    with; the next pass elects from it as its members register (an offline
+    state's members are not judged restarted: the state was written as they
+    failed).
+
+    - A member that went away without registering again may return with
+      its log intact (a killed process, a lost ZooKeeper session), while a
+      restarted one may have lost its unflushed tail (acknowledged records
+      the others have).  So while any member is away, the restarted ones
+      leave the ISR and the partition waits for the others -- unless the
+      leader is back (restarted) and every registered broker restarted
+      since the state was written (a whole-cluster crash: nobody stayed
+      up, so the members still away went down in it too, and the leader's
+      is the last leader's log), where the registered restarted members
+      are kept and the first of them is elected (Kafka's onBrokerFailure
+      then onBrokerStartup) rather than waiting for a member that may
+      never come back.  Unclean election (the next pass) may still elect
+      a restarted replica.
+    - Every member registered again (all restarted): they are kept.
+    - No member registered: the leader is kept (Kafka's last known leader,
+      KIP-966: the replica that had every acknowledged record), not a
+      follower that may return first after a crash.
+    """
+    away = [r for r in state.isr if r not in registered]
+    wholeCluster = state.leader in restarted and all(image.restartedSince(b, state) for b in registered)
+    if restarted and away and not wholeCluster:
+        return tuple(r for r in state.isr if r not in restarted)
+    if not any(r in registered for r in state.isr) and state.leader in state.isr:
+        return (state.leader,)
+    return _shrink(state.isr, registered)
 
 
 def _shrink(isr, live) -> tuple:

@@ -11,6 +11,7 @@ pid files) under C{./cluster/}.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ from kafkatwist.cluster.zkserver import ZooKeeperServer, ZooKeeperUnavailable, r
 
 ZK_PORT = 2181
 FIRST_PORT = 9092
+#: the ports a started cluster runs on, under its directory
+PORTS_FILE = "ports.json"
 
 
 def _alive(pid: int) -> bool:
@@ -38,6 +41,38 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _ours(pid: int | None, marker: str) -> bool:
+    """
+    Whether C{pid} is alive and is the process its pid file names: its
+    command line holds C{marker} (C{kafkatwist} for a broker, C{zookeeper}
+    for ZooKeeper).  A pid file outlives its process (a crash, a reboot),
+    and the pid may since belong to something else, which must be neither
+    taken for the cluster nor signalled.
+    """
+    if pid is None or not _alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return marker.encode() in f.read().lower()
+    except OSError:
+        return True  # no /proc: trust the pid file, as before
+
+
+def _readPorts(root: str) -> dict | None:
+    try:
+        with open(os.path.join(root, PORTS_FILE)) as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _describe(ports: dict) -> str:
+    base, count = int(ports.get("basePort", 0)), int(ports.get("brokers", 0))
+    return (f"brokers on 127.0.0.1:{base}-{base + count - 1}, ZooKeeper on "
+            f"127.0.0.1:{ports.get('zkPort')}")
 
 
 def _readPid(path: str) -> int | None:
@@ -70,18 +105,34 @@ def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PO
             print("Stopped what this start had started: " + ", ".join(what for _, what in reversed(started)))
         return 1
 
+    # One cluster per directory: one already running (any of its
+    # processes) keeps its own ports -- a second ZooKeeper on its data
+    # directory would corrupt it.
+    zkPid = os.path.join(root, "zookeeper.pid")
+    running = [name for name, marker, path in _pidFiles(root) if _ours(_readPid(path), marker)]
+    wanted = {"basePort": basePort, "zkPort": zkPort, "brokers": count}
+    if running:
+        recorded = _readPorts(root)
+        if recorded is None and ruok("127.0.0.1", zkPort):
+            recorded = wanted  # started before ports were recorded, on these ports
+        if recorded != wanted:
+            where = _describe(recorded) if recorded else "other ports"
+            print(f"A cluster is already running in {root} ({where}): "
+                  "make cluster-stop first, or start another with --dir")
+            return 1
     # Ports first: a broker stopped half-way through its first start can
     # leave a data directory that no longer matches the cluster.
     for brokerId in range(1, count + 1):
         pid = _readPid(os.path.join(root, f"broker{brokerId}", "broker.pid"))
         port = basePort + brokerId - 1
-        if not (pid is not None and _alive(pid)) and _inUse(port):
+        if not _ours(pid, "kafkatwist") and _inUse(port):
             print(f"Broker {brokerId}: port {port} is in use: pick other ports with BASE_PORT= (make) "
                   "or --base-port")
             return 1
-    zkPid = os.path.join(root, "zookeeper.pid")
+    with open(os.path.join(root, PORTS_FILE), "w") as f:
+        json.dump(wanted, f)
     pid = _readPid(zkPid)
-    if pid is not None and _alive(pid) and ruok("127.0.0.1", zkPort):
+    if _ours(pid, "zookeeper") and ruok("127.0.0.1", zkPort):
         print(f"ZooKeeper already running (pid {pid})")
     else:
         if ruok("127.0.0.1", zkPort):
@@ -109,7 +160,7 @@ def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PO
         pidFile = os.path.join(directory, "broker.pid")
         logFile = os.path.join(directory, "broker.log")
         pid = _readPid(pidFile)
-        if pid is not None and _alive(pid):
+        if _ours(pid, "kafkatwist"):
             print(f"Broker {brokerId} already running (pid {pid})")
             continue
         port = basePort + brokerId - 1
@@ -159,12 +210,15 @@ def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PO
     if waiting:
         return fail(f"Brokers {sorted(waiting)} did not start in time: see their broker.log")
     bootstrap = ",".join(f"127.0.0.1:{basePort + i}" for i in range(count))
-    problem = createOffsetsTopic(bootstrap)
+    try:
+        problem = createOffsetsTopic(bootstrap)
+    except Exception as e:  # e.g. no broker reachable at all: one line, not a traceback
+        problem = f"{type(e).__name__}: {e}"
     if problem:
         print(f"__consumer_offsets not created yet ({problem}): the first consumer group creates it, "
               f"once {min(3, count)} brokers are up")
     else:
-        print("__consumer_offsets created (consumer groups need it, on "
+        print("__consumer_offsets is ready (consumer groups need it, on "
               f"{min(3, count)} brokers: offsets.topic.replication.factor)")
     print(f"bootstrap.servers={bootstrap}   (make cluster-stop stops everything)")
     return 0
@@ -234,21 +288,39 @@ def _stopPid(pid: int, what: str, timeout: float = 60.0, quiet: bool = False) ->
         print(f"Stopped {what} (pid {pid})")
 
 
+def _pidFiles(root: str) -> list[tuple[str, str, str]]:
+    """
+    C{(name, command-line marker, pid file)} of the cluster's processes:
+    the brokers in order, then ZooKeeper.
+    """
+    found = []
+    if os.path.isdir(root):
+        for name in sorted(os.listdir(root)):
+            path = os.path.join(root, name, "broker.pid")
+            if os.path.exists(path):
+                found.append((name, "kafkatwist", path))
+    found.append(("ZooKeeper", "zookeeper", os.path.join(root, "zookeeper.pid")))
+    return found
+
+
 def stop(root: str) -> int:
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         print(f"No cluster under {root}")
         return 0
     # Brokers one at a time (each moves its leaders to the others first),
-    # then ZooKeeper.
-    for name in sorted(os.listdir(root)):
-        pid = _readPid(os.path.join(root, name, "broker.pid"))
-        if pid is not None:
+    # then ZooKeeper.  A pid file whose process is gone, or is now some
+    # other program's, is removed without a signal.
+    for name, marker, path in _pidFiles(root):
+        pid = _readPid(path)
+        if pid is None:
+            continue
+        if _ours(pid, marker):
             _stopPid(pid, name)
-    pid = _readPid(os.path.join(root, "zookeeper.pid"))
-    if pid is not None:
-        _stopPid(pid, "ZooKeeper")
-        os.unlink(os.path.join(root, "zookeeper.pid"))
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
     return 0
 
 

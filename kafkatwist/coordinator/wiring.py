@@ -98,13 +98,22 @@ def stopGroupCoordinator(coordinator) -> None:
     with NOT_COORDINATOR, wait for its appends, stop its clock.  Harmless
     with C{None} and when called twice.
     """
+    stopCoordinator(coordinator, "group coordinator")
+
+
+def stopCoordinator(coordinator, what: str) -> None:
+    """
+    Stop a coordinator service (the group's or the transactions'): its
+    C{shutdown()}, then the clock it runs on (its timer thread).  Harmless
+    with C{None} and when called twice.
+    """
     if coordinator is None:
         return
     try:
         coordinator.shutdown()
     except Exception:
         # Stopping must go on (the log still has to be closed).
-        log.failure("group coordinator shutdown failed")
+        log.failure("{what} shutdown failed", what=what)
     stop = getattr(coordinator.clock, "stop", None)
     if stop is not None:
         stop()

@@ -208,9 +208,19 @@ class IdleSlot:
         self.state = (0.0, 0.0)
 
 
+#: append errors Kafka's FailedProduceRequestsPerSec leaves out: known
+#: answers, not a failure of the broker (ReplicaManager.appendToLocalLog)
+_EXPECTED_APPEND_ERRORS = frozenset((
+    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower, ErrorCode.message_too_large,
+    ErrorCode.record_list_too_large, ErrorCode.corrupt_message, ErrorCode.kafka_storage_error,
+    ErrorCode.invalid_required_acks,
+))
+
+
 class TopicBytes:
     """
-    Bytes in (produced) and out (fetched) per topic, from handler threads.
+    Bytes in (produced) and out (fetched) per topic, from handler threads;
+    and the partitions' appends that failed, per topic.
     """
 
     def __init__(self) -> None:
@@ -218,6 +228,23 @@ class TopicBytes:
         self.bytesIn: dict[str, int] = defaultdict(int)
         self.bytesOut: dict[str, int] = defaultdict(int)
         self.messagesIn: dict[str, int] = defaultdict(int)
+        self.failedProduce: dict[str, int] = defaultdict(int)
+
+    def produceFailed(self, topic: str, error: int) -> None:
+        """
+        A partition's append refused with C{error} (Kafka's
+        FailedProduceRequestsPerSec: counted unless the error is one of
+        the known answers, unknown partition, not the leader, too large,
+        corrupt, storage error).  Only on the error path.
+        """
+        if error in _EXPECTED_APPEND_ERRORS:
+            return
+        with self._lock:
+            self.failedProduce[topic] += 1
+
+    def failures(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.failedProduce)
 
     def produced(self, topic: str, size: int, records: int) -> None:
         with self._lock:
@@ -427,6 +454,13 @@ def render(broker, server) -> str:
     w.declare("kafka_server_bytes_out_total", "counter", "Record bytes fetched, per topic.")
     for topic in sorted(bytesOut):
         w.sample("kafka_server_bytes_out_total", bytesOut[topic], topic=topic)
+    failedProduce = topicBytes.failures()
+    w.declare("kafka_server_failed_produce_requests_total", "counter",
+              "Partition appends refused, per topic, other than the known answers (unknown partition, "
+              "not the leader, too large, corrupt) (Kafka's FailedProduceRequestsPerSec): records that "
+              "break the topic's rules, NOT_ENOUGH_REPLICAS, producer sequence and epoch errors.")
+    for topic in sorted(failedProduce):
+        w.sample("kafka_server_failed_produce_requests_total", failedProduce[topic], topic=topic)
 
     _renderFetchSessions(w, broker.fetchSessions.published)
 

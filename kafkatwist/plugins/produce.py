@@ -131,6 +131,7 @@ class ProduceHandler(Handler):
                     log, memoryview(frame)[start:end], time.time_ns() // 1_000_000, acks
                 )
             except KafkaError as e:
+                broker.topicBytes.produceFailed(name, e.code)
                 answer = (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
             else:
                 if not info.duplicate:
@@ -448,6 +449,8 @@ class ProduceHandler(Handler):
             if e.code == ErrorCode.invalid_required_acks:
                 # Kafka's appendRecords refuses before the log is looked at.
                 return (index, e.code, -1, -1, -1, None, ())
+            if broker is not None:
+                broker.topicBytes.produceFailed(topic, e.code)
             return (index, e.code, -1, -1, log.logStartOffset, e.message, e.recordErrors)
         if not info.duplicate:
             # A retried batch (idempotent producer) appended nothing: no fetch

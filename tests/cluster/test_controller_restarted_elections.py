@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from kafkatwist.cluster.controller import PREFERRED, REBALANCE_TIMER, electableMembers
-from kafkatwist.cluster.effects import CompleteReassignment
+from kafkatwist.cluster.effects import CompleteReassignment, WriteState
 from kafkatwist.cluster.image import freeze
 from kafkatwist.cluster.zkdata import PartitionState
 from kafkatwist.errors import ErrorCode
@@ -83,3 +83,24 @@ def test_a_preferred_election_fails_a_restarted_follower_in_the_same_write():
     assert writes(active().timerFired(0, REBALANCE_TIMER, img)) == {("t", 0): (1, 5, (1, 2), 9)}
     effects = active().electLeaders(0, None, PREFERRED, [("t", 0)], img)
     assert writes(effects) == {("t", 0): (1, 5, (1, 2), 9)}
+
+
+def test_the_controller_records_each_isr_members_registration():
+    """
+    Review 3, D6: the controller's writes name each ISR member's broker
+    epoch, so a member that registers again is seen as restarted even
+    after a leader's ISR write, newer than its registration, kept it.
+    """
+    before = PartitionState(1, 4, (1, 2, 3), 5, zkVersion=9, mzxid=100, leaderBrokerEpoch=10)
+    # Broker 1, the leader, went away: 2 leads.
+    effects = active().reconcile(0, restartedImage({2, 3}, {0: (1, 2, 3)}, {0: before}, {2: 20, 3: 30}))
+    [written] = [e for e in effects if isinstance(e, WriteState)]
+    assert written.state.leader == 2
+    assert dict(written.state.isrBrokerEpochs) == {2: 20, 3: 30}
+    # The leader's own ISR write lands later (mzxid 160), keeping 3 (its
+    # recorded epoch copied along); broker 3 has meanwhile registered
+    # again at 150, before that write.
+    after = dataclasses.replace(written.state, zkVersion=10, mzxid=160)
+    effects = active().reconcile(0, restartedImage({2, 3}, {0: (1, 2, 3)}, {0: after}, {2: 20, 3: 150}))
+    [shrink] = [e for e in effects if isinstance(e, WriteState)]
+    assert 3 not in shrink.state.isr

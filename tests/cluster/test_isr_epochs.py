@@ -280,3 +280,36 @@ def test_a_topic_whose_local_id_is_not_the_clusters_is_fetched_by_name():
     assert manager._topicIdOf("t") == local
     leader.directory.topicId = lambda name: None  # (each broker's own internal topic)
     assert manager._topicIdOf("t") is None
+
+
+def test_the_isr_write_refuses_to_keep_a_member_that_registered_again():
+    """
+    Review 3, D6: a member the controller wrote (no epoch recorded) that
+    registered again after that write, or one whose recorded epoch is not
+    its registration, has restarted, maybe with a cut log.  A leader's
+    write keeping it would hide that from the next controller.
+    """
+    # ISR {1, 2} as the controller wrote it at mzxid 0x50; broker 2 registered at 0x60.
+    writes = Writes({1: 0x10, 2: 0x60}, {1: 0x10, 2: 0x60, 3: 0x30})
+    writes._brokers[3] = object()
+    writes._states[("t", 0)] = Z.PartitionState(1, 3, (1, 2), 1, 5, 0x50, 0x10)
+    answers = []
+    writes.alterIsr("t", 0, 1, 3, [1, 2, 3], 5, lambda v, e: answers.append((v, e)), brokerEpochs={3: 0x30})
+    [(version, error)] = answers
+    assert error.code == ErrorCode.ineligible_replica and writes.zk.sets == []
+    # Registered before the write: it stays.
+    writes.zk.czxids[2] = 0x40
+    answers.clear()
+    writes.alterIsr("t", 0, 1, 3, [1, 2, 3], 5, lambda v, e: answers.append((v, e)), brokerEpochs={3: 0x30})
+    assert answers == [(6, None)]
+    # A recorded epoch that is not the registration: restarted.
+    writes._states[("t", 0)] = Z.PartitionState(1, 3, (1, 2, 3), 1, 6, 0x999, 0x10, ((2, 0x40), (3, 0x30)))
+    writes.zk.czxids[3] = 0x70
+    answers.clear()
+    writes.alterIsr("t", 0, 1, 3, [1, 2], 6, lambda v, e: answers.append((v, e)))
+    assert answers == [(7, None)]  # 3 leaves: nothing hidden
+    writes._states[("t", 0)] = Z.PartitionState(1, 3, (1, 2, 3), 1, 6, 0x999, 0x10, ((2, 0x40), (3, 0x30)))
+    answers.clear()
+    writes.alterIsr("t", 0, 1, 3, [1, 3], 6, lambda v, e: answers.append((v, e)))
+    [(version, error)] = answers
+    assert error.code == ErrorCode.ineligible_replica

@@ -69,7 +69,7 @@ def test_a_failed_start_stops_what_it_started_then_a_cluster_with_its_offsets_to
         assert local.start(root, 2, base, zkPort) == 0
         out = capsys.readouterr().out
         assert f"bootstrap.servers=127.0.0.1:{base},127.0.0.1:{base + 1}" in out
-        assert "__consumer_offsets created" in out
+        assert "__consumer_offsets is ready" in out
         from kafkatwist.client import KafkaWireClient
 
         client = KafkaWireClient(f"127.0.0.1:{base}", timeout=10)
@@ -78,6 +78,44 @@ def test_a_failed_start_stops_what_it_started_then_a_cluster_with_its_offsets_to
         finally:
             client.close()
         assert len(metadata.topics["__consumer_offsets"].partitions) == 50
+
+        # A second start on other ports: refused in one line, nothing
+        # started (a second ZooKeeper would share the first one's data).
+        other = freeRun(2)
+        assert local.start(root, 2, other, freeRun(1)) == 1
+        out = capsys.readouterr().out
+        assert out == (
+            f"A cluster is already running in {root} (brokers on 127.0.0.1:{base}-{base + 1}, "
+            f"ZooKeeper on 127.0.0.1:{zkPort}): make cluster-stop first, or start another with --dir\n"
+        )
+        # The same ports again: what runs is kept.
+        assert local.start(root, 2, base, zkPort) == 0
+        out = capsys.readouterr().out
+        assert "Broker 1 already running" in out and "ZooKeeper already running" in out
     finally:
         local.stop(root)
     assertNothingRuns(root)
+
+
+def test_a_pid_file_naming_another_program_is_neither_taken_nor_signalled(tmp_path, capsys):
+    """
+    A pid file outlives its broker (a crash, a reboot) and its pid may be
+    reused: that process is not "already running" and is never signalled.
+    """
+    import subprocess
+
+    root = tmp_path / "cluster"
+    (root / "broker1").mkdir(parents=True)
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        (root / "broker1" / "broker.pid").write_text(str(stranger.pid))
+        (root / "zookeeper.pid").write_text(str(stranger.pid))
+        assert not local._ours(stranger.pid, "kafkatwist")
+        assert local.stop(str(root)) == 0
+        assert stranger.poll() is None  # not signalled
+        assert not (root / "broker1" / "broker.pid").exists()
+        assert not (root / "zookeeper.pid").exists()
+        assert "Stopped" not in capsys.readouterr().out
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -23,6 +23,7 @@ from kafkatwist.coordinator.consumerprotocol import (
     parseAssignment,
     parseSubscription,
 )
+from kafkatwist.errors import ErrorCode
 from kafkatwist.protocol.schemacodec import SchemaError
 
 # -- what librdkafka (confluent-kafka 2.16) sent to a kafkatwist broker ---------------------------
@@ -233,3 +234,20 @@ def test_kafka_nulls_differ_from_the_codecs_default():
     with pytest.raises(SchemaError):
         lax.decode(userDataMinus2, 0)
     assert CONSUMER_PROTOCOL_SUBSCRIPTION.decode(userDataMinus2, 0)[0]["UserData"] is None
+
+
+def test_group_with_garbled_metadata_answers_conservatively():
+    # The coordinator's side of the contract: whatever a member sent, a
+    # consumer group's subscription is parsed or taken as "anything".
+    from .helpers import Harness, sub
+
+    rnd = random.Random(7)
+    answers = set()
+    for i in range(100):
+        metadata = _garbled(rnd, sub("t1"))
+        h = Harness()
+        (member,), generation = h.stableGroup(1, group=f"g{i}", protocols=[("range", metadata)])
+        h.commit({("t2", 0): 1}, group=f"g{i}", member=member, generation=generation)
+        result = h.coord.deleteOffsets(f"g{i}", [("t2", 0)])
+        answers.add(result.partitions[("t2", 0)])
+    assert answers == {ErrorCode.none, ErrorCode.group_subscribed_to_topic}

@@ -93,3 +93,49 @@ def test_every_family_is_documented(brokerFactory):
     b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
     port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
     assert not undocumented(scrape(port))
+
+
+def test_failed_produce_requests_per_topic(brokerFactory):
+    """
+    Kafka's FailedProduceRequestsPerSec: an append refused for breaking the
+    topic's rules (a timestamp out of message.timestamp.difference.max.ms)
+    counts, by librdkafka (the one-partition fast path) and by kafka-python
+    (the general path); a record too large for max.message.bytes is one of
+    the known answers and does not; nor does an append that succeeds.
+    """
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = brokerFactory({"metrics.http.listener": "127.0.0.1:0"}).start()
+    port = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", b.output()).group(1))
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    configs = {"message.timestamp.difference.max.ms": "60000", "max.message.bytes": "2000"}
+    admin.create_topics([NewTopic("strict", 1, 1, config=configs)])["strict"].result(30)
+
+    def send(value, timestamp=0):
+        producer = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "retries": 0})
+        delivered = []
+        producer.produce("strict", value, timestamp=timestamp,
+                         on_delivery=lambda err, msg: delivered.append(err))
+        producer.flush(30)
+        return delivered[0]
+
+    assert send(b"ok") is None
+    for _ in range(2):
+        err = send(b"old", timestamp=1000)
+        assert err is not None and err.name() == "INVALID_TIMESTAMP", err
+    assert send(b"x" * 5000).name() == "MSG_SIZE_TOO_LARGE"
+
+    from kafka import KafkaProducer
+
+    # (Produce v7: the general path, decode and handle)
+    plain = KafkaProducer(bootstrap_servers=b.bootstrap, retries=0, api_version=(2, 1))
+    try:
+        with pytest.raises(Exception, match="InvalidTimestamp"):
+            plain.send("strict", b"old", timestamp_ms=1000).get(30)
+    finally:
+        plain.close()
+
+    text = scrape(port)
+    assert value(text, "kafka_server_failed_produce_requests_total", topic="strict") == 3
+    assert value(text, "kafka_network_request_errors_total", request="produce", error="INVALID_TIMESTAMP") == 3

@@ -115,8 +115,6 @@ def test_lz4_broken_checksum():
 @pytest.mark.parametrize("magic", [0, 1])
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
 def test_up_convert_kafka_python_sets(magic, codec):
-    if codec == "lz4" and magic == 0:
-        pytest.skip("kafka-python needs xxhash for magic 0 lz4; covered below")
     messages = [(i, T0 + i, b"k%d" % i if i % 3 else None, b"v" * i if i % 5 else None) for i in range(20)]
     data = kafkaPython(magic, codec, messages)
     assert legacyMagic(data) == magic

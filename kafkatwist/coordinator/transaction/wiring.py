@@ -9,20 +9,16 @@ before the group coordinator and the log.
 
 from __future__ import annotations
 
-from twisted.logger import Logger
-
 from kafkatwist.util.timers import TimerThread
 from kafkatwist.coordinator.transaction.channel import MarkerChannel
 from kafkatwist.coordinator.transaction.logstore import TransactionStateLog
 from kafkatwist.coordinator.transaction.markers import MarkerWriter
 from kafkatwist.coordinator.transaction.service import TransactionCoordinatorService
 from kafkatwist.coordinator.transaction.verifier import RemoteVerifier
-from kafkatwist.coordinator.wiring import _setting
+from kafkatwist.coordinator.wiring import _setting, stopCoordinator
 from kafkatwist.log import MemoryLogManager
 
 __all__ = ["makeTransactionCoordinator", "stopTransactionCoordinator"]
-
-log = Logger()
 
 
 def makeTransactionCoordinator(
@@ -106,12 +102,4 @@ def stopTransactionCoordinator(coordinator) -> None:
     Stop the sweeps and wait for the appends under way; stop its clock.
     Harmless with C{None} and twice.
     """
-    if coordinator is None:
-        return
-    try:
-        coordinator.shutdown()
-    except Exception:
-        log.failure("transaction coordinator shutdown failed")
-    stop = getattr(coordinator.clock, "stop", None)
-    if stop is not None:
-        stop()
+    stopCoordinator(coordinator, "transaction coordinator")

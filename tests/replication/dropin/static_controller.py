@@ -69,7 +69,13 @@ class StaticControllerHandler(Handler):
                     "leo": log.logEndOffset,
                     "start": log.logStartOffset,
                     "epochs": [list(e) for e in log.epochs.entries],
+                    "pendingIsr": None if p.pendingIsr is None else sorted(p.pendingIsr),
                 }
+        elif op == "delayIsrWrites":
+            # Fault injection: every ISR write is answered C{seconds} late
+            # (a slow ZooKeeper), so a test can act while one is in flight.
+            manager.alterIsr = _DelayedAlterIsr(manager.alterIsr, float(command["seconds"]))
+            result = {"ok": True}
         elif op == "dump":
             log = self.broker.logManager.getLog(command["topic"], command["partition"])
             chunks, offset = [], log.logStartOffset
@@ -85,6 +91,19 @@ class StaticControllerHandler(Handler):
         else:
             result = {"error": f"unknown op {op}"}
         return StaticControllerResponse(result=json.dumps(result).encode("ascii"))
+
+
+class _DelayedAlterIsr:
+    def __init__(self, inner, seconds):
+        self.inner = inner
+        self.seconds = seconds
+
+    def alterIsr(self, *args, **kwargs):
+        import threading
+
+        timer = threading.Timer(self.seconds, self.inner.alterIsr, args, kwargs)
+        timer.daemon = True
+        timer.start()
 
 
 def _regionBytes(region):
