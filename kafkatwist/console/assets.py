@@ -157,8 +157,19 @@ JS = r"""
           el.querySelector('.plot').innerHTML = svg(series);
           var spans = el.querySelectorAll('.legend span b');
           series.forEach(function (s, i) {
-            var last = s.values.length ? s.values[s.values.length - 1][1] : null;
-            if (spans[i]) spans[i].textContent = fmt(last, unit);
+            var n = s.values.length, text = fmt(n ? s.values[n - 1][1] : null, unit);
+            if (unit === 'ms' && n && data.interval) {
+              var endAt = s.values[n - 1][0];
+              text = 'no requests in the last ' + Math.round(endAt - s.values[0][0] + data.interval) + ' s';
+              for (var j = n - 1; j >= 0; j--) {
+                if (s.values[j][1] !== null && s.values[j][1] !== undefined) {
+                  var age = Math.round(endAt - s.values[j][0]);
+                  text = fmt(s.values[j][1], unit) + (age ? ', ' + age + ' s ago' : '');
+                  break;
+                }
+              }
+            }
+            if (spans[i]) spans[i].textContent = text;
           });
         });
       }).catch(function () {});

@@ -201,11 +201,28 @@ def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str
     return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none">{"".join(lines)}</svg>'
 
 
+def _latest(values: list, unit: str, interval: float | None) -> str:
+    """
+    A chart's legend value: the last interval's.  For latencies (C{ms}, a
+    p99 exists only over an interval with requests): the last interval that
+    had requests, with its age when older than the last, or "no requests in
+    the last N s" over the sampled window.  As console.js's.
+    """
+    if unit != "ms" or not values or interval is None:
+        return _fmtUnit(values[-1][1] if values else None, unit)
+    last = values[-1][0]
+    for at, value in reversed(values):
+        if value is not None:
+            age = round(last - at)
+            return _fmtUnit(value, unit) + (f", {age} s ago" if age else "")
+    return f"no requests in the last {round(last - values[0][0] + interval)} s"
+
+
 def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None,
-          cls: str = "") -> str:
+          cls: str = "", interval: float | None = None) -> str:
     legend = " ".join(
         f'<span style="color:{COLORS[i % len(COLORS)]}">● {h(name)} '
-        f'<b>{h(_fmtUnit(values[-1][1] if values else None, unit))}</b></span>'
+        f'<b>{h(_latest(values, unit, interval))}</b></span>'
         for i, (name, values) in enumerate(series.items())
     )
     groupAttr = f' data-group="{h(group)}"' if group is not None else ""
@@ -216,7 +233,7 @@ def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: st
     )
 
 
-def overviewCharts(history: list[dict]) -> str:
+def overviewCharts(history: list[dict], interval: float | None = None) -> str:
     def pick(key):
         return [[r["at"], r[key]] for r in history]
 
@@ -225,7 +242,7 @@ def overviewCharts(history: list[dict]) -> str:
               "B/s", "bytesInPerSec,bytesOutPerSec"),
         chart("chart-requests", "Requests", {"requests": pick("requestsPerSec")}, "/s", "requestsPerSec"),
         chart("chart-latency", "Produce / fetch p99", {"produce": pick("produceP99Ms"), "fetch": pick("fetchP99Ms")},
-              "ms", "produceP99Ms,fetchP99Ms"),
+              "ms", "produceP99Ms,fetchP99Ms", interval=interval),
     ]) + "</div>"
 
 
@@ -269,7 +286,7 @@ def overview(data: dict) -> str:
         f'{h(data["controllerId"])} · seen from broker {h(data["thisBroker"])}</div>'
         f'<div class="cards" id="stats">{cards}</div>'
         f'<h2>Last minutes <span class="muted small">(this broker, every {interval} s)</span></h2>'
-        f'{overviewCharts(data.get("history", []))}'
+        f'{overviewCharts(data.get("history", []), data.get("historyInterval"))}'
         f"<h2>Brokers</h2>{table}"
     )
 
