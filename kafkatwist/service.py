@@ -422,6 +422,7 @@ class BrokerService(service.Service):
         # What the start-up built since (threads, ports, tasks) joins it; a
         # freeze without a collection moves lists, it does not walk objects.
         gc.freeze()
+        _stopOnce(self.reactor)
         # twistd starts services before the reactor installs its SIGINT and
         # SIGTERM handlers; "started" is the line supervisors and tests wait
         # for, so it must come after them (a signal sent on it was lost).
@@ -537,3 +538,30 @@ class BrokerService(service.Service):
         if self._dirLock is not None:
             self._dirLock.release()
         log.info("kafkatwist stopped")
+
+
+def _stopOnce(reactor) -> None:
+    """
+    A second SIGINT or SIGTERM while the broker stops (an impatient Ctrl-C,
+    a supervisor's repeat) logs one line instead of the reactor's critical
+    C{ReactorNotRunning} traceback: Twisted's handlers call C{stop} again.
+    The reactor reads its handlers from these attributes when it starts
+    running, which is after this service starts.
+    """
+    stopping = []
+
+    def once(name):
+        original = getattr(reactor, name)
+
+        def handler(number, frame=None):
+            if stopping:
+                log.info("Received signal {number} while stopping: already stopping", number=number)
+                return
+            stopping.append(number)
+            original(number, frame)
+
+        return handler
+
+    for name in ("sigInt", "sigTerm", "sigBreak"):
+        if callable(getattr(reactor, name, None)):
+            setattr(reactor, name, once(name))

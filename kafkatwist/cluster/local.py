@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Optional, Sequence
 
 from kafkatwist.cluster.zkserver import ZooKeeperServer, ZooKeeperUnavailable, ruok
 
@@ -83,7 +84,32 @@ def _readPid(path: str) -> int | None:
         return None
 
 
-def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PORT) -> int:
+# Settings the launcher gives each broker its own value of: an --override
+# of one would give every broker the same port or directory.
+PER_BROKER = frozenset({
+    "node.id", "broker.id", "listeners", "advertised.listeners", "log.dir", "log.dirs",
+    "zookeeper.connect", "metrics.http.listener",
+})
+
+
+def refusedOverride(overrides: Sequence[str]) -> Optional[str]:
+    """
+    One line saying why C{overrides} (C{key=value} each) cannot be given to
+    every broker, or L{None}.
+    """
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            return f"--override wants key=value, not {item!r}"
+        if key.strip() in PER_BROKER:
+            return (f"--override {key.strip()}: the local cluster sets it per broker "
+                    f"(it would be the same on every broker); settings it takes: "
+                    f"--base-port, --zk-port, --dir")
+    return None
+
+
+def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PORT,
+          overrides: Sequence[str] = ()) -> int:
     """
     Start ZooKeeper and C{count} brokers (those not running yet); if one
     fails, stop what this call started and say why.  Once all are up,
@@ -91,6 +117,10 @@ def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PO
     FindCoordinator, with C{offsets.topic.replication.factor} replicas:
     with a broker down by then, every new consumer group would wait).
     """
+    refused = refusedOverride(overrides)
+    if refused:
+        print(refused)
+        return 1
     root = os.path.abspath(root)
     os.makedirs(root, exist_ok=True)
     started: list[tuple[int, str]] = []
@@ -179,6 +209,8 @@ def start(root: str, count: int, basePort: int = FIRST_PORT, zkPort: int = ZK_PO
             "--override", f"offsets.topic.replication.factor={min(3, count)}",
             "--override", f"transaction.state.log.replication.factor={min(3, count)}",
         ]
+        for item in overrides:  # after the launcher's: the user's win
+            command += ["--override", item]
         offset = os.path.getsize(logFile) if os.path.exists(logFile) else 0
         errPath = os.path.join(directory, "stderr.log")
         with open(errPath, "ab") as err:
@@ -332,9 +364,11 @@ def main(argv=None) -> int:
     parser.add_argument("--base-port", type=int, default=FIRST_PORT,
                         help="broker 1's port; broker n listens on base + n - 1 (start)")
     parser.add_argument("--zk-port", type=int, default=ZK_PORT, help="ZooKeeper's port (start)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting given to every broker, repeatable (start)")
     args = parser.parse_args(argv)
     if args.action == "start":
-        return start(args.dir, args.brokers, args.base_port, args.zk_port)
+        return start(args.dir, args.brokers, args.base_port, args.zk_port, args.override)
     return stop(args.dir)
 
 

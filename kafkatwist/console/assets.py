@@ -49,6 +49,7 @@ button, .btn { font:inherit; padding:6px 12px; border:1px solid #cfd4de; border-
 button.primary { background:var(--accent); border-color:var(--accent); color:#fff; }
 button.danger { background:#fff; border-color:var(--bad); color:var(--bad); }
 .muted { color:var(--muted); }
+tr.uncommitted td { color:var(--muted); font-style:italic; }
 .empty { padding:26px; text-align:center; color:var(--muted); background:var(--panel); border:1px dashed var(--line); border-radius:8px; }
 .err { background:#fde8e8; color:#8c2323; border:1px solid #f4c7c7; padding:12px 14px; border-radius:8px; }
 .note { background:#eef4ff; border:1px solid #d3e1fd; padding:10px 14px; border-radius:8px; color:#28427a; }

@@ -515,22 +515,36 @@ def group(data: dict, csrf: str = "") -> str:
     for o in data["offsets"]:
         lag = o["lag"]
         bar = f'<div class="bar"><span style="width:{int(100 * (lag or 0) / biggest)}%"></span></div>'
+        uncommitted = o["committed"] is None
         rows.append(
-            f'<tr><td><a href="/topics/{u(o["topic"])}">{h(o["topic"])}</a></td><td class="n">{h(o["partition"])}</td>'
+            ('<tr class="uncommitted">' if uncommitted else "<tr>")
+            + f'<td><a href="/topics/{u(o["topic"])}">{h(o["topic"])}</a></td><td class="n">{h(o["partition"])}</td>'
             f'<td class="n">{fmtNum(o["committed"])}</td><td class="n">{fmtNum(o["logEndOffset"])}</td>'
-            f'<td class="n">{fmtNum(lag)}</td><td>{bar}</td></tr>'
+            f'<td class="n">{fmtNum(lag)}</td>'
+            f'<td class="mono">{h(o.get("memberId") or "—")}</td><td>{h(o.get("clientId") or "—")}</td>'
+            f'<td class="mono">{h(o.get("host") or "—")}</td><td>{bar}</td></tr>'
         )
+    uncommittedCount = data.get("uncommitted", 0)
+    lagNote = (
+        '<div class="muted small" id="lag-note">Total lag is the sum over partitions with a committed offset '
+        "(as kafka-consumer-groups.sh --describe)"
+        + (f"; {uncommittedCount} assigned partition{'s' if uncommittedCount != 1 else ''} with no committed offset "
+           "(committed and lag —) not counted" if uncommittedCount else "")
+        + ".</div>"
+    )
     offsets = (
         '<table id="offsets"><thead><tr><th>Topic</th><th class="n">Partition</th><th class="n">Committed</th>'
-        '<th class="n">Log end</th><th class="n">Lag</th><th></th></tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-        if rows else '<div class="empty">No committed offsets.</div>'
+        '<th class="n">Log end</th><th class="n">Lag</th><th>Member</th><th>Client</th><th>Host</th><th></th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{lagNote}"
+        if rows else '<div class="empty">No committed offsets and no assigned partitions.</div>'
     )
     cards = "".join([
         card("State", _stateBadge(data["state"])),
         card("Protocol", h(data["protocol"]) + (f'<div class="muted small">assignor {h(data["assignor"])}</div>' if data.get("assignor") else "")),
         card("Members", fmtNum(len(data["members"]))),
-        card("Total lag" if data.get("lagComplete", True) else "Lag known here", fmtNum(data["totalLag"]),
+        card("Total lag" if data.get("lagComplete", True) else "Lag known here", fmtNum(data["totalLag"])
+             + (f'<div class="muted small">committed partitions only; {fmtNum(data["uncommitted"])} uncommitted</div>'
+                if data.get("uncommitted") else ""),
              "bad" if data["totalLag"] else "ok"),
         chart("chart-lag", "Total lag, last minutes", {"lag": data.get("lagHistory", [])}, "", "lag",
               group=data["groupId"], cls="wide"),
@@ -540,7 +554,7 @@ def group(data: dict, csrf: str = "") -> str:
         f'<h1 id="group-id">{h(data["groupId"])}</h1>'
         f'<div class="cards">{cards}</div>'
         f"<h2>Members</h2>{membersTable}"
-        f"<h2>Committed offsets and lag</h2>{offsets}"
+        f"<h2>Partitions: committed offsets and lag</h2>{offsets}"
         + (groupActions(data, csrf) if csrf else "")
     )
 

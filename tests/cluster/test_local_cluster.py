@@ -119,3 +119,34 @@ def test_a_pid_file_naming_another_program_is_neither_taken_nor_signalled(tmp_pa
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_overrides_go_to_every_broker_and_per_broker_settings_are_refused(tmp_path, capsys, monkeypatch):
+    """
+    C{make cluster ARGS="--override k=v"}: each broker is started with it;
+    a setting the launcher sets per broker (a port, a directory) is refused
+    in one line and nothing is started.
+    """
+    root = str(tmp_path / "refused")
+    assert local.main(["start", "--dir", root, "--override", "metrics.http.listener=127.0.0.1:1"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "metrics.http.listener" in out, out
+    assert not os.path.exists(os.path.join(root, "zookeeper.pid"))
+    assert local.main(["start", "--dir", root, "--override", "num.partitions"]) == 1
+    assert "key=value" in capsys.readouterr().out
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    base = freeRun(1)
+    zkPort = freeRun(1)
+    root = str(tmp_path / "overridden")
+    try:
+        assert local.main(["start", "--dir", root, "--brokers", "1", "--base-port", str(base),
+                           "--zk-port", str(zkPort), "--override", "num.partitions=7"]) == 0, \
+            capsys.readouterr().out
+        pid = local._readPid(os.path.join(root, "broker1", "broker.pid"))
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().rstrip(b"\0").split(b"\0")
+        assert argv[-2:] == [b"--override", b"num.partitions=7"]
+    finally:
+        local.stop(root)
+    assertNothingRuns(root)
