@@ -49,6 +49,7 @@ button, .btn { font:inherit; padding:6px 12px; border:1px solid #cfd4de; border-
 button.primary { background:var(--accent); border-color:var(--accent); color:#fff; }
 button.danger { background:#fff; border-color:var(--bad); color:var(--bad); }
 .muted { color:var(--muted); }
+tr.uncommitted td { color:var(--muted); font-style:italic; }
 .empty { padding:26px; text-align:center; color:var(--muted); background:var(--panel); border:1px dashed var(--line); border-radius:8px; }
 .err { background:#fde8e8; color:#8c2323; border:1px solid #f4c7c7; padding:12px 14px; border-radius:8px; }
 .note { background:#eef4ff; border:1px solid #d3e1fd; padding:10px 14px; border-radius:8px; color:#28427a; }
@@ -156,8 +157,19 @@ JS = r"""
           el.querySelector('.plot').innerHTML = svg(series);
           var spans = el.querySelectorAll('.legend span b');
           series.forEach(function (s, i) {
-            var last = s.values.length ? s.values[s.values.length - 1][1] : null;
-            if (spans[i]) spans[i].textContent = fmt(last, unit);
+            var n = s.values.length, text = fmt(n ? s.values[n - 1][1] : null, unit);
+            if (unit === 'ms' && n && data.interval) {
+              var endAt = s.values[n - 1][0];
+              text = 'no requests in the last ' + Math.round(endAt - s.values[0][0] + data.interval) + ' s';
+              for (var j = n - 1; j >= 0; j--) {
+                if (s.values[j][1] !== null && s.values[j][1] !== undefined) {
+                  var age = Math.round(endAt - s.values[j][0]);
+                  text = fmt(s.values[j][1], unit) + (age ? ', ' + age + ' s ago' : '');
+                  break;
+                }
+              }
+            }
+            if (spans[i]) spans[i].textContent = text;
           });
         });
       }).catch(function () {});

@@ -201,11 +201,28 @@ def chartSvg(series: dict[str, list], width: int = 300, height: int = 90) -> str
     return f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none">{"".join(lines)}</svg>'
 
 
+def _latest(values: list, unit: str, interval: float | None) -> str:
+    """
+    A chart's legend value: the last interval's.  For latencies (C{ms}, a
+    p99 exists only over an interval with requests): the last interval that
+    had requests, with its age when older than the last, or "no requests in
+    the last N s" over the sampled window.  As console.js's.
+    """
+    if unit != "ms" or not values or interval is None:
+        return _fmtUnit(values[-1][1] if values else None, unit)
+    last = values[-1][0]
+    for at, value in reversed(values):
+        if value is not None:
+            age = round(last - at)
+            return _fmtUnit(value, unit) + (f", {age} s ago" if age else "")
+    return f"no requests in the last {round(last - values[0][0] + interval)} s"
+
+
 def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: str, group: str | None = None,
-          cls: str = "") -> str:
+          cls: str = "", interval: float | None = None) -> str:
     legend = " ".join(
         f'<span style="color:{COLORS[i % len(COLORS)]}">● {h(name)} '
-        f'<b>{h(_fmtUnit(values[-1][1] if values else None, unit))}</b></span>'
+        f'<b>{h(_latest(values, unit, interval))}</b></span>'
         for i, (name, values) in enumerate(series.items())
     )
     groupAttr = f' data-group="{h(group)}"' if group is not None else ""
@@ -216,7 +233,7 @@ def chart(chartId: str, title: str, series: dict[str, list], unit: str, keys: st
     )
 
 
-def overviewCharts(history: list[dict]) -> str:
+def overviewCharts(history: list[dict], interval: float | None = None) -> str:
     def pick(key):
         return [[r["at"], r[key]] for r in history]
 
@@ -225,7 +242,7 @@ def overviewCharts(history: list[dict]) -> str:
               "B/s", "bytesInPerSec,bytesOutPerSec"),
         chart("chart-requests", "Requests", {"requests": pick("requestsPerSec")}, "/s", "requestsPerSec"),
         chart("chart-latency", "Produce / fetch p99", {"produce": pick("produceP99Ms"), "fetch": pick("fetchP99Ms")},
-              "ms", "produceP99Ms,fetchP99Ms"),
+              "ms", "produceP99Ms,fetchP99Ms", interval=interval),
     ]) + "</div>"
 
 
@@ -269,7 +286,7 @@ def overview(data: dict) -> str:
         f'{h(data["controllerId"])} · seen from broker {h(data["thisBroker"])}</div>'
         f'<div class="cards" id="stats">{cards}</div>'
         f'<h2>Last minutes <span class="muted small">(this broker, every {interval} s)</span></h2>'
-        f'{overviewCharts(data.get("history", []))}'
+        f'{overviewCharts(data.get("history", []), data.get("historyInterval"))}'
         f"<h2>Brokers</h2>{table}"
     )
 
@@ -515,22 +532,36 @@ def group(data: dict, csrf: str = "") -> str:
     for o in data["offsets"]:
         lag = o["lag"]
         bar = f'<div class="bar"><span style="width:{int(100 * (lag or 0) / biggest)}%"></span></div>'
+        uncommitted = o["committed"] is None
         rows.append(
-            f'<tr><td><a href="/topics/{u(o["topic"])}">{h(o["topic"])}</a></td><td class="n">{h(o["partition"])}</td>'
+            ('<tr class="uncommitted">' if uncommitted else "<tr>")
+            + f'<td><a href="/topics/{u(o["topic"])}">{h(o["topic"])}</a></td><td class="n">{h(o["partition"])}</td>'
             f'<td class="n">{fmtNum(o["committed"])}</td><td class="n">{fmtNum(o["logEndOffset"])}</td>'
-            f'<td class="n">{fmtNum(lag)}</td><td>{bar}</td></tr>'
+            f'<td class="n">{fmtNum(lag)}</td>'
+            f'<td class="mono">{h(o.get("memberId") or "—")}</td><td>{h(o.get("clientId") or "—")}</td>'
+            f'<td class="mono">{h(o.get("host") or "—")}</td><td>{bar}</td></tr>'
         )
+    uncommittedCount = data.get("uncommitted", 0)
+    lagNote = (
+        '<div class="muted small" id="lag-note">Total lag is the sum over partitions with a committed offset '
+        "(as kafka-consumer-groups.sh --describe)"
+        + (f"; {uncommittedCount} assigned partition{'s' if uncommittedCount != 1 else ''} with no committed offset "
+           "(committed and lag —) not counted" if uncommittedCount else "")
+        + ".</div>"
+    )
     offsets = (
         '<table id="offsets"><thead><tr><th>Topic</th><th class="n">Partition</th><th class="n">Committed</th>'
-        '<th class="n">Log end</th><th class="n">Lag</th><th></th></tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-        if rows else '<div class="empty">No committed offsets.</div>'
+        '<th class="n">Log end</th><th class="n">Lag</th><th>Member</th><th>Client</th><th>Host</th><th></th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{lagNote}"
+        if rows else '<div class="empty">No committed offsets and no assigned partitions.</div>'
     )
     cards = "".join([
         card("State", _stateBadge(data["state"])),
         card("Protocol", h(data["protocol"]) + (f'<div class="muted small">assignor {h(data["assignor"])}</div>' if data.get("assignor") else "")),
         card("Members", fmtNum(len(data["members"]))),
-        card("Total lag" if data.get("lagComplete", True) else "Lag known here", fmtNum(data["totalLag"]),
+        card("Total lag" if data.get("lagComplete", True) else "Lag known here", fmtNum(data["totalLag"])
+             + (f'<div class="muted small">committed partitions only; {fmtNum(data["uncommitted"])} uncommitted</div>'
+                if data.get("uncommitted") else ""),
              "bad" if data["totalLag"] else "ok"),
         chart("chart-lag", "Total lag, last minutes", {"lag": data.get("lagHistory", [])}, "", "lag",
               group=data["groupId"], cls="wide"),
@@ -540,7 +571,7 @@ def group(data: dict, csrf: str = "") -> str:
         f'<h1 id="group-id">{h(data["groupId"])}</h1>'
         f'<div class="cards">{cards}</div>'
         f"<h2>Members</h2>{membersTable}"
-        f"<h2>Committed offsets and lag</h2>{offsets}"
+        f"<h2>Partitions: committed offsets and lag</h2>{offsets}"
         + (groupActions(data, csrf) if csrf else "")
     )
 

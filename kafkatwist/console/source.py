@@ -594,21 +594,44 @@ class ConsoleSource:
                     if d.protocol_type == "consumer" else [],
                 })
         offsets = yield self.committedOffsets(context, groupId)
-        ends = yield self.onHandlerThread(self._endOffsets, context, list(offsets))
+        # Every partition assigned to a member, committed or not, as
+        # kafka-consumer-groups.sh --describe lists them: the owner's member,
+        # client and host on an assigned partition's row; committed offset and
+        # lag None ("-") where nothing is committed.
+        owners: dict = {}
+        for m in result["members"]:
+            for a in m["assignment"]:
+                for p in a["partitions"]:
+                    owners.setdefault((a["topic"], p), m)
+        keys = sorted(set(offsets) | set(owners))
+        ends = yield self.onHandlerThread(self._endOffsets, context, keys)
         rows = []
         total = 0
         complete = True
-        for (topic, partition), committed in sorted(offsets.items()):
+        uncommitted = 0
+        for topic, partition in keys:
+            committed = offsets.get((topic, partition))
             end = ends.get((topic, partition))
-            lag = max(0, end - committed) if end is not None and committed >= 0 else None
-            complete = complete and lag is not None
-            total += lag or 0
-            rows.append({"topic": topic, "partition": partition, "committed": committed,
-                         "logEndOffset": end, "lag": lag})
+            if committed is None:
+                lag = None
+                uncommitted += 1
+            else:
+                lag = max(0, end - committed) if end is not None and committed >= 0 else None
+                complete = complete and lag is not None
+                total += lag or 0
+            row = {"topic": topic, "partition": partition, "committed": committed,
+                   "logEndOffset": end, "lag": lag}
+            owner = owners.get((topic, partition))
+            if owner is not None:
+                row.update(memberId=owner["memberId"], clientId=owner["clientId"], host=owner["host"])
+            rows.append(row)
         if complete:
             self.history.noteLag(groupId, total)
         result["offsets"] = rows
+        #: Kafka's tool's total: the sum over partitions with a committed offset
         result["totalLag"] = total
+        #: assigned partitions with no committed offset (not in totalLag)
+        result["uncommitted"] = uncommitted
         #: false when some partitions' end offsets are on other brokers
         result["lagComplete"] = complete
         result["lagHistory"] = [[round(at, 3), lag] for at, lag in self.history.groupLag.get(groupId, ())]

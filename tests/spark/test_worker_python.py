@@ -23,6 +23,8 @@ import sys
 from pyspark.sql import SparkSession
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         # the light JVM of tests/spark/conftest.py's session (client compiler, one GC thread)
+         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
          .getOrCreate())
 import kafkatwist_spark
 kafkatwist_spark.register(spark)
