@@ -40,6 +40,25 @@ class AdminWrites:
 
     def _alterIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
                   brokerEpochs=None):
+        # Every way out answers: a ZooKeeper error anywhere (the re-reads
+        # after a stale version too) is REQUEST_TIMED_OUT, whose outcome the
+        # leader treats as unknown and asks again; unanswered, its ISR
+        # change would stay pending for the rest of its epoch.
+        answered = []
+
+        def answer(version, error):
+            answered.append(True)
+            onDone(version, error)
+
+        try:
+            self._writeIsr(topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, answer,
+                           brokerEpochs)
+        except KazooException as e:
+            if not answered:
+                onDone(None, KafkaError(ErrorCode.request_timed_out, f"ZooKeeper: {e}"))
+
+    def _writeIsr(self, topic, partition, leaderId, leaderEpoch, newIsr, partitionEpoch, onDone,
+                  brokerEpochs=None):
         current = self._states.get((topic, partition))
         if current is not None and current.zkVersion != partitionEpoch:
             # Kafka's order: a stale partition epoch first (read again: this

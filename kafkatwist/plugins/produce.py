@@ -154,8 +154,11 @@ class ProduceHandler(Handler):
         if answer is None and acks == -1 and log.replicated():
             # Its leader asked for a follower in the ISR between the check
             # above and the append (the high watermark is pinned first):
-            # the answer waits for the ISR, as the general path's does.
-            return self._awaitAfterAppend(context, frame, offset, name, index, log, info)
+            # the answer waits for the ISR, as the general path's does --
+            # unless it is alone again by now, and nothing is to wait for.
+            waiting = broker.replicaManager.waitingFor(name, index, log, info)
+            if waiting is not None:
+                return self._awaitAfterAppend(context, frame, offset, name, index, info, waiting)
         if answer is None:
             broker.requestErrors.count(PRODUCE, 0)
             return encodeSmallProduceAnswer(
@@ -168,7 +171,7 @@ class ProduceHandler(Handler):
             encodeProduceResponse(context.apiVersion, [(name, [answer])], throttleMs),
         )
 
-    def _awaitAfterAppend(self, context, frame, offset, name, index, log, info):
+    def _awaitAfterAppend(self, context, frame, offset, name, index, info, waiting):
         """
         L{answerFrame}'s acks=-1 append found the partition replicated after
         all: wait for its ISR (L{_awaitReplicas}) and answer later.
@@ -180,7 +183,6 @@ class ProduceHandler(Handler):
         results = [(name, [
             (index, ErrorCode.none, info.firstOffset, info.logAppendTime, info.logStartOffset, None, ())
         ])]
-        waiting = self.broker.replicaManager.waitingFor(name, index, log, info)
         return self._awaitReplicas(context, request, version, results, [waiting], None)
 
     def handle(self, context, request):

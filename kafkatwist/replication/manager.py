@@ -66,8 +66,10 @@ __all__ = ["REPLICATION_OFFSET", "LocalAlterIsr", "ReplicaManager", "StaticDirec
 log = Logger()
 
 REPLICATION_OFFSET = "replication-offset-checkpoint"
-#: seconds before an ISR change whose outcome is unknown is asked for again
+#: seconds before an ISR change whose outcome is unknown is asked for again,
+#: doubled at each unknown outcome in a row up to the second figure
 ISR_RETRY_SECONDS = 0.5
+ISR_RETRY_MAX_SECONDS = 10.0
 
 
 class LocalAlterIsr:
@@ -164,6 +166,9 @@ class ReplicaManager:
         #: Kafka's IsrShrinksPerSec, IsrExpandsPerSec and
         #: FailedIsrUpdatesPerSec counts: ISR changes the controller
         #: accepted, and those it refused (written by the owner only)
+        #: (topic, partition) -> unknown ISR-change outcomes in a row (the
+        #: retry's backoff; written by the owner only)
+        self._isrRetries: dict = {}
         self.isrShrinks = 0
         self.isrExpands = 0
         self.failedIsrUpdates = 0
@@ -717,8 +722,9 @@ class ReplicaManager:
             return
         if hw == UNKNOWN:
             if partitionLog._highWatermark is None:
-                # Pin it: it may not follow the log end any more.
-                partitionLog.setHighWatermark(partitionLog.logEndOffset)
+                # Pin it (atomically with appends): it may not follow the
+                # log end any more.
+                partitionLog.pinHighWatermark()
             return
         current = partitionLog._highWatermark
         if current is None:
@@ -794,15 +800,18 @@ class ReplicaManager:
             # watermark, still count it -- and ask again: a write that
             # landed is then refused as stale, and the state read again.
             self.failedIsrUpdates += 1
-            log.warn(
+            attempts = self._isrRetries.get(key, 0)
+            self._isrRetries[key] = attempts + 1
+            # One warning per outage; the retries after it at debug.
+            (log.warn if attempts == 0 else log.debug)(
                 "{topic}-{partition}: ISR change to {isr} not confirmed ({error}): asking again",
                 topic=p.topic, partition=p.partition, isr=sorted(newIsr), error=error,
             )
             if not self._stopped:
-                self.clock.callLater(
-                    ISR_RETRY_SECONDS, self.owner.submit, self._askAgain, key, epoch, newIsr
-                )
+                delay = min(ISR_RETRY_SECONDS * 2 ** attempts, ISR_RETRY_MAX_SECONDS)
+                self.clock.callLater(delay, self.owner.submit, self._askAgain, key, epoch, newIsr)
             return
+        self._isrRetries.pop(key, None)
         p.pendingIsr = None
         if error is not None:
             self.failedIsrUpdates += 1
@@ -825,6 +834,7 @@ class ReplicaManager:
     def _askAgain(self, key, epoch, newIsr) -> None:
         p = self._partitions.get(key)
         if p is None or p.role != LEADER or p.leaderEpoch != epoch or p.pendingIsr != newIsr:
+            self._isrRetries.pop(key, None)
             return
         self._alter(p, newIsr)
 

@@ -313,3 +313,29 @@ def test_the_isr_write_refuses_to_keep_a_member_that_registered_again():
     writes.alterIsr("t", 0, 1, 3, [1, 3], 6, lambda v, e: answers.append((v, e)))
     [(version, error)] = answers
     assert error.code == ErrorCode.ineligible_replica
+
+
+def test_an_isr_write_whose_re_read_fails_is_answered_request_timed_out():
+    """
+    Review 4, R4-1: after a stale version, the state is read again; a
+    ZooKeeper error there still answers, so the leader's change does not
+    stay pending for the rest of its epoch.
+    """
+    from kazoo.exceptions import BadVersionError, ConnectionLoss
+
+    class Flaky(Writes):
+        def _readState(self, topic, partition):
+            raise ConnectionLoss()
+
+    writes = Flaky({1: 0x10, 2: NEW}, {2: NEW})
+
+    def stale(path, data, version=-1):
+        raise BadVersionError()
+
+    writes.zk.set = stale
+    assert writes.expand({2: NEW}) == ErrorCode.request_timed_out
+    writes = Flaky({1: 0x10, 2: NEW}, {2: NEW})
+    answers = []
+    writes.alterIsr("t", 0, 1, 3, [1, 2], 4, lambda v, e: answers.append((v, e)), brokerEpochs={2: NEW})
+    [(version, error)] = answers  # a stale partition epoch: the re-read fails
+    assert error.code == ErrorCode.request_timed_out

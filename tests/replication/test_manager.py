@@ -442,3 +442,26 @@ def test_a_refused_expansion_lets_the_high_watermark_follow_the_log_end_again(bo
     h.alter.pending(None, ErrorCode.invalid_update_version)
     h.run()
     assert not h.log.replicated() and h.log.highWatermark == 5
+
+
+def test_unknown_outcomes_in_a_row_are_asked_again_with_a_growing_wait(both):
+    h = both
+    h.alter.answer = False
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(3)
+    h.follow(2, 3)
+    timedOut = KafkaError(ErrorCode.request_timed_out, "ZooKeeper: ConnectionLoss")
+    h.alter.pending(None, timedOut)
+    h.run()
+    h.advance(500)
+    assert len(h.alter.calls) == 2
+    h.alter.pending(None, timedOut)
+    h.run()
+    h.advance(500)
+    assert len(h.alter.calls) == 2  # 1 s now
+    h.advance(500)
+    assert len(h.alter.calls) == 3
+    h.alter.pending(1, None)
+    h.run()
+    assert h.log.inSyncReplicas == frozenset({1, 2}) and h.manager._isrRetries == {}

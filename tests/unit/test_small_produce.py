@@ -291,3 +291,29 @@ def test_an_acks_all_append_that_finds_its_log_replicated_waits_for_the_isr():
     out = b"".join(response.chunks)
     assert int.from_bytes(out[22:24], "big", signed=True) == ErrorCode.none
     assert int.from_bytes(out[24:32], "big") == 0
+
+
+def test_a_log_alone_again_after_the_pin_is_answered_at_once():
+    """
+    Review 4, R4-5: replicated after the append, alone again when asked
+    what to wait for (the expansion refused): answered NONE at once, not
+    an error for a record that was appended.
+    """
+    broker = brokerWith()
+    log = broker.logManager.getLog("orders", 2)
+    append = broker.replicaManager.appendRecords
+
+    def expandedFirst(partitionLog, records, nowMs, acks):
+        partitionLog.pinHighWatermark()
+        return append(partitionLog, records, nowMs, acks)
+
+    def aloneAgain(topic, partition, partitionLog, info):
+        partitionLog.setHighWatermark(None)  # the replica manager's thread, meanwhile
+        return None
+
+    broker.replicaManager.appendRecords = expandedFirst
+    broker.replicaManager.waitingFor = aloneAgain
+    frame = encodeRequestFrame(PRODUCE, 9, 5, "c", produceRequest(9, [("orders", [(2, batch())])], acks=-1))
+    out = b"".join(handled(broker, frame).chunks)
+    assert int.from_bytes(out[22:24], "big", signed=True) == ErrorCode.none
+    assert log.logEndOffset == 1
