@@ -208,6 +208,18 @@ class Info:
         self.lastOffset = lastOffset
 
 
+def expansionInFlight(h):
+    """
+    Broker 1 leads alone with 3 records; broker 2, caught up, is being added
+    to the ISR, the write not answered yet.
+    """
+    h.alter.answer = False
+    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
+    h.run()
+    h.append(3)
+    h.follow(2, 3)
+
+
 def test_an_expansion_pins_the_high_watermark_before_it_is_asked_for(both):
     """
     A leader alone in its ISR answers acks=-1 at once.  Once a follower's
@@ -411,11 +423,7 @@ def test_an_isr_change_of_unknown_outcome_stays_pending_and_is_asked_again(both)
     it) and asks again, as Kafka's AlterPartition manager does.
     """
     h = both
-    h.alter.answer = False
-    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
-    h.run()
-    h.append(3)
-    h.follow(2, 3)
+    expansionInFlight(h)
     assert len(h.alter.calls) == 1
     h.alter.pending(None, KafkaError(ErrorCode.request_timed_out, "ZooKeeper: ConnectionLoss"))
     h.run()
@@ -433,11 +441,7 @@ def test_an_isr_change_of_unknown_outcome_stays_pending_and_is_asked_again(both)
 
 def test_a_refused_expansion_lets_the_high_watermark_follow_the_log_end_again(both):
     h = both
-    h.alter.answer = False
-    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
-    h.run()
-    h.append(3)
-    h.follow(2, 3)
+    expansionInFlight(h)
     h.append(2)
     h.alter.pending(None, ErrorCode.invalid_update_version)
     h.run()
@@ -446,11 +450,7 @@ def test_a_refused_expansion_lets_the_high_watermark_follow_the_log_end_again(bo
 
 def test_unknown_outcomes_in_a_row_are_asked_again_with_a_growing_wait(both):
     h = both
-    h.alter.answer = False
-    h.manager.becomeLeader("t", 0, 1, [1], [1, 2], 0)
-    h.run()
-    h.append(3)
-    h.follow(2, 3)
+    expansionInFlight(h)
     timedOut = KafkaError(ErrorCode.request_timed_out, "ZooKeeper: ConnectionLoss")
     h.alter.pending(None, timedOut)
     h.run()
